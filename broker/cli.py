@@ -1,0 +1,149 @@
+"""The ``brokerlab`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import pathlib
+import signal
+import sys
+from collections.abc import Sequence
+
+import uvloop
+from aiohttp import web
+
+from broker.config import load_broker_config, load_storage_config
+from broker.http.app import Settings, create_app
+from storage_stub.confparse import ConfigError
+
+_NOT_YET = {
+    "demo": "arrives with the load generator (issue 7); try 'brokerlab serve --self-check'",
+    "loadgen": "the load generator is not built yet (issue 7)",
+    "compare": "strategy comparison is not built yet (issue 7)",
+    "analyze": "the Spark trace pipeline is not built yet (issue 8)",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="brokerlab", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the broker")
+    serve.add_argument("--host", help="bind address (default: bindAddress of broker.conf)")
+    serve.add_argument("--port", type=int, help="port (default: webServicePort; 0 = any free)")
+    serve.add_argument("--data-dir", type=pathlib.Path, default=pathlib.Path("data"))
+    serve.add_argument("--config", type=pathlib.Path, help="broker.conf (default conf/broker.conf)")
+    serve.add_argument(
+        "--storage-config", type=pathlib.Path, help="storage.conf (default conf/storage.conf)"
+    )
+    serve.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a broker.conf key (repeatable)",
+    )
+    serve.add_argument(
+        "--storage-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a storage.conf key (repeatable)",
+    )
+    serve.add_argument(
+        "--self-check",
+        action="store_true",
+        help="start, produce, consume, ack, restart over the same data, verify, exit",
+    )
+    bench = commands.add_parser("bench", help="run a benchmark and print ratios")
+    bench.add_argument("name", choices=["http"])
+    bench.add_argument("--quick", action="store_true", help="seconds, not minutes (CI)")
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    for name, text in _NOT_YET.items():
+        commands.add_parser(name, help=text, add_help=True).set_defaults(not_yet=text)
+    return parser
+
+
+def _default_conf(given: pathlib.Path | None, file_name: str) -> pathlib.Path | None:
+    if given is not None:
+        return given
+    candidate = pathlib.Path("conf") / file_name
+    return candidate if candidate.exists() else None
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, object]:
+    result: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"override {pair!r}: expected KEY=VALUE")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def load_settings(args: argparse.Namespace) -> Settings:
+    broker_overrides = _overrides(args.set)
+    if args.host is not None:
+        broker_overrides["bindAddress"] = args.host
+    if args.port is not None:
+        broker_overrides["webServicePort"] = args.port
+    broker = load_broker_config(_default_conf(args.config, "broker.conf"), broker_overrides)
+    storage = load_storage_config(
+        _default_conf(args.storage_config, "storage.conf"), _overrides(args.storage_set)
+    )
+    return Settings(broker=broker, storage=storage, data_dir=args.data_dir)
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed)."""
+    app = create_app(settings)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.broker.bindAddress, settings.broker.webServicePort)
+        await site.start()
+        port = settings.broker.webServicePort
+        for address in runner.addresses:
+            port = address[1]
+        print(
+            f"brokerlab listening on http://{settings.broker.bindAddress}:{port}"
+            f" (data: {settings.data_dir}, sync: {settings.storage.syncMode})",
+            flush=True,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        print("brokerlab: shutting down", flush=True)
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if getattr(args, "not_yet", None):
+        print(f"brokerlab {args.command}: {args.not_yet}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.command == "bench":
+        from broker.bench import run_bench
+
+        return run_bench(args.name, quick=args.quick, as_json=args.json)
+    try:
+        settings = load_settings(args)
+    except ConfigError as error:
+        print(f"brokerlab: configuration error:\n{error}", file=sys.stderr)
+        return 2
+    if args.self_check:
+        from broker.selfcheck import run_self_check
+
+        return uvloop.run(run_self_check(settings))
+    uvloop.run(serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

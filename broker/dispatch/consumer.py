@@ -1,0 +1,122 @@
+"""A consumer: a session on a subscription with a receiver queue (its permits)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING
+
+from broker.dispatch.stats import RateCounter
+from broker.ledger.entry import Entry
+from broker.ledger.position import Position
+
+if TYPE_CHECKING:
+    from broker.dispatch.subscription import Subscription
+
+
+class Delivery:
+    """An entry in a consumer's receiver queue."""
+
+    __slots__ = ("entry", "redelivery_count")
+
+    def __init__(self, entry: Entry, redelivery_count: int) -> None:
+        self.entry = entry
+        self.redelivery_count = redelivery_count
+
+
+class Consumer:
+    """The broker dispatches into ``queue`` (at most ``receiver_queue_size`` deliveries);
+    a poll drains it. ``pending`` holds every position handed to this consumer and not
+    yet acknowledged, with the monotonic time it was handed over (for ack timeouts)."""
+
+    __slots__ = (
+        "_available",
+        "ack_timeout_ms",
+        "bytes_out",
+        "closed",
+        "consumer_id",
+        "last_active_ns",
+        "msg_out",
+        "nack_delay_ms",
+        "name",
+        "pending",
+        "priority_level",
+        "queue",
+        "receiver_queue_size",
+        "subscription",
+    )
+
+    def __init__(
+        self,
+        consumer_id: str,
+        name: str,
+        subscription: Subscription,
+        receiver_queue_size: int,
+        priority_level: int,
+        ack_timeout_ms: int,
+        nack_delay_ms: int,
+        now_ns: int,
+    ) -> None:
+        self.consumer_id = consumer_id
+        self.name = name
+        self.subscription = subscription
+        self.receiver_queue_size = receiver_queue_size
+        self.priority_level = priority_level
+        self.ack_timeout_ms = ack_timeout_ms
+        self.nack_delay_ms = nack_delay_ms
+        self.queue: deque[Delivery] = deque()
+        self.pending: dict[Position, int] = {}
+        self.last_active_ns = now_ns
+        self.closed = False
+        self.msg_out = RateCounter()
+        self.bytes_out = RateCounter()
+        self._available = asyncio.Event()
+
+    @property
+    def available_permits(self) -> int:
+        return self.receiver_queue_size - len(self.queue)
+
+    def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
+        """Hand an entry over: into the receiver queue, and pending until acked. O(1)."""
+        self.queue.append(Delivery(entry, redelivery_count))
+        self.pending[entry.position] = now_ns
+        self.msg_out.add(1)
+        self.bytes_out.add(len(entry.data))
+        self._available.set()
+
+    def drain(self, max_messages: int) -> list[Delivery]:
+        """Take up to ``max_messages`` deliveries from the receiver queue. O(n)."""
+        queue = self.queue
+        count = min(max_messages, len(queue))
+        taken = [queue.popleft() for _ in range(count)]
+        if not queue:
+            self._available.clear()
+        return taken
+
+    async def wait_for_messages(self, timeout_s: float) -> None:
+        """Return when the receiver queue is non-empty, or after ``timeout_s``."""
+        if self.queue or timeout_s <= 0:
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._available.wait()
+        except TimeoutError:
+            pass
+
+    def take_unacked(self) -> tuple[list[Position], set[Position]]:
+        """Empty ``pending`` and the receiver queue: every unacked position, and those
+        of them still in the queue (never seen by the client). O(pending)."""
+        unseen = {delivery.entry.position for delivery in self.queue}
+        positions = list(self.pending)
+        self.pending.clear()
+        self.clear_queue()
+        return positions, unseen
+
+    def clear_queue(self) -> None:
+        """Forget what was handed over (a rewind or close); the caller redelivers."""
+        self.queue.clear()
+        self._available.clear()
+
+    def wake_pollers(self) -> None:
+        """Release any long poll (the consumer was closed)."""
+        self._available.set()

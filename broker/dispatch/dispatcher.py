@@ -1,0 +1,269 @@
+"""Dispatchers: read from a subscription's cursor (and its replay queue) into consumers'
+receiver queues.
+
+The base class owns the read loop; a subclass decides who gets what (``_send``), how
+much to read (``_read_budget``) and what redelivery means for it (``redeliver``).
+Failover and Key_Shared slot in the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sortedcontainers import SortedSet
+
+from broker.clock import Clock
+from broker.dispatch.consumer import Consumer
+from broker.ledger.entry import Entry
+from broker.ledger.position import Position
+from broker.tasks import TaskOwner
+
+if TYPE_CHECKING:
+    from broker.dispatch.subscription import Subscription
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchConfig:
+    max_read_batch_size: int = 100
+    max_unacked_per_consumer: int = 50000
+    max_unacked_per_subscription: int = 200000
+
+
+class Dispatcher(ABC):
+    """One per subscription. ``wake()`` is called whenever dispatch may progress: new
+    entries, freed permits, new consumers, redeliveries, acks."""
+
+    def __init__(self, subscription: Subscription, config: DispatchConfig, clock: Clock) -> None:
+        self.subscription = subscription
+        self.cursor = subscription.cursor
+        self.ledger = subscription.cursor.ledger
+        self.config = config
+        self.clock = clock
+        self.consumers: list[Consumer] = []
+        #: positions to send again before reading new entries, in position order
+        self.replay: SortedSet = SortedSet()
+        self._wake = asyncio.Event()
+        self._owner = TaskOwner(f"dispatcher {subscription.name}")
+        self._owner.spawn(self._run(), name=f"dispatch {subscription.name}")
+        self.ledger.add_entries_listener(self.wake)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def close(self) -> None:
+        self.ledger.remove_entries_listener(self.wake)
+        await self._owner.close()
+
+    # ------------------------------------------------------------------ consumers
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.wake()
+
+    @abstractmethod
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach a consumer and give its unacknowledged messages to the others."""
+
+    @abstractmethod
+    def redeliver(self, consumer: Consumer, positions: Iterable[Position] | None) -> None:
+        """Send again ``positions`` (None: everything pending) of ``consumer``, counting
+        one more redelivery for each."""
+
+    def unacked_messages(self) -> int:
+        return sum(len(consumer.pending) for consumer in self.consumers)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while await self._dispatch_once():
+                pass
+
+    async def _dispatch_once(self) -> bool:
+        """One read and hand-over; False when nothing more can be done now."""
+        budget = self._read_budget()
+        if budget <= 0:
+            return False
+        cursor = self.cursor
+        if self.replay:
+            count = min(budget, len(self.replay))
+            positions = [self.replay.pop(0) for _ in range(count)]
+            entries = await self.ledger.read_positions(positions, self._expected_reads())
+            fresh = [entry for entry in entries if not cursor.is_acknowledged(entry.position)]
+            self._send(fresh)
+            return True
+        if not cursor.has_more_entries():
+            return False
+        entries = await cursor.read_entries(budget, self._expected_reads())
+        if not entries:
+            return False
+        self._send(entries)
+        return True
+
+    def _expected_reads(self) -> int:
+        """How many cursors will still read what this one reads now: those at or before
+        its read position. O(#cursors) until the active cursor container lands."""
+        read_position = self.cursor.read_position
+        return sum(
+            1 for cursor in self.ledger.cursors.values() if cursor.read_position <= read_position
+        )
+
+    def _redelivery_count(self, position: Position) -> int:
+        return self.subscription.redelivery_counts.get(position, 0)
+
+    @abstractmethod
+    def _read_budget(self) -> int:
+        """How many entries to read now (0: wait)."""
+
+    @abstractmethod
+    def _send(self, entries: list[Entry]) -> None:
+        """Hand entries to consumers; what cannot be handed over must stay deliverable."""
+
+
+class SingleActiveConsumerDispatcher(Dispatcher):
+    """Exclusive and Failover: one consumer receives everything, in order. Redelivery
+    rewinds the cursor to the first unacknowledged entry, as Pulsar does to keep order.
+    The active consumer is the one with the highest priority (lowest
+    ``priorityLevel``), then the lowest name."""
+
+    def active_consumer(self) -> Consumer | None:
+        if not self.consumers:
+            return None
+        return min(self.consumers, key=lambda c: (c.priority_level, c.name, c.consumer_id))
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        before = self.active_consumer()
+        super().add_consumer(consumer)
+        if before is not None and self.active_consumer() is not before:
+            self._rewind(before, count_redelivery=False)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        was_active = self.active_consumer() is consumer
+        self.consumers.remove(consumer)
+        if was_active:
+            self._rewind(consumer, count_redelivery=True)
+
+    def redeliver(self, consumer: Consumer, positions: Iterable[Position] | None) -> None:
+        if positions is not None:
+            counts = self.subscription.redelivery_counts
+            for position in positions:
+                if position in consumer.pending:
+                    counts[position] = counts.get(position, 0) + 1
+        self._rewind(consumer, count_redelivery=positions is None)
+
+    def _rewind(self, consumer: Consumer, count_redelivery: bool) -> None:
+        """Take back everything handed to ``consumer`` and read again from the first
+        unacknowledged entry; positions the client had seen count one redelivery."""
+        positions, unseen = consumer.take_unacked()
+        if count_redelivery:
+            counts = self.subscription.redelivery_counts
+            for position in positions:
+                if position not in unseen:
+                    counts[position] = counts.get(position, 0) + 1
+            self.subscription.msg_redeliver.add(len(positions) - len(unseen))
+        self.cursor.rewind()
+        self.wake()
+
+    def _read_budget(self) -> int:
+        active = self.active_consumer()
+        if active is None:
+            return 0
+        return min(active.available_permits, self.config.max_read_batch_size)
+
+    def _send(self, entries: list[Entry]) -> None:
+        active = self.active_consumer()
+        if active is None:
+            # nobody to take them: read them again when a consumer comes
+            self.cursor.rewind()
+            return
+        now = self.clock.monotonic_ns()
+        for entry in entries:
+            active.deliver(entry, self._redelivery_count(entry.position), now)
+
+
+class SharedDispatcher(Dispatcher):
+    """Shared: round robin over consumers with permits; redeliveries go to the replay
+    queue and are served before new entries."""
+
+    def __init__(self, subscription: Subscription, config: DispatchConfig, clock: Clock) -> None:
+        super().__init__(subscription, config, clock)
+        self._next = 0
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        self.consumers.remove(consumer)
+        self._to_replay(*consumer.take_unacked())
+
+    def redeliver(self, consumer: Consumer, positions: Iterable[Position] | None) -> None:
+        if positions is None:
+            self._to_replay(*consumer.take_unacked())
+            return
+        chosen = [position for position in positions if position in consumer.pending]
+        if not chosen:
+            return
+        wanted = set(chosen)
+        unseen = {d.entry.position for d in consumer.queue if d.entry.position in wanted}
+        kept = [d for d in consumer.queue if d.entry.position not in wanted]
+        consumer.clear_queue()
+        for delivery in kept:
+            consumer.queue.append(delivery)
+        if kept:
+            consumer.wake_pollers()
+        for position in chosen:
+            del consumer.pending[position]
+        self._to_replay(chosen, unseen)
+
+    def _to_replay(self, positions: list[Position], unseen: set[Position]) -> None:
+        """Queue positions for redelivery; those the client had seen count one more."""
+        counts = self.subscription.redelivery_counts
+        cursor = self.cursor
+        redelivered = 0
+        for position in positions:
+            if cursor.is_acknowledged(position):
+                continue
+            if position not in unseen:
+                counts[position] = counts.get(position, 0) + 1
+                redelivered += 1
+            self.replay.add(position)
+        self.subscription.msg_redeliver.add(redelivered)
+        self.wake()
+
+    def _capacity(self, consumer: Consumer) -> int:
+        return min(
+            consumer.available_permits,
+            self.config.max_unacked_per_consumer - len(consumer.pending),
+        )
+
+    def _read_budget(self) -> int:
+        room = self.config.max_unacked_per_subscription - self.unacked_messages()
+        permits = sum(max(self._capacity(consumer), 0) for consumer in self.consumers)
+        return min(permits, room, self.config.max_read_batch_size)
+
+    def _send(self, entries: list[Entry]) -> None:
+        consumers = self.consumers
+        now = self.clock.monotonic_ns()
+        index = 0
+        total = len(entries)
+        while index < total and consumers:
+            # one pass of round robin over consumers that can take more
+            progressed = False
+            for _ in range(len(consumers)):
+                self._next %= len(consumers)
+                consumer = consumers[self._next]
+                self._next += 1
+                if self._capacity(consumer) > 0:
+                    entry = entries[index]
+                    consumer.deliver(entry, self._redelivery_count(entry.position), now)
+                    index += 1
+                    progressed = True
+                    if index == total:
+                        break
+            if not progressed:
+                break
+        for entry in entries[index:]:
+            self.replay.add(entry.position)

@@ -1,0 +1,245 @@
+"""BrokerService: the topics this broker owns, their consumers, and background upkeep."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.cache.api import EntryCacheManager
+from broker.clock import Clock
+from broker.dispatch.consumer import Consumer
+from broker.dispatch.dispatcher import DispatchConfig
+from broker.dispatch.errors import NotFoundError, PreconditionFailedError, UnavailableError
+from broker.dispatch.names import TopicName
+from broker.dispatch.subscription import Subscription
+from broker.dispatch.topic import PersistentTopic
+from broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerConfig, metadata_key
+from broker.ledger.position import Position
+from broker.tasks import TaskOwner
+from storage_stub.bookie.api import Bookie, BookieError, MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    allow_auto_topic_creation: bool = True
+    consumer_idle_timeout_ms: int = 30000
+    stats_update_frequency_s: int = 10
+    maintenance_interval_s: float = 0.5
+    ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
+    dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+
+
+@dataclass(slots=True)
+class ConsumerOptions:
+    name: str | None = None
+    subscription_type: str = "Exclusive"
+    receiver_queue_size: int = 1000
+    initial_position: str = "Latest"
+    priority_level: int = 0
+    ack_timeout_ms: int = 0
+    nack_delay_ms: int = 60000
+
+
+class BrokerService:
+    """Owns topics (loaded on first use from the metadata store), consumers by id, and
+    the upkeep loop: idle consumers, ack timeouts, ledger rollover and trimming, rates."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        bookie: Bookie,
+        metadata: MetadataStore,
+        cache_manager: EntryCacheManager,
+        clock: Clock,
+    ) -> None:
+        self.config = config
+        self.bookie = bookie
+        self.metadata = metadata
+        self.cache_manager = cache_manager
+        self.clock = clock
+        self.topics: dict[TopicName, PersistentTopic] = {}
+        self.consumers: dict[str, Consumer] = {}
+        self._loading: dict[TopicName, asyncio.Future[PersistentTopic]] = {}
+        self._owner = TaskOwner("broker service")
+        self._last_stats_ns = clock.monotonic_ns()
+
+    def start(self) -> None:
+        self._owner.spawn(self._upkeep_loop(), name="broker upkeep")
+
+    async def close(self) -> None:
+        """Stop upkeep, disconnect consumers, close every topic (ledgers closed cleanly)."""
+        await self._owner.close()
+        for consumer in list(self.consumers.values()):
+            self.close_consumer(consumer)
+        for name in list(self.topics):
+            topic = self.topics.pop(name)
+            await topic.close()
+
+    # ------------------------------------------------------------------ topics
+
+    async def get_topic(self, name: TopicName, create: bool) -> PersistentTopic:
+        """The loaded topic, loading it from storage if it exists. NotFoundError when it
+        does not exist and ``create`` is false (or auto-creation is off)."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        loading = self._loading.get(name)
+        if loading is not None:
+            return await asyncio.shield(loading)
+        future: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
+        self._loading[name] = future
+        try:
+            topic = await self._load(name, create and self.config.allow_auto_topic_creation)
+            future.set_result(topic)
+            return topic
+        except BaseException as error:
+            future.set_exception(error)
+            future.exception()  # retrieved: waiters re-raise it, nobody else must
+            raise
+        finally:
+            del self._loading[name]
+
+    async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
+        ml_name = str(name)
+        if not create and await self.metadata.get(metadata_key(ml_name)) is None:
+            raise NotFoundError(f"topic {name} not found")
+        ledger = ManagedLedger(
+            ml_name,
+            self.bookie,
+            self.metadata,
+            self.cache_manager.get_entry_cache(ml_name),
+            self.config.ledger,
+            self.clock,
+        )
+        try:
+            await ledger.open()
+        except BookieError as error:
+            self.cache_manager.remove_entry_cache(ml_name)
+            raise UnavailableError(f"cannot load topic {name}: {error}") from error
+        topic = PersistentTopic(name, ledger, self.config.dispatch, self.clock)
+        self.topics[name] = topic
+        return topic
+
+    async def list_topics(self, tenant: str, namespace: str) -> list[str]:
+        prefix = metadata_key(f"persistent://{tenant}/{namespace}/")
+        keys = await self.metadata.keys_with_prefix(prefix)
+        return [key[len(metadata_key("")) :] for key in keys]
+
+    async def delete_topic(self, name: TopicName, force: bool) -> None:
+        topic = await self.get_topic(name, create=False)
+        connected = [c for s in topic.subscriptions.values() for c in s.consumers]
+        if connected and not force:
+            raise PreconditionFailedError(
+                f"topic {name} has {len(connected)} connected consumers; use force=true"
+            )
+        for consumer in connected:
+            self.close_consumer(consumer)
+        self.topics.pop(name, None)
+        for subscription in topic.subscriptions.values():
+            await subscription.close()
+        await topic.ledger.delete()
+        self.cache_manager.remove_entry_cache(str(name))
+
+    async def unload_namespace(self, tenant: str, namespace: str) -> int:
+        """Unload every loaded topic of the namespace as a bundle move would: consumers
+        disconnected, cache entries dropped, the next request reloads from storage."""
+        doomed = [n for n in self.topics if n.tenant == tenant and n.namespace == namespace]
+        for name in doomed:
+            await self.unload_topic(name)
+        return len(doomed)
+
+    async def unload_topic(self, name: TopicName) -> None:
+        topic = self.topics.pop(name, None)
+        if topic is None:
+            return
+        for subscription in topic.subscriptions.values():
+            for consumer in list(subscription.consumers):
+                self.close_consumer(consumer)
+        await topic.close()
+        self.cache_manager.remove_entry_cache(str(name))
+
+    # ------------------------------------------------------------------ consumers
+
+    async def create_consumer(
+        self, name: TopicName, subscription_name: str, options: ConsumerOptions
+    ) -> Consumer:
+        topic = await self.get_topic(name, create=True)
+        start = "earliest" if options.initial_position == "Earliest" else "latest"
+        subscription = await topic.get_or_create_subscription(subscription_name, start)
+        consumer_id = secrets.token_urlsafe(18)
+        consumer = Consumer(
+            consumer_id,
+            options.name or f"consumer-{consumer_id[:8]}",
+            subscription,
+            options.receiver_queue_size,
+            options.priority_level,
+            options.ack_timeout_ms,
+            options.nack_delay_ms,
+            self.clock.monotonic_ns(),
+        )
+        await subscription.add_consumer(consumer, options.subscription_type)
+        self.consumers[consumer_id] = consumer
+        return consumer
+
+    def consumer(self, consumer_id: str) -> Consumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            raise NotFoundError("consumer not found (unknown id, closed, or idle too long)")
+        return consumer
+
+    def close_consumer(self, consumer: Consumer) -> None:
+        """Disconnect: unacked messages go back to the subscription."""
+        if consumer.closed:
+            return
+        consumer.closed = True
+        self.consumers.pop(consumer.consumer_id, None)
+        consumer.subscription.remove_consumer(consumer)
+        consumer.wake_pollers()
+
+    async def subscription(self, name: TopicName, subscription_name: str) -> Subscription:
+        topic = await self.get_topic(name, create=False)
+        return topic.subscription(subscription_name)
+
+    async def reset_cursor(
+        self, name: TopicName, subscription_name: str, position: Position
+    ) -> None:
+        subscription = await self.subscription(name, subscription_name)
+        await subscription.reset_cursor(position)
+
+    # ------------------------------------------------------------------ upkeep
+
+    async def _upkeep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.maintenance_interval_s)
+            try:
+                await self.upkeep()
+            except BookieError as error:
+                log.warning("upkeep: storage error, will retry: %s", error)
+
+    async def upkeep(self) -> None:
+        """One round: close idle consumers, redeliver timed-out messages, roll over and
+        trim ledgers, refresh rates when the stats period has passed."""
+        now = self.clock.monotonic_ns()
+        idle_ns = self.config.consumer_idle_timeout_ms * 1_000_000
+        for consumer in list(self.consumers.values()):
+            if now - consumer.last_active_ns > idle_ns:
+                log.info("closing idle consumer %s", consumer.name)
+                self.close_consumer(consumer)
+            else:
+                consumer.subscription.redeliver_timed_out(consumer, now)
+        for topic in list(self.topics.values()):
+            await topic.ledger.maybe_roll_over()
+            await topic.ledger.trim_consumed_ledgers()
+        elapsed_s = (now - self._last_stats_ns) / 1e9
+        if elapsed_s >= self.config.stats_update_frequency_s:
+            self._last_stats_ns = now
+            for topic in self.topics.values():
+                topic.refresh_rates(elapsed_s)
+
+    def storage_stats(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,24 @@
+"""Counters with rates refreshed every ``statsUpdateFrequencyInSecs``, as Pulsar's stats."""
+
+from __future__ import annotations
+
+
+class RateCounter:
+    """A monotonically growing count (messages, bytes) and its rate over the last
+    refresh period. ``add`` is O(1) and allocation-free; ``refresh`` is called by the
+    broker's stats loop."""
+
+    __slots__ = ("_last_total", "rate", "total")
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.rate = 0.0
+        self._last_total = 0
+
+    def add(self, amount: int) -> None:
+        self.total += amount
+
+    def refresh(self, elapsed_seconds: float) -> None:
+        if elapsed_seconds > 0:
+            self.rate = (self.total - self._last_total) / elapsed_seconds
+        self._last_total = self.total

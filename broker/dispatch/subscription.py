@@ -1,0 +1,175 @@
+"""A subscription: a durable cursor, its consumers, their dispatcher, redelivery counts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from broker.clock import Clock
+from broker.dispatch.consumer import Consumer
+from broker.dispatch.dispatcher import (
+    DispatchConfig,
+    Dispatcher,
+    SharedDispatcher,
+    SingleActiveConsumerDispatcher,
+)
+from broker.dispatch.errors import ConflictError, InvalidRequestError, NotImplementedYetError
+from broker.dispatch.stats import RateCounter
+from broker.ledger.managed_cursor import ManagedCursor
+from broker.ledger.position import Position
+
+if TYPE_CHECKING:
+    from broker.dispatch.topic import PersistentTopic
+
+SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
+
+_DISPATCHERS: dict[str, type[Dispatcher]] = {
+    "Exclusive": SingleActiveConsumerDispatcher,
+    "Failover": SingleActiveConsumerDispatcher,
+    "Shared": SharedDispatcher,
+}
+
+
+class Subscription:
+    """Consumers of one subscription share its cursor. The subscription's type is the
+    type of its connected consumers; with none connected, the next consumer sets it."""
+
+    def __init__(
+        self, topic: PersistentTopic, cursor: ManagedCursor, config: DispatchConfig, clock: Clock
+    ) -> None:
+        self.topic = topic
+        self.cursor = cursor
+        self.name = cursor.name
+        self.config = config
+        self.clock = clock
+        self.type: str | None = None
+        self.dispatcher: Dispatcher | None = None
+        #: position -> times it was sent again; forgotten once acknowledged
+        self.redelivery_counts: dict[Position, int] = {}
+        self.msg_redeliver = RateCounter()
+        self._timers: set[asyncio.TimerHandle] = set()
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return self.dispatcher.consumers if self.dispatcher is not None else []
+
+    async def add_consumer(self, consumer: Consumer, sub_type: str) -> None:
+        """Attach a consumer. ConflictError if Exclusive is taken or the type differs
+        from the connected consumers' type."""
+        if sub_type not in _DISPATCHERS:
+            raise NotImplementedYetError(f"subscription type {sub_type} is not implemented yet")
+        if self.consumers:
+            if sub_type != self.type:
+                raise ConflictError(
+                    f"subscription {self.name} has {self.type} consumers; "
+                    f"a {sub_type} consumer cannot join"
+                )
+            if sub_type == "Exclusive":
+                raise ConflictError(f"exclusive subscription {self.name} already has a consumer")
+        if self.dispatcher is None or self.type != sub_type:
+            old = self.dispatcher
+            self.dispatcher = _DISPATCHERS[sub_type](self, self.config, self.clock)
+            if old is not None:
+                self.dispatcher.replay.update(old.replay)
+                await old.close()
+            self.type = sub_type
+        self.dispatcher.add_consumer(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach a consumer; its unacknowledged messages go to the others."""
+        if self.dispatcher is not None and consumer in self.dispatcher.consumers:
+            self.dispatcher.remove_consumer(consumer)
+
+    async def acknowledge(
+        self, consumer: Consumer, positions: list[Position], cumulative: bool
+    ) -> None:
+        """Acknowledge positions pending for ``consumer`` (others are ignored) and make
+        the cursor durable before returning."""
+        cursor = self.cursor
+        pending = consumer.pending
+        counts = self.redelivery_counts
+        if cumulative:
+            if self.type in ("Shared", "Key_Shared"):
+                raise InvalidRequestError(
+                    f"cumulative ack is not allowed on {self.type} subscriptions"
+                )
+            upto = max(positions)
+            if upto not in pending:
+                return
+            for position in [p for p in pending if p <= upto]:
+                del pending[position]
+                counts.pop(position, None)
+            cursor.acknowledge_cumulative(upto)
+        else:
+            mine = [position for position in positions if position in pending]
+            if not mine:
+                return
+            for position in mine:
+                del pending[position]
+                counts.pop(position, None)
+            cursor.acknowledge(mine)
+        if self.dispatcher is not None:
+            self.dispatcher.wake()
+        await cursor.persist()
+
+    def negative_acknowledge(self, consumer: Consumer, positions: list[Position]) -> None:
+        """Redeliver ``positions`` after the consumer's nack delay, one redelivery more."""
+        mine = [position for position in positions if position in consumer.pending]
+        if not mine:
+            return
+        delay_s = consumer.nack_delay_ms / 1000
+        if delay_s <= 0:
+            self._redeliver(consumer, mine)
+            return
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            assert handle is not None
+            self._timers.discard(handle)
+            self._redeliver(consumer, mine)
+
+        handle = loop.call_later(delay_s, fire)
+        self._timers.add(handle)
+
+    def _redeliver(self, consumer: Consumer, positions: Iterable[Position] | None) -> None:
+        if consumer.closed or self.dispatcher is None:
+            return  # closing already handed its messages back
+        self.dispatcher.redeliver(consumer, positions)
+
+    def redeliver_unacknowledged(self, consumer: Consumer) -> None:
+        self._redeliver(consumer, None)
+
+    def redeliver_timed_out(self, consumer: Consumer, now_ns: int) -> None:
+        """Redeliver messages pending longer than the consumer's ack timeout."""
+        if consumer.ack_timeout_ms <= 0 or not consumer.pending:
+            return
+        deadline = now_ns - consumer.ack_timeout_ms * 1_000_000
+        expired = [pos for pos, handed_ns in consumer.pending.items() if handed_ns <= deadline]
+        if expired:
+            self._redeliver(consumer, expired)
+
+    async def reset_cursor(self, position: Position) -> None:
+        """Move the cursor to ``position``; what consumers hold is taken back."""
+        if self.dispatcher is not None:
+            for consumer in self.dispatcher.consumers:
+                consumer.take_unacked()
+            self.dispatcher.replay.clear()
+        self.redelivery_counts.clear()
+        await self.cursor.reset(position)
+        if self.dispatcher is not None:
+            self.dispatcher.wake()
+
+    def backlog(self) -> int:
+        return self.cursor.backlog()
+
+    def unacked_messages(self) -> int:
+        return self.dispatcher.unacked_messages() if self.dispatcher is not None else 0
+
+    async def close(self) -> None:
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()
+        if self.dispatcher is not None:
+            await self.dispatcher.close()

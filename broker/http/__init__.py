@@ -1,0 +1,1 @@
+"""The HTTP edge: parses and validates requests, calls the broker, maps errors."""

@@ -1,0 +1,470 @@
+"""The aiohttp application: routes translate HTTP to broker calls and back."""
+
+from __future__ import annotations
+
+import binascii
+import logging
+import pathlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from broker.cache import DisabledEntryCacheManager
+from broker.clock import Clock, SystemClock
+from broker.config import BrokerConfig
+from broker.dispatch.dispatcher import DispatchConfig
+from broker.dispatch.errors import (
+    InvalidRequestError,
+    NotImplementedYetError,
+    TooLargeError,
+)
+from broker.dispatch.names import TopicName, check_name_part
+from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfig
+from broker.dispatch.subscription import SUBSCRIPTION_TYPES
+from broker.http.errors import error_middleware
+from broker.http.openapi import openapi_spec
+from broker.http.parsing import (
+    field_choice,
+    field_int,
+    field_str,
+    json_object,
+    message_id,
+    message_ids,
+    query_int,
+)
+from broker.ledger.entry import decode_message, encode_message
+from broker.ledger.managed_ledger import ManagedLedgerConfig
+from storage_stub.bookie import Storage, open_storage
+from storage_stub.bookie.api import OPERATIONS
+from storage_stub.config import StorageConfig
+
+log = logging.getLogger(__name__)
+
+MAX_POLL_TIMEOUT_MS = 30000
+MAX_POLL_MESSAGES = 1000
+MAX_KEY_BYTES = 65535
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    broker: BrokerConfig
+    storage: StorageConfig
+    data_dir: pathlib.Path | None
+
+
+SETTINGS = web.AppKey("settings", Settings)
+SERVICE = web.AppKey("service", BrokerService)
+STORAGE = web.AppKey("storage", Storage)
+CLOCK = web.AppKey("clock", Clock)
+
+
+def service_config(config: BrokerConfig) -> ServiceConfig:
+    return ServiceConfig(
+        allow_auto_topic_creation=config.allowAutoTopicCreation,
+        consumer_idle_timeout_ms=config.consumerIdleTimeoutMs,
+        stats_update_frequency_s=config.statsUpdateFrequencyInSecs,
+        ledger=ManagedLedgerConfig(
+            max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
+            max_size_per_ledger_bytes=config.managedLedgerMaxSizePerLedgerMbytes * 1024 * 1024,
+            min_rollover_ms=config.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,
+            max_rollover_ms=config.managedLedgerMaxLedgerRolloverTimeMinutes * 60_000,
+        ),
+        dispatch=DispatchConfig(
+            max_read_batch_size=config.dispatcherMaxReadBatchSize,
+            max_unacked_per_consumer=config.maxUnackedMessagesPerConsumer or 2**62,
+            max_unacked_per_subscription=config.maxUnackedMessagesPerSubscription or 2**62,
+        ),
+    )
+
+
+async def _broker_context(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    clock = app[CLOCK]
+    storage = await open_storage(settings.storage, settings.data_dir)
+    service = BrokerService(
+        service_config(settings.broker),
+        storage.bookie,
+        storage.metadata,
+        DisabledEntryCacheManager(),
+        clock,
+    )
+    app[STORAGE] = storage
+    app[SERVICE] = service
+    service.start()
+    try:
+        yield
+    finally:
+        await service.close()
+        await storage.close()
+
+
+def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
+    app = web.Application(
+        middlewares=[error_middleware], client_max_size=settings.broker.maxHttpRequestBodyBytes
+    )
+    app[SETTINGS] = settings
+    app[CLOCK] = clock or SystemClock()
+    app.cleanup_ctx.append(_broker_context)
+    app.add_routes(routes)
+    return app
+
+
+# ---------------------------------------------------------------------- helpers
+
+routes = web.RouteTableDef()
+
+_TOPIC = "/persistent/{tenant}/{namespace}/{topic}"
+_ADMIN_TOPIC = "/admin/v2" + _TOPIC
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(data), content_type="application/json")
+
+
+def _no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+def _topic(request: web.Request) -> TopicName:
+    info = request.match_info
+    return TopicName.of(info["tenant"], info["namespace"], info["topic"])
+
+
+def _subscription_name(request: web.Request) -> str:
+    return check_name_part("subscription", request.match_info["subscription"])
+
+
+def _service(request: web.Request) -> BrokerService:
+    return request.app[SERVICE]
+
+
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+# ---------------------------------------------------------------------- produce
+
+
+def _string_map(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+def _encode_messages(body: dict[str, Any], config: BrokerConfig, now_ms: int) -> list[bytes]:
+    """Validate every message and encode it; nothing is stored if any is bad."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequestError("messages must be a non-empty list")
+    if len(messages) > config.maxMessagesPerProduceRequest:
+        raise TooLargeError(
+            f"{len(messages)} messages in one request; the limit is "
+            f"{config.maxMessagesPerProduceRequest} (maxMessagesPerProduceRequest)"
+        )
+    producer = body.get("producerName")
+    if producer is not None and not isinstance(producer, str):
+        raise InvalidRequestError("producerName must be a string")
+    max_size = config.maxMessageSize
+    encoded: list[bytes] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequestError(f"messages[{index}] must be an object")
+        payload_text = message.get("payload")
+        if not isinstance(payload_text, str):
+            raise InvalidRequestError(f"messages[{index}].payload must be a base64 string")
+        try:
+            payload = binascii.a2b_base64(payload_text, strict_mode=True)
+        except (binascii.Error, ValueError):
+            raise InvalidRequestError(f"messages[{index}].payload is not valid base64") from None
+        if len(payload) > max_size:
+            raise TooLargeError(
+                f"messages[{index}] is {len(payload)} bytes; maxMessageSize is {max_size}"
+            )
+        key = message.get("key")
+        if key is not None:
+            if not isinstance(key, str):
+                raise InvalidRequestError(f"messages[{index}].key must be a string")
+            if len(key) * 4 > MAX_KEY_BYTES and len(key.encode()) > MAX_KEY_BYTES:
+                raise InvalidRequestError(f"messages[{index}].key is over {MAX_KEY_BYTES} bytes")
+        properties = message.get("properties")
+        if properties is not None and not _string_map(properties):
+            raise InvalidRequestError(f"messages[{index}].properties must be an object of strings")
+        event_time = message.get("eventTime", 0)
+        if event_time is None:
+            event_time = 0
+        if (
+            isinstance(event_time, bool)
+            or not isinstance(event_time, int)
+            or not (0 <= event_time < 2**63)
+        ):
+            raise InvalidRequestError(f"messages[{index}].eventTime must be a non-negative integer")
+        encoded.append(encode_message(payload, now_ms, event_time, key, properties))
+    return encoded
+
+
+@routes.post("/topics" + _TOPIC)
+async def produce(request: web.Request) -> web.Response:
+    name = _topic(request)
+    body = await json_object(request)
+    encoded = _encode_messages(body, request.app[SETTINGS].broker, request.app[CLOCK].wall_ms())
+    topic = await _service(request).get_topic(name, create=True)
+    first = await topic.publish(encoded)
+    ledger_id, entry_id = first
+    return _json(
+        {
+            "messagePublishResults": [
+                {"messageId": f"{ledger_id}:{entry_id + offset}", "errorCode": 0}
+                for offset in range(len(encoded))
+            ]
+        }
+    )
+
+
+# ---------------------------------------------------------------------- subscriptions
+
+
+@routes.put(_ADMIN_TOPIC + "/subscription/{subscription}")
+async def create_subscription(request: web.Request) -> web.Response:
+    name = _topic(request)
+    subscription = _subscription_name(request)
+    raw = request.query.get("messageId", "latest")
+    start: Any = raw if raw in ("earliest", "latest") else message_id(raw)
+    topic = await _service(request).get_topic(name, create=True)
+    await topic.create_subscription(subscription, start)
+    return _no_content()
+
+
+@routes.delete(_ADMIN_TOPIC + "/subscription/{subscription}")
+async def delete_subscription(request: web.Request) -> web.Response:
+    name = _topic(request)
+    subscription = _subscription_name(request)
+    topic = await _service(request).get_topic(name, create=False)
+    await topic.delete_subscription(subscription)
+    return _no_content()
+
+
+@routes.post(_ADMIN_TOPIC + "/subscription/{subscription}/resetcursor/{timestamp}")
+async def reset_cursor_to_time(request: web.Request) -> web.Response:
+    name = _topic(request)
+    subscription_name = _subscription_name(request)
+    raw = request.match_info["timestamp"]
+    if not raw.isascii() or not raw.isdigit():
+        raise InvalidRequestError("timestamp must be epoch milliseconds")
+    subscription = await _service(request).subscription(name, subscription_name)
+    position = await subscription.topic.find_position_by_publish_time(int(raw))
+    await subscription.reset_cursor(position)
+    return _no_content()
+
+
+@routes.post(_ADMIN_TOPIC + "/subscription/{subscription}/resetcursor")
+async def reset_cursor_to_id(request: web.Request) -> web.Response:
+    name = _topic(request)
+    subscription_name = _subscription_name(request)
+    position = message_id((await json_object(request)).get("messageId"))
+    await _service(request).reset_cursor(name, subscription_name, position)
+    return _no_content()
+
+
+# ---------------------------------------------------------------------- consumers
+
+
+@routes.post("/consumers" + _TOPIC + "/{subscription}")
+async def create_consumer(request: web.Request) -> web.Response:
+    name = _topic(request)
+    subscription = _subscription_name(request)
+    body = await json_object(request, required=False)
+    options = ConsumerOptions(
+        name=field_str(body, "consumerName"),
+        subscription_type=field_choice(body, "subscriptionType", "Exclusive", SUBSCRIPTION_TYPES),
+        receiver_queue_size=field_int(body, "receiverQueueSize", 1000, 1, 100000),
+        initial_position=field_choice(
+            body, "subscriptionInitialPosition", "Latest", ("Latest", "Earliest")
+        ),
+        priority_level=field_int(body, "priorityLevel", 0, 0, 2**31 - 1),
+        ack_timeout_ms=field_int(body, "ackTimeoutMillis", 0, 0, 2**31 - 1),
+        nack_delay_ms=field_int(body, "negativeAckRedeliveryDelayMillis", 60000, 0, 2**31 - 1),
+    )
+    consumer = await _service(request).create_consumer(name, subscription, options)
+    return _json({"consumerId": consumer.consumer_id})
+
+
+@routes.get("/consumers/{consumer_id}/messages")
+async def receive(request: web.Request) -> web.Response:
+    service = _service(request)
+    consumer = service.consumer(request.match_info["consumer_id"])
+    max_messages = query_int(request, "maxMessages", 100, 1, MAX_POLL_MESSAGES)
+    timeout_ms = query_int(request, "timeoutMs", 1000, 0, MAX_POLL_TIMEOUT_MS)
+    clock = request.app[CLOCK]
+    consumer.last_active_ns = clock.monotonic_ns()
+    await consumer.wait_for_messages(timeout_ms / 1000)
+    consumer.last_active_ns = clock.monotonic_ns()
+    deliveries = consumer.drain(max_messages)
+    if deliveries and consumer.subscription.dispatcher is not None:
+        consumer.subscription.dispatcher.wake()
+    messages = []
+    for delivery in deliveries:
+        message = decode_message(delivery.entry.data)
+        messages.append(
+            {
+                "messageId": str(delivery.entry.position),
+                "payload": _b64(message.payload),
+                "key": message.key,
+                "properties": message.properties,
+                "publishTime": message.publish_time,
+                "eventTime": message.event_time,
+                "redeliveryCount": delivery.redelivery_count,
+            }
+        )
+    return _json({"messages": messages})
+
+
+@routes.post("/consumers/{consumer_id}/ack")
+async def acknowledge(request: web.Request) -> web.Response:
+    consumer = _service(request).consumer(request.match_info["consumer_id"])
+    body = await json_object(request)
+    positions = message_ids(body)
+    ack_type = field_choice(body, "ackType", "Individual", ("Individual", "Cumulative"))
+    if ack_type == "Cumulative" and len(positions) != 1:
+        raise InvalidRequestError("a cumulative ack takes exactly one message id")
+    await consumer.subscription.acknowledge(consumer, positions, ack_type == "Cumulative")
+    return _no_content()
+
+
+@routes.post("/consumers/{consumer_id}/nack")
+async def negative_acknowledge(request: web.Request) -> web.Response:
+    consumer = _service(request).consumer(request.match_info["consumer_id"])
+    positions = message_ids(await json_object(request))
+    consumer.subscription.negative_acknowledge(consumer, positions)
+    return _no_content()
+
+
+@routes.post("/consumers/{consumer_id}/redeliverUnacknowledged")
+async def redeliver_unacknowledged(request: web.Request) -> web.Response:
+    consumer = _service(request).consumer(request.match_info["consumer_id"])
+    consumer.subscription.redeliver_unacknowledged(consumer)
+    return _no_content()
+
+
+@routes.delete("/consumers/{consumer_id}")
+async def close_consumer(request: web.Request) -> web.Response:
+    service = _service(request)
+    service.close_consumer(service.consumer(request.match_info["consumer_id"]))
+    return _no_content()
+
+
+# ---------------------------------------------------------------------- topics
+
+
+@routes.get("/admin/v2/persistent/{tenant}/{namespace}")
+async def list_topics(request: web.Request) -> web.Response:
+    tenant = check_name_part("tenant", request.match_info["tenant"])
+    namespace = check_name_part("namespace", request.match_info["namespace"])
+    return _json(await _service(request).list_topics(tenant, namespace))
+
+
+@routes.delete(_ADMIN_TOPIC)
+async def delete_topic(request: web.Request) -> web.Response:
+    force = request.query.get("force", "false")
+    if force not in ("true", "false"):
+        raise InvalidRequestError("force must be true or false")
+    await _service(request).delete_topic(_topic(request), force == "true")
+    return _no_content()
+
+
+@routes.get(_ADMIN_TOPIC + "/stats")
+async def topic_stats(request: web.Request) -> web.Response:
+    topic = await _service(request).get_topic(_topic(request), create=False)
+    return _json(topic.stats())
+
+
+@routes.get(_ADMIN_TOPIC + "/internalStats")
+async def topic_internal_stats(request: web.Request) -> web.Response:
+    topic = await _service(request).get_topic(_topic(request), create=False)
+    return _json(topic.internal_stats())
+
+
+@routes.get(_ADMIN_TOPIC + "/lastMessageId")
+async def last_message_id(request: web.Request) -> web.Response:
+    topic = await _service(request).get_topic(_topic(request), create=False)
+    last = topic.ledger.last_confirmed
+    return _json({"ledgerId": last.ledger_id, "entryId": last.entry_id})
+
+
+@routes.put(_ADMIN_TOPIC + "/offload")
+@routes.get(_ADMIN_TOPIC + "/offload")
+async def offload(request: web.Request) -> web.Response:
+    _topic(request)
+    raise NotImplementedYetError("tiered storage offload is not implemented yet")
+
+
+@routes.post("/admin/v2/namespaces/{tenant}/{namespace}/unload")
+async def unload_namespace(request: web.Request) -> web.Response:
+    tenant = check_name_part("tenant", request.match_info["tenant"])
+    namespace = check_name_part("namespace", request.match_info["namespace"])
+    await _service(request).unload_namespace(tenant, namespace)
+    return _no_content()
+
+
+# ---------------------------------------------------------------------- broker
+
+
+@routes.get("/admin/v2/brokers/health")
+async def health(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+@routes.get("/admin/v2/broker-stats/cache")
+async def cache_stats(request: web.Request) -> web.Response:
+    return _json(_service(request).cache_manager.stats())
+
+
+@routes.get("/admin/v2/broker-stats/storage")
+async def storage_stats(request: web.Request) -> web.Response:
+    storage = request.app[STORAGE]
+    return _json({"bookie": storage.stats(), "tiered": {}})
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    raise NotImplementedYetError("Prometheus metrics are not implemented yet")
+
+
+@routes.get("/dashboard")
+async def dashboard(request: web.Request) -> web.Response:
+    raise NotImplementedYetError("the dashboard is not implemented yet")
+
+
+@routes.get("/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    return _json(openapi_spec())
+
+
+# ---------------------------------------------------------------------- fault injection
+
+
+@routes.put("/admin/v2/brokerlab/faults")
+async def set_fault(request: web.Request) -> web.Response:
+    body = await json_object(request)
+    operation = field_choice(body, "operation", "", OPERATIONS)
+    error_rate = body.get("errorRate", 0.0)
+    delay_ms = body.get("delayMs", 0.0)
+    for field, value in (("errorRate", error_rate), ("delayMs", delay_ms)):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidRequestError(f"{field} must be a number")
+    try:
+        request.app[STORAGE].faults.set(operation, float(error_rate), float(delay_ms))
+    except ValueError as error:
+        raise InvalidRequestError(str(error)) from None
+    return _no_content()
+
+
+@routes.delete("/admin/v2/brokerlab/faults")
+async def clear_faults(request: web.Request) -> web.Response:
+    request.app[STORAGE].faults.clear()
+    return _no_content()
+
+
+@routes.get("/admin/v2/brokerlab/faults")
+async def get_faults(request: web.Request) -> web.Response:
+    return _json(request.app[STORAGE].faults.snapshot())

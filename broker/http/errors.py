@@ -1,0 +1,69 @@
+"""Error responses: every non-2xx answer is ``{"reason", "code"}`` with the right status."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import orjson
+from aiohttp import web
+
+from broker.dispatch import errors
+from broker.ledger.managed_ledger import ManagedLedgerError
+from storage_stub.bookie.api import BookieError
+
+log = logging.getLogger(__name__)
+
+STATUS: dict[type[errors.BrokerError], int] = {
+    errors.InvalidRequestError: 400,
+    errors.NotFoundError: 404,
+    errors.ConflictError: 409,
+    errors.PreconditionFailedError: 412,
+    errors.TooLargeError: 413,
+    errors.NotImplementedYetError: 501,
+    errors.UnavailableError: 503,
+}
+
+_HTTP_CODES = {
+    400: "invalid-request",
+    404: "not-found",
+    405: "method-not-allowed",
+    413: "too-large",
+}
+
+#: seconds a client should wait before retrying after a storage fault
+RETRY_AFTER_S = 1
+
+
+def error_response(status: int, code: str, reason: str) -> web.Response:
+    response = web.Response(
+        status=status,
+        body=orjson.dumps({"reason": reason, "code": code}),
+        content_type="application/json",
+    )
+    if status == 503:
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except errors.BrokerError as error:
+        return error_response(STATUS.get(type(error), 500), error.code, str(error))
+    except (BookieError, ManagedLedgerError) as error:
+        return error_response(503, "unavailable", f"storage unavailable: {error}")
+    except web.HTTPRequestEntityTooLarge as error:
+        return error_response(413, "too-large", f"request body too large: {error.text}")
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        code = _HTTP_CODES.get(error.status, f"http-{error.status}")
+        return error_response(error.status, code, error.reason)
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, "internal-error", "internal error; see the broker log")

@@ -1,0 +1,1168 @@
+"""The HTTP contract of ``docs/api.md`` as an OpenAPI 3.0.3 document.
+
+The HTTP layer serves :func:`openapi_spec` at ``GET /openapi.json``. It is plain data
+built from small helpers: no aiohttp, no broker state. ``tests/http/test_openapi_doc.py``
+checks that it is valid OpenAPI and that it has the same routes, and the same statuses
+per route, as ``docs/api.md``: change the two together.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from storage_stub.bookie.api import OPERATIONS
+
+Json = dict[str, Any]
+
+#: A topic part (tenant, namespace, topic) or a subscription name: never ``.`` or ``..``.
+NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9_.=:-]{1,128}$"
+#: A message id ``"{ledgerId}:{entryId}"``.
+MESSAGE_ID_PATTERN = r"^[0-9]+:[0-9]+$"
+#: A managed-ledger position as internalStats shows it: entry id may be -1.
+POSITION_PATTERN = r"^-?[0-9]+:-?[0-9]+$"
+INT32_MAX = 2_147_483_647
+
+#: The one code that goes with each error status.
+ERROR_CODES: dict[int, str] = {
+    400: "invalid-request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    409: "conflict",
+    412: "precondition-failed",
+    413: "too-large",
+    501: "not-implemented",
+    503: "unavailable",
+}
+
+#: Statuses any route can return (authentication, when enabled); added to every operation.
+COMMON_ERRORS: dict[int, str] = {
+    401: "Authentication is enabled and the request has no valid token.",
+    403: "Authentication is enabled and the token's role may not do this.",
+}
+
+_BODY_TOO_LARGE = "The request body is over maxHttpRequestBodyBytes (default 16 MiB)."
+_BAD_TOPIC = "Bad tenant, namespace or topic name"
+_NO_TOPIC = "The topic does not exist and allowAutoTopicCreation=false."
+_UNKNOWN_TOPIC = "Unknown topic."
+_UNKNOWN_CONSUMER = "Unknown or closed consumer id."
+
+
+# --- small builders ----------------------------------------------------------------------
+
+
+def _ref(kind: str, name: str) -> Json:
+    return {"$ref": f"#/components/{kind}/{name}"}
+
+
+def _schema(name: str) -> Json:
+    return _ref("schemas", name)
+
+
+def _integer(
+    description: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    default: int | None = None,
+) -> Json:
+    schema: Json = {"type": "integer", "format": "int64", "description": description}
+    if minimum is not None:
+        schema["minimum"] = minimum
+    if maximum is not None:
+        schema["maximum"] = maximum
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def _number(description: str) -> Json:
+    return {"type": "number", "format": "double", "description": description}
+
+
+def _string(description: str, **constraints: Any) -> Json:
+    return {"type": "string", "description": description, **constraints}
+
+
+def _enum(description: str, values: list[str], default: str | None = None) -> Json:
+    schema = _string(description, enum=values)
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def _object(
+    description: str,
+    properties: Json,
+    *,
+    required: list[str] | None = None,
+    additional: bool | Json | None = None,
+) -> Json:
+    schema: Json = {"type": "object", "description": description, "properties": properties}
+    if required:
+        schema["required"] = required
+    if additional is not None:
+        schema["additionalProperties"] = additional
+    return schema
+
+
+def _map_of(description: str, values: Json) -> Json:
+    """An object used as a map from names to ``values``."""
+    return {"type": "object", "description": description, "additionalProperties": values}
+
+
+def _counters(description: str, named: dict[str, str]) -> Json:
+    """Integer counters: the named ones always present, others may follow."""
+    return _object(
+        description,
+        {name: _integer(text, minimum=0) for name, text in named.items()},
+        required=list(named),
+        additional={"type": "integer", "format": "int64"},
+    )
+
+
+def _query(name: str, description: str, schema: Json) -> Json:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+
+
+def _json_body(schema_name: str, description: str, *, required: bool = True) -> Json:
+    return {
+        "description": description,
+        "required": required,
+        "content": {"application/json": {"schema": _schema(schema_name)}},
+    }
+
+
+def _json_answer(description: str, schema: Json) -> Json:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _text_answer(description: str, media_type: str, schema: Json | None = None) -> Json:
+    return {
+        "description": description,
+        "content": {media_type: {"schema": schema or {"type": "string"}}},
+    }
+
+
+def _no_content(description: str) -> Json:
+    return {"description": description}
+
+
+def _error(status: int, when: str) -> Json:
+    """An error answer: the Error body with this status's code, plus its headers."""
+    code = ERROR_CODES[status]
+    response: Json = {
+        "description": f"`{code}`: {when}",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "allOf": [
+                        _schema("Error"),
+                        {
+                            "type": "object",
+                            "properties": {"code": {"type": "string", "enum": [code]}},
+                        },
+                    ]
+                }
+            }
+        },
+    }
+    if status == 503:
+        response["headers"] = {"Retry-After": _ref("headers", "RetryAfter")}
+    return response
+
+
+def _operation(
+    operation_id: str,
+    tag: str,
+    summary: str,
+    description: str,
+    *,
+    success: tuple[int, Json],
+    errors: dict[int, str],
+    query: list[Json] | None = None,
+    body: Json | None = None,
+) -> Json:
+    status, answer = success
+    responses: Json = {str(status): answer}
+    for error_status, when in sorted({**errors, **COMMON_ERRORS}.items()):
+        responses[str(error_status)] = _error(error_status, when)
+    operation: Json = {
+        "operationId": operation_id,
+        "tags": [tag],
+        "summary": summary,
+        "description": description,
+        "parameters": list(query or []),
+        "responses": responses,
+    }
+    if body is not None:
+        operation["requestBody"] = body
+    return operation
+
+
+# --- components --------------------------------------------------------------------------
+
+
+def _name_parameter(name: str, description: str) -> Json:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string", "pattern": NAME_PATTERN},
+    }
+
+
+def _parameters() -> Json:
+    return {
+        "tenant": _name_parameter("tenant", "Tenant of the topic or namespace."),
+        "namespace": _name_parameter("namespace", "Namespace within the tenant."),
+        "topic": _name_parameter("topic", "Local name of the persistent topic."),
+        "subscription": _name_parameter("subscription", "Subscription name."),
+        "consumerId": {
+            "name": "consumerId",
+            "in": "path",
+            "required": True,
+            "description": "Opaque consumer session id returned by consumer creation.",
+            "schema": {"type": "string", "minLength": 1},
+        },
+        "timestampMs": {
+            "name": "timestampMs",
+            "in": "path",
+            "required": True,
+            "description": "Epoch milliseconds.",
+            "schema": {"type": "integer", "format": "int64", "minimum": 0},
+        },
+    }
+
+
+def _headers() -> Json:
+    return {
+        "RetryAfter": {
+            "description": "Whole seconds to wait before retrying.",
+            "required": True,
+            "schema": {"type": "integer", "minimum": 1},
+        },
+    }
+
+
+def _message_schemas() -> Json:
+    message_id = _string(
+        "Message id `{ledgerId}:{entryId}`.", pattern=MESSAGE_ID_PATTERN, example="3:17"
+    )
+    properties = _map_of("String properties of the message.", {"type": "string"})
+    return {
+        "MessageId": message_id,
+        "ProducerMessage": _object(
+            "One message to produce.",
+            {
+                "payload": _string(
+                    "Base64 (standard alphabet, padded); decoded length at most "
+                    "maxMessageSize (default 5242880 bytes), else 413.",
+                    format="byte",
+                ),
+                "key": _string("Message key; at most 65535 bytes in UTF-8.", maxLength=65535),
+                "properties": {**properties, "default": {}},
+                "eventTime": _integer(
+                    "Event time, epoch ms; 0 means not set.", minimum=0, default=0
+                ),
+            },
+            required=["payload"],
+        ),
+        "ProduceRequest": _object(
+            "Messages to store, in order.",
+            {
+                "producerName": _string("Informational producer name.", minLength=1, maxLength=256),
+                "messages": {
+                    "type": "array",
+                    "description": "1..maxMessagesPerProduceRequest (default 1000) "
+                    "messages; empty: 400, more: 413.",
+                    "minItems": 1,
+                    "maxItems": 1000,
+                    "items": _schema("ProducerMessage"),
+                },
+            },
+            required=["messages"],
+        ),
+        "MessagePublishResult": _object(
+            "The fate of one produced message.",
+            {
+                "messageId": _schema("MessageId"),
+                "errorCode": _integer(
+                    "0: stored; 1: not stored (storage failure, retry).", minimum=0, maximum=1
+                ),
+                "errorMsg": _string("Why the message was not stored (errorCode 1 only)."),
+            },
+            required=["errorCode"],
+        ),
+        "ProduceResponse": _object(
+            "One result per produced message, in request order.",
+            {"messagePublishResults": {"type": "array", "items": _schema("MessagePublishResult")}},
+            required=["messagePublishResults"],
+        ),
+        "ConsumerMessage": _object(
+            "A message handed to a consumer; pending (unacked) until acked.",
+            {
+                "messageId": _schema("MessageId"),
+                "payload": _string("Base64 payload.", format="byte"),
+                "key": _string("Present only when the message has a key."),
+                "properties": properties,
+                "publishTime": _integer("Broker time of storing, epoch ms.", minimum=0),
+                "eventTime": _integer("Producer's event time, epoch ms; 0 if not set.", minimum=0),
+                "redeliveryCount": _integer("Times delivered before.", minimum=0),
+            },
+            required=[
+                "messageId",
+                "payload",
+                "properties",
+                "publishTime",
+                "eventTime",
+                "redeliveryCount",
+            ],
+        ),
+        "ReceiveResponse": _object(
+            "Messages drained from the receiver queue (possibly none).",
+            {"messages": {"type": "array", "items": _schema("ConsumerMessage")}},
+            required=["messages"],
+        ),
+        "MessageIdRequest": _object(
+            "A position.",
+            {"messageId": _schema("MessageId")},
+            required=["messageId"],
+        ),
+        "MessageIdsRequest": _object(
+            "Messages pending for this consumer; other ids are ignored.",
+            {"messageIds": {"type": "array", "minItems": 1, "items": _schema("MessageId")}},
+            required=["messageIds"],
+        ),
+        "AckRequest": _object(
+            "Acknowledgement of messages pending for this consumer; other ids are ignored.",
+            {
+                "messageIds": {"type": "array", "minItems": 1, "items": _schema("MessageId")},
+                "ackType": _enum(
+                    "Cumulative acks everything up to the greatest id listed; refused "
+                    "(400) on Shared and Key_Shared.",
+                    ["Individual", "Cumulative"],
+                    default="Individual",
+                ),
+            },
+            required=["messageIds"],
+        ),
+    }
+
+
+def _consumer_schemas() -> Json:
+    return {
+        "SubscriptionType": _enum(
+            "Pulsar subscription type.", ["Exclusive", "Failover", "Shared", "Key_Shared"]
+        ),
+        "ConsumerRequest": _object(
+            "Consumer settings; every field has a default, so `{}` is an Exclusive consumer.",
+            {
+                "consumerName": _string("Default: generated.", minLength=1, maxLength=256),
+                "subscriptionType": {
+                    "allOf": [_schema("SubscriptionType")],
+                    "default": "Exclusive",
+                },
+                "receiverQueueSize": _integer(
+                    "Receiver queue size: the consumer's permits.",
+                    minimum=1,
+                    maximum=100_000,
+                    default=1000,
+                ),
+                "subscriptionInitialPosition": _enum(
+                    "Where a subscription created by this call starts; ignored otherwise.",
+                    ["Latest", "Earliest"],
+                    default="Latest",
+                ),
+                "priorityLevel": _integer(
+                    "Lower is dispatched to first (Shared, Key_Shared) "
+                    "or preferred as active (Failover).",
+                    minimum=0,
+                    maximum=INT32_MAX,
+                    default=0,
+                ),
+                "ackTimeoutMillis": _integer(
+                    "Redeliver a message not acked within this time; 0 disables.",
+                    minimum=0,
+                    maximum=INT32_MAX,
+                    default=0,
+                ),
+                "negativeAckRedeliveryDelayMillis": _integer(
+                    "Delay before a nacked message is redelivered.",
+                    minimum=0,
+                    maximum=INT32_MAX,
+                    default=60000,
+                ),
+            },
+        ),
+        "ConsumerCreated": _object(
+            "The new consumer session.",
+            {"consumerId": _string("Opaque, unguessable id.")},
+            required=["consumerId"],
+        ),
+    }
+
+
+def _topic_stats_schemas() -> Json:
+    rate = "per second"
+    consumer_stats = {
+        "consumerName": _string("Consumer name."),
+        "availablePermits": _integer("Free slots in its receiver queue.", minimum=0),
+        "unackedMessages": _integer("Messages delivered and not acked.", minimum=0),
+        "msgRateOut": _number(f"Messages delivered {rate}."),
+    }
+    subscription_stats = {
+        "type": _schema("SubscriptionType"),
+        "msgBacklog": _integer("Messages not yet acknowledged.", minimum=0),
+        "msgRateOut": _number(f"Messages delivered {rate}."),
+        "msgRateRedeliver": _number(f"Messages redelivered {rate}."),
+        "unackedMessages": _integer("Messages delivered and not acked.", minimum=0),
+        "consumers": {"type": "array", "items": _schema("ConsumerStats")},
+    }
+    topic_stats = {
+        "msgRateIn": _number(f"Messages produced {rate}."),
+        "msgThroughputIn": _number(f"Bytes produced {rate}."),
+        "msgRateOut": _number(f"Messages delivered {rate}."),
+        "msgThroughputOut": _number(f"Bytes delivered {rate}."),
+        "msgInCounter": _integer("Messages produced since start.", minimum=0),
+        "bytesInCounter": _integer("Bytes produced since start.", minimum=0),
+        "msgOutCounter": _integer("Messages delivered since start.", minimum=0),
+        "bytesOutCounter": _integer("Bytes delivered since start.", minimum=0),
+        "storageSize": _integer("Bytes stored.", minimum=0),
+        "backlogSize": _integer("Bytes not yet acknowledged by every subscription.", minimum=0),
+        "offloadedStorageSize": _integer("Bytes in tiered storage.", minimum=0),
+        "subscriptions": _map_of("Stats by subscription name.", _schema("SubscriptionStats")),
+    }
+    return {
+        "ConsumerStats": _object(
+            "One consumer.", consumer_stats, required=list(consumer_stats), additional=False
+        ),
+        "SubscriptionStats": _object(
+            "One subscription.",
+            subscription_stats,
+            required=list(subscription_stats),
+            additional=False,
+        ),
+        "TopicStats": _object(
+            "Topic stats with Pulsar's field names; exactly these fields.",
+            topic_stats,
+            required=list(topic_stats),
+            additional=False,
+        ),
+    }
+
+
+def _internal_stats_schemas() -> Json:
+    position = _string(
+        "Position `L:E`; entry id -1 means before the ledger's first entry.",
+        pattern=POSITION_PATTERN,
+    )
+    ledger = {
+        "ledgerId": _integer("Ledger id.", minimum=0),
+        "entries": _integer("Entries in the ledger.", minimum=0),
+        "size": _integer("Bytes in the ledger.", minimum=0),
+        "offloaded": {"type": "boolean", "description": "Whether it is in tiered storage."},
+    }
+    cursor = {
+        "markDeletePosition": position,
+        "readPosition": position,
+        "individuallyDeletedMessages": _string(
+            "Acked ranges past the mark-delete position, Pulsar's form: "
+            "`[(3:4..3:7], (3:9..3:10]]`."
+        ),
+        "messagesConsumedCounter": _integer("Messages acknowledged through this cursor."),
+    }
+    internal = {
+        "entriesAddedCounter": _integer("Entries added since the topic was loaded.", minimum=0),
+        "numberOfEntries": _integer("Entries stored.", minimum=0),
+        "totalSize": _integer("Bytes stored.", minimum=0),
+        "currentLedgerEntries": _integer("Entries in the current ledger.", minimum=0),
+        "lastConfirmedEntry": position,
+        "ledgers": {"type": "array", "items": _schema("LedgerInfo")},
+        "cursors": _map_of("Cursors by subscription name.", _schema("CursorStats")),
+    }
+    return {
+        "LedgerInfo": _object("One ledger of the topic.", ledger, required=list(ledger)),
+        "CursorStats": _object("One cursor.", cursor, required=list(cursor)),
+        "PersistentTopicInternalStats": _object(
+            "Managed-ledger internals.", internal, required=list(internal)
+        ),
+        "LastMessageId": _object(
+            "Last stored message; entry id -1 when the topic has none.",
+            {
+                "ledgerId": _integer("Ledger id.", minimum=0),
+                "entryId": _integer("Entry id.", minimum=-1),
+            },
+            required=["ledgerId", "entryId"],
+        ),
+        "OffloadStatus": _object(
+            "Pulsar's OffloadProcessStatus.",
+            {
+                "status": _enum(
+                    "State of the last offload.", ["NOT_RUN", "RUNNING", "SUCCESS", "ERROR"]
+                ),
+                "lastError": _string("Empty unless status is ERROR."),
+                "firstUnoffloadedMessage": _schema("LastMessageId"),
+            },
+            required=["status", "lastError", "firstUnoffloadedMessage"],
+        ),
+        "TopicList": {
+            "type": "array",
+            "description": "Full topic names, sorted.",
+            "items": _string(
+                "`persistent://{tenant}/{namespace}/{topic}`.",
+                pattern=r"^persistent://[^/]+/[^/]+/[^/]+$",
+            ),
+        },
+    }
+
+
+def _broker_schemas() -> Json:
+    error_rate = {
+        **_number("Probability that a call fails (it then changes nothing)."),
+        "minimum": 0.0,
+        "maximum": 1.0,
+        "default": 0.0,
+    }
+    fault_delay = {
+        **_number("Milliseconds added to every call's latency, before it succeeds or fails."),
+        "minimum": 0.0,
+        "maximum": 600_000.0,
+        "default": 0.0,
+    }
+    cache = {
+        "implementation": _string("managedLedgerCacheImplementation (pip430, legacy, segmented)."),
+        "maxSizeBytes": _integer("Configured cache size.", minimum=0),
+        "sizeBytes": _integer("Bytes cached now.", minimum=0),
+        "entries": _integer("Entries cached now.", minimum=0),
+        "hits": _integer("Reads served from the cache.", minimum=0),
+        "misses": _integer("Reads that went to storage.", minimum=0),
+        "hitBytes": _integer("Bytes served from the cache.", minimum=0),
+        "missBytes": _integer("Bytes read from storage.", minimum=0),
+        "inserted": _integer("Entries inserted.", minimum=0),
+        "evicted": _counters(
+            "Entries evicted, by reason.",
+            {"ttl": "By age.", "size": "By size.", "invalidated": "Because no reader needs them."},
+        ),
+        "evictionRuns": _integer("Eviction passes.", minimum=0),
+        "shadows": _map_of(
+            "Shadow caches by name.",
+            _counters("One shadow cache.", {"hits": "Hits.", "misses": "Misses."}),
+        ),
+    }
+    return {
+        "CacheStats": _object(
+            "Broker entry cache counters since start.", cache, required=list(cache)
+        ),
+        "StorageStats": _object(
+            "Storage counters since start.",
+            {
+                "bookie": _counters(
+                    "Bookie counters.",
+                    {
+                        "readRequests": "Read calls.",
+                        "entriesRead": "Entries read.",
+                        "bytesRead": "Bytes read.",
+                        "getFloorCalls": "Floor seeks on the location index.",
+                        "lastEntryCacheHits": "Last-entry cache hits.",
+                        "lastEntryCacheMisses": "Last-entry cache misses.",
+                    },
+                ),
+                "tiered": _counters(
+                    "Tiered store counters.",
+                    {
+                        "objectGets": "Object reads.",
+                        "bytesRead": "Bytes read.",
+                        "indexLoads": "Range index loads.",
+                        "bloomSkips": "Objects skipped thanks to a bloom filter.",
+                    },
+                ),
+            },
+            required=["bookie", "tiered"],
+        ),
+        "FaultSetting": _object(
+            "The injected fault of one storage operation.",
+            {
+                "operation": _enum("Storage operation.", list(OPERATIONS)),
+                "errorRate": error_rate,
+                "delayMs": fault_delay,
+            },
+            required=["operation"],
+        ),
+        "FaultSettings": _object(
+            "One key per storage operation that has a setting.",
+            {operation: _schema("FaultState") for operation in OPERATIONS},
+            additional=False,
+        ),
+        "FaultState": _object(
+            "The setting of one operation and what it did.",
+            {
+                "errorRate": error_rate,
+                "delayMs": fault_delay,
+                "injectedErrors": _integer("Calls made to fail since it was set.", minimum=0),
+            },
+            required=["errorRate", "delayMs", "injectedErrors"],
+        ),
+        "Error": _object(
+            "Body of every non-2xx answer.",
+            {
+                "reason": _string("A sentence for people."),
+                "code": _enum("Stable id for programs.", sorted(set(ERROR_CODES.values()))),
+            },
+            required=["reason", "code"],
+        ),
+    }
+
+
+# --- routes ------------------------------------------------------------------------------
+
+_TOPIC = "/persistent/{tenant}/{namespace}/{topic}"
+_ADMIN_TOPIC = "/admin/v2" + _TOPIC
+_SUBSCRIPTION = _ADMIN_TOPIC + "/subscription/{subscription}"
+_CONSUMER = "/consumers/{consumerId}"
+
+
+def _produce_routes() -> list[tuple[str, str, Json]]:
+    produce = _operation(
+        "produce",
+        "produce",
+        "Produce messages",
+        "Stores the messages durably under the configured sync mode, all or none; a 200 "
+        "means every stored message will reach every subscription that existed then. "
+        "Auto-creates the topic when allowAutoTopicCreation=true.",
+        body=_json_body("ProduceRequest", "Messages to produce."),
+        success=(200, _json_answer("Stored.", _schema("ProduceResponse"))),
+        errors={
+            400: f"{_BAD_TOPIC}; body not an object; messages missing or empty; a field of "
+            "the wrong type or over its limit; bad base64.",
+            404: _NO_TOPIC,
+            413: _BODY_TOO_LARGE + " Or a payload over maxMessageSize, or more than "
+            "maxMessagesPerProduceRequest messages. Nothing is stored.",
+            503: "Storage fault or timeout; nothing is stored.",
+        },
+    )
+    return [("post", "/topics" + _TOPIC, produce)]
+
+
+def _subscription_routes() -> list[tuple[str, str, Json]]:
+    message_id = _query(
+        "messageId",
+        "Start position: earliest, latest or L:E (inclusive).",
+        {"type": "string", "pattern": r"^(earliest|latest|[0-9]+:[0-9]+)$", "default": "latest"},
+    )
+    reset_errors = {
+        400: "Bad topic or subscription name, or a bad position.",
+        404: "Unknown topic or subscription.",
+        503: "Storage fault or timeout; the cursor did not move.",
+    }
+    reset_text = (
+        "Moves the cursor; consumers stay connected, their receiver queues and "
+        "pending acks are dropped, and dispatch goes on from the new position."
+    )
+    return [
+        (
+            "put",
+            _SUBSCRIPTION,
+            _operation(
+                "createSubscription",
+                "subscriptions",
+                "Create a subscription",
+                "Creates the subscription with no consumers (and the topic when missing and "
+                "allowAutoTopicCreation=true).",
+                query=[message_id],
+                success=(204, _no_content("Created.")),
+                errors={
+                    400: "Bad topic or subscription name, or a bad messageId.",
+                    404: _NO_TOPIC,
+                    409: "The subscription already exists.",
+                    503: "Storage fault or timeout; nothing was created.",
+                },
+            ),
+        ),
+        (
+            "delete",
+            _SUBSCRIPTION,
+            _operation(
+                "deleteSubscription",
+                "subscriptions",
+                "Delete a subscription",
+                "Removes the subscription and its cursor.",
+                success=(204, _no_content("Deleted.")),
+                errors={
+                    400: "Bad topic or subscription name.",
+                    404: "Unknown topic or subscription.",
+                    412: "Consumers are connected to the subscription.",
+                    503: "Storage fault or timeout; the subscription still exists.",
+                },
+            ),
+        ),
+        (
+            "post",
+            _SUBSCRIPTION + "/resetcursor/{timestampMs}",
+            _operation(
+                "resetCursorToTimestamp",
+                "subscriptions",
+                "Reset a cursor to a time",
+                "The next message delivered is the first with publishTime >= timestampMs. "
+                + reset_text,
+                success=(204, _no_content("Moved.")),
+                errors=reset_errors,
+            ),
+        ),
+        (
+            "post",
+            _SUBSCRIPTION + "/resetcursor",
+            _operation(
+                "resetCursorToMessageId",
+                "subscriptions",
+                "Reset a cursor to a message id",
+                "The message at messageId (or the first stored after it) is the next "
+                "delivered. " + reset_text,
+                body=_json_body("MessageIdRequest", "Where to move the cursor."),
+                success=(204, _no_content("Moved.")),
+                errors={**reset_errors, 413: _BODY_TOO_LARGE},
+            ),
+        ),
+    ]
+
+
+def _consumer_routes() -> list[tuple[str, str, Json]]:
+    message_ids_errors = {
+        400: "Body not an object; messageIds missing, empty or with an id not L:E.",
+        404: _UNKNOWN_CONSUMER,
+        413: _BODY_TOO_LARGE,
+    }
+    return [
+        (
+            "post",
+            "/consumers" + _TOPIC + "/{subscription}",
+            _operation(
+                "createConsumer",
+                "consumers",
+                "Create a consumer",
+                "Opens a consumer session on the subscription, creating the subscription (and "
+                "the topic, when allowAutoTopicCreation=true) if missing.",
+                body=_json_body("ConsumerRequest", "Consumer settings.", required=False),
+                success=(200, _json_answer("Created.", _schema("ConsumerCreated"))),
+                errors={
+                    400: "Bad topic or subscription name; a field of the wrong type, "
+                    "unknown value or out of range.",
+                    404: _NO_TOPIC,
+                    409: "Exclusive subscription already has a consumer, or the type "
+                    "differs from the type of its connected consumers.",
+                    413: _BODY_TOO_LARGE,
+                    503: "Storage fault or timeout; no consumer was created.",
+                },
+            ),
+        ),
+        (
+            "get",
+            _CONSUMER + "/messages",
+            _operation(
+                "receiveMessages",
+                "consumers",
+                "Receive messages (long poll)",
+                "Drains the receiver queue: returns as soon as at least one message is "
+                "available, or empty after timeoutMs. Returned messages are pending until "
+                "acked, nacked or redelivered.",
+                query=[
+                    _query(
+                        "maxMessages",
+                        "Most messages to return.",
+                        _integer("1..1000", minimum=1, maximum=1000, default=100),
+                    ),
+                    _query(
+                        "timeoutMs",
+                        "Longest wait; 0 answers at once.",
+                        _integer("0..30000", minimum=0, maximum=30000, default=1000),
+                    ),
+                ],
+                success=(200, _json_answer("Messages, possibly none.", _schema("ReceiveResponse"))),
+                errors={
+                    400: "maxMessages or timeoutMs not an integer or out of range.",
+                    404: _UNKNOWN_CONSUMER,
+                },
+            ),
+        ),
+        (
+            "post",
+            _CONSUMER + "/ack",
+            _operation(
+                "acknowledge",
+                "consumers",
+                "Acknowledge messages",
+                "Acks messages pending for this consumer; other ids are ignored.",
+                body=_json_body("AckRequest", "What to acknowledge."),
+                success=(204, _no_content("Applied.")),
+                errors={
+                    **message_ids_errors,
+                    400: message_ids_errors[400] + " Unknown ackType; Cumulative on Shared "
+                    "or Key_Shared.",
+                    503: "Storage fault or timeout; nothing of the ack was applied.",
+                },
+            ),
+        ),
+        (
+            "post",
+            _CONSUMER + "/nack",
+            _operation(
+                "negativeAcknowledge",
+                "consumers",
+                "Negatively acknowledge messages",
+                "Redelivers the listed pending messages after negativeAckRedeliveryDelayMillis "
+                "with redeliveryCount + 1; other ids are ignored.",
+                body=_json_body("MessageIdsRequest", "What to redeliver."),
+                success=(204, _no_content("Scheduled.")),
+                errors=message_ids_errors,
+            ),
+        ),
+        (
+            "post",
+            _CONSUMER + "/redeliverUnacknowledged",
+            _operation(
+                "redeliverUnacknowledged",
+                "consumers",
+                "Redeliver every unacked message",
+                "Everything dispatched to this consumer and not acked goes back to the "
+                "subscription and is delivered again with redeliveryCount + 1.",
+                success=(204, _no_content("Done.")),
+                errors={404: _UNKNOWN_CONSUMER},
+            ),
+        ),
+        (
+            "delete",
+            _CONSUMER,
+            _operation(
+                "closeConsumer",
+                "consumers",
+                "Close a consumer",
+                "Its unacked and queued messages go back to the subscription (the replay "
+                "queue) for the remaining or next consumers.",
+                success=(204, _no_content("Closed.")),
+                errors={404: _UNKNOWN_CONSUMER},
+            ),
+        ),
+    ]
+
+
+def _topic_routes() -> list[tuple[str, str, Json]]:
+    load_fault = "Storage fault or timeout while loading the topic."
+    not_landed = "Tiered-storage offload has not landed yet."
+    return [
+        (
+            "get",
+            "/admin/v2/persistent/{tenant}/{namespace}",
+            _operation(
+                "listTopics",
+                "topics",
+                "List the topics of a namespace",
+                "Every stored topic of the namespace, loaded or not; [] when none.",
+                success=(200, _json_answer("Full topic names.", _schema("TopicList"))),
+                errors={
+                    400: "Bad tenant or namespace name.",
+                    503: "Storage fault or timeout while listing.",
+                },
+            ),
+        ),
+        (
+            "delete",
+            _ADMIN_TOPIC,
+            _operation(
+                "deleteTopic",
+                "topics",
+                "Delete a topic",
+                "Deletes the topic with its subscriptions, cursors and ledgers.",
+                query=[
+                    _query(
+                        "force",
+                        "Close connected consumers first.",
+                        {"type": "boolean", "default": False},
+                    )
+                ],
+                success=(204, _no_content("Deleted.")),
+                errors={
+                    400: f"{_BAD_TOPIC}; force not true or false.",
+                    404: _UNKNOWN_TOPIC,
+                    412: "Consumers are connected and force is not true.",
+                    503: "Storage fault or timeout; the deletion did not complete.",
+                },
+            ),
+        ),
+        (
+            "get",
+            _ADMIN_TOPIC + "/stats",
+            _operation(
+                "getTopicStats",
+                "topics",
+                "Topic stats",
+                "Pulsar's field names, exactly these fields (no publishers).",
+                success=(200, _json_answer("Stats.", _schema("TopicStats"))),
+                errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 503: load_fault},
+            ),
+        ),
+        (
+            "get",
+            _ADMIN_TOPIC + "/internalStats",
+            _operation(
+                "getTopicInternalStats",
+                "topics",
+                "Managed-ledger internal stats",
+                "Ledgers and cursors of the topic.",
+                success=(
+                    200,
+                    _json_answer("Internal stats.", _schema("PersistentTopicInternalStats")),
+                ),
+                errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 503: load_fault},
+            ),
+        ),
+        (
+            "get",
+            _ADMIN_TOPIC + "/lastMessageId",
+            _operation(
+                "getLastMessageId",
+                "topics",
+                "Last message id",
+                "Loads a topic that is not loaded, which asks the storage for the last entry "
+                "of its last ledger.",
+                success=(200, _json_answer("Last message id.", _schema("LastMessageId"))),
+                errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 503: load_fault},
+            ),
+        ),
+        (
+            "put",
+            _ADMIN_TOPIC + "/offload",
+            _operation(
+                "triggerOffload",
+                "topics",
+                "Offload to tiered storage",
+                "Starts offloading every closed ledger up to messageId.",
+                body=_json_body("MessageIdRequest", "Offload closed ledgers up to here."),
+                success=(204, _no_content("Started.")),
+                errors={
+                    400: f"{_BAD_TOPIC}; messageId missing or not L:E.",
+                    404: _UNKNOWN_TOPIC,
+                    409: "An offload of this topic is already running.",
+                    413: _BODY_TOO_LARGE,
+                    501: not_landed,
+                    503: "Storage fault or timeout; the offload did not start.",
+                },
+            ),
+        ),
+        (
+            "get",
+            _ADMIN_TOPIC + "/offload",
+            _operation(
+                "getOffloadStatus",
+                "topics",
+                "Offload status",
+                "State of the topic's last offload.",
+                success=(200, _json_answer("Status.", _schema("OffloadStatus"))),
+                errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 501: not_landed},
+            ),
+        ),
+        (
+            "post",
+            "/admin/v2/namespaces/{tenant}/{namespace}/unload",
+            _operation(
+                "unloadNamespace",
+                "namespaces",
+                "Unload a namespace",
+                "Unloads every topic of the namespace as a bundle move or broker failover "
+                "would: consumers are closed (unacked messages return to the replay queue), "
+                "cache entries are dropped, the next request reloads the topic from storage.",
+                success=(204, _no_content("Unloaded.")),
+                errors={
+                    400: "Bad tenant or namespace name.",
+                    501: "Namespace unload has not landed yet.",
+                    503: "Storage fault or timeout; the unload did not complete.",
+                },
+            ),
+        ),
+    ]
+
+
+def _broker_routes() -> list[tuple[str, str, Json]]:
+    faults = "/admin/v2/brokerlab/faults"
+    return [
+        (
+            "get",
+            "/admin/v2/brokers/health",
+            _operation(
+                "healthCheck",
+                "broker",
+                "Health check",
+                "Answers the text `ok`.",
+                success=(
+                    200,
+                    _text_answer("Healthy.", "text/plain", {"type": "string", "enum": ["ok"]}),
+                ),
+                errors={},
+            ),
+        ),
+        (
+            "get",
+            "/admin/v2/broker-stats/cache",
+            _operation(
+                "getCacheStats",
+                "broker",
+                "Entry cache stats",
+                "Counters since start.",
+                success=(200, _json_answer("Cache stats.", _schema("CacheStats"))),
+                errors={},
+            ),
+        ),
+        (
+            "get",
+            "/admin/v2/broker-stats/storage",
+            _operation(
+                "getStorageStats",
+                "broker",
+                "Storage stats",
+                "Counters since start.",
+                success=(200, _json_answer("Storage stats.", _schema("StorageStats"))),
+                errors={},
+            ),
+        ),
+        (
+            "get",
+            "/metrics",
+            _operation(
+                "getMetrics",
+                "broker",
+                "Prometheus metrics",
+                "Prometheus text format (`text/plain; version=0.0.4`).",
+                success=(200, _text_answer("Metrics.", "text/plain")),
+                errors={501: "Metrics have not landed yet."},
+            ),
+        ),
+        (
+            "get",
+            "/dashboard",
+            _operation(
+                "getDashboard",
+                "broker",
+                "Live dashboard",
+                "The dashboard page; needs no external network.",
+                success=(200, _text_answer("The page.", "text/html")),
+                errors={501: "The dashboard has not landed yet."},
+            ),
+        ),
+        (
+            "get",
+            "/openapi.json",
+            _operation(
+                "getOpenApi",
+                "broker",
+                "This contract as OpenAPI 3",
+                "This document.",
+                success=(200, _json_answer("OpenAPI 3.0.3 document.", {"type": "object"})),
+                errors={},
+            ),
+        ),
+        (
+            "put",
+            faults,
+            _operation(
+                "setFault",
+                "brokerlab",
+                "Set the fault of one storage operation",
+                "Replaces the operation's setting; errorRate 0 with delayMs 0 clears it.",
+                body=_json_body("FaultSetting", "The fault."),
+                success=(204, _no_content("Set.")),
+                errors={
+                    400: "Body not an object; operation missing or unknown; errorRate or "
+                    "delayMs of the wrong type or out of range.",
+                    413: _BODY_TOO_LARGE,
+                },
+            ),
+        ),
+        (
+            "get",
+            faults,
+            _operation(
+                "getFaults",
+                "brokerlab",
+                "Current fault settings",
+                "One key per operation that has a setting, with its injected error count.",
+                success=(200, _json_answer("Settings.", _schema("FaultSettings"))),
+                errors={},
+            ),
+        ),
+        (
+            "delete",
+            faults,
+            _operation(
+                "clearFaults",
+                "brokerlab",
+                "Clear every fault",
+                "Removes every setting.",
+                success=(204, _no_content("Cleared.")),
+                errors={},
+            ),
+        ),
+    ]
+
+
+def _paths() -> Json:
+    routes = [
+        *_produce_routes(),
+        *_subscription_routes(),
+        *_consumer_routes(),
+        *_topic_routes(),
+        *_broker_routes(),
+    ]
+    paths: Json = {}
+    for method, path, operation in routes:
+        path_parameters = [_ref("parameters", name) for name in re.findall(r"{(\w+)}", path)]
+        operation["parameters"] = path_parameters + operation["parameters"]
+        paths.setdefault(path, {})[method] = operation
+    return paths
+
+
+def openapi_spec() -> dict[str, Any]:
+    """The whole contract as an OpenAPI 3.0.3 document (a fresh dict on each call)."""
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "brokerlab",
+            "version": "0.1.0",
+            "description": "HTTP contract of brokerlab, a Pulsar broker emulator. The prose "
+            "twin is docs/api.md. Every non-2xx answer has the Error body.",
+        },
+        "servers": [
+            {
+                "url": "/",
+                "description": "The broker serving this document (default http://127.0.0.1:8080).",
+            }
+        ],
+        "tags": [
+            {"name": "produce", "description": "Storing messages."},
+            {"name": "subscriptions", "description": "Subscriptions and their cursors."},
+            {"name": "consumers", "description": "Consumer sessions: receive and ack."},
+            {"name": "topics", "description": "Topic administration and stats."},
+            {"name": "namespaces", "description": "Namespace administration."},
+            {"name": "broker", "description": "Broker health, stats and pages."},
+            {"name": "brokerlab", "description": "Extensions: storage fault injection."},
+        ],
+        "paths": _paths(),
+        "components": {
+            "parameters": _parameters(),
+            "headers": _headers(),
+            "schemas": {
+                **_message_schemas(),
+                **_consumer_schemas(),
+                **_topic_stats_schemas(),
+                **_internal_stats_schemas(),
+                **_broker_schemas(),
+            },
+        },
+    }

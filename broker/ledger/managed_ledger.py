@@ -1,0 +1,495 @@
+"""ManagedLedger: a topic's log as a sequence of bookie ledgers, with its cursors.
+
+The one read path of the broker lives here: ask the entry cache first, read the missing
+sub-ranges from storage, insert what was read into the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import orjson
+
+from broker.cache.api import EntryCache
+from broker.clock import Clock
+from broker.ledger.entry import Entry
+from broker.ledger.position import Position
+from broker.tasks import TaskOwner
+from storage_stub.bookie.api import Bookie, MetadataStore
+
+if TYPE_CHECKING:
+    from broker.ledger.managed_cursor import ManagedCursor
+
+log = logging.getLogger(__name__)
+
+_ML_PREFIX = "ml/"
+_CURSOR_PREFIX = "cursor/"
+
+
+class ManagedLedgerError(Exception):
+    """The managed ledger cannot serve the request (closed, deleted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedLedgerConfig:
+    max_entries_per_ledger: int = 50000
+    max_size_per_ledger_bytes: int = 2048 * 1024 * 1024
+    min_rollover_ms: int = 10 * 60_000
+    max_rollover_ms: int = 240 * 60_000
+
+
+class LedgerInfo:
+    """What the managed ledger knows of one of its bookie ledgers."""
+
+    __slots__ = ("created_ms", "entries", "ledger_id", "offloaded", "size")
+
+    def __init__(
+        self, ledger_id: int, entries: int, size: int, created_ms: int, offloaded: bool = False
+    ) -> None:
+        self.ledger_id = ledger_id
+        self.entries = entries
+        self.size = size
+        self.created_ms = created_ms
+        self.offloaded = offloaded
+
+    def to_json(self, open_: bool) -> dict[str, object]:
+        return {
+            "id": self.ledger_id,
+            "entries": self.entries,
+            "size": self.size,
+            "created": self.created_ms,
+            "offloaded": self.offloaded,
+            "open": open_,
+        }
+
+
+def metadata_key(name: str) -> str:
+    return _ML_PREFIX + name
+
+
+def cursor_key_prefix(ledger_name: str) -> str:
+    return f"{_CURSOR_PREFIX}{ledger_name}/"
+
+
+class ManagedLedger:
+    """A topic's log. Entries are appended to the current (open) bookie ledger, which is
+    rolled over when full; ledgers that every cursor has consumed are trimmed.
+
+    Concurrent ``add_entries`` calls are allowed: the bookie assigns ids, and the ledger
+    makes entries visible (``last_confirmed``) only once every earlier entry is durable.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        bookie: Bookie,
+        metadata: MetadataStore,
+        cache: EntryCache,
+        config: ManagedLedgerConfig,
+        clock: Clock,
+    ) -> None:
+        self.name = name
+        self.bookie = bookie
+        self.metadata = metadata
+        self.cache = cache
+        self.config = config
+        self.clock = clock
+        self._ledgers: dict[int, LedgerInfo] = {}
+        self._ledger_ids: list[int] = []  # ascending
+        self._current: LedgerInfo | None = None
+        self.last_confirmed = Position(-1, -1)
+        self.entries_added_counter = 0
+        self.cursors: dict[str, ManagedCursor] = {}
+        # first entry id -> (last entry id, bytes) of adds complete but not yet contiguous
+        self._completed: dict[int, tuple[int, int]] = {}
+        self._listeners: list[Callable[[], None]] = []
+        self._inflight = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._rollover: asyncio.Future[None] | None = None
+        self._tasks = TaskOwner(f"managed ledger {name}")
+        self._metadata_lock = asyncio.Lock()
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        """Load the ledger list, recover the last ledger as a new owner would (close it at
+        its last durable entry), drop empty ledgers, and start a new ledger for writes."""
+        from broker.ledger.managed_cursor import ManagedCursor
+
+        raw = await self.metadata.get(metadata_key(self.name))
+        empty: list[int] = []
+        if raw is not None:
+            for record in orjson.loads(raw)["ledgers"]:
+                ledger_id = int(record["id"])
+                if record["open"]:
+                    last = await self.bookie.recover_and_close(ledger_id)
+                    meta = await self.bookie.ledger_metadata(ledger_id)
+                    info = LedgerInfo(ledger_id, last + 1, meta.length, int(record["created"]))
+                else:
+                    info = LedgerInfo(
+                        ledger_id,
+                        int(record["entries"]),
+                        int(record["size"]),
+                        int(record["created"]),
+                        bool(record["offloaded"]),
+                    )
+                if info.entries == 0:
+                    empty.append(ledger_id)
+                    continue
+                self._ledgers[ledger_id] = info
+                self._ledger_ids.append(ledger_id)
+                self.entries_added_counter += info.entries
+        if self._ledger_ids:
+            last_info = self._ledgers[self._ledger_ids[-1]]
+            self.last_confirmed = Position(last_info.ledger_id, last_info.entries - 1)
+        await self._create_ledger()
+        for ledger_id in empty:
+            await self.bookie.delete_ledger(ledger_id)
+        prefix = cursor_key_prefix(self.name)
+        for key in await self.metadata.keys_with_prefix(prefix):
+            cursor = await ManagedCursor.recover(self, key[len(prefix) :])
+            self.cursors[cursor.name] = cursor
+
+    async def close(self) -> None:
+        """Stop accepting writes, wait for adds in flight, close the current ledger."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._rollover is not None:
+            await asyncio.shield(self._rollover)
+        await self._drained.wait()
+        await self._tasks.close()
+        current = self._current
+        if current is not None:
+            await self.bookie.close_ledger(current.ledger_id)
+            self._current = None
+            if current.entries == 0:
+                self._forget_ledger(current.ledger_id)
+                await self._persist_metadata()
+                await self.bookie.delete_ledger(current.ledger_id)
+            else:
+                await self._persist_metadata()
+        self.cache.clear()
+
+    async def delete(self) -> None:
+        """Delete every ledger, every cursor and the metadata of this managed ledger."""
+        await self.close()
+        for cursor in list(self.cursors.values()):
+            await cursor.delete()
+        self.cursors.clear()
+        await self.metadata.delete(metadata_key(self.name))
+        for ledger_id in self._ledger_ids:
+            await self.bookie.delete_ledger(ledger_id)
+        self._ledgers.clear()
+        self._ledger_ids.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ writes
+
+    async def add_entries(self, entries: Sequence[bytes]) -> Position:
+        """Append entries durably and return the position of the first one.
+
+        Raises the bookie's error if storage fails; nothing is then stored.
+        """
+        while self._rollover is not None:
+            await asyncio.shield(self._rollover)
+        if self._closed:
+            raise ManagedLedgerError(f"managed ledger {self.name} is closed")
+        if self._current is None:
+            await self._roll_over()
+        info = self._current
+        assert info is not None
+        self._inflight += 1
+        self._drained.clear()
+        try:
+            last = await self.bookie.add_entries(info.ledger_id, entries)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._drained.set()
+        first = last - len(entries) + 1
+        nbytes = 0
+        expected_reads = len(self.cursors)
+        cache = self.cache
+        ledger_id = info.ledger_id
+        for offset, data in enumerate(entries):
+            nbytes += len(data)
+            if expected_reads:
+                cache.insert(ledger_id, first + offset, data, expected_reads)
+        self._complete(info, first, last, nbytes)
+        if self._rollover is None and not self._closed and self._is_full(info):
+            self._tasks.spawn(self._roll_over(), name=f"rollover {self.name}")
+        return Position(ledger_id, first)
+
+    def _complete(self, info: LedgerInfo, first: int, last: int, nbytes: int) -> None:
+        """Advance ``last_confirmed`` over every contiguous completed add."""
+        if first != info.entries:
+            self._completed[first] = (last, nbytes)
+            return
+        added = 0
+        while True:
+            info.entries = last + 1
+            info.size += nbytes
+            added += last - first + 1
+            following = self._completed.pop(last + 1, None)
+            if following is None:
+                break
+            first = last + 1
+            last, nbytes = following
+        self.entries_added_counter += added
+        self.last_confirmed = Position(info.ledger_id, info.entries - 1)
+        for listener in self._listeners:
+            listener()
+
+    def _is_full(self, info: LedgerInfo) -> bool:
+        config = self.config
+        age_ms = self.clock.wall_ms() - info.created_ms
+        if info.entries == 0:
+            return False
+        if age_ms >= config.max_rollover_ms:
+            return True
+        quota = (
+            info.entries >= config.max_entries_per_ledger
+            or info.size >= config.max_size_per_ledger_bytes
+        )
+        return quota and age_ms >= config.min_rollover_ms
+
+    async def maybe_roll_over(self) -> None:
+        """Roll the current ledger over if it is full or older than the max rollover time."""
+        info = self._current
+        if info is not None and self._rollover is None and not self._closed and self._is_full(info):
+            await self._roll_over()
+
+    async def _roll_over(self) -> None:
+        if self._rollover is not None:
+            await asyncio.shield(self._rollover)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._rollover = future
+        try:
+            await self._drained.wait()
+            old = self._current
+            if old is not None:
+                await self.bookie.close_ledger(old.ledger_id)
+                self._current = None
+            await self._create_ledger()
+        finally:
+            self._rollover = None
+            future.set_result(None)
+
+    async def _create_ledger(self) -> None:
+        ledger_id = await self.bookie.create_ledger()
+        info = LedgerInfo(ledger_id, 0, 0, self.clock.wall_ms())
+        self._ledgers[ledger_id] = info
+        self._ledger_ids.append(ledger_id)
+        self._current = info
+        if self.last_confirmed.ledger_id < 0:
+            self.last_confirmed = Position(ledger_id, -1)
+        await self._persist_metadata()
+
+    async def _persist_metadata(self) -> None:
+        async with self._metadata_lock:
+            current = self._current
+            ledgers = [
+                self._ledgers[lid].to_json(open_=current is not None and lid == current.ledger_id)
+                for lid in self._ledger_ids
+            ]
+            await self.metadata.put(metadata_key(self.name), orjson.dumps({"ledgers": ledgers}))
+
+    # ------------------------------------------------------------------ listeners
+
+    def add_entries_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` whenever new entries become readable."""
+        self._listeners.append(listener)
+
+    def remove_entries_listener(self, listener: Callable[[], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
+
+    # ------------------------------------------------------------------ positions
+
+    @property
+    def ledgers(self) -> list[LedgerInfo]:
+        return [self._ledgers[lid] for lid in self._ledger_ids]
+
+    @property
+    def current_ledger(self) -> LedgerInfo | None:
+        return self._current
+
+    def first_position(self) -> Position:
+        """The first position that exists or will exist. O(#ledgers)."""
+        for lid in self._ledger_ids:
+            if self._ledgers[lid].entries > 0 or self._ledgers[lid] is self._current:
+                return Position(lid, 0)
+        return Position(self.last_confirmed.ledger_id, 0)
+
+    def previous_position(self, position: Position) -> Position:
+        """The mark-delete position that makes ``position`` the next to read."""
+        return Position(position.ledger_id, position.entry_id - 1)
+
+    def next_position(self, position: Position) -> Position:
+        """The position after ``position``, crossing to the next ledger with entries when
+        ``position`` is the last entry of a closed ledger. O(log #ledgers)."""
+        ledger_id, entry_id = position
+        info = self._ledgers.get(ledger_id)
+        if info is not None and (info is self._current or entry_id + 1 < info.entries):
+            return Position(ledger_id, entry_id + 1)
+        ids = self._ledger_ids
+        index = bisect.bisect_right(ids, ledger_id)
+        while index < len(ids):
+            following = self._ledgers[ids[index]]
+            if following.entries > 0 or following is self._current:
+                return Position(following.ledger_id, 0)
+            index += 1
+        return Position(ledger_id, entry_id + 1)
+
+    def normalize(self, position: Position) -> Position:
+        """``position`` if it names an entry that exists or will be the next written;
+        otherwise the first such position after it."""
+        info = self._ledgers.get(position.ledger_id)
+        if info is not None and (info is self._current or position.entry_id < info.entries):
+            return position
+        return self.next_position(Position(position.ledger_id, max(position.entry_id - 1, -1)))
+
+    def is_readable(self, position: Position) -> bool:
+        """True if the entry at ``position`` exists and is confirmed."""
+        info = self._ledgers.get(position.ledger_id)
+        return info is not None and 0 <= position.entry_id < info.entries
+
+    def number_of_entries_after(self, position: Position) -> int:
+        """Confirmed entries strictly after ``position``. O(#ledgers)."""
+        total = 0
+        for lid in reversed(self._ledger_ids):
+            if lid < position.ledger_id:
+                break
+            info = self._ledgers[lid]
+            if lid == position.ledger_id:
+                total += max(info.entries - position.entry_id - 1, 0)
+            else:
+                total += info.entries
+        return total
+
+    def total_size(self) -> int:
+        return sum(info.size for info in self._ledgers.values())
+
+    def size_after(self, position: Position) -> int:
+        """Approximate bytes after ``position`` (whole ledgers pro rata). O(#ledgers)."""
+        total = 0.0
+        for lid in reversed(self._ledger_ids):
+            if lid < position.ledger_id:
+                break
+            info = self._ledgers[lid]
+            if lid == position.ledger_id and info.entries:
+                remaining = max(info.entries - position.entry_id - 1, 0)
+                total += info.size * remaining / info.entries
+            elif lid != position.ledger_id:
+                total += info.size
+        return int(total)
+
+    # ------------------------------------------------------------------ reads
+
+    async def read_entries(
+        self, start: Position, max_entries: int, expected_reads: int = 0
+    ) -> list[Entry]:
+        """Read up to ``max_entries`` confirmed entries from ``start`` within its ledger:
+        cache first, storage for the missing sub-ranges (which are then cached with
+        ``expected_reads``). Empty if nothing is readable at ``start``."""
+        info = self._ledgers.get(start.ledger_id)
+        if info is None or start.entry_id >= info.entries or max_entries <= 0:
+            return []
+        first = max(start.entry_id, 0)
+        last = min(first + max_entries - 1, info.entries - 1)
+        return await self._read_range(info.ledger_id, first, last, expected_reads)
+
+    async def read_positions(
+        self, positions: Iterable[Position], expected_reads: int = 0
+    ) -> list[Entry]:
+        """Read the given positions (sorted) through the same cache-first path, one
+        storage read per contiguous run. Positions that no longer exist are skipped."""
+        result: list[Entry] = []
+        run_ledger = -1
+        run_first = run_last = 0
+        for ledger_id, entry_id in positions:
+            if not self.is_readable(Position(ledger_id, entry_id)):
+                continue
+            if ledger_id == run_ledger and entry_id == run_last + 1:
+                run_last = entry_id
+                continue
+            if run_ledger >= 0:
+                result += await self._read_range(run_ledger, run_first, run_last, expected_reads)
+            run_ledger, run_first, run_last = ledger_id, entry_id, entry_id
+        if run_ledger >= 0:
+            result += await self._read_range(run_ledger, run_first, run_last, expected_reads)
+        return result
+
+    async def _read_range(
+        self, ledger_id: int, first: int, last: int, expected_reads: int
+    ) -> list[Entry]:
+        cache = self.cache
+        hits: list[tuple[int, bytes]] = []
+        missing = cache.get_range(ledger_id, first, last, hits)
+        if not missing:
+            return [Entry(Position(ledger_id, eid), data) for eid, data in hits]
+        fetched: dict[int, bytes] = {}
+        for miss_first, miss_last in missing:
+            datas = await self.bookie.read_entries(ledger_id, miss_first, miss_last)
+            nbytes = 0
+            for offset, data in enumerate(datas):
+                entry_id = miss_first + offset
+                fetched[entry_id] = data
+                nbytes += len(data)
+                if expected_reads > 0:
+                    cache.insert(ledger_id, entry_id, data, expected_reads)
+            cache.record_storage_read(len(datas), nbytes)
+        if not hits:
+            return [Entry(Position(ledger_id, eid), data) for eid, data in fetched.items()]
+        for eid, data in hits:
+            fetched[eid] = data
+        return [Entry(Position(ledger_id, eid), fetched[eid]) for eid in range(first, last + 1)]
+
+    # ------------------------------------------------------------------ trimming
+
+    def slowest_mark_delete(self) -> Position | None:
+        if not self.cursors:
+            return None
+        return min(cursor.mark_delete_position for cursor in self.cursors.values())
+
+    async def trim_consumed_ledgers(self) -> list[int]:
+        """Delete closed ledgers that every cursor has consumed; return their ids.
+
+        With no cursor nothing is trimmed (brokerlab keeps data nobody subscribed to,
+        as a retention policy would)."""
+        slowest = self.slowest_mark_delete()
+        if slowest is None or self._closed:
+            return []
+        doomed: list[int] = []
+        for lid in self._ledger_ids:
+            info = self._ledgers[lid]
+            if info is self._current or lid > slowest.ledger_id:
+                break
+            if lid < slowest.ledger_id or slowest.entry_id >= info.entries - 1:
+                doomed.append(lid)
+        if not doomed:
+            return []
+        for lid in doomed:
+            self._forget_ledger(lid)
+        await self._persist_metadata()
+        for lid in doomed:
+            await self.bookie.delete_ledger(lid)
+            self.cache.invalidate_all_entries(lid)
+        return doomed
+
+    def _forget_ledger(self, ledger_id: int) -> None:
+        self._ledgers.pop(ledger_id, None)
+        self._ledger_ids.remove(ledger_id)

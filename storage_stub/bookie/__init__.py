@@ -1,0 +1,52 @@
+"""The stub bookie: ledgers of entries on disk (entry logs + RocksDB) or in memory.
+
+One class per storage concern, as in BookKeeper's ``ldb`` package: EntryLogger,
+EntryLocationIndex, LedgerMetadataIndex, RocksMetadataStore, GroupCommitter, composed
+by DiskBookie; InMemoryBookie for tests; the LatencyModel, FaultInjector and OpCounters
+every call goes through (InstrumentedBookie). ``open_storage`` builds all of it.
+"""
+
+from storage_stub.bookie.api import (
+    OPERATIONS,
+    Bookie,
+    BookieError,
+    LedgerClosedError,
+    LedgerMetadata,
+    MetadataStore,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    StorageFaultError,
+)
+from storage_stub.bookie.counters import OpCounter, OpCounters
+from storage_stub.bookie.disk import DiskBookie
+from storage_stub.bookie.faults import FaultInjector
+from storage_stub.bookie.instrumented import InstrumentedBookie, InstrumentedMetadataStore
+from storage_stub.bookie.latency import LatencyModel, parse_latency_spec
+from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
+from storage_stub.bookie.metadata_store import RocksMetadataStore
+from storage_stub.bookie.storage import Storage, open_storage
+
+__all__ = [
+    "OPERATIONS",
+    "Bookie",
+    "BookieError",
+    "DiskBookie",
+    "FaultInjector",
+    "InMemoryBookie",
+    "InMemoryMetadataStore",
+    "InstrumentedBookie",
+    "InstrumentedMetadataStore",
+    "LatencyModel",
+    "LedgerClosedError",
+    "LedgerMetadata",
+    "MetadataStore",
+    "NoSuchEntryError",
+    "NoSuchLedgerError",
+    "OpCounter",
+    "OpCounters",
+    "RocksMetadataStore",
+    "Storage",
+    "StorageFaultError",
+    "open_storage",
+    "parse_latency_spec",
+]

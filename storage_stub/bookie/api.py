@@ -1,0 +1,135 @@
+"""The bookie's async contract, shared by the on-disk and in-memory implementations.
+
+A ledger is an append-only sequence of entries (opaque bytes) numbered from 0. One writer
+owns an open ledger; once closed (or recovered by a new owner) it never changes again.
+Entry ids are contiguous: after ``add_entries`` returns ``last``, entries ``0..last`` exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+#: Operation names used by the latency model, the fault injector and the counters.
+OPERATIONS: tuple[str, ...] = (
+    "createLedger",
+    "addEntries",
+    "readEntries",
+    "getLastEntry",
+    "closeLedger",
+    "deleteLedger",
+    "metadataGet",
+    "metadataPut",
+    "metadataDelete",
+)
+
+
+class BookieError(Exception):
+    """Base of every storage failure the broker can see."""
+
+
+class NoSuchLedgerError(BookieError):
+    def __init__(self, ledger_id: int) -> None:
+        super().__init__(f"ledger {ledger_id} does not exist")
+        self.ledger_id = ledger_id
+
+
+class NoSuchEntryError(BookieError):
+    def __init__(self, ledger_id: int, entry_id: int) -> None:
+        super().__init__(f"entry {ledger_id}:{entry_id} does not exist")
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+
+
+class LedgerClosedError(BookieError):
+    def __init__(self, ledger_id: int) -> None:
+        super().__init__(f"ledger {ledger_id} is closed")
+        self.ledger_id = ledger_id
+
+
+class StorageFaultError(BookieError):
+    """An injected (or real I/O) failure: the operation did nothing; the caller may retry."""
+
+    def __init__(self, operation: str, detail: str = "injected fault") -> None:
+        super().__init__(f"storage operation {operation} failed: {detail}")
+        self.operation = operation
+
+
+@dataclass(slots=True)
+class LedgerMetadata:
+    ledger_id: int
+    closed: bool
+    #: Last entry id; -1 for an empty ledger. For an open ledger: the last add confirmed.
+    last_entry_id: int
+    #: Sum of entry lengths in bytes.
+    length: int
+    created_ms: int
+
+
+class Bookie(Protocol):
+    """Ledgers of entries. Every call goes through the latency model and fault injector
+    and is counted; a failed call changes nothing."""
+
+    async def create_ledger(self) -> int:
+        """Create an open, empty ledger and return its id (ids increase, never reused)."""
+        ...
+
+    async def add_entries(self, ledger_id: int, entries: Sequence[bytes]) -> int:
+        """Append ``entries`` atomically (all or none) and return the id of the last one.
+
+        Returns once the entries are durable under the configured sync mode. Raises
+        LedgerClosedError on a closed ledger, NoSuchLedgerError, StorageFaultError.
+        """
+        ...
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        """Entries ``first..last`` inclusive. NoSuchEntryError if any is missing."""
+        ...
+
+    async def last_add_confirmed(self, ledger_id: int) -> int:
+        """Id of the last durable entry of the ledger, -1 if empty."""
+        ...
+
+    async def get_last_entry_in_ledger(self, ledger_id: int) -> int:
+        """Floor seek on the location index: the greatest stored entry id, -1 if none.
+
+        NoSuchLedgerError for a deleted or unknown ledger."""
+        ...
+
+    async def close_ledger(self, ledger_id: int) -> int:
+        """Close the ledger (idempotent) and return its last entry id."""
+        ...
+
+    async def recover_and_close(self, ledger_id: int) -> int:
+        """Take over an open ledger as a new owner would: find its last entry through
+        ``get_last_entry_in_ledger`` and close it there. Idempotent for closed ledgers."""
+        ...
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Delete the ledger and its entries (idempotent for unknown ids)."""
+        ...
+
+    async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata: ...
+
+    async def close(self) -> None:
+        """Flush what is pending and release files."""
+        ...
+
+
+class MetadataStore(Protocol):
+    """Small durable records (managed-ledger and cursor metadata), keyed by string.
+
+    Keys are opaque strings: they never become file names. ``put`` returns once the
+    record is durable under the configured sync mode.
+    """
+
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def put(self, key: str, value: bytes) -> None: ...
+
+    async def delete(self, key: str) -> None: ...
+
+    async def keys_with_prefix(self, prefix: str) -> list[str]:
+        """Every key starting with ``prefix``, sorted."""
+        ...

@@ -1,0 +1,107 @@
+"""Ledger metadata index: ledger id -> LedgerMetadata, and the next ledger id.
+
+Lives in the metadata RocksDB (``<data>/metadata``), which it shares with the
+RocksMetadataStore; each owner keeps to its own first key byte:
+
+- ``b"L" + ledger id (u64 big-endian)`` -> closed u8, last entry id i64, length u64,
+  created ms i64. For an open ledger the stored last entry id and length are those at
+  creation: the location index is the truth of what was added since.
+- ``b"N"`` -> next ledger id u64, written in the same batch as every created ledger, so
+  ids never repeat across restarts (ids of failed creations are skipped, not reused).
+
+Writes block (and fsync the WAL when ``sync``): the bookie runs synced ones on a thread.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from rocksdict import Rdict, WriteBatch
+
+from storage_stub.bookie.api import LedgerMetadata
+from storage_stub.bookie.rocks import write_options
+
+LEDGER_PREFIX = b"L"
+NEXT_LEDGER_ID_KEY = b"N"
+_ID = struct.Struct(">Q")
+_RECORD = struct.Struct(">?qQq")
+_SYNC = write_options(sync=True)
+_NO_SYNC = write_options(sync=False)
+
+
+def _key(ledger_id: int) -> bytes:
+    return LEDGER_PREFIX + _ID.pack(ledger_id)
+
+
+class LedgerMetadataIndex:
+    """Persistence of ledger metadata; the bookie keeps the live copies in memory.
+
+    ``allocate_ledger_id``: O(1), in memory. ``create``/``put``/``delete``: one RocksDB
+    write each. ``load_all``: one scan, O(ledgers).
+    """
+
+    __slots__ = ("_db", "_next_ledger_id")
+
+    def __init__(self, db: Rdict) -> None:
+        """Use the shared metadata database ``db`` (not owned: the caller closes it)."""
+        self._db = db
+        stored = db.get(NEXT_LEDGER_ID_KEY)
+        self._next_ledger_id = 0 if stored is None else _ID.unpack(stored)[0]
+
+    @property
+    def next_ledger_id(self) -> int:
+        return self._next_ledger_id
+
+    def allocate_ledger_id(self) -> int:
+        """Reserve the next id in memory; ``create`` makes the reservation durable."""
+        ledger_id = self._next_ledger_id
+        self._next_ledger_id += 1
+        return ledger_id
+
+    @staticmethod
+    def encode(metadata: LedgerMetadata) -> bytes:
+        return _RECORD.pack(
+            metadata.closed, metadata.last_entry_id, metadata.length, metadata.created_ms
+        )
+
+    @staticmethod
+    def decode(ledger_id: int, value: bytes) -> LedgerMetadata:
+        closed, last_entry_id, length, created_ms = _RECORD.unpack(value)
+        return LedgerMetadata(
+            ledger_id=ledger_id,
+            closed=closed,
+            last_entry_id=last_entry_id,
+            length=length,
+            created_ms=created_ms,
+        )
+
+    def create(self, metadata: LedgerMetadata, *, sync: bool) -> None:
+        """Store a new ledger and advance the stored next id past it, atomically."""
+        batch = WriteBatch(raw_mode=True)
+        batch.put(_key(metadata.ledger_id), self.encode(metadata))
+        batch.put(NEXT_LEDGER_ID_KEY, _ID.pack(metadata.ledger_id + 1))
+        self._db.write(batch, _SYNC if sync else _NO_SYNC)
+
+    def put(self, metadata: LedgerMetadata, *, sync: bool) -> None:
+        self._db.put(_key(metadata.ledger_id), self.encode(metadata), _SYNC if sync else _NO_SYNC)
+
+    def get(self, ledger_id: int) -> LedgerMetadata | None:
+        value = self._db.get(_key(ledger_id))
+        return None if value is None else self.decode(ledger_id, value)
+
+    def delete(self, ledger_id: int, *, sync: bool) -> None:
+        self._db.delete(_key(ledger_id), _SYNC if sync else _NO_SYNC)
+
+    def load_all(self) -> dict[int, LedgerMetadata]:
+        """Every stored ledger, by id."""
+        ledgers: dict[int, LedgerMetadata] = {}
+        iterator = self._db.iter()
+        iterator.seek(LEDGER_PREFIX)
+        while iterator.valid():
+            key = iterator.key()
+            if not key.startswith(LEDGER_PREFIX):
+                break
+            (ledger_id,) = _ID.unpack_from(key, 1)
+            ledgers[ledger_id] = self.decode(ledger_id, iterator.value())
+            iterator.next()
+        return ledgers

@@ -1,0 +1,128 @@
+"""``open_storage``: the bookie and metadata store of one StorageConfig, instrumented."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from collections.abc import Awaitable, Callable
+
+from storage_stub.bookie.api import OPERATIONS, Bookie, MetadataStore
+from storage_stub.bookie.counters import OpCounters
+from storage_stub.bookie.disk import DiskBookie
+from storage_stub.bookie.faults import FaultInjector
+from storage_stub.bookie.instrumented import InstrumentedBookie, InstrumentedMetadataStore
+from storage_stub.bookie.latency import LatencyModel
+from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
+from storage_stub.bookie.metadata_store import RocksMetadataStore
+from storage_stub.bookie.rocks import open_rocks
+from storage_stub.config import StorageConfig
+
+
+class Storage:
+    """What the broker holds: ``bookie`` and ``metadata`` (every call faulted, delayed and
+    counted), the ``counters``, ``faults`` and ``latency`` behind them, and ``close``."""
+
+    __slots__ = ("_closers", "bookie", "config", "counters", "faults", "latency", "metadata")
+
+    def __init__(
+        self,
+        *,
+        config: StorageConfig,
+        bookie: Bookie,
+        metadata: MetadataStore,
+        counters: OpCounters,
+        faults: FaultInjector,
+        latency: LatencyModel,
+        closers: list[Callable[[], Awaitable[None]]],
+    ) -> None:
+        self.config = config
+        self.bookie = bookie
+        self.metadata = metadata
+        self.counters = counters
+        self.faults = faults
+        self.latency = latency
+        self._closers = closers
+
+    def stats(self) -> dict[str, int]:
+        """Flat bookie counters for ``GET /admin/v2/broker-stats/storage``: the named ones
+        of the API, then ``<operation>Calls`` / ``<operation>Errors`` for every operation.
+        The last-entry cache has not landed: its counters stay 0 until it does."""
+        counters = self.counters
+        stats = {
+            "readRequests": counters.readEntries.calls,
+            "entriesRead": counters.readEntries.entries,
+            "bytesRead": counters.readEntries.bytes,
+            "getFloorCalls": counters.getFloor.calls,
+            "lastEntryCacheHits": 0,
+            "lastEntryCacheMisses": 0,
+            "entriesAdded": counters.addEntries.entries,
+            "bytesAdded": counters.addEntries.bytes,
+        }
+        for op in OPERATIONS:
+            counter = counters.of(op)
+            stats[f"{op}Calls"] = counter.calls
+            stats[f"{op}Errors"] = counter.errors
+        return stats
+
+    async def close(self) -> None:
+        """Close the bookie, then the metadata store, then their files (idempotent).
+        Every part is closed even if one fails; the first failure is raised."""
+        closers, self._closers = self._closers, []
+        first_error: BaseException | None = None
+        for close in closers:
+            try:
+                await close()
+            except BaseException as error:
+                if first_error is None:
+                    first_error = error
+        if first_error is not None:
+            raise first_error
+
+
+async def open_storage(
+    config: StorageConfig,
+    data_dir: pathlib.Path | None,
+    *,
+    seed: int | None = None,
+) -> Storage:
+    """Open the storage ``config`` describes. ``disk`` mode keeps everything under
+    ``data_dir`` (created if missing) and recovers it; ``memory`` mode ignores it.
+    ``seed`` makes the latency model and fault injector draws reproducible."""
+    counters = OpCounters()
+    faults = FaultInjector(seed=seed)
+    latency = LatencyModel.from_config(config, seed=seed)
+    bookie: Bookie
+    metadata: MetadataStore
+    closers: list[Callable[[], Awaitable[None]]]
+    if config.storageMode == "memory":
+        memory_bookie = InMemoryBookie(counters)
+        memory_metadata = InMemoryMetadataStore()
+        bookie, metadata = memory_bookie, memory_metadata
+        closers = [memory_bookie.close, memory_metadata.close]
+    else:
+        if data_dir is None:
+            raise ValueError("storageMode=disk needs a data directory")
+        metadata_db = await asyncio.to_thread(open_rocks, data_dir / "metadata")
+        try:
+            disk_bookie = await DiskBookie.open(config, data_dir, metadata_db, counters)
+        except BaseException:
+            metadata_db.close()
+            raise
+        rocks_metadata = RocksMetadataStore(metadata_db, sync=config.syncMode != "none")
+
+        async def close_metadata_db() -> None:
+            metadata_db.close()
+
+        bookie, metadata = disk_bookie, rocks_metadata
+        closers = [disk_bookie.close, rocks_metadata.close, close_metadata_db]
+    return Storage(
+        config=config,
+        bookie=InstrumentedBookie(bookie, faults=faults, latency=latency, counters=counters),
+        metadata=InstrumentedMetadataStore(
+            metadata, faults=faults, latency=latency, counters=counters
+        ),
+        counters=counters,
+        faults=faults,
+        latency=latency,
+        closers=closers,
+    )

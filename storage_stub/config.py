@@ -1,0 +1,42 @@
+"""Typed configuration of the storage stub (``conf/storage.conf``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class StorageConfig(BaseModel):
+    """Every key of conf/storage.conf. Field names are the file's keys (BookKeeper's
+    names where BookKeeper has the setting)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: disk: entry logs + RocksDB under the data dir (default for ``serve``); memory: tests.
+    storageMode: Literal["disk", "memory"] = "disk"
+    #: always: fsync before ack; batch: group commit, ack after the group's fsync; none.
+    syncMode: Literal["always", "batch", "none"] = "batch"
+    #: batch mode: longest wait to gather a group before its fsync (BookKeeper's name).
+    journalMaxGroupWaitMSec: float = Field(default=2.0, ge=0)
+    #: batch mode: flush the group early once this many bytes are pending.
+    journalBufferedWritesThreshold: int = Field(default=524288, gt=0)
+    #: roll to a new entry log file past this size (bytes).
+    logSizeLimit: int = Field(default=1073741824, gt=0)
+    #: latency model per operation: "0", "fixed:<ms>", "uniform:<min_ms>:<max_ms>",
+    #: "lognormal:<median_ms>:<sigma>".
+    addEntryLatency: str = "0"
+    readEntryLatency: str = "0"
+    getLastEntryLatency: str = "0"
+    metadataLatency: str = "0"
+
+    @field_validator(
+        "addEntryLatency", "readEntryLatency", "getLastEntryLatency", "metadataLatency"
+    )
+    @classmethod
+    def _check_latency_spec(cls, spec: str) -> str:
+        # Imported here: the bookie package imports this module.
+        from storage_stub.bookie.latency import parse_latency_spec
+
+        parse_latency_spec(spec)
+        return spec

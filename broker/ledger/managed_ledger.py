@@ -121,7 +121,8 @@ class ManagedLedger:
 
     async def open(self) -> None:
         """Load the ledger list, recover the last ledger as a new owner would (close it at
-        its last durable entry), drop empty ledgers, and start a new ledger for writes."""
+        its last durable entry), drop empty ledgers, start a new ledger for writes, recover
+        the cursors and trim what they have all consumed."""
         from broker.ledger.managed_cursor import ManagedCursor
 
         raw = await self.metadata.get(metadata_key(self.name))
@@ -157,6 +158,7 @@ class ManagedLedger:
         for key in await self.metadata.keys_with_prefix(prefix):
             cursor = await ManagedCursor.recover(self, key[len(prefix) :])
             self.cursors[cursor.name] = cursor
+        await self.trim_consumed_ledgers()
 
     async def close(self) -> None:
         """Stop accepting writes, wait for adds in flight, close the current ledger."""

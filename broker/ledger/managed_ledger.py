@@ -110,6 +110,7 @@ class ManagedLedger:
         self._completed: dict[int, tuple[int, int]] = {}
         self._listeners: list[Callable[[], None]] = []
         self._inflight = 0
+        self._inflight_entries = 0
         self._drained = asyncio.Event()
         self._drained.set()
         self._rollover: asyncio.Future[None] | None = None
@@ -204,20 +205,27 @@ class ManagedLedger:
 
         Raises the bookie's error if storage fails; nothing is then stored.
         """
-        while self._rollover is not None:
-            await asyncio.shield(self._rollover)
-        if self._closed:
-            raise ManagedLedgerError(f"managed ledger {self.name} is closed")
-        if self._current is None:
-            await self._roll_over()
-        info = self._current
-        assert info is not None
+        while True:
+            if self._rollover is not None:
+                await asyncio.shield(self._rollover)
+                continue
+            if self._closed:
+                raise ManagedLedgerError(f"managed ledger {self.name} is closed")
+            info = self._current
+            # adds in flight count against the ledger's quota, so it is never overfilled
+            if info is None or self._is_full(info, self._inflight_entries):
+                await self._roll_over()
+                continue
+            break
+        count = len(entries)
         self._inflight += 1
+        self._inflight_entries += count
         self._drained.clear()
         try:
             last = await self.bookie.add_entries(info.ledger_id, entries)
         finally:
             self._inflight -= 1
+            self._inflight_entries -= count
             if self._inflight == 0:
                 self._drained.set()
         first = last - len(entries) + 1
@@ -254,15 +262,18 @@ class ManagedLedger:
         for listener in self._listeners:
             listener()
 
-    def _is_full(self, info: LedgerInfo) -> bool:
+    def _is_full(self, info: LedgerInfo, pending_entries: int = 0) -> bool:
+        """Pulsar's rule: over the entry or size quota and older than the minimum rollover
+        time, or older than the maximum rollover time; an empty ledger is never full."""
         config = self.config
-        age_ms = self.clock.wall_ms() - info.created_ms
-        if info.entries == 0:
+        entries = info.entries + pending_entries
+        if entries == 0:
             return False
+        age_ms = self.clock.wall_ms() - info.created_ms
         if age_ms >= config.max_rollover_ms:
             return True
         quota = (
-            info.entries >= config.max_entries_per_ledger
+            entries >= config.max_entries_per_ledger
             or info.size >= config.max_size_per_ledger_bytes
         )
         return quota and age_ms >= config.min_rollover_ms

@@ -40,6 +40,7 @@ class Consumer:
         "nack_delay_ms",
         "name",
         "pending",
+        "polls",
         "priority_level",
         "queue",
         "receiver_queue_size",
@@ -67,6 +68,8 @@ class Consumer:
         self.queue: deque[Delivery] = deque()
         self.pending: dict[Position, int] = {}
         self.last_active_ns = now_ns
+        #: long polls in progress; a consumer that is polling is never idle
+        self.polls = 0
         self.closed = False
         self.msg_out = RateCounter()
         self.bytes_out = RateCounter()

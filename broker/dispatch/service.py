@@ -227,7 +227,7 @@ class BrokerService:
         now = self.clock.monotonic_ns()
         idle_ns = self.config.consumer_idle_timeout_ms * 1_000_000
         for consumer in list(self.consumers.values()):
-            if now - consumer.last_active_ns > idle_ns:
+            if consumer.polls == 0 and now - consumer.last_active_ns > idle_ns:
                 log.info("closing idle consumer %s", consumer.name)
                 self.close_consumer(consumer)
             else:

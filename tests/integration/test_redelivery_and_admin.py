@@ -131,3 +131,13 @@ async def test_namespace_unload_disconnects_consumers_and_topics_reload_from_sto
     assert [unb64(str(m["payload"])) for m in back] == [b"u1", b"u2"]
     more = await client.produce(TOPIC, ["u3"])
     assert more[0].split(":")[0] != ids[0].split(":")[0], "a reloaded topic writes a new ledger"
+
+
+async def test_a_consumer_in_a_long_poll_is_not_idle(live_broker: LiveBroker) -> None:
+    client = await live_broker(consumerIdleTimeoutMs=200)
+    consumer = await client.subscribe(TOPIC, "patient", subscriptionType="Shared")
+    # one poll that outlasts the idle timeout several times over, with nothing to receive
+    assert await client.receive(consumer, 10, 1500) == []
+    ids = await client.produce(TOPIC, ["finally"])
+    got = await client.receive_until(consumer, 1)
+    assert [m["messageId"] for m in got] == ids

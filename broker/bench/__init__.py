@@ -1,0 +1,15 @@
+"""``brokerlab bench <name>``: benchmarks that report ratios measured in one run."""
+
+from __future__ import annotations
+
+import sys
+
+
+def run_bench(name: str, quick: bool = False, as_json: bool = False) -> int:
+    """Run benchmark ``name``, print its table (or one JSON object); the exit code."""
+    if name == "http":
+        from broker.bench.http import main
+
+        return main(quick=quick, as_json=as_json)
+    print(f"brokerlab bench: unknown benchmark {name!r}", file=sys.stderr)
+    return 2

@@ -1,0 +1,583 @@
+"""``brokerlab bench http``: produce throughput over HTTP, as a fraction of the stack's
+ceiling.
+
+Rows, all for 1 KiB messages sent 100 to a request by a few concurrent producers:
+
+- ``ceiling``: a bare aiohttp endpoint on uvloop (``broker.bench.bare_server``) that
+  parses the same JSON with orjson and answers one message id per message, nothing else;
+- ``produce``: the real broker (``brokerlab serve``, on-disk storage in a temporary data
+  directory) with ``syncMode=none`` (the headline) and ``syncMode=batch`` (the default,
+  so the cost of fsync shows);
+- ``produce+consume``: the ``syncMode=none`` broker with one Exclusive consumer that
+  long-polls and acks cumulatively while the producers run; its rate is messages
+  consumed per second until every produced message was consumed.
+
+The headline is ``produce / ceiling`` measured in one run (target >= 0.6), never an
+absolute time: the client runs in this process and the servers in child processes on a
+shared, noisy machine. Rows run interleaved over a few rounds, so drift in the machine's
+load hits every row alike. All traffic goes to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import contextlib
+import os
+import pathlib
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+import uvloop
+
+import broker
+from broker.bench.bare_server import READY_PREFIX as BARE_READY_PREFIX
+
+HOST = "127.0.0.1"
+BROKER_READY_PREFIX = "brokerlab listening on "
+STARTUP_DEADLINE_S = 60.0
+STOP_DEADLINE_S = 30.0
+REQUEST_TIMEOUT_S = 60.0
+CONSUMER_STALL_S = 30.0  # no message for this long while some are missing: give up
+TARGET_PRODUCE_RATIO = 0.6
+TENANT_NAMESPACE = "bench/http"
+SUBSCRIPTION = "bench"
+
+
+class BenchError(Exception):
+    """The benchmark could not run to the end (a server failed, a request was refused)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    requests_per_row: int  # measured produce requests per row, over all rounds
+    rounds: int  # rows run interleaved, one slice of requests per round
+    warmup_requests: int  # unmeasured requests sent to each server first
+    messages_per_request: int = 100
+    message_bytes: int = 1024
+    producers: int = 4  # concurrent producer tasks (one pooled connection each)
+    receiver_queue_size: int = 1000
+    max_poll_messages: int = 1000
+    poll_timeout_ms: int = 1000
+
+    def requests_in_round(self, round_index: int) -> int:
+        base, extra = divmod(self.requests_per_row, self.rounds)
+        return base + (1 if round_index < extra else 0)
+
+
+QUICK = BenchConfig(requests_per_row=300, rounds=1, warmup_requests=10)
+FULL = BenchConfig(requests_per_row=4000, rounds=4, warmup_requests=40)
+
+
+# ---------------------------------------------------------------------- server processes
+
+
+def _conf_dir() -> pathlib.Path | None:
+    conf = pathlib.Path(broker.__file__).resolve().parent.parent / "conf"
+    return conf if (conf / "broker.conf").is_file() else None
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (Linux /proc; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read().decode()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class ServerProcess:
+    """A server in a child process; ready when it prints its ``listening on`` line."""
+
+    def __init__(self, label: str, argv: list[str], ready_prefix: str) -> None:
+        self.label = label
+        self.argv = argv
+        self.ready_prefix = ready_prefix
+        self.process: asyncio.subprocess.Process | None = None
+        self.ready_line = ""
+        self.url = ""
+        self.output: collections.deque[str] = collections.deque(maxlen=200)
+        self._drain: asyncio.Task[None] | None = None
+
+    async def start(self) -> str:
+        self.process = await asyncio.create_subprocess_exec(
+            *self.argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self.process.stdout is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STARTUP_DEADLINE_S
+        while True:
+            try:
+                line = await asyncio.wait_for(
+                    self.process.stdout.readline(), max(0.0, deadline - loop.time())
+                )
+            except TimeoutError:
+                raise BenchError(
+                    f"{self.label}: not ready after {STARTUP_DEADLINE_S:.0f} s" + self.tail()
+                ) from None
+            if not line:
+                await self.process.wait()
+                raise BenchError(
+                    f"{self.label}: exited with code {self.process.returncode} during start"
+                    + self.tail()
+                )
+            text = line.decode(errors="replace").rstrip("\n")
+            self.output.append(text)
+            if text.startswith(self.ready_prefix):
+                self.ready_line = text
+                self.url = text[len(self.ready_prefix) :].split()[0]
+                break
+        if not self.url.startswith(f"http://{HOST}:"):
+            raise BenchError(f"{self.label}: listens on {self.url}, not on {HOST}")
+        self._drain = asyncio.create_task(self._drain_output())
+        return self.url
+
+    async def _drain_output(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        while line := await self.process.stdout.readline():
+            self.output.append(line.decode(errors="replace").rstrip("\n"))
+
+    def cpu_seconds(self) -> float | None:
+        if self.process is None or self.process.returncode is not None:
+            return None
+        return _cpu_seconds(self.process.pid)
+
+    def check_alive(self) -> None:
+        if self.process is not None and self.process.returncode is not None:
+            raise BenchError(
+                f"{self.label}: exited with code {self.process.returncode}" + self.tail()
+            )
+
+    def tail(self, lines: int = 30) -> str:
+        if not self.output:
+            return ""
+        return f"\n--- last output of {self.label} ---\n" + "\n".join(list(self.output)[-lines:])
+
+    async def stop(self) -> None:
+        """SIGTERM (a graceful stop), SIGKILL if it does not exit in time."""
+        process = self.process
+        if process is None:
+            return
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), STOP_DEADLINE_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        if self._drain is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._drain, STOP_DEADLINE_S)
+
+
+def bare_server(label: str) -> ServerProcess:
+    argv = [sys.executable, "-m", "broker.bench.bare_server", "--host", HOST, "--port", "0"]
+    return ServerProcess(label, argv, BARE_READY_PREFIX)
+
+
+def broker_server(label: str, data_dir: pathlib.Path, sync_mode: str) -> ServerProcess:
+    argv = [sys.executable, "-m", "broker.cli", "serve", "--host", HOST, "--port", "0"]
+    argv += ["--data-dir", str(data_dir)]
+    conf = _conf_dir()
+    if conf is not None:
+        argv += ["--config", str(conf / "broker.conf")]
+        argv += ["--storage-config", str(conf / "storage.conf")]
+    argv += ["--storage-set", "storageMode=disk", "--storage-set", f"syncMode={sync_mode}"]
+    return ServerProcess(label, argv, BROKER_READY_PREFIX)
+
+
+# ---------------------------------------------------------------------- client work
+
+
+@dataclass(slots=True)
+class Workload:
+    config: BenchConfig
+    body: bytes  # one produce request, built once and sent by every producer
+    payload: str  # the base64 payload of every message
+
+    @classmethod
+    def build(cls, config: BenchConfig) -> Workload:
+        payload = base64.b64encode(os.urandom(config.message_bytes)).decode("ascii")
+        messages = [{"payload": payload}] * config.messages_per_request
+        return cls(config, orjson.dumps({"messages": messages}), payload)
+
+
+async def _all(coroutines: list[Coroutine[Any, Any, None]]) -> None:
+    """Run concurrently; the first failure cancels the others and is raised as itself."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            for coroutine in coroutines:
+                group.create_task(coroutine)
+    except BaseExceptionGroup as failures:
+        first = failures.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+
+
+async def _check(response: aiohttp.ClientResponse, expected: int, what: str) -> bytes:
+    raw = await response.read()
+    if response.status != expected:
+        text = raw[:300].decode(errors="replace")
+        raise BenchError(f"{what}: HTTP {response.status} (expected {expected}): {text}")
+    return raw
+
+
+async def produce_requests(
+    session: aiohttp.ClientSession, url: str, work: Workload, requests: int
+) -> None:
+    """Send ``requests`` produce requests from ``work.config.producers`` tasks."""
+    remaining = requests
+    per_request = work.config.messages_per_request
+
+    async def producer() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            async with session.post(url, data=work.body) as response:
+                raw = await _check(response, 200, f"POST {url}")
+            results = orjson.loads(raw)["messagePublishResults"]
+            if len(results) != per_request or results[-1].get("errorCode") != 0:
+                raise BenchError(f"POST {url}: unexpected answer {raw[:300]!r}")
+
+    await _all([producer() for _ in range(min(work.config.producers, requests))])
+
+
+@dataclass(slots=True)
+class ConsumerState:
+    consumer_url: str
+    ids: set[str] = field(default_factory=set)
+    received: int = 0  # messages received, duplicates included
+
+
+async def consume_until(
+    session: aiohttp.ClientSession, state: ConsumerState, work: Workload, count: int
+) -> None:
+    """Long-poll until ``count`` more messages arrived, acking each batch cumulatively."""
+    config = work.config
+    poll_url = f"{state.consumer_url}/messages"
+    ack_url = f"{state.consumer_url}/ack"
+    params = {
+        "maxMessages": str(config.max_poll_messages),
+        "timeoutMs": str(config.poll_timeout_ms),
+    }
+    loop = asyncio.get_running_loop()
+    target = state.received + count
+    last_progress = loop.time()
+    while state.received < target:
+        async with session.get(poll_url, params=params) as response:
+            raw = await _check(response, 200, f"GET {poll_url}")
+        messages = orjson.loads(raw)["messages"]
+        if not messages:
+            if loop.time() - last_progress > CONSUMER_STALL_S:
+                raise BenchError(
+                    f"consumer stalled: {target - state.received} messages never arrived"
+                )
+            continue
+        last_progress = loop.time()
+        if messages[0]["payload"] != work.payload:
+            raise BenchError(f"consumer got a payload that was never produced: {raw[:200]!r}")
+        state.received += len(messages)
+        state.ids.update(message["messageId"] for message in messages)
+        ack = orjson.dumps({"messageIds": [messages[-1]["messageId"]], "ackType": "Cumulative"})
+        async with session.post(ack_url, data=ack) as response:
+            await _check(response, 204, f"POST {ack_url}")
+
+
+async def drain_extra(session: aiohttp.ClientSession, state: ConsumerState) -> None:
+    """After a round: anything more (a duplicate, a redelivery) is counted, not timed."""
+    async with session.get(
+        f"{state.consumer_url}/messages", params={"maxMessages": "1000", "timeoutMs": "200"}
+    ) as response:
+        raw = await _check(response, 200, "GET messages (drain)")
+    messages = orjson.loads(raw)["messages"]
+    state.received += len(messages)
+    state.ids.update(message["messageId"] for message in messages)
+
+
+async def create_consumer(
+    session: aiohttp.ClientSession, base_url: str, topic: str, config: BenchConfig
+) -> str:
+    url = f"{base_url}/consumers/persistent/{TENANT_NAMESPACE}/{topic}/{SUBSCRIPTION}"
+    options = {
+        "subscriptionType": "Exclusive",
+        "receiverQueueSize": config.receiver_queue_size,
+        "subscriptionInitialPosition": "Earliest",
+    }
+    async with session.post(url, data=orjson.dumps(options)) as response:
+        raw = await _check(response, 200, f"POST {url}")
+    consumer_id = orjson.loads(raw)["consumerId"]
+    return f"{base_url}/consumers/{consumer_id}"
+
+
+# ---------------------------------------------------------------------- rows
+
+
+@dataclass(slots=True)
+class Row:
+    key: str
+    label: str
+    server: ServerProcess
+    sync_mode: str | None
+    messages: int = 0  # measured: produced (produce rows) or consumed (produce+consume)
+    produced: int = 0
+    elapsed_s: float = 0.0
+    server_cpu_s: float | None = 0.0
+    client_cpu_s: float = 0.0
+
+    def rate(self) -> float:
+        return self.messages / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    async def measure(self, run: Callable[[], Awaitable[int]], produced: int) -> None:
+        """Time one slice of this row: ``run`` returns the messages it counts."""
+        self.server.check_alive()
+        server_before = self.server.cpu_seconds()
+        client_before = time.process_time()
+        start = time.perf_counter()
+        counted = await run()
+        elapsed = time.perf_counter() - start
+        client_after = time.process_time()
+        server_after = self.server.cpu_seconds()
+        self.messages += counted
+        self.produced += produced
+        self.elapsed_s += elapsed
+        self.client_cpu_s += client_after - client_before
+        if server_before is None or server_after is None or self.server_cpu_s is None:
+            self.server_cpu_s = None
+        else:
+            self.server_cpu_s += server_after - server_before
+
+
+def _url(base: str, topic: str) -> str:
+    return f"{base}/topics/persistent/{TENANT_NAMESPACE}/{topic}"
+
+
+async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, Any]:
+    work = Workload.build(config)
+    bare = bare_server("bare aiohttp server")
+    broker_none = broker_server("broker (syncMode=none)", data_root / "none", "none")
+    broker_batch = broker_server("broker (syncMode=batch)", data_root / "batch", "batch")
+    servers = [bare, broker_none, broker_batch]
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=config.producers + 2)
+    session = aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        bare_url, none_url, batch_url = await asyncio.gather(*(s.start() for s in servers))
+        for server, mode in ((broker_none, "none"), (broker_batch, "batch")):
+            if f"sync: {mode})" not in server.ready_line:
+                raise BenchError(f"{server.label}: started as {server.ready_line!r}")
+
+        ceiling = Row("ceiling", "ceiling (bare aiohttp)", bare, None)
+        produce_none = Row("produce_none", "produce", broker_none, "none")
+        produce_consume = Row("produce_consume_none", "produce+consume", broker_none, "none")
+        produce_batch = Row("produce_batch", "produce", broker_batch, "batch")
+        rows = [ceiling, produce_none, produce_consume, produce_batch]
+
+        urls = {
+            "ceiling": _url(bare_url, "ceiling"),
+            "produce_none": _url(none_url, "produce"),
+            "produce_consume_none": _url(none_url, "produce-consume"),
+            "produce_batch": _url(batch_url, "produce"),
+        }
+        # Consumer first (its subscription then sees every message), then warm-up:
+        # connections, topic loading, ledger creation, the consume path.
+        consumer = ConsumerState(
+            await create_consumer(session, none_url, "produce-consume", config)
+        )
+        warm = config.warmup_requests
+        for key in ("ceiling", "produce_none", "produce_batch"):
+            await produce_requests(session, urls[key], work, warm)
+        await _produce_and_consume(session, urls["produce_consume_none"], work, consumer, warm)
+        consumer.ids.clear()
+        consumer.received = 0
+
+        per_request = config.messages_per_request
+        for round_index in range(config.rounds):
+            requests = config.requests_in_round(round_index)
+            if requests == 0:
+                continue
+            produced = requests * per_request
+            for row in rows:
+                url = urls[row.key]
+                if row is produce_consume:
+
+                    async def run_pc(url: str = url, requests: int = requests) -> int:
+                        return await _produce_and_consume(session, url, work, consumer, requests)
+
+                    await row.measure(run_pc, produced)
+                    await drain_extra(session, consumer)
+                else:
+
+                    async def run_p(url: str = url, requests: int = requests) -> int:
+                        await produce_requests(session, url, work, requests)
+                        return requests * per_request
+
+                    await row.measure(run_p, produced)
+        for server in servers:
+            server.check_alive()
+        return _report(config, rows, consumer)
+    finally:
+        await session.close()
+        await asyncio.gather(*(server.stop() for server in servers), return_exceptions=True)
+
+
+async def _produce_and_consume(
+    session: aiohttp.ClientSession,
+    url: str,
+    work: Workload,
+    consumer: ConsumerState,
+    requests: int,
+) -> int:
+    """Produce ``requests`` requests while the consumer drains them all; messages consumed."""
+    before = consumer.received
+    count = requests * work.config.messages_per_request
+    await _all(
+        [
+            consume_until(session, consumer, work, count),
+            produce_requests(session, url, work, requests),
+        ]
+    )
+    return consumer.received - before
+
+
+def _report(config: BenchConfig, rows: list[Row], consumer: ConsumerState) -> dict[str, Any]:
+    ceiling = rows[0].rate()
+    if ceiling <= 0:
+        raise BenchError("the ceiling row measured no throughput")
+    by_key: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        rate = row.rate()
+        by_key[row.key] = {
+            "row": row.key,
+            "label": row.label,
+            "syncMode": row.sync_mode,
+            "messages": row.messages,
+            "produced": row.produced,
+            "rate_msgs_per_s": round(rate, 1),
+            "ratio": round(rate / ceiling, 4),
+            "server_cpu_cores": (
+                None
+                if row.server_cpu_s is None or row.elapsed_s <= 0
+                else round(row.server_cpu_s / row.elapsed_s, 3)
+            ),
+            "client_cpu_cores": (
+                round(row.client_cpu_s / row.elapsed_s, 3) if row.elapsed_s > 0 else None
+            ),
+        }
+    pc = by_key["produce_consume_none"]
+    pc["consumed"] = consumer.received
+    pc["consumed_distinct"] = len(consumer.ids)
+    cpu_count = os.cpu_count() or 0
+    return {
+        "bench": "http",
+        "config": {
+            **asdict(config),
+            "storageMode": "disk",
+            "host": HOST,
+            "cpu_count": cpu_count,
+            "client": "aiohttp ClientSession in the bench process (uvloop)",
+            "servers": "child processes: bare aiohttp+uvloop; brokerlab serve x2",
+        },
+        "rows": list(by_key.values()),
+        "ceiling_msgs_per_s": by_key["ceiling"]["rate_msgs_per_s"],
+        "produce_ratio": by_key["produce_none"]["ratio"],
+        "produce_batch_ratio": by_key["produce_batch"]["ratio"],
+        "produce_consume_ratio": pc["ratio"],
+        "produced": pc["produced"],
+        "consumed": pc["consumed"],
+        "target_produce_ratio": TARGET_PRODUCE_RATIO,
+    }
+
+
+# ---------------------------------------------------------------------- output
+
+
+def format_table(result: dict[str, Any]) -> str:
+    config = result["config"]
+    header = ("row", "sync", "msgs/s", "ratio", "server CPU", "client CPU")
+    lines_in: list[tuple[str, ...]] = [header]
+    for row in result["rows"]:
+        server_cpu = row["server_cpu_cores"]
+        client_cpu = row["client_cpu_cores"]
+        lines_in.append(
+            (
+                row["label"],
+                row["syncMode"] or "-",
+                f"{row['rate_msgs_per_s']:,.0f}",
+                f"{row['ratio']:.2f}",
+                "?" if server_cpu is None else f"{server_cpu:.2f}",
+                "?" if client_cpu is None else f"{client_cpu:.2f}",
+            )
+        )
+    widths = [max(len(line[i]) for line in lines_in) for i in range(len(header))]
+    out = [
+        "brokerlab bench http: "
+        f"{config['message_bytes']} B messages, {config['messages_per_request']} per request, "
+        f"{config['producers']} producers, {config['requests_per_row']} requests per row "
+        f"in {config['rounds']} interleaved round(s), storage {config['storageMode']}",
+        "",
+    ]
+    for index, line in enumerate(lines_in):
+        cells = [
+            cell.ljust(width) if column < 2 else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(line, widths, strict=True))
+        ]
+        out.append("  ".join(cells).rstrip())
+        if index == 0:
+            out.append("  ".join("-" * width for width in widths))
+    target = result["target_produce_ratio"]
+    verdict = "meets" if result["produce_ratio"] >= target else "BELOW"
+    out += [
+        "",
+        f"produce / ceiling (syncMode=none): {result['produce_ratio']:.2f} "
+        f"({verdict} the target {target:.2f})",
+        f"produce+consume: consumed {result['consumed']:,} of {result['produced']:,} produced",
+        "ratio = msgs/s / ceiling msgs/s, measured in this run; CPU columns are cores busy "
+        "during the row (server process; client = this process).",
+    ]
+    if config["cpu_count"] <= 2:
+        out.append(
+            f"note: {config['cpu_count']} CPU core(s) shared by the client and the servers; "
+            "if the client is busy near a full core on the ceiling row, the ceiling is "
+            "client-bound and every ratio reads high."
+        )
+    return "\n".join(out)
+
+
+def main(quick: bool = False, as_json: bool = False) -> int:
+    config = QUICK if quick else FULL
+    data_root = pathlib.Path(tempfile.mkdtemp(prefix="brokerlab-bench-http-"))
+    try:
+        result = uvloop.run(run_rows(config, data_root))
+    except (BenchError, aiohttp.ClientError, OSError) as error:
+        print(f"brokerlab bench http: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(data_root, ignore_errors=True)
+    result["quick"] = quick
+    if as_json:
+        print(orjson.dumps(result).decode())
+    else:
+        print(format_table(result))
+    return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from broker.cache.entry import CachedEntry
+
 #: An inclusive range of entry ids of one ledger that the cache did not hold.
 MissingRange = tuple[int, int]
 
@@ -15,12 +17,20 @@ class EntryCache(Protocol):
     @property
     def name(self) -> str: ...
 
-    def insert(self, ledger_id: int, entry_id: int, data: bytes, expected_reads: int) -> bool:
-        """Cache an entry; False when it was not inserted (duplicate, disabled, full)."""
+    def insert(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        data: bytes | memoryview | None,
+        expected_reads: int,
+        size: int = -1,
+    ) -> CachedEntry | None:
+        """Cache an entry and return what the cache holds for the position (the first
+        insert wins; a repeat adds its expected reads); None if not cached."""
         ...
 
     def get_range(
-        self, ledger_id: int, first: int, last: int, hits: list[tuple[int, bytes]]
+        self, ledger_id: int, first: int, last: int, hits: list[CachedEntry]
     ) -> list[MissingRange]:
         """Append cached entries of ``first..last`` (inclusive) to ``hits`` in order and
         return the contiguous missing sub-ranges, in order."""
@@ -30,7 +40,15 @@ class EntryCache(Protocol):
         """Account entries the ledger had to read from storage (cache misses)."""
         ...
 
-    def invalidate_all_entries(self, ledger_id: int) -> None:
+    def add_expected_read(self, ledger_id: int, entry_id: int) -> None:
+        """One more read is expected for this position, if cached (replay queue)."""
+        ...
+
+    def invalidate_entries(self, ledger_id: int, entry_id: int) -> int:
+        """Drop every entry before ``(ledger_id, entry_id)``; returns how many."""
+        ...
+
+    def invalidate_all_entries(self, ledger_id: int) -> int:
         """Drop every entry of ``ledger_id`` (the ledger was trimmed or deleted)."""
         ...
 
@@ -42,9 +60,19 @@ class EntryCache(Protocol):
 class EntryCacheManager(Protocol):
     """Broker-wide owner of the per-ledger caches and of the global size limit."""
 
+    implementation: str
+
     def get_entry_cache(self, name: str) -> EntryCache: ...
 
     def remove_entry_cache(self, name: str) -> None: ...
+
+    def needs_eviction(self) -> bool:
+        """True when the size pass has work (above 0.98 x max)."""
+        ...
+
+    def do_cache_eviction(self) -> None:
+        """One round of the broker's eviction timer."""
+        ...
 
     def stats(self) -> dict[str, Any]:
         """Counters since start, in the shape of ``GET /admin/v2/broker-stats/cache``."""

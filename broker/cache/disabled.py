@@ -1,18 +1,13 @@
-"""The disabled cache (``managedLedgerCacheSizeMB=0``): every read goes to storage."""
+"""The disabled cache: every read goes to storage. Used for ``managedLedgerCacheSizeMB=0``
+and as the baseline a comparison starts from."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from broker.cache.api import MissingRange
-
-
-class _Counters:
-    __slots__ = ("miss_bytes", "misses")
-
-    def __init__(self) -> None:
-        self.misses = 0
-        self.miss_bytes = 0
+from broker.cache.entry import CachedEntry
+from broker.cache.stats import CacheCounters
 
 
 class DisabledEntryCache:
@@ -20,7 +15,7 @@ class DisabledEntryCache:
 
     __slots__ = ("_counters", "_name")
 
-    def __init__(self, name: str, counters: _Counters) -> None:
+    def __init__(self, name: str, counters: CacheCounters) -> None:
         self._name = name
         self._counters = counters
 
@@ -28,11 +23,18 @@ class DisabledEntryCache:
     def name(self) -> str:
         return self._name
 
-    def insert(self, ledger_id: int, entry_id: int, data: bytes, expected_reads: int) -> bool:
-        return False
+    def insert(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        data: bytes | memoryview | None,
+        expected_reads: int,
+        size: int = -1,
+    ) -> CachedEntry | None:
+        return None
 
     def get_range(
-        self, ledger_id: int, first: int, last: int, hits: list[tuple[int, bytes]]
+        self, ledger_id: int, first: int, last: int, hits: list[CachedEntry]
     ) -> list[MissingRange]:
         return [(first, last)]
 
@@ -40,8 +42,14 @@ class DisabledEntryCache:
         self._counters.misses += entries
         self._counters.miss_bytes += nbytes
 
-    def invalidate_all_entries(self, ledger_id: int) -> None:
+    def add_expected_read(self, ledger_id: int, entry_id: int) -> None:
         pass
+
+    def invalidate_entries(self, ledger_id: int, entry_id: int) -> int:
+        return 0
+
+    def invalidate_all_entries(self, ledger_id: int) -> int:
+        return 0
 
     def clear(self) -> None:
         pass
@@ -53,30 +61,25 @@ class DisabledEntryCacheManager:
     implementation = "disabled"
 
     def __init__(self) -> None:
-        self._counters = _Counters()
+        self.counters = CacheCounters()
         self._caches: dict[str, DisabledEntryCache] = {}
 
     def get_entry_cache(self, name: str) -> DisabledEntryCache:
         cache = self._caches.get(name)
         if cache is None:
-            cache = self._caches[name] = DisabledEntryCache(name, self._counters)
+            cache = self._caches[name] = DisabledEntryCache(name, self.counters)
         return cache
 
     def remove_entry_cache(self, name: str) -> None:
         self._caches.pop(name, None)
 
+    def needs_eviction(self) -> bool:
+        return False
+
+    def do_cache_eviction(self) -> None:
+        pass
+
     def stats(self) -> dict[str, Any]:
-        return {
-            "implementation": self.implementation,
-            "maxSizeBytes": 0,
-            "sizeBytes": 0,
-            "entries": 0,
-            "hits": 0,
-            "misses": self._counters.misses,
-            "hitBytes": 0,
-            "missBytes": self._counters.miss_bytes,
-            "inserted": 0,
-            "evicted": {"ttl": 0, "size": 0, "invalidated": 0},
-            "evictionRuns": 0,
-            "shadows": {},
-        }
+        result = self.counters.snapshot(self.implementation, 0)
+        result["shadows"] = {}
+        return result

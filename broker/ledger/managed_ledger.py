@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from broker.cache.api import EntryCache
+from broker.cache.entry import CachedEntry
 from broker.clock import Clock
 from broker.ledger.entry import Entry
 from broker.ledger.position import Position
@@ -450,26 +451,29 @@ class ManagedLedger:
         self, ledger_id: int, first: int, last: int, expected_reads: int
     ) -> list[Entry]:
         cache = self.cache
-        hits: list[tuple[int, bytes]] = []
+        hits: list[CachedEntry] = []
         missing = cache.get_range(ledger_id, first, last, hits)
         if not missing:
-            return [Entry(Position(ledger_id, eid), data) for eid, data in hits]
-        fetched: dict[int, bytes] = {}
+            return [Entry(Position(ledger_id, c.entry_id), c.data, c) for c in hits]  # type: ignore[arg-type]
+        fetched: dict[int, Entry] = {}
         for miss_first, miss_last in missing:
             datas = await self.bookie.read_entries(ledger_id, miss_first, miss_last)
             nbytes = 0
             for offset, data in enumerate(datas):
                 entry_id = miss_first + offset
-                fetched[entry_id] = data
                 nbytes += len(data)
-                if expected_reads > 0:
+                cached = (
                     cache.insert(ledger_id, entry_id, data, expected_reads)
+                    if expected_reads > 0
+                    else None
+                )
+                fetched[entry_id] = Entry(Position(ledger_id, entry_id), data, cached)
             cache.record_storage_read(len(datas), nbytes)
         if not hits:
-            return [Entry(Position(ledger_id, eid), data) for eid, data in fetched.items()]
-        for eid, data in hits:
-            fetched[eid] = data
-        return [Entry(Position(ledger_id, eid), fetched[eid]) for eid in range(first, last + 1)]
+            return list(fetched.values())
+        for c in hits:
+            fetched[c.entry_id] = Entry(Position(ledger_id, c.entry_id), c.data, c)  # type: ignore[arg-type]
+        return [fetched[eid] for eid in range(first, last + 1)]
 
     # ------------------------------------------------------------------ trimming
 

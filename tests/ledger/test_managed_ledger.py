@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from broker.cache.api import MissingRange
+from broker.cache.config import CacheConfig
+from broker.cache.pip430 import Pip430EntryCacheManager
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
 from storage_stub.bookie.memory import InMemoryBookie
@@ -82,62 +83,24 @@ async def test_a_crashed_owner_ledger_is_recovered_at_its_last_entry(
     assert position.ledger_id > ledger.last_confirmed.ledger_id
 
 
-class DictCache:
-    """A minimal cache to observe the read path: serves what it holds, records misses."""
-
-    def __init__(self) -> None:
-        self.entries: dict[tuple[int, int], bytes] = {}
-        self.storage_reads: list[tuple[int, int]] = []
-
-    @property
-    def name(self) -> str:
-        return "dict"
-
-    def insert(self, ledger_id: int, entry_id: int, data: bytes, expected_reads: int) -> bool:
-        self.entries[(ledger_id, entry_id)] = data
-        return True
-
-    def get_range(
-        self, ledger_id: int, first: int, last: int, hits: list[tuple[int, bytes]]
-    ) -> list[MissingRange]:
-        missing: list[MissingRange] = []
-        for entry_id in range(first, last + 1):
-            data = self.entries.get((ledger_id, entry_id))
-            if data is not None:
-                hits.append((entry_id, data))
-            elif missing and missing[-1][1] == entry_id - 1:
-                missing[-1] = (missing[-1][0], entry_id)
-            else:
-                missing.append((entry_id, entry_id))
-        return missing
-
-    def record_storage_read(self, entries: int, nbytes: int) -> None:
-        self.storage_reads.append((entries, nbytes))
-
-    def invalidate_all_entries(self, ledger_id: int) -> None:
-        self.entries = {k: v for k, v in self.entries.items() if k[0] != ledger_id}
-
-    def clear(self) -> None:
-        self.entries.clear()
-
-
 async def test_reads_ask_the_cache_first_and_storage_only_for_the_gaps(
     stores: Stores, open_ledger: OpenLedger
 ) -> None:
     ledger = await open_ledger()
     first = await ledger.add_entries([b"e%d" % i for i in range(10)])
-    cache = DictCache()
+    manager = Pip430EntryCacheManager(CacheConfig(), stores.clock)
+    cache = manager.get_entry_cache(ledger.name)
     ledger.cache = cache
-    cache.insert(first.ledger_id, 2, b"e2", 1)
-    cache.insert(first.ledger_id, 3, b"e3", 1)
-    cache.insert(first.ledger_id, 7, b"e7", 1)
+    for entry_id in (2, 3, 7):
+        cache.insert(first.ledger_id, entry_id, b"e%d" % entry_id, 1)
     entries = await ledger.read_entries(Position(first.ledger_id, 0), 10, expected_reads=2)
     assert [e.data for e in entries] == [b"e%d" % i for i in range(10)]
     assert [e.position.entry_id for e in entries] == list(range(10))
-    # three gaps: 0-1, 4-6, 8-9 -> three storage reads of 2 + 3 + 2 entries
-    assert [count for count, _ in cache.storage_reads] == [2, 3, 2]
-    # what was read is now cached: a second read touches storage no more
-    cache.storage_reads.clear()
+    # three gaps (0-1, 4-6, 8-9): 7 entries from storage, 3 from the cache
+    assert (manager.counters.misses, manager.counters.hits) == (7, 3)
+    assert all(e.cached is not None for e in entries), "every entry read is now cached"
+    assert [e.cached.expected_reads for e in entries if e.cached] == [2, 2, 1, 1, 2, 2, 2, 1, 2, 2]
+    # a second read touches storage no more
     again = await ledger.read_entries(Position(first.ledger_id, 0), 10)
     assert [e.data for e in again] == [e.data for e in entries]
-    assert cache.storage_reads == []
+    assert (manager.counters.misses, manager.counters.hits) == (7, 13)

@@ -1,0 +1,51 @@
+"""Cache configuration: the broker.conf keys that shape every cache design."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """Pulsar's names, in Python case. Defaults are Pulsar 5.0's."""
+
+    #: managedLedgerCacheSizeMB in bytes; 0 disables caching
+    max_size_bytes: int = 64 * 1024 * 1024
+    #: managedLedgerCacheEvictionWatermark: a size pass frees down to this share of max
+    eviction_watermark: float = 0.9
+    #: managedLedgerCacheEvictionTimeThresholdMillis: the entry TTL
+    eviction_time_threshold_ms: int = 1000
+    #: managedLedgerCacheEvictionIntervalMs: period of the timestamp pass
+    eviction_interval_ms: int = 10
+    #: cacheEvictionByExpectedReadCount
+    eviction_by_expected_read_count: bool = True
+    #: managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes
+    extend_ttl_max_times: int = 5
+    #: managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed (false since Pulsar 5.0)
+    extend_ttl_of_recently_accessed: bool = False
+    #: managedLedgerCacheCopyEntries: own a copy of each payload instead of a view
+    copy_entries: bool = False
+    #: managedLedgerContinueCachingAddedEntriesAfterLastActiveCursorLeavesMillis;
+    #: None means 2 x the TTL, as in Pulsar
+    continue_caching_after_last_cursor_ms: int | None = None
+
+    #: eviction starts above this share of max (a Pulsar constant)
+    EVICTION_TRIGGER: float = 0.98
+
+    @property
+    def trigger_bytes(self) -> int:
+        return int(self.max_size_bytes * self.EVICTION_TRIGGER)
+
+    @property
+    def watermark_bytes(self) -> int:
+        return int(self.max_size_bytes * self.eviction_watermark)
+
+    @property
+    def ttl_ns(self) -> int:
+        return self.eviction_time_threshold_ms * 1_000_000
+
+    @property
+    def continue_caching_ms(self) -> int:
+        if self.continue_caching_after_last_cursor_ms is None:
+            return 2 * self.eviction_time_threshold_ms
+        return self.continue_caching_after_last_cursor_ms

@@ -1,0 +1,55 @@
+"""Cache counters, the same for every design, in the shape the API and metrics need."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CacheCounters:
+    """Counters since start; bumped on hot paths, so plain attributes."""
+
+    __slots__ = (
+        "entries",
+        "evicted_invalidated",
+        "evicted_size",
+        "evicted_ttl",
+        "eviction_runs",
+        "hit_bytes",
+        "hits",
+        "inserted",
+        "miss_bytes",
+        "misses",
+        "size",
+    )
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.hit_bytes = 0
+        self.misses = 0
+        self.miss_bytes = 0
+        self.inserted = 0
+        self.evicted_ttl = 0
+        self.evicted_size = 0
+        self.evicted_invalidated = 0
+        self.eviction_runs = 0
+        self.entries = 0
+        self.size = 0
+
+    def snapshot(self, implementation: str, max_size: int) -> dict[str, Any]:
+        return {
+            "implementation": implementation,
+            "maxSizeBytes": max_size,
+            "sizeBytes": self.size,
+            "entries": self.entries,
+            "hits": self.hits,
+            "misses": self.misses,
+            "hitBytes": self.hit_bytes,
+            "missBytes": self.miss_bytes,
+            "inserted": self.inserted,
+            "evicted": {
+                "ttl": self.evicted_ttl,
+                "size": self.evicted_size,
+                "invalidated": self.evicted_invalidated,
+            },
+            "evictionRuns": self.eviction_runs,
+        }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,6 +56,50 @@ class BrokerConfig(BaseModel):
     #: Broker entry cache size in MiB; 0 disables caching. Pulsar's default is 20% of
     #: the JVM's direct memory with a floor of 64 MB; brokerlab has no JVM, so the floor.
     managedLedgerCacheSizeMB: int = Field(default=64, ge=0)
+    #: brokerlab only: the live cache design: pip430 (PIP-430), legacy (before it),
+    #: segmented (PIP-174's ring).
+    managedLedgerCacheImplementation: Literal["pip430", "legacy", "segmented"] = "pip430"
+    #: brokerlab only: comma-separated designs run as size-only shadows of the live
+    #: cache, or "none".
+    brokerlabShadowCacheImplementations: str = Field(
+        default="none", pattern=r"^(none|(pip430|legacy|segmented)(,(pip430|legacy|segmented))*)$"
+    )
+    #: A size eviction frees down to this share of the cache size. Pulsar: same default.
+    managedLedgerCacheEvictionWatermark: float = Field(default=0.9, gt=0, lt=1)
+    #: Period of the timestamp eviction pass (ms). Pulsar: same default.
+    managedLedgerCacheEvictionIntervalMs: int = Field(default=10, gt=0)
+    #: Entry TTL in the cache (ms). Pulsar: same default.
+    managedLedgerCacheEvictionTimeThresholdMillis: int = Field(default=1000, gt=0)
+    #: PIP-430's expected read counts. Pulsar: same default.
+    cacheEvictionByExpectedReadCount: bool = True
+    #: PIP-430: TTL extensions of an entry that still has expected reads. Pulsar: same.
+    managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes: int = Field(
+        default=5, ge=0
+    )
+    #: PIP-430: give a recently read entry another TTL (LRU-like). false as in Pulsar 5.0.
+    managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed: bool = False
+    #: Cache an owned copy of each payload rather than a view. Pulsar: same default.
+    managedLedgerCacheCopyEntries: bool = False
+    #: Keep caching added entries this long after the last active cursor left (ms);
+    #: -1 means 2 x managedLedgerCacheEvictionTimeThresholdMillis, Pulsar's default.
+    managedLedgerContinueCachingAddedEntriesAfterLastActiveCursorLeavesMillis: int = Field(
+        default=-1, ge=-1
+    )
+    #: legacy: invalidate up to the slowest mark-delete instead of the slowest read
+    #: position. Pulsar: same default.
+    cacheEvictionByMarkDeletedPosition: bool = False
+    #: legacy: a cursor more than this many entries behind is backlogged (not active).
+    managedLedgerCursorBackloggedThreshold: int = Field(default=1000, ge=0)
+    #: legacy backlog caching: cache reads of backlogged cursors when at least this many
+    #: are close together; 0 disables it. Pulsar: same default.
+    managedLedgerMinimumBacklogCursorsForCaching: int = Field(default=0, ge=0)
+    #: legacy backlog caching: a cursor counts when its backlog is at least this.
+    managedLedgerMinimumBacklogEntriesForCaching: int = Field(default=1000, ge=0)
+    #: legacy backlog caching: most entries between cursors counted together.
+    managedLedgerMaxBacklogBetweenCursorsForCaching: int = Field(default=1000, ge=0)
+    #: brokerlab only (PIP-174 has no key): segments of the segmented cache; 0 means
+    #: max(2, cache size / 1 GiB), the proposal's rule.
+    managedLedgerCacheSegments: int = Field(default=0, ge=0)
 
     # --- Dispatch ---
     #: Most entries a dispatcher reads from the ledger in one read. Pulsar: same default.

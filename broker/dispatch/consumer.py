@@ -80,7 +80,10 @@ class Consumer:
         return self.receiver_queue_size - len(self.queue)
 
     def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
-        """Hand an entry over: into the receiver queue, and pending until acked. O(1)."""
+        """Hand an entry over: into the receiver queue, and pending until acked; the read
+        the cache expected for it has now happened. O(1)."""
+        if entry.cached is not None:
+            entry.cached.mark_read()
         self.queue.append(Delivery(entry, redelivery_count))
         self.pending[entry.position] = now_ns
         self.msg_out.add(1)

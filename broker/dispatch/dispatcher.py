@@ -107,12 +107,18 @@ class Dispatcher(ABC):
         return True
 
     def _expected_reads(self) -> int:
-        """How many cursors will still read what this one reads now: those at or before
-        its read position. O(#cursors) until the active cursor container lands."""
+        """How many active cursors will still read what this one reads now: those at or
+        before its read position. O(#active cursors) until the active cursor container
+        lands."""
         read_position = self.cursor.read_position
         return sum(
-            1 for cursor in self.ledger.cursors.values() if cursor.read_position <= read_position
+            1 for cursor in self.ledger.active_cursors if cursor.read_position <= read_position
         )
+
+    def _replay_later(self, position: Position) -> None:
+        """Queue a position to send again; one more read of it is now expected."""
+        self.replay.add(position)
+        self.ledger.cache.add_expected_read(position.ledger_id, position.entry_id)
 
     def _redelivery_count(self, position: Position) -> int:
         return self.subscription.redelivery_counts.get(position, 0)
@@ -229,7 +235,7 @@ class SharedDispatcher(Dispatcher):
             if position not in unseen:
                 counts[position] = counts.get(position, 0) + 1
                 redelivered += 1
-            self.replay.add(position)
+            self._replay_later(position)
         self.subscription.msg_redeliver.add(redelivered)
         self.wake()
 
@@ -266,4 +272,4 @@ class SharedDispatcher(Dispatcher):
             if not progressed:
                 break
         for entry in entries[index:]:
-            self.replay.add(entry.position)
+            self._replay_later(entry.position)

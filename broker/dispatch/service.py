@@ -16,6 +16,7 @@ from broker.dispatch.errors import NotFoundError, PreconditionFailedError, Unava
 from broker.dispatch.names import TopicName
 from broker.dispatch.subscription import Subscription
 from broker.dispatch.topic import PersistentTopic
+from broker.ledger.cache_evictor import CacheEvictor
 from broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerConfig, metadata_key
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
@@ -30,6 +31,7 @@ class ServiceConfig:
     consumer_idle_timeout_ms: int = 30000
     stats_update_frequency_s: int = 10
     maintenance_interval_s: float = 0.5
+    cache_eviction_interval_ms: int = 10
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
 
@@ -67,9 +69,11 @@ class BrokerService:
         self._loading: dict[TopicName, asyncio.Future[PersistentTopic]] = {}
         self._owner = TaskOwner("broker service")
         self._last_stats_ns = clock.monotonic_ns()
+        self.evictor = CacheEvictor(cache_manager, config.cache_eviction_interval_ms)
 
     def start(self) -> None:
         self._owner.spawn(self._upkeep_loop(), name="broker upkeep")
+        self._owner.spawn(self.evictor.run(), name="cache eviction")
 
     async def close(self) -> None:
         """Stop upkeep, disconnect consumers, close every topic (ledgers closed cleanly)."""
@@ -115,6 +119,7 @@ class BrokerService:
             self.cache_manager.get_entry_cache(ml_name),
             self.config.ledger,
             self.clock,
+            self.evictor.after_insert,
         )
         try:
             await ledger.open()

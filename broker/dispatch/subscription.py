@@ -75,11 +75,14 @@ class Subscription:
                 await old.close()
             self.type = sub_type
         self.dispatcher.add_consumer(consumer)
+        self.cursor.ledger.activate_cursor(self.cursor)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach a consumer; its unacknowledged messages go to the others."""
         if self.dispatcher is not None and consumer in self.dispatcher.consumers:
             self.dispatcher.remove_consumer(consumer)
+            if not self.dispatcher.consumers:
+                self.cursor.ledger.deactivate_cursor(self.cursor)
 
     async def acknowledge(
         self, consumer: Consumer, positions: list[Position], cumulative: bool

@@ -83,6 +83,7 @@ class ManagedCursor:
 
     async def delete(self) -> None:
         self.ledger.cursors.pop(self.name, None)
+        self.ledger.deactivate_cursor(self)
         async with self._persist_lock:
             await self.ledger.metadata.delete(self.key)
 

@@ -43,6 +43,13 @@ class ManagedLedgerConfig:
     max_size_per_ledger_bytes: int = 2048 * 1024 * 1024
     min_rollover_ms: int = 10 * 60_000
     max_rollover_ms: int = 240 * 60_000
+    #: keep caching added entries this long after the last active cursor left (and
+    #: after the ledger opens); managedLedgerContinueCachingAddedEntries...Millis
+    continue_caching_ms: int = 2000
+
+
+def _no_eviction() -> None:
+    pass
 
 
 class LedgerInfo:
@@ -94,8 +101,10 @@ class ManagedLedger:
         cache: EntryCache,
         config: ManagedLedgerConfig,
         clock: Clock,
+        after_cache_insert: Callable[[], None] = _no_eviction,
     ) -> None:
         self.name = name
+        self.after_cache_insert = after_cache_insert
         self.bookie = bookie
         self.metadata = metadata
         self.cache = cache
@@ -107,6 +116,9 @@ class ManagedLedger:
         self.last_confirmed = Position(-1, -1)
         self.entries_added_counter = 0
         self.cursors: dict[str, ManagedCursor] = {}
+        #: cursors with connected consumers: they will read what is added
+        self.active_cursors: set[ManagedCursor] = set()
+        self._no_active_cursor_since_ns = clock.monotonic_ns()
         # first entry id -> (last entry id, bytes) of adds complete but not yet contiguous
         self._completed: dict[int, tuple[int, int]] = {}
         self._listeners: list[Callable[[], None]] = []
@@ -230,15 +242,14 @@ class ManagedLedger:
             if self._inflight == 0:
                 self._drained.set()
         first = last - len(entries) + 1
-        nbytes = 0
-        expected_reads = len(self.cursors)
-        cache = self.cache
         ledger_id = info.ledger_id
-        for offset, data in enumerate(entries):
-            nbytes += len(data)
-            if expected_reads:
+        if self._caching_added_entries():
+            cache = self.cache
+            expected_reads = len(self.active_cursors)
+            for offset, data in enumerate(entries):
                 cache.insert(ledger_id, first + offset, data, expected_reads)
-        self._complete(info, first, last, nbytes)
+            self.after_cache_insert()
+        self._complete(info, first, last, sum(map(len, entries)))
         if self._rollover is None and not self._closed and self._is_full(info):
             self._tasks.spawn(self._roll_over(), name=f"rollover {self.name}")
         return Position(ledger_id, first)
@@ -262,6 +273,23 @@ class ManagedLedger:
         self.last_confirmed = Position(info.ledger_id, info.entries - 1)
         for listener in self._listeners:
             listener()
+
+    def _caching_added_entries(self) -> bool:
+        """Added entries are cached while a cursor is active, and for the configured
+        while after the last one left (or the ledger opened)."""
+        if self.active_cursors:
+            return True
+        idle_ns = self.clock.monotonic_ns() - self._no_active_cursor_since_ns
+        return idle_ns < self.config.continue_caching_ms * 1_000_000
+
+    def activate_cursor(self, cursor: ManagedCursor) -> None:
+        """The cursor has consumers: it will read what is added. O(1)."""
+        self.active_cursors.add(cursor)
+
+    def deactivate_cursor(self, cursor: ManagedCursor) -> None:
+        self.active_cursors.discard(cursor)
+        if not self.active_cursors:
+            self._no_active_cursor_since_ns = self.clock.monotonic_ns()
 
     def _is_full(self, info: LedgerInfo, pending_entries: int = 0) -> bool:
         """Pulsar's rule: over the entry or size quota and older than the minimum rollover
@@ -469,6 +497,8 @@ class ManagedLedger:
                 )
                 fetched[entry_id] = Entry(Position(ledger_id, entry_id), data, cached)
             cache.record_storage_read(len(datas), nbytes)
+            if expected_reads > 0:
+                self.after_cache_insert()
         if not hits:
             return list(fetched.values())
         for c in hits:

@@ -27,6 +27,7 @@ from broker.dispatch.subscription import SUBSCRIPTION_TYPES
 from broker.http.errors import error_middleware
 from broker.http.openapi import openapi_spec
 from broker.http.parsing import (
+    decimal,
     field_choice,
     field_int,
     field_str,
@@ -162,9 +163,7 @@ def _encode_messages(body: dict[str, Any], config: BrokerConfig, now_ms: int) ->
             f"{len(messages)} messages in one request; the limit is "
             f"{config.maxMessagesPerProduceRequest} (maxMessagesPerProduceRequest)"
         )
-    producer = body.get("producerName")
-    if producer is not None and not isinstance(producer, str):
-        raise InvalidRequestError("producerName must be a string")
+    field_str(body, "producerName")
     max_size = config.maxMessageSize
     encoded: list[bytes] = []
     for index, message in enumerate(messages):
@@ -182,17 +181,15 @@ def _encode_messages(body: dict[str, Any], config: BrokerConfig, now_ms: int) ->
                 f"messages[{index}] is {len(payload)} bytes; maxMessageSize is {max_size}"
             )
         key = message.get("key")
-        if key is not None:
+        if "key" in message:
             if not isinstance(key, str):
                 raise InvalidRequestError(f"messages[{index}].key must be a string")
             if len(key) * 4 > MAX_KEY_BYTES and len(key.encode()) > MAX_KEY_BYTES:
                 raise InvalidRequestError(f"messages[{index}].key is over {MAX_KEY_BYTES} bytes")
-        properties = message.get("properties")
-        if properties is not None and not _string_map(properties):
+        properties = message.get("properties", {})
+        if not _string_map(properties):
             raise InvalidRequestError(f"messages[{index}].properties must be an object of strings")
         event_time = message.get("eventTime", 0)
-        if event_time is None:
-            event_time = 0
         if (
             isinstance(event_time, bool)
             or not isinstance(event_time, int)
@@ -248,11 +245,11 @@ async def delete_subscription(request: web.Request) -> web.Response:
 async def reset_cursor_to_time(request: web.Request) -> web.Response:
     name = _topic(request)
     subscription_name = _subscription_name(request)
-    raw = request.match_info["timestamp"]
-    if not raw.isascii() or not raw.isdigit():
-        raise InvalidRequestError("timestamp must be epoch milliseconds")
+    timestamp = decimal(request.match_info["timestamp"])
+    if timestamp is None:
+        raise InvalidRequestError("timestamp must be epoch milliseconds (a decimal integer)")
     subscription = await _service(request).subscription(name, subscription_name)
-    position = await subscription.topic.find_position_by_publish_time(int(raw))
+    position = await subscription.topic.find_position_by_publish_time(timestamp)
     await subscription.reset_cursor(position)
     return _no_content()
 
@@ -296,26 +293,29 @@ async def receive(request: web.Request) -> web.Response:
     max_messages = query_int(request, "maxMessages", 100, 1, MAX_POLL_MESSAGES)
     timeout_ms = query_int(request, "timeoutMs", 1000, 0, MAX_POLL_TIMEOUT_MS)
     clock = request.app[CLOCK]
-    consumer.last_active_ns = clock.monotonic_ns()
-    await consumer.wait_for_messages(timeout_ms / 1000)
-    consumer.last_active_ns = clock.monotonic_ns()
+    consumer.polls += 1
+    try:
+        await consumer.wait_for_messages(timeout_ms / 1000)
+    finally:
+        consumer.polls -= 1
+        consumer.last_active_ns = clock.monotonic_ns()
     deliveries = consumer.drain(max_messages)
     if deliveries and consumer.subscription.dispatcher is not None:
         consumer.subscription.dispatcher.wake()
     messages = []
     for delivery in deliveries:
         message = decode_message(delivery.entry.data)
-        messages.append(
-            {
-                "messageId": str(delivery.entry.position),
-                "payload": _b64(message.payload),
-                "key": message.key,
-                "properties": message.properties,
-                "publishTime": message.publish_time,
-                "eventTime": message.event_time,
-                "redeliveryCount": delivery.redelivery_count,
-            }
-        )
+        out: dict[str, Any] = {
+            "messageId": str(delivery.entry.position),
+            "payload": _b64(message.payload),
+            "properties": message.properties,
+            "publishTime": message.publish_time,
+            "eventTime": message.event_time,
+            "redeliveryCount": delivery.redelivery_count,
+        }
+        if message.key is not None:
+            out["key"] = message.key
+        messages.append(out)
     return _json({"messages": messages})
 
 
@@ -325,8 +325,6 @@ async def acknowledge(request: web.Request) -> web.Response:
     body = await json_object(request)
     positions = message_ids(body)
     ack_type = field_choice(body, "ackType", "Individual", ("Individual", "Cumulative"))
-    if ack_type == "Cumulative" and len(positions) != 1:
-        raise InvalidRequestError("a cumulative ack takes exactly one message id")
     await consumer.subscription.acknowledge(consumer, positions, ack_type == "Cumulative")
     return _no_content()
 
@@ -449,9 +447,11 @@ async def set_fault(request: web.Request) -> web.Response:
     operation = field_choice(body, "operation", "", OPERATIONS)
     error_rate = body.get("errorRate", 0.0)
     delay_ms = body.get("delayMs", 0.0)
-    for field, value in (("errorRate", error_rate), ("delayMs", delay_ms)):
+    for field, value, maximum in (("errorRate", error_rate, 1), ("delayMs", delay_ms, 600_000)):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InvalidRequestError(f"{field} must be a number")
+        if not 0 <= value <= maximum:
+            raise InvalidRequestError(f"{field} must be within 0..{maximum}, got {value}")
     try:
         request.app[STORAGE].faults.set(operation, float(error_rate), float(delay_ms))
     except ValueError as error:

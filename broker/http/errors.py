@@ -59,11 +59,19 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(503, "unavailable", f"storage unavailable: {error}")
     except web.HTTPRequestEntityTooLarge as error:
         return error_response(413, "too-large", f"request body too large: {error.text}")
+    except web.RequestPayloadError:
+        # aiohttp could not read the body as sent: corrupt Content-Encoding, bad chunking
+        return error_response(
+            400, "invalid-request", "the request body cannot be read (bad encoding or framing)"
+        )
     except web.HTTPException as error:
         if error.status < 400:
             raise
         code = _HTTP_CODES.get(error.status, f"http-{error.status}")
-        return error_response(error.status, code, error.reason)
+        response = error_response(error.status, code, error.reason)
+        if isinstance(error, web.HTTPMethodNotAllowed):
+            response.headers["Allow"] = error.headers["Allow"]
+        return response
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(500, "internal-error", "internal error; see the broker log")

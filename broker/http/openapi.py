@@ -256,7 +256,9 @@ def _headers() -> Json:
 
 def _message_schemas() -> Json:
     message_id = _string(
-        "Message id `{ledgerId}:{entryId}`.", pattern=MESSAGE_ID_PATTERN, example="3:17"
+        "Message id `{ledgerId}:{entryId}`, both at most 9223372036854775807.",
+        pattern=MESSAGE_ID_PATTERN,
+        example="3:17",
     )
     properties = _map_of("String properties of the message.", {"type": "string"})
     return {
@@ -265,8 +267,8 @@ def _message_schemas() -> Json:
             "One message to produce.",
             {
                 "payload": _string(
-                    "Base64 (standard alphabet, padded); decoded length at most "
-                    "maxMessageSize (default 5242880 bytes), else 413.",
+                    "Base64 (standard alphabet, padded, no whitespace or line breaks); "
+                    "decoded length at most maxMessageSize (default 5242880 bytes), else 413.",
                     format="byte",
                 ),
                 "key": _string("Message key; at most 65535 bytes in UTF-8.", maxLength=65535),
@@ -760,6 +762,7 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
                     409: "Exclusive subscription already has a consumer, or the type "
                     "differs from the type of its connected consumers.",
                     413: _BODY_TOO_LARGE,
+                    501: "Key_Shared until the dispatch issue lands; nothing is created.",
                     503: "Storage fault or timeout; no consumer was created.",
                 },
             ),
@@ -982,7 +985,6 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 success=(204, _no_content("Unloaded.")),
                 errors={
                     400: "Bad tenant or namespace name.",
-                    501: "Namespace unload has not landed yet.",
                     503: "Storage fault or timeout; the unload did not complete.",
                 },
             ),

@@ -3,15 +3,30 @@ InvalidRequestError naming the field, raised before anything is changed."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from broker.dispatch.errors import InvalidRequestError
-from broker.ledger.position import Position, parse_position
+from broker.ledger.position import Position
 
 _MISSING = object()
+
+#: ledger ids, entry ids and timestamps are Java longs in Pulsar
+MAX_INT64 = 2**63 - 1
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def decimal(text: str) -> int | None:
+    """``text`` as an integer if it is ASCII decimal digits only, at most MAX_INT64;
+    None otherwise (empty, signs, spaces, other scripts' digits, too large)."""
+    digits = (text.lstrip("0") or "0") if text else ""
+    if not _DIGITS.fullmatch(digits):
+        return None
+    value = int(digits)
+    return value if value <= MAX_INT64 else None
 
 
 async def json_object(request: web.Request, required: bool = True) -> dict[str, Any]:
@@ -32,7 +47,7 @@ async def json_object(request: web.Request, required: bool = True) -> dict[str, 
 
 def field_int(body: dict[str, Any], name: str, default: int, minimum: int, maximum: int) -> int:
     value = body.get(name, _MISSING)
-    if value is _MISSING or value is None:
+    if value is _MISSING:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequestError(f"{name} must be an integer")
@@ -45,12 +60,12 @@ def field_str(
     body: dict[str, Any], name: str, default: str | None = None, max_length: int = 256
 ) -> str | None:
     value = body.get(name, _MISSING)
-    if value is _MISSING or value is None:
+    if value is _MISSING:
         return default
     if not isinstance(value, str):
         raise InvalidRequestError(f"{name} must be a string")
-    if len(value) > max_length:
-        raise InvalidRequestError(f"{name} is longer than {max_length} characters")
+    if not 1 <= len(value) <= max_length:
+        raise InvalidRequestError(f"{name} must be 1..{max_length} characters long")
     return value
 
 
@@ -65,9 +80,9 @@ def query_int(request: web.Request, name: str, default: int, minimum: int, maxim
     raw = request.query.get(name)
     if raw is None:
         return default
-    if not raw.isascii() or not raw.lstrip("-").isdigit():
-        raise InvalidRequestError(f"query parameter {name} must be an integer")
-    value = int(raw)
+    value = decimal(raw)
+    if value is None:
+        raise InvalidRequestError(f"query parameter {name} must be a decimal integer")
     if not minimum <= value <= maximum:
         raise InvalidRequestError(f"{name} must be within {minimum}..{maximum}, got {value}")
     return value
@@ -76,10 +91,15 @@ def query_int(request: web.Request, name: str, default: int, minimum: int, maxim
 def message_id(value: object, name: str = "messageId") -> Position:
     if not isinstance(value, str):
         raise InvalidRequestError(f"{name} must be a string 'ledgerId:entryId'")
-    try:
-        return parse_position(value)
-    except ValueError as error:
-        raise InvalidRequestError(str(error)) from None
+    ledger, sep, entry = value.partition(":")
+    ledger_id, entry_id = decimal(ledger), decimal(entry)
+    if not sep or ledger_id is None or entry_id is None:
+        shown = value if len(value) <= 64 else value[:64] + "..."
+        raise InvalidRequestError(
+            f"bad message id {shown!r} in {name}: expected 'ledgerId:entryId', "
+            f"both decimal integers within 0..{MAX_INT64}"
+        )
+    return Position(ledger_id, entry_id)
 
 
 def message_ids(

@@ -14,7 +14,7 @@ from broker.dispatch.consumer import Consumer
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import NotFoundError, PreconditionFailedError, UnavailableError
 from broker.dispatch.names import TopicName
-from broker.dispatch.subscription import Subscription
+from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic
 from broker.ledger.cache_evictor import CacheEvictor
 from broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerConfig, metadata_key
@@ -173,6 +173,7 @@ class BrokerService:
     async def create_consumer(
         self, name: TopicName, subscription_name: str, options: ConsumerOptions
     ) -> Consumer:
+        check_subscription_type(options.subscription_type)
         topic = await self.get_topic(name, create=True)
         start = "earliest" if options.initial_position == "Earliest" else "latest"
         subscription = await topic.get_or_create_subscription(subscription_name, start)

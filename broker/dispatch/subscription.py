@@ -31,6 +31,12 @@ _DISPATCHERS: dict[str, type[Dispatcher]] = {
 }
 
 
+def check_subscription_type(sub_type: str) -> None:
+    """NotImplementedYetError for a type this broker cannot dispatch yet."""
+    if sub_type not in _DISPATCHERS:
+        raise NotImplementedYetError(f"subscription type {sub_type} is not implemented yet")
+
+
 class Subscription:
     """Consumers of one subscription share its cursor. The subscription's type is the
     type of its connected consumers; with none connected, the next consumer sets it."""
@@ -57,8 +63,7 @@ class Subscription:
     async def add_consumer(self, consumer: Consumer, sub_type: str) -> None:
         """Attach a consumer. ConflictError if Exclusive is taken or the type differs
         from the connected consumers' type."""
-        if sub_type not in _DISPATCHERS:
-            raise NotImplementedYetError(f"subscription type {sub_type} is not implemented yet")
+        check_subscription_type(sub_type)
         if self.consumers:
             if sub_type != self.type:
                 raise ConflictError(

@@ -4,12 +4,15 @@ max, nothing invalidated comes back, and a returned payload is the one inserted.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
+from broker.cache.legacy import LegacyEntryCacheManager
 from broker.cache.pip430 import Pip430EntryCacheManager
 from broker.clock import ManualClock
 
@@ -18,8 +21,12 @@ ENTRY_IDS = st.integers(0, 25)
 MAX_SIZE = 600
 
 
-class Pip430Machine(RuleBasedStateMachine):
-    """Model: the payload each position would return if the cache still holds it."""
+class CacheMachine(RuleBasedStateMachine):
+    """Model: the payload each position would return if the cache still holds it.
+    Subclasses choose the design; every design must pass the same checks."""
+
+    def make(self, config: CacheConfig, clock: ManualClock) -> Any:
+        raise NotImplementedError
 
     @initialize(
         by_reads=st.booleans(),
@@ -31,7 +38,7 @@ class Pip430Machine(RuleBasedStateMachine):
         self, by_reads: bool, recently_accessed: bool, max_requeues: int, watermark: float
     ) -> None:
         self.clock = ManualClock()
-        self.manager = Pip430EntryCacheManager(
+        self.manager = self.make(
             CacheConfig(
                 max_size_bytes=MAX_SIZE,
                 eviction_watermark=watermark,
@@ -63,7 +70,10 @@ class Pip430Machine(RuleBasedStateMachine):
     def insert(self, topic: int, ledger: int, entry: int, payload: bytes, reads: int) -> None:
         was_held = (ledger, entry) in self._held(topic)
         cached = self.caches[topic].insert(ledger, entry, payload, reads)
-        assert cached is not None
+        if cached is None:
+            assert not was_held, "a cached position is always returned"
+            assert self.manager.size >= MAX_SIZE, "only a full cache refuses an insert"
+            return
         if not was_held:
             self.expected[(topic, ledger, entry)] = payload
         self._check_hit(topic, cached)
@@ -144,5 +154,18 @@ class Pip430Machine(RuleBasedStateMachine):
                 self._check_hit(topic, cached)
 
 
-Pip430Machine.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+class Pip430Machine(CacheMachine):
+    def make(self, config: CacheConfig, clock: ManualClock) -> Any:
+        return Pip430EntryCacheManager(config, clock)
+
+
+class LegacyMachine(CacheMachine):
+    def make(self, config: CacheConfig, clock: ManualClock) -> Any:
+        return LegacyEntryCacheManager(config, clock)
+
+
+SETTINGS = settings(max_examples=150, stateful_step_count=60, deadline=None)
+Pip430Machine.TestCase.settings = SETTINGS
+LegacyMachine.TestCase.settings = SETTINGS
 test_pip430_state_machine = Pip430Machine.TestCase
+test_legacy_state_machine = LegacyMachine.TestCase

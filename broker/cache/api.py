@@ -29,6 +29,12 @@ class EntryCache(Protocol):
         insert wins; a repeat adds its expected reads); None if not cached."""
         ...
 
+    def insert_from_read(
+        self, ledger_id: int, entry_id: int, data: bytes | memoryview | None, expected_reads: int
+    ) -> CachedEntry | None:
+        """Cache an entry the ledger read from storage, if this design caches reads."""
+        ...
+
     def get_range(
         self, ledger_id: int, first: int, last: int, hits: list[CachedEntry]
     ) -> list[MissingRange]:

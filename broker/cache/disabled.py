@@ -33,6 +33,11 @@ class DisabledEntryCache:
     ) -> CachedEntry | None:
         return None
 
+    def insert_from_read(
+        self, ledger_id: int, entry_id: int, data: bytes | memoryview | None, expected_reads: int
+    ) -> CachedEntry | None:
+        return None
+
     def get_range(
         self, ledger_id: int, first: int, last: int, hits: list[CachedEntry]
     ) -> list[MissingRange]:

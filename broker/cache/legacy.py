@@ -75,6 +75,12 @@ class LegacyRangeEntryCache:
         counters.inserted += 1
         return entry
 
+    def insert_from_read(
+        self, ledger_id: int, entry_id: int, data: bytes | memoryview | None, expected_reads: int
+    ) -> CachedEntry | None:
+        """Cache an entry the ledger read from storage: the same as a write-path insert."""
+        return self.insert(ledger_id, entry_id, data, expected_reads)
+
     def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
         entry: CachedEntry | None = self._entries.get((ledger_id, entry_id))
         counters = self._manager.counters

@@ -92,6 +92,12 @@ class RangeEntryCache:
         counters.inserted += 1
         return entry
 
+    def insert_from_read(
+        self, ledger_id: int, entry_id: int, data: bytes | memoryview | None, expected_reads: int
+    ) -> CachedEntry | None:
+        """Cache an entry the ledger read from storage: the same as a write-path insert."""
+        return self.insert(ledger_id, entry_id, data, expected_reads)
+
     def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
         """The cached entry, marked accessed, counted as a hit or a miss. O(1)."""
         entries = self._ledgers.get(ledger_id)

@@ -491,7 +491,7 @@ class ManagedLedger:
                 entry_id = miss_first + offset
                 nbytes += len(data)
                 cached = (
-                    cache.insert(ledger_id, entry_id, data, expected_reads)
+                    cache.insert_from_read(ledger_id, entry_id, data, expected_reads)
                     if expected_reads > 0
                     else None
                 )

@@ -14,9 +14,11 @@ from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
 from broker.cache.legacy import LegacyEntryCacheManager
 from broker.cache.pip430 import Pip430EntryCacheManager
+from broker.cache.segmented import SegmentedEntryCacheManager
 from broker.clock import ManualClock
 
 LEDGERS = st.integers(0, 3)
+#: ledger ids are unique broker-wide (the bookie assigns them): topic t owns t*10 + l
 ENTRY_IDS = st.integers(0, 25)
 MAX_SIZE = 600
 
@@ -33,9 +35,15 @@ class CacheMachine(RuleBasedStateMachine):
         recently_accessed=st.booleans(),
         max_requeues=st.integers(0, 3),
         watermark=st.sampled_from([0.5, 0.9]),
+        copy=st.booleans(),
     )
     def setup(
-        self, by_reads: bool, recently_accessed: bool, max_requeues: int, watermark: float
+        self,
+        by_reads: bool,
+        recently_accessed: bool,
+        max_requeues: int,
+        watermark: float,
+        copy: bool,
     ) -> None:
         self.clock = ManualClock()
         self.manager = self.make(
@@ -46,6 +54,7 @@ class CacheMachine(RuleBasedStateMachine):
                 eviction_by_expected_read_count=by_reads,
                 extend_ttl_of_recently_accessed=recently_accessed,
                 extend_ttl_max_times=max_requeues,
+                copy_entries=copy,
             ),
             self.clock,
         )
@@ -68,6 +77,7 @@ class CacheMachine(RuleBasedStateMachine):
         reads=st.integers(0, 3),
     )
     def insert(self, topic: int, ledger: int, entry: int, payload: bytes, reads: int) -> None:
+        ledger += topic * 10
         was_held = (ledger, entry) in self._held(topic)
         cached = self.caches[topic].insert(ledger, entry, payload, reads)
         if cached is None:
@@ -80,12 +90,14 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule(topic=st.integers(0, 1), ledger=LEDGERS, entry=ENTRY_IDS)
     def get(self, topic: int, ledger: int, entry: int) -> None:
+        ledger += topic * 10
         cached = self.caches[topic].get(ledger, entry)
         if cached is not None:
             self._check_hit(topic, cached)
 
     @rule(topic=st.integers(0, 1), ledger=LEDGERS, first=ENTRY_IDS, length=st.integers(0, 10))
     def get_range(self, topic: int, ledger: int, first: int, length: int) -> None:
+        ledger += topic * 10
         hits: list[CachedEntry] = []
         missing = self.caches[topic].get_range(ledger, first, first + length, hits)
         for cached in hits:
@@ -97,12 +109,14 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule(topic=st.integers(0, 1), ledger=LEDGERS, entry=ENTRY_IDS)
     def invalidate_entries(self, topic: int, ledger: int, entry: int) -> None:
+        ledger += topic * 10
         self.caches[topic].invalidate_entries(ledger, entry)
         for key in [k for k in self.expected if k[0] == topic and (k[1], k[2]) < (ledger, entry)]:
             del self.expected[key]
 
     @rule(topic=st.integers(0, 1), ledger=LEDGERS)
     def invalidate_ledger(self, topic: int, ledger: int) -> None:
+        ledger += topic * 10
         self.caches[topic].invalidate_all_entries(ledger)
         for key in [k for k in self.expected if k[0] == topic and k[1] == ledger]:
             del self.expected[key]
@@ -164,8 +178,15 @@ class LegacyMachine(CacheMachine):
         return LegacyEntryCacheManager(config, clock)
 
 
+class SegmentedMachine(CacheMachine):
+    def make(self, config: CacheConfig, clock: ManualClock) -> Any:
+        return SegmentedEntryCacheManager(config, clock, segments=3)
+
+
 SETTINGS = settings(max_examples=150, stateful_step_count=60, deadline=None)
 Pip430Machine.TestCase.settings = SETTINGS
 LegacyMachine.TestCase.settings = SETTINGS
 test_pip430_state_machine = Pip430Machine.TestCase
 test_legacy_state_machine = LegacyMachine.TestCase
+SegmentedMachine.TestCase.settings = SETTINGS
+test_segmented_state_machine = SegmentedMachine.TestCase

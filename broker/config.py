@@ -14,10 +14,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from broker.cache.config import CacheConfig
 from storage_stub.config import StorageConfig
 from storage_stub.confparse import load_config
 
-__all__ = ["BrokerConfig", "StorageConfig", "load_broker_config", "load_storage_config"]
+__all__ = [
+    "BrokerConfig",
+    "StorageConfig",
+    "cache_config",
+    "load_broker_config",
+    "load_storage_config",
+]
 
 
 class BrokerConfig(BaseModel):
@@ -118,6 +125,24 @@ class BrokerConfig(BaseModel):
     #: Period (s) over which topic stats and /metrics rates are computed. Pulsar's
     #: default is 60; brokerlab uses 10 so dashboards move while you watch.
     statsUpdateFrequencyInSecs: int = Field(default=10, ge=1)
+
+
+def cache_config(config: BrokerConfig) -> CacheConfig:
+    """The cache's view of broker.conf."""
+    continue_ms = config.managedLedgerContinueCachingAddedEntriesAfterLastActiveCursorLeavesMillis
+    return CacheConfig(
+        max_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024,
+        eviction_watermark=config.managedLedgerCacheEvictionWatermark,
+        eviction_time_threshold_ms=config.managedLedgerCacheEvictionTimeThresholdMillis,
+        eviction_interval_ms=config.managedLedgerCacheEvictionIntervalMs,
+        eviction_by_expected_read_count=config.cacheEvictionByExpectedReadCount,
+        extend_ttl_max_times=(
+            config.managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes
+        ),
+        extend_ttl_of_recently_accessed=config.managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed,
+        copy_entries=config.managedLedgerCacheCopyEntries,
+        continue_caching_after_last_cursor_ms=None if continue_ms < 0 else continue_ms,
+    )
 
 
 def load_broker_config(

@@ -5,6 +5,43 @@ fills misses from storage. The same classes serve the live broker, shadows, test
 """
 
 from broker.cache.api import EntryCache, EntryCacheManager, MissingRange
+from broker.cache.config import CacheConfig
 from broker.cache.disabled import DisabledEntryCacheManager
+from broker.cache.entry import CachedEntry
+from broker.cache.legacy import LegacyEntryCacheManager
+from broker.cache.pip430 import Pip430EntryCacheManager
+from broker.cache.segmented import SegmentedEntryCacheManager
+from broker.clock import Clock
 
-__all__ = ["DisabledEntryCacheManager", "EntryCache", "EntryCacheManager", "MissingRange"]
+IMPLEMENTATIONS = ("pip430", "legacy", "segmented")
+
+
+def create_entry_cache_manager(
+    implementation: str, config: CacheConfig, clock: Clock, segments: int = 0
+) -> EntryCacheManager:
+    """The manager of one design (``managedLedgerCacheImplementation``). A zero size
+    gives the disabled cache whatever the design, as in Pulsar."""
+    if config.max_size_bytes <= 0:
+        return DisabledEntryCacheManager()
+    if implementation == "pip430":
+        return Pip430EntryCacheManager(config, clock)
+    if implementation == "legacy":
+        return LegacyEntryCacheManager(config, clock)
+    if implementation == "segmented":
+        return SegmentedEntryCacheManager(config, clock, segments)
+    raise ValueError(f"unknown cache implementation {implementation!r}; one of {IMPLEMENTATIONS}")
+
+
+__all__ = [
+    "IMPLEMENTATIONS",
+    "CacheConfig",
+    "CachedEntry",
+    "DisabledEntryCacheManager",
+    "EntryCache",
+    "EntryCacheManager",
+    "LegacyEntryCacheManager",
+    "MissingRange",
+    "Pip430EntryCacheManager",
+    "SegmentedEntryCacheManager",
+    "create_entry_cache_manager",
+]

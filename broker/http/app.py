@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from broker.cache import DisabledEntryCacheManager
+from broker.cache import create_entry_cache_manager
 from broker.clock import Clock, SystemClock
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, cache_config
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import (
     InvalidRequestError,
@@ -67,11 +67,13 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
         allow_auto_topic_creation=config.allowAutoTopicCreation,
         consumer_idle_timeout_ms=config.consumerIdleTimeoutMs,
         stats_update_frequency_s=config.statsUpdateFrequencyInSecs,
+        cache_eviction_interval_ms=config.managedLedgerCacheEvictionIntervalMs,
         ledger=ManagedLedgerConfig(
             max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
             max_size_per_ledger_bytes=config.managedLedgerMaxSizePerLedgerMbytes * 1024 * 1024,
             min_rollover_ms=config.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,
             max_rollover_ms=config.managedLedgerMaxLedgerRolloverTimeMinutes * 60_000,
+            continue_caching_ms=cache_config(config).continue_caching_ms,
         ),
         dispatch=DispatchConfig(
             max_read_batch_size=config.dispatcherMaxReadBatchSize,
@@ -85,12 +87,14 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     clock = app[CLOCK]
     storage = await open_storage(settings.storage, settings.data_dir)
-    service = BrokerService(
-        service_config(settings.broker),
-        storage.bookie,
-        storage.metadata,
-        DisabledEntryCacheManager(),
+    cache_manager = create_entry_cache_manager(
+        settings.broker.managedLedgerCacheImplementation,
+        cache_config(settings.broker),
         clock,
+        settings.broker.managedLedgerCacheSegments,
+    )
+    service = BrokerService(
+        service_config(settings.broker), storage.bookie, storage.metadata, cache_manager, clock
     )
     app[STORAGE] = storage
     app[SERVICE] = service

@@ -1,0 +1,72 @@
+"""The live broker's entry cache, per design: tailing reads are served from the cache,
+a catch-up read of evicted entries goes to storage, and the stats route says so."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Client, LiveBroker
+
+TOPIC = "public/default/cached"
+
+
+async def cache_stats(client: Client) -> dict[str, object]:
+    status, body = await client.request("GET", "/admin/v2/broker-stats/cache")
+    assert status == 200
+    return dict(body)
+
+
+async def storage_reads(client: Client) -> int:
+    status, body = await client.request("GET", "/admin/v2/broker-stats/storage")
+    assert status == 200
+    return int(body["bookie"]["entriesRead"])
+
+
+@pytest.mark.parametrize("design", ["pip430", "legacy", "segmented"])
+async def test_tailing_consumers_read_from_the_cache(live_broker: LiveBroker, design: str) -> None:
+    client = await live_broker(managedLedgerCacheImplementation=design)
+    consumers = [await client.subscribe(TOPIC, f"tail-{i}") for i in range(3)]
+    ids = await client.produce(TOPIC, [f"m{i}" for i in range(50)])
+    for consumer in consumers:
+        got = await client.receive_until(consumer, len(ids))
+        assert [m["messageId"] for m in got] == ids
+    stats = await cache_stats(client)
+    assert stats["implementation"] == design
+    assert stats["hits"] == 3 * len(ids) and stats["misses"] == 0
+    assert await storage_reads(client) == 0, "no tailing read touched the bookie"
+    assert int(str(stats["inserted"])) == len(ids)
+
+
+async def test_a_catch_up_read_after_the_ttl_goes_to_storage(live_broker: LiveBroker) -> None:
+    client = await live_broker(managedLedgerCacheEvictionTimeThresholdMillis=50)
+    tail = await client.subscribe(TOPIC, "tail")
+    ids = await client.produce(TOPIC, [f"m{i}" for i in range(20)])
+    await client.receive_until(tail, len(ids))
+    await client.ack(tail, [ids[-1]], "Cumulative")
+    # poll the stats until the timestamp pass has evicted everything (no sleeping)
+    for _ in range(200):
+        stats = await cache_stats(client)
+        if stats["entries"] == 0:
+            break
+        await client.receive(tail, 1, 20)
+    assert stats["entries"] == 0 and stats["evicted"]["ttl"] == len(ids)  # type: ignore[index]
+    status, _ = await client.request(
+        "POST",
+        f"/admin/v2/persistent/{TOPIC}/subscription/tail/resetcursor",
+        json={"messageId": ids[0]},
+    )
+    assert status == 204
+    again = await client.receive_until(tail, len(ids))
+    assert [m["messageId"] for m in again] == ids
+    stats = await cache_stats(client)
+    assert stats["misses"] == len(ids)
+    assert await storage_reads(client) == len(ids)
+
+
+async def test_cache_size_zero_disables_caching(live_broker: LiveBroker) -> None:
+    client = await live_broker(managedLedgerCacheSizeMB=0)
+    consumer = await client.subscribe(TOPIC, "s")
+    ids = await client.produce(TOPIC, ["a", "b"])
+    await client.receive_until(consumer, 2)
+    stats = await cache_stats(client)
+    assert stats["implementation"] == "disabled" and stats["misses"] == len(ids)

@@ -11,5 +11,9 @@ def run_bench(name: str, quick: bool = False, as_json: bool = False) -> int:
         from broker.bench.http import main
 
         return main(quick=quick, as_json=as_json)
+    if name == "cache":
+        from broker.bench.cache import main as cache_main
+
+        return cache_main(quick=quick, as_json=as_json)
     print(f"brokerlab bench: unknown benchmark {name!r}", file=sys.stderr)
     return 2

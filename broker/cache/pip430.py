@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from sortedcontainers import SortedDict
-
 from broker.cache.api import MissingRange
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
@@ -34,8 +32,10 @@ from broker.clock import Clock
 class RangeEntryCache:
     """The cached entries of one managed ledger, by ledger id then entry id.
 
-    Costs (n = cached entries of one ledger): insert O(log n); get O(1); get_range over k
-    ids O(k); invalidate and clear O(r log n) for r entries removed.
+    A plain dict per ledger: reads ask for ids (never "the first cached"), and eviction
+    names the entry, so nothing on the hot path needs order. Costs (n = cached entries of
+    one ledger): insert, get, evict O(1); get_range over k ids O(k); invalidate up to a
+    position O(n) for that ledger; invalidate a ledger and clear O(entries removed).
     """
 
     __slots__ = ("_ledgers", "_manager", "_name")
@@ -43,7 +43,7 @@ class RangeEntryCache:
     def __init__(self, name: str, manager: Pip430EntryCacheManager) -> None:
         self._name = name
         self._manager = manager
-        self._ledgers: dict[int, SortedDict] = {}
+        self._ledgers: dict[int, dict[int, CachedEntry]] = {}
 
     @property
     def name(self) -> str:
@@ -64,9 +64,9 @@ class RangeEntryCache:
             return None
         entries = self._ledgers.get(ledger_id)
         if entries is None:
-            entries = self._ledgers[ledger_id] = SortedDict()
+            entries = self._ledgers[ledger_id] = {}
         else:
-            existing: CachedEntry | None = entries.get(entry_id)
+            existing = entries.get(entry_id)
             if existing is not None:
                 if manager.by_expected_reads:
                     existing.expected_reads += expected_reads
@@ -101,7 +101,7 @@ class RangeEntryCache:
     def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
         """The cached entry, marked accessed, counted as a hit or a miss. O(1)."""
         entries = self._ledgers.get(ledger_id)
-        entry: CachedEntry | None = entries.get(entry_id) if entries is not None else None
+        entry = entries.get(entry_id) if entries is not None else None
         counters = self._manager.counters
         if entry is None:
             counters.misses += 1
@@ -126,7 +126,7 @@ class RangeEntryCache:
         found = 0
         lookup = entries.get
         for entry_id in range(first, last + 1):
-            entry: CachedEntry | None = lookup(entry_id)
+            entry = lookup(entry_id)
             if entry is None:
                 if gap_start < 0:
                     gap_start = entry_id
@@ -154,7 +154,7 @@ class RangeEntryCache:
         """One more read is expected for a cached position (it joined a replay queue)."""
         entries = self._ledgers.get(ledger_id)
         if entries is not None and self._manager.by_expected_reads:
-            entry: CachedEntry | None = entries.get(entry_id)
+            entry = entries.get(entry_id)
             if entry is not None:
                 entry.expected_reads += 1
 
@@ -165,7 +165,7 @@ class RangeEntryCache:
             removed += self.invalidate_all_entries(lid)
         entries = self._ledgers.get(ledger_id)
         if entries is not None:
-            doomed = list(entries.irange(maximum=entry_id, inclusive=(True, False)))
+            doomed = [eid for eid in entries if eid < entry_id]
             for eid in doomed:
                 self._drop(entries.pop(eid))
             removed += len(doomed)
@@ -192,7 +192,11 @@ class RangeEntryCache:
         return sum(e.size for entries in self._ledgers.values() for e in entries.values())
 
     def cached_entries(self) -> list[CachedEntry]:
-        return [e for lid in sorted(self._ledgers) for e in self._ledgers[lid].values()]
+        return [
+            self._ledgers[lid][eid]
+            for lid in sorted(self._ledgers)
+            for eid in sorted(self._ledgers[lid])
+        ]
 
     def _drop(self, entry: CachedEntry) -> None:
         """Account an entry already taken out of this cache's maps."""

@@ -8,13 +8,15 @@ documents every key; ``tests/config`` keeps the file and these defaults in step.
 
 from __future__ import annotations
 
+import functools
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from broker.cache.config import CacheConfig
+from broker.ledger.cache_policy import CachePolicy, LegacyPolicy, Pip430Policy, SegmentedPolicy
 from storage_stub.config import StorageConfig
 from storage_stub.confparse import load_config
 
@@ -143,6 +145,23 @@ def cache_config(config: BrokerConfig) -> CacheConfig:
         copy_entries=config.managedLedgerCacheCopyEntries,
         continue_caching_after_last_cursor_ms=None if continue_ms < 0 else continue_ms,
     )
+
+
+def cache_policy_factory(config: BrokerConfig) -> Callable[[], CachePolicy]:
+    """A factory of the ledger-side cache policy of the live design."""
+    design = config.managedLedgerCacheImplementation
+    if design == "segmented":
+        return SegmentedPolicy
+    if design == "legacy":
+        return functools.partial(
+            LegacyPolicy,
+            by_mark_delete=config.cacheEvictionByMarkDeletedPosition,
+            backlogged_threshold=config.managedLedgerCursorBackloggedThreshold,
+            min_backlog_cursors=config.managedLedgerMinimumBacklogCursorsForCaching,
+            min_backlog_entries=config.managedLedgerMinimumBacklogEntriesForCaching,
+            max_backlog_between=config.managedLedgerMaxBacklogBetweenCursorsForCaching,
+        )
+    return Pip430Policy
 
 
 def load_broker_config(

@@ -107,13 +107,9 @@ class Dispatcher(ABC):
         return True
 
     def _expected_reads(self) -> int:
-        """How many active cursors will still read what this one reads now: those at or
-        before its read position. O(#active cursors) until the active cursor container
-        lands."""
-        read_position = self.cursor.read_position
-        return sum(
-            1 for cursor in self.ledger.active_cursors if cursor.read_position <= read_position
-        )
+        """Expected reads for entries this cursor reads from storage (0: not cached),
+        as the cache design's policy says."""
+        return self.ledger.cache_policy.storage_read_reads(self.ledger, self.cursor)
 
     def _replay_later(self, position: Position) -> None:
         """Queue a position to send again; one more read of it is now expected."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from broker.dispatch.names import TopicName
 from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic
 from broker.ledger.cache_evictor import CacheEvictor
+from broker.ledger.cache_policy import CachePolicy, Pip430Policy
 from broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerConfig, metadata_key
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
@@ -32,6 +34,8 @@ class ServiceConfig:
     stats_update_frequency_s: int = 10
     maintenance_interval_s: float = 0.5
     cache_eviction_interval_ms: int = 10
+    #: a fresh policy per managed ledger, for the live cache design
+    cache_policy: Callable[[], CachePolicy] = Pip430Policy
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
 
@@ -120,6 +124,7 @@ class BrokerService:
             self.config.ledger,
             self.clock,
             self.evictor.after_insert,
+            self.config.cache_policy(),
         )
         try:
             await ledger.open()
@@ -246,6 +251,7 @@ class BrokerService:
             self._last_stats_ns = now
             for topic in self.topics.values():
                 topic.refresh_rates(elapsed_s)
+                topic.ledger.cache_policy.refresh(topic.ledger)
 
     def storage_stats(self) -> dict[str, Any]:
         return {}

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from broker.cache import create_entry_cache_manager
 from broker.clock import Clock, SystemClock
-from broker.config import BrokerConfig, cache_config
+from broker.config import BrokerConfig, cache_config, cache_policy_factory
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import (
     InvalidRequestError,
@@ -24,6 +24,7 @@ from broker.dispatch.errors import (
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfig
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
+from broker.http.b64 import decode_base64_strict
 from broker.http.errors import error_middleware
 from broker.http.openapi import openapi_spec
 from broker.http.parsing import (
@@ -68,6 +69,7 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
         consumer_idle_timeout_ms=config.consumerIdleTimeoutMs,
         stats_update_frequency_s=config.statsUpdateFrequencyInSecs,
         cache_eviction_interval_ms=config.managedLedgerCacheEvictionIntervalMs,
+        cache_policy=cache_policy_factory(config),
         ledger=ManagedLedgerConfig(
             max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
             max_size_per_ledger_bytes=config.managedLedgerMaxSizePerLedgerMbytes * 1024 * 1024,
@@ -177,7 +179,7 @@ def _encode_messages(body: dict[str, Any], config: BrokerConfig, now_ms: int) ->
         if not isinstance(payload_text, str):
             raise InvalidRequestError(f"messages[{index}].payload must be a base64 string")
         try:
-            payload = binascii.a2b_base64(payload_text, strict_mode=True)
+            payload = decode_base64_strict(payload_text)
         except (binascii.Error, ValueError):
             raise InvalidRequestError(f"messages[{index}].payload is not valid base64") from None
         if len(payload) > max_size:

@@ -158,6 +158,7 @@ class ManagedCursor:
             self.mark_delete_position = mark_delete
         if self.read_position <= mark_delete:
             self.read_position = ledger.next_position(mark_delete)
+        ledger.cache_policy.cursor_moved(ledger)
 
     def backlog(self) -> int:
         """Confirmed entries not yet acknowledged. O(#ledgers)."""
@@ -166,6 +167,11 @@ class ManagedCursor:
         )
 
     # ------------------------------------------------------------------ reads
+
+    def entries_to_read(self) -> int:
+        """Confirmed entries at or after the read position. O(#ledgers)."""
+        ledger = self.ledger
+        return ledger.number_of_entries_after(ledger.previous_position(self.read_position))
 
     def has_more_entries(self) -> bool:
         position = self.ledger.normalize(self.read_position)
@@ -186,6 +192,7 @@ class ManagedCursor:
                 # a rewind or reset happened while reading: drop this batch
                 continue
             self.read_position = ledger.next_position(entries[-1].position)
+            ledger.cache_policy.cursor_moved(ledger)
             deleted = self.individually_deleted
             mark_delete = self.mark_delete_position
             for entry in entries:

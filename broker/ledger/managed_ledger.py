@@ -19,6 +19,7 @@ import orjson
 from broker.cache.api import EntryCache
 from broker.cache.entry import CachedEntry
 from broker.clock import Clock
+from broker.ledger.cache_policy import CachePolicy, Pip430Policy
 from broker.ledger.entry import Entry
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
@@ -102,9 +103,11 @@ class ManagedLedger:
         config: ManagedLedgerConfig,
         clock: Clock,
         after_cache_insert: Callable[[], None] = _no_eviction,
+        cache_policy: CachePolicy | None = None,
     ) -> None:
         self.name = name
         self.after_cache_insert = after_cache_insert
+        self.cache_policy: CachePolicy = cache_policy or Pip430Policy()
         self.bookie = bookie
         self.metadata = metadata
         self.cache = cache
@@ -243,9 +246,9 @@ class ManagedLedger:
                 self._drained.set()
         first = last - len(entries) + 1
         ledger_id = info.ledger_id
-        if self._caching_added_entries():
+        expected_reads = self.cache_policy.added_entry_reads(self)
+        if expected_reads is not None:
             cache = self.cache
-            expected_reads = len(self.active_cursors)
             for offset, data in enumerate(entries):
                 cache.insert(ledger_id, first + offset, data, expected_reads)
             self.after_cache_insert()
@@ -274,7 +277,7 @@ class ManagedLedger:
         for listener in self._listeners:
             listener()
 
-    def _caching_added_entries(self) -> bool:
+    def caching_added_entries(self) -> bool:
         """Added entries are cached while a cursor is active, and for the configured
         while after the last one left (or the ledger opened)."""
         if self.active_cursors:
@@ -290,6 +293,7 @@ class ManagedLedger:
         self.active_cursors.discard(cursor)
         if not self.active_cursors:
             self._no_active_cursor_since_ns = self.clock.monotonic_ns()
+        self.cache_policy.cursor_moved(self)
 
     def _is_full(self, info: LedgerInfo, pending_entries: int = 0) -> bool:
         """Pulsar's rule: over the entry or size quota and older than the minimum rollover

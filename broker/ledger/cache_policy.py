@@ -1,0 +1,141 @@
+"""What the ledger layer caches under each design, and when it invalidates.
+
+The cache classes hold and evict; these policies decide, per managed ledger, which added
+entries and which storage reads go into the cache and (legacy) when entries are dropped
+because every active reader has passed them. Each is O(1) per event except where noted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from broker.ledger.position import Position
+
+if TYPE_CHECKING:
+    from broker.ledger.managed_cursor import ManagedCursor
+    from broker.ledger.managed_ledger import ManagedLedger
+
+
+class CachePolicy(Protocol):
+    def added_entry_reads(self, ledger: ManagedLedger) -> int | None:
+        """Expected reads for entries just added, or None not to cache them."""
+        ...
+
+    def storage_read_reads(self, ledger: ManagedLedger, cursor: ManagedCursor) -> int:
+        """Expected reads for entries ``cursor`` reads from storage; 0: don't cache."""
+        ...
+
+    def cursor_moved(self, ledger: ManagedLedger) -> None:
+        """A cursor's read or mark-delete position changed."""
+        ...
+
+    def refresh(self, ledger: ManagedLedger) -> None:
+        """Periodic upkeep (the stats period), for rules Pulsar evaluates periodically."""
+        ...
+
+
+class Pip430Policy:
+    """Added entries: one expected read per active cursor, and cached for a while after
+    the last active cursor left. Storage reads: one per active cursor at or before the
+    reader. No invalidation: expected reads and the removal queue do that work."""
+
+    __slots__ = ()
+
+    def added_entry_reads(self, ledger: ManagedLedger) -> int | None:
+        return len(ledger.active_cursors) if ledger.caching_added_entries() else None
+
+    def storage_read_reads(self, ledger: ManagedLedger, cursor: ManagedCursor) -> int:
+        """O(#active cursors) until the active cursor container lands."""
+        position = cursor.read_position
+        return sum(1 for other in ledger.active_cursors if other.read_position <= position)
+
+    def cursor_moved(self, ledger: ManagedLedger) -> None:
+        pass
+
+    def refresh(self, ledger: ManagedLedger) -> None:
+        pass
+
+
+class SegmentedPolicy:
+    """PIP-174: the write path feeds the ring while a cursor is active; nothing else."""
+
+    __slots__ = ()
+
+    def added_entry_reads(self, ledger: ManagedLedger) -> int | None:
+        return 0 if ledger.active_cursors else None
+
+    def storage_read_reads(self, ledger: ManagedLedger, cursor: ManagedCursor) -> int:
+        return 0
+
+    def cursor_moved(self, ledger: ManagedLedger) -> None:
+        pass
+
+    def refresh(self, ledger: ManagedLedger) -> None:
+        pass
+
+
+@dataclass(slots=True)
+class LegacyPolicy:
+    """Pulsar before PIP-430. A cursor is active when it has consumers and is at most
+    ``backlogged_threshold`` entries behind; added entries are cached while one is;
+    when the slowest active reader moves, everything before it is invalidated (its
+    mark-delete position with ``by_mark_delete``). Storage reads are cached only for
+    cursors chosen by the backlog-caching rule, which is evaluated periodically."""
+
+    by_mark_delete: bool = False
+    backlogged_threshold: int = 1000
+    min_backlog_cursors: int = 0
+    min_backlog_entries: int = 1000
+    max_backlog_between: int = 1000
+    _slowest: Position | None = None
+    _cache_reads: frozenset[str] = frozenset()
+
+    def _active(self, ledger: ManagedLedger) -> list[ManagedCursor]:
+        """Cursors with consumers and at most the threshold of entries still to read
+        (Pulsar counts from the read position, not unacked messages).
+        O(#active cursors x #ledgers)."""
+        threshold = self.backlogged_threshold
+        return [c for c in ledger.active_cursors if c.entries_to_read() <= threshold]
+
+    def added_entry_reads(self, ledger: ManagedLedger) -> int | None:
+        return 0 if ledger.active_cursors else None
+
+    def storage_read_reads(self, ledger: ManagedLedger, cursor: ManagedCursor) -> int:
+        return 1 if cursor.name in self._cache_reads else 0
+
+    def cursor_moved(self, ledger: ManagedLedger) -> None:
+        """Invalidate up to the slowest active reader when it changed. O(#cursors)."""
+        active = self._active(ledger)
+        if not active:
+            if self._slowest is not None:
+                self._slowest = None
+                ledger.cache.clear()
+            return
+        if self.by_mark_delete:
+            slowest = min(ledger.next_position(c.mark_delete_position) for c in active)
+        else:
+            slowest = min(c.read_position for c in active)
+        if slowest != self._slowest:
+            self._slowest = slowest
+            ledger.cache.invalidate_entries(slowest.ledger_id, slowest.entry_id)
+
+    def refresh(self, ledger: ManagedLedger) -> None:
+        """Pulsar's backlog-caching rule: a cursor with at least ``min_backlog_entries``
+        of backlog has its reads cached when at least ``min_backlog_cursors`` cursors
+        (itself included) have backlogs within ``max_backlog_between`` of its own.
+        O(#cursors^2), as in Pulsar."""
+        if self.min_backlog_cursors < 1:
+            self._cache_reads = frozenset()
+            return
+        backlogs = {c.name: c.backlog() for c in ledger.cursors.values()}
+        chosen = set()
+        for name, backlog in backlogs.items():
+            if backlog < self.min_backlog_entries:
+                continue
+            close = sum(
+                1 for other in backlogs.values() if abs(other - backlog) <= self.max_backlog_between
+            )
+            if close >= self.min_backlog_cursors:
+                chosen.add(name)
+        self._cache_reads = frozenset(chosen)

@@ -21,6 +21,7 @@ from broker.cache.entry import CachedEntry
 from broker.clock import Clock
 from broker.ledger.cache_policy import CachePolicy, Pip430Policy
 from broker.ledger.entry import Entry
+from broker.ledger.pending_reads import PendingReads
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import Bookie, MetadataStore
@@ -133,6 +134,7 @@ class ManagedLedger:
         self._tasks = TaskOwner(f"managed ledger {name}")
         self._metadata_lock = asyncio.Lock()
         self._closed = False
+        self.pending_reads = PendingReads(bookie.read_entries, self._tasks)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -489,7 +491,7 @@ class ManagedLedger:
             return [Entry(Position(ledger_id, c.entry_id), c.data, c) for c in hits]  # type: ignore[arg-type]
         fetched: dict[int, Entry] = {}
         for miss_first, miss_last in missing:
-            datas = await self.bookie.read_entries(ledger_id, miss_first, miss_last)
+            datas = await self.pending_reads.read(ledger_id, miss_first, miss_last)
             nbytes = 0
             for offset, data in enumerate(datas):
                 entry_id = miss_first + offset

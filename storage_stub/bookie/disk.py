@@ -2,23 +2,28 @@
 
 Data directory layout::
 
-    <data>/entrylogs/<n>.log   entry payloads (EntryLogger)
-    <data>/index/              RocksDB: (ledger, entry) -> location (EntryLocationIndex)
+    <data>/entrylogs/<n>.log   entry payloads, one frame per add (EntryLogger)
+    <data>/index/              RocksDB: (ledger, first entry) -> frame (EntryLocationIndex)
     <data>/metadata/           RocksDB: ledger metadata, next ledger id (LedgerMetadataIndex)
                                and the metadata store's records (RocksMetadataStore)
 
-An add writes its records to the entry log at once (in entry id order), then is
-acknowledged by ``syncMode``:
+An add becomes one frame (header and CRC built on the event loop, no payload copied),
+written with one pwritev into a preallocated log, and one index key. By ``syncMode``:
 
-- ``always``: the add's own commit: fsync the entry log, then a WAL-synced index write;
+- ``always``: the add's own commit: write, fsync the entry log, WAL-synced index write;
 - ``batch``: group commit: adds gathered for up to ``journalMaxGroupWaitMSec`` (or
   ``journalBufferedWritesThreshold`` bytes) share one fsync and one synced index batch;
-- ``none``: the index is written at once, nothing is fsynced (survives a process kill,
-  not a power loss).
+- ``none``: written and indexed at once on the loop, nothing fsynced (survives a process
+  kill, not a power loss). No thread hop: a pwritev into a preallocated file costs
+  about 0.2 us per KiB, less than handing it over and taking the GIL back.
 
-An entry is indexed only after its record is durable, so after a crash the index is the
-truth of what was acknowledged; the entry logs only lose a torn tail. Commits run on one
-owned task (always/batch), fsyncs and synced writes on the bookie's writer thread.
+In always/batch the group committer's one owned task hands each group to the bookie's
+writer thread, where its frames are written, fsynced and indexed in one hop (pwritev and
+fsync release the GIL). An entry is indexed only after its frame is written (and durable,
+in always/batch), and an add returns only after its index write, so reads (which go
+through the index) see every acknowledged entry, and after a crash the index is the
+truth of what was acknowledged; the entry logs only lose a torn tail. Groups commit one
+at a time in submission order, so acknowledgements follow entry ids.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 from rocksdict import Rdict
 
@@ -43,7 +48,7 @@ from storage_stub.bookie.api import (
     StorageFaultError,
 )
 from storage_stub.bookie.counters import OpCounters
-from storage_stub.bookie.entry_log import EntryLocation, EntryLogger
+from storage_stub.bookie.entry_log import EntryLogger, Frame
 from storage_stub.bookie.group_commit import GroupCommitter
 from storage_stub.bookie.ledger_metadata import LedgerMetadataIndex
 from storage_stub.bookie.location_index import EntryLocationIndex
@@ -66,28 +71,23 @@ class _DiskLedger:
 
 
 class _PendingAdd:
-    __slots__ = ("first_entry_id", "ledger", "length", "locations")
+    __slots__ = ("frame", "ledger")
 
-    def __init__(
-        self,
-        ledger: _DiskLedger,
-        first_entry_id: int,
-        locations: list[EntryLocation],
-        length: int,
-    ) -> None:
+    def __init__(self, ledger: _DiskLedger, frame: Frame) -> None:
         self.ledger = ledger
-        self.first_entry_id = first_entry_id
-        self.locations = locations
-        self.length = length
+        self.frame = frame
 
 
 class DiskBookie:
     """Bookie on a data directory. Open with ``await DiskBookie.open(...)``.
 
-    Costs: ``add_entries`` one buffer build + one pwrite on the loop, then the commit
-    (above). ``read_entries`` one multi-get + about one pread per 256 KiB of contiguous
-    records, on the loop (page-cache reads). ``get_last_entry_in_ledger`` one floor seek.
-    ``last_add_confirmed``/``ledger_metadata`` O(1) from memory.
+    Costs on the loop: ``add_entries`` one frame header (CRC over the payloads, about
+    0.05 us per KiB); then in syncMode=none one pwritev and one index put, in
+    always/batch a share of one writer-thread hop per group (pwritev, fsync and index
+    write run there). ``read_entries`` one floor seek plus one iterator step per further
+    frame, and about one pread per 256 KiB of nearby entries (page-cache reads).
+    ``get_last_entry_in_ledger`` one floor seek. ``last_add_confirmed`` and
+    ``ledger_metadata`` O(1) from memory.
     """
 
     __slots__ = (
@@ -120,7 +120,7 @@ class DiskBookie:
         self._counters = counters
         self._sync_mode = config.syncMode
         self._sync = config.syncMode != "none"
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bookie-sync")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bookie-writer")
         self._closed = False
         self._committer: GroupCommitter[_PendingAdd] | None = None
         if config.syncMode == "always":
@@ -238,40 +238,48 @@ class DiskBookie:
         if not entries:
             raise ValueError("add_entries needs at least one entry")
         first = ledger.next_entry_id
-        locations = self._log.append(ledger_id, first, entries)
-        last = first + len(entries) - 1
-        length = sum(map(len, entries))
+        frame = Frame(ledger_id, first, entries)
+        last = first + frame.count - 1
         committer = self._committer
         if committer is None:
+            location = self._log.write(frame)
             try:
-                self._index.add_locations(((ledger_id, first, locations),), sync=False)
+                self._index.add_frames(((frame, location),), sync=False)
             except Exception as error:
                 raise StorageFaultError("addEntries", f"index write failed: {error}") from error
             ledger.next_entry_id = last + 1
             metadata = ledger.metadata
             metadata.last_entry_id = last
-            metadata.length += length
+            metadata.length += frame.payload_bytes
             return last
-        future = committer.submit(_PendingAdd(ledger, first, locations, length), length)
+        future = committer.submit(_PendingAdd(ledger, frame), frame.payload_bytes)
         ledger.next_entry_id = last + 1
         ledger.in_flight = future
         # Shielded: a caller giving up must not interrupt the group its entries are in.
         await asyncio.shield(future)
         return last
 
-    async def _commit(self, group: list[_PendingAdd]) -> None:
-        """Make a group durable: fsync the entry logs, then index it with a synced write."""
+    def _write_group(self, group: list[_PendingAdd]) -> None:
+        """Writer thread (always/batch): write the group's frames, fsync the entry logs,
+        then index the frames with a WAL-synced write. Cost: one pwritev per frame, one
+        fsync per log written, one index batch."""
+        log = self._log
+        written = [(add.frame, log.write(add.frame)) for add in group]
+        fds = log.take_unsynced()
         try:
-            fds = self._log.take_unsynced()
-            try:
-                await self._in_writer(functools.partial(EntryLogger.fsync_all, fds))
-            except BaseException:
-                self._log.restore_unsynced(fds)
-                raise
-            runs = [
-                (add.ledger.metadata.ledger_id, add.first_entry_id, add.locations) for add in group
-            ]
-            await self._in_writer(functools.partial(self._index.add_locations, runs, sync=True))
+            EntryLogger.fsync_all(fds)
+        except BaseException:
+            log.restore_unsynced(fds)
+            raise
+        try:
+            self._index.add_frames(written, sync=True)
+        except Exception as error:
+            raise StorageFaultError("addEntries", f"index write failed: {error}") from error
+
+    async def _commit(self, group: list[_PendingAdd]) -> None:
+        """Commit a group in one writer-thread hop; then confirm its adds."""
+        try:
+            await self._in_writer(functools.partial(self._write_group, group))
         except BaseException as error:
             # The group fails and so does every add queued behind it: ids go back to
             # the last confirmed entry of each ledger.
@@ -282,8 +290,9 @@ class DiskBookie:
             raise
         for add in group:
             metadata = add.ledger.metadata
-            metadata.last_entry_id = add.first_entry_id + len(add.locations) - 1
-            metadata.length += add.length
+            frame = add.frame
+            metadata.last_entry_id = frame.first_entry_id + frame.count - 1
+            metadata.length += frame.payload_bytes
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         ledger = self._ledger(ledger_id, "readEntries")
@@ -294,16 +303,10 @@ class DiskBookie:
         confirmed = ledger.metadata.last_entry_id
         if last > confirmed:
             raise NoSuchEntryError(ledger_id, max(first, confirmed + 1))
-        if first == last:
-            location = self._index.get_location(ledger_id, first)
-            if location is None:
-                raise NoSuchEntryError(ledger_id, first)
-            return [self._log.read(location)]
-        locations = self._index.get_locations(ledger_id, first, last)
-        for offset, location in enumerate(locations):
-            if location is None:
-                raise NoSuchEntryError(ledger_id, first + offset)
-        return self._log.read_many(cast(list[EntryLocation], locations))
+        runs, missing = self._index.find_runs(ledger_id, first, last)
+        if missing <= last:
+            raise NoSuchEntryError(ledger_id, missing)
+        return self._log.read_runs(runs)
 
     async def last_add_confirmed(self, ledger_id: int) -> int:
         return self._ledger(ledger_id, "getLastEntry").metadata.last_entry_id

@@ -1,102 +1,182 @@
 """Append-only entry log files ``entrylogs/<n>.log``: where entry payloads live.
 
-Record layout (big-endian)::
+One frame per add call (big-endian)::
 
-    ledger id u64 | entry id i64 | payload length u32 | crc32 u32 | payload
+    crc32 u32 | ledger id u64 | first entry id i64 | count u32 | payload bytes u64
+    | count x payload length u32 | payload 1 | ... | payload count
 
-The CRC covers the first 20 header bytes and the payload, so a torn or zero-filled tail
-never parses as a record. Records of one ``append`` are contiguous and written with one
-``pwrite``: they are in the OS page cache (readable, and surviving a process kill) when
-``append`` returns, durable only after ``sync``. The location index, not the log, says
-which records were acknowledged; recovery only cuts a torn tail off the last log.
+The CRC covers everything after itself. A frame is valid only if its count is at least
+1, its lengths add up to its payload bytes, it ends inside the file and its CRC matches,
+so a torn tail and the zeros of a preallocated tail never parse as a frame.
 
-All methods block (file I/O): the bookie calls ``sync`` and ``fsync_all`` from a thread.
+A frame is written with one ``pwritev`` of [header, payload 1, ...]: no copy of the
+payloads. It is in the OS page cache (readable, and surviving a process kill) when
+``write`` returns, durable only after ``sync``. Files grow in preallocated steps of up to
+PREALLOCATE_BYTES, so a write does not pay for growing the file; ``close`` trims the
+unused preallocation. The location index, not the log, says which frames were
+acknowledged; recovery only cuts the newest log back to its last valid frame.
+
+Blocking file I/O throughout: the bookie calls ``write`` and ``sync`` from its writer
+thread; ``Frame`` building and reads run on the event loop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
 import struct
-import zlib
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from isal.isal_zlib import crc32
+
 from storage_stub.bookie.api import StorageFaultError
 
-_PREFIX = struct.Struct(">QqI")
 _CRC = struct.Struct(">I")
-#: Bytes of header in front of every payload.
-HEADER_SIZE = _PREFIX.size + _CRC.size
-#: Contiguous records are read with one pread while the span stays under this size.
+_FIXED = struct.Struct(">IQqIQ")  # crc, ledger id, first entry id, count, payload bytes
+#: Bytes of a frame header before its lengths (the whole header is this + 4 x count).
+FRAME_HEADER_SIZE = _FIXED.size
+#: Bytes per payload length in a frame header (and in an index value).
+LENGTH_SIZE = 4
+#: Nearby runs of one log are read with one pread while the span stays under this size.
 MAX_GROUPED_READ_BYTES = 256 * 1024
+#: Entry log files grow in steps of this size (capped by the log size limit).
+PREALLOCATE_BYTES = 64 * 1024 * 1024
 _RECOVERY_CHUNK_BYTES = 4 * 1024 * 1024
+_MAX_ENTRIES_PER_FRAME = (1 << 32) - 1
+_IOV_MAX = 1024
+#: posix_fallocate errors meaning "not supported here": writes then grow the file.
+_NO_FALLOCATE = frozenset((errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL))
+_LENGTHS: dict[int, struct.Struct] = {}
+#: Names the log format, so logs of another format are refused, never cut as torn.
+FORMAT_FILE = "FORMAT"
+FORMAT = b"brokerlab entry log: one frame per add, v1\n"
 
 
-class EntryLocation(NamedTuple):
-    """Where one entry's record starts, and its payload length."""
+def lengths_struct(count: int) -> struct.Struct:
+    """The struct of ``count`` big-endian u32 lengths (cached per count)."""
+    packer = _LENGTHS.get(count)
+    if packer is None:
+        packer = struct.Struct(f">{count}I")
+        if len(_LENGTHS) < 4096:
+            _LENGTHS[count] = packer
+    return packer
+
+
+class Frame:
+    """One add call's entries, ready to write: ``header`` is the whole frame header
+    (CRC filled in) and its tail ``header[FRAME_HEADER_SIZE:]`` the raw lengths, which
+    the location index stores as they are.
+
+    Building one costs one pass over the payloads for the CRC (ISA-L, about 0.05 us per
+    KiB) and one header allocation: no payload is copied.
+    """
+
+    __slots__ = ("count", "entries", "first_entry_id", "header", "ledger_id", "payload_bytes")
+
+    def __init__(self, ledger_id: int, first_entry_id: int, entries: Sequence[bytes]) -> None:
+        count = len(entries)
+        if not 0 < count <= _MAX_ENTRIES_PER_FRAME:
+            raise ValueError(f"a frame holds 1 to {_MAX_ENTRIES_PER_FRAME} entries, not {count}")
+        lengths = list(map(len, entries))
+        payload_bytes = sum(lengths)
+        header = bytearray(FRAME_HEADER_SIZE + LENGTH_SIZE * count)
+        _FIXED.pack_into(header, 0, 0, ledger_id, first_entry_id, count, payload_bytes)
+        lengths_struct(count).pack_into(header, FRAME_HEADER_SIZE, *lengths)
+        crc = crc32(memoryview(header)[_CRC.size :])
+        for payload in entries:
+            crc = crc32(payload, crc)
+        _CRC.pack_into(header, 0, crc)
+        self.ledger_id = ledger_id
+        self.first_entry_id = first_entry_id
+        self.count = count
+        self.payload_bytes = payload_bytes
+        self.header = header
+        self.entries = entries
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole frame in the log."""
+        return len(self.header) + self.payload_bytes
+
+    @property
+    def raw_lengths(self) -> memoryview:
+        return memoryview(self.header)[FRAME_HEADER_SIZE:]
+
+
+class FrameLocation(NamedTuple):
+    """Where a frame starts in which log."""
 
     log_id: int
     offset: int
-    length: int
 
 
-def encode_record_into(
-    buffer: bytearray, position: int, ledger_id: int, entry_id: int, payload: bytes
-) -> int:
-    """Write one record at ``position`` of ``buffer`` (pre-sized); return the next position."""
-    length = len(payload)
-    _PREFIX.pack_into(buffer, position, ledger_id, entry_id, length)
-    crc = zlib.crc32(payload, zlib.crc32(memoryview(buffer)[position : position + _PREFIX.size]))
-    _CRC.pack_into(buffer, position + _PREFIX.size, crc)
-    start = position + HEADER_SIZE
-    buffer[start : start + length] = payload
-    return start + length
+class EntryRun(NamedTuple):
+    """Consecutive entries of one frame: the log, where the first payload starts, and
+    every payload's length in entry order."""
+
+    log_id: int
+    offset: int
+    lengths: Sequence[int]
+
+
+def payloads_offset(frame_offset: int, count: int) -> int:
+    """Where the first payload of a frame of ``count`` entries starts."""
+    return frame_offset + FRAME_HEADER_SIZE + LENGTH_SIZE * count
 
 
 def valid_prefix_length(fd: int, size: int) -> int:
-    """Length of the longest prefix of the file made of whole records with good CRCs.
+    """Length of the longest prefix of the file made of whole, valid frames.
 
-    Cost: reads the file once in 4 MiB chunks and CRCs every byte: O(size).
+    Cost: reads the file once in 4 MiB chunks (one pread per larger frame) and CRCs every
+    byte: O(size).
     """
     position = 0
     chunk = b""
     chunk_start = 0
-    while position + HEADER_SIZE <= size:
-        if position + HEADER_SIZE > chunk_start + len(chunk):
+    while position + FRAME_HEADER_SIZE <= size:
+        if position + FRAME_HEADER_SIZE > chunk_start + len(chunk):
             chunk_start = position
             chunk = os.pread(fd, min(_RECOVERY_CHUNK_BYTES, size - position), position)
+            if len(chunk) < FRAME_HEADER_SIZE:
+                break
         relative = position - chunk_start
-        _ledger_id, _entry_id, length = _PREFIX.unpack_from(chunk, relative)
-        (crc,) = _CRC.unpack_from(chunk, relative + _PREFIX.size)
-        end = position + HEADER_SIZE + length
+        crc, _ledger_id, _first, count, payload_bytes = _FIXED.unpack_from(chunk, relative)
+        if count == 0:  # also every zero-filled (preallocated) tail
+            break
+        end = payloads_offset(position, count) + payload_bytes
         if end > size:
             break
         if end > chunk_start + len(chunk):
             chunk_start = position
-            chunk = os.pread(fd, max(_RECOVERY_CHUNK_BYTES, end - position), position)
+            chunk = os.pread(
+                fd, min(max(_RECOVERY_CHUNK_BYTES, end - position), size - position), position
+            )
+            if len(chunk) < end - position:
+                break
             relative = 0
         view = memoryview(chunk)
-        payload_start = relative + HEADER_SIZE
-        expected = zlib.crc32(
-            view[payload_start : payload_start + length],
-            zlib.crc32(view[relative : relative + _PREFIX.size]),
-        )
-        if expected != crc:
+        lengths = lengths_struct(count).unpack_from(view, relative + FRAME_HEADER_SIZE)
+        if sum(lengths) != payload_bytes:
+            break
+        if crc32(view[relative + _CRC.size : relative + end - position]) != crc:
             break
         position = end
     return position
 
 
 class EntryLogger:
-    """The entry log files of one data directory; appends go to the newest.
+    """The entry log files of one data directory; frames go to the newest.
 
-    ``append``: one buffer build + one pwrite, O(batch bytes). ``read``: one pread.
-    ``read_many``: one pread per run of contiguous records (up to 256 KiB), else one each.
+    ``write``: one pwritev per frame (plus a fallocate per 64 MiB), O(frame count +
+    frame bytes copied by the kernel). ``read_runs``: one pread per group of nearby runs
+    (up to 256 KiB), one copy per payload out of it.
     """
 
     __slots__ = (
+        "_allocated",
         "_broken",
         "_current_fd",
         "_current_id",
@@ -109,19 +189,21 @@ class EntryLogger:
     )
 
     def __init__(self, directory: pathlib.Path, size_limit: int) -> None:
-        """Open (creating if needed) the logs under ``directory``; cut a torn tail off
-        the newest one. Cost: O(size of the newest log) for the tail check."""
+        """Open (creating if needed) the logs under ``directory``; cut the newest one back
+        to its last valid frame. Cost: O(size of the newest log) for that check."""
         self._directory = directory
         self._size_limit = size_limit
         self._fds: dict[int, int] = {}
         self._unsynced: set[int] = set()
         self._broken: OSError | None = None
+        self._directory_fd = -1
         directory.mkdir(parents=True, exist_ok=True)
         self._directory_fd = os.open(directory, os.O_RDONLY)
         try:
             log_ids = sorted(
                 int(path.stem) for path in directory.glob("*.log") if path.stem.isdigit()
             )
+            self._check_format(bool(log_ids))
             for log_id in log_ids[:-1]:
                 self._fds[log_id] = os.open(self._path(log_id), os.O_RDONLY)
             if log_ids:
@@ -129,20 +211,42 @@ class EntryLogger:
                 self._current_fd = os.open(self._path(self._current_id), os.O_RDWR)
                 self._fds[self._current_id] = self._current_fd
                 self._write_offset = self._truncate_torn_tail(self._current_fd)
+                self._allocated = self._write_offset
             else:
                 self._current_id = -1
                 self._current_fd = -1
                 self._write_offset = 0
+                self._allocated = 0
                 self._start_log(0)
         except BaseException:
             self.close()
             raise
+
+    def _check_format(self, has_logs: bool) -> None:
+        """Refuse logs of another format (ValueError); mark a new directory as ours."""
+        marker = self._directory / FORMAT_FILE
+        if marker.exists():
+            if marker.read_bytes() != FORMAT:
+                raise ValueError(f"{self._directory}: entry logs of an unknown format")
+        elif has_logs:
+            raise ValueError(
+                f"{self._directory}: entry logs of an older brokerlab (one record per entry); "
+                "this version reads only its own format: use a new data directory"
+            )
+        else:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, FORMAT)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _path(self, log_id: int) -> pathlib.Path:
         return self._directory / f"{log_id}.log"
 
     @staticmethod
     def _truncate_torn_tail(fd: int) -> int:
+        """Cut everything after the last valid frame (a torn frame, preallocated zeros)."""
         size = os.fstat(fd).st_size
         valid = valid_prefix_length(fd, size)
         if valid < size:
@@ -152,12 +256,35 @@ class EntryLogger:
 
     def _start_log(self, log_id: int) -> None:
         fd = os.open(self._path(log_id), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self._trim_preallocation()
         self._fds[log_id] = fd
         self._current_id = log_id
         self._current_fd = fd
         self._write_offset = 0
-        # The new file's directory entry must be durable with the first records in it.
+        self._allocated = 0
+        # The new file's directory entry must be durable with the first frames in it.
         self._unsynced.add(self._directory_fd)
+
+    def _trim_preallocation(self) -> None:
+        """Give back the unused preallocated tail of the current log."""
+        if self._current_fd >= 0 and self._allocated > self._write_offset:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._current_fd, self._write_offset)
+            self._allocated = self._write_offset
+
+    def _preallocate(self, end: int) -> None:
+        """Make sure the current log has blocks up to ``end``: one fallocate of up to
+        PREALLOCATE_BYTES (never past the size limit unless one frame needs it)."""
+        start = self._allocated
+        target = max(end, min(start + PREALLOCATE_BYTES, self._size_limit))
+        fallocate = getattr(os, "posix_fallocate", None)
+        if fallocate is not None:
+            try:
+                fallocate(self._current_fd, start, target - start)
+            except OSError as error:
+                if error.errno not in _NO_FALLOCATE:
+                    return  # no room, say: the write itself will tell
+        self._allocated = target
 
     @property
     def current_log_id(self) -> int:
@@ -165,52 +292,52 @@ class EntryLogger:
 
     @property
     def write_offset(self) -> int:
-        """Size of the current log: where the next record goes."""
+        """End of the last frame of the current log: where the next frame goes."""
         return self._write_offset
 
-    def append(
-        self, ledger_id: int, first_entry_id: int, entries: Sequence[bytes]
-    ) -> list[EntryLocation]:
-        """Write ``entries`` as contiguous records (rolling to a new log first when the
-        current one would pass the size limit) and return their locations.
+    def write(self, frame: Frame) -> FrameLocation:
+        """Write ``frame`` after the last one (rolling to a new log first when the current
+        one would pass the size limit) and return where it starts.
 
         All or nothing: a failed write is cut off again and raises StorageFaultError.
         """
         if self._broken is not None:
             raise StorageFaultError("addEntries", f"entry log unusable: {self._broken}")
-        total = 0
-        for payload in entries:
-            total += HEADER_SIZE + len(payload)
-        if self._write_offset > 0 and self._write_offset + total > self._size_limit:
+        size = len(frame.header) + frame.payload_bytes
+        if self._write_offset > 0 and self._write_offset + size > self._size_limit:
             try:
                 self._start_log(self._current_id + 1)
             except OSError as error:
                 raise StorageFaultError("addEntries", f"cannot roll entry log: {error}") from None
-        buffer = bytearray(total)
-        log_id = self._current_id
-        start = self._write_offset
-        locations: list[EntryLocation] = []
-        position = 0
-        entry_id = first_entry_id
-        for payload in entries:
-            locations.append(EntryLocation(log_id, start + position, len(payload)))
-            position = encode_record_into(buffer, position, ledger_id, entry_id, payload)
-            entry_id += 1
-        self._write_all(buffer, start)
-        self._write_offset = start + total
+        offset = self._write_offset
+        if offset + size > self._allocated:
+            self._preallocate(offset + size)
+        self._write_frame(frame, offset, size)
+        self._write_offset = offset + size
         self._unsynced.add(self._current_fd)
-        return locations
+        return FrameLocation(self._current_id, offset)
 
-    def _write_all(self, buffer: bytearray, offset: int) -> None:
+    def append(
+        self, ledger_id: int, first_entry_id: int, entries: Sequence[bytes]
+    ) -> FrameLocation:
+        """Build the frame of ``entries`` and ``write`` it."""
+        return self.write(Frame(ledger_id, first_entry_id, entries))
+
+    def _write_frame(self, frame: Frame, offset: int, size: int) -> None:
         fd = self._current_fd
-        view = memoryview(buffer)
-        written = 0
         try:
-            while written < len(buffer):
-                written += os.pwrite(fd, view[written:], offset + written)
+            written = 0
+            if frame.count < _IOV_MAX:
+                written = os.pwritev(fd, [frame.header, *frame.entries], offset)
+            if written < size:
+                # Rare: a short write, or more entries than one pwritev takes.
+                whole = memoryview(b"".join((frame.header, *frame.entries)))
+                while written < size:
+                    written += os.pwrite(fd, whole[written:], offset + written)
         except OSError as error:
             try:
                 os.ftruncate(fd, offset)
+                self._allocated = offset
             except OSError as truncate_error:
                 self._broken = truncate_error
             raise StorageFaultError("addEntries", f"entry log write failed: {error}") from None
@@ -232,44 +359,44 @@ class EntryLogger:
             )
         return data
 
-    def read(self, location: EntryLocation) -> bytes:
-        """The payload at ``location``: one pread, one allocation."""
-        return self._pread(location.log_id, location.length, location.offset + HEADER_SIZE)
-
-    def read_many(self, locations: Sequence[EntryLocation]) -> list[bytes]:
-        """Payloads at ``locations``, in order. Contiguous records of one log are read with
-        one pread while the span stays under MAX_GROUPED_READ_BYTES (one copy per payload
-        out of it); others one pread each."""
+    def read_runs(self, runs: Sequence[EntryRun]) -> list[bytes]:
+        """The payloads of ``runs``, in order. Runs of one log that follow each other
+        (gaps of frame headers between them are read over) are read with one pread while
+        the span stays under MAX_GROUPED_READ_BYTES; a larger run alone in one pread.
+        Cost: one pread per group, one copy per payload."""
         payloads: list[bytes] = []
-        count = len(locations)
+        append = payloads.append
+        count = len(runs)
         i = 0
         while i < count:
-            first = locations[i]
-            end = first.offset + HEADER_SIZE + first.length
+            first = runs[i]
+            end = first.offset + sum(first.lengths)
             j = i + 1
             while j < count:
-                location = locations[j]
-                if location.log_id != first.log_id or location.offset != end:
+                run = runs[j]
+                if run.log_id != first.log_id or run.offset < end:
                     break
-                next_end = end + HEADER_SIZE + location.length
+                next_end = run.offset + sum(run.lengths)
                 if next_end - first.offset > MAX_GROUPED_READ_BYTES:
                     break
                 end = next_end
                 j += 1
-            if j == i + 1:
-                payloads.append(self.read(first))
+            span = self._pread(first.log_id, end - first.offset, first.offset)
+            if i + 1 == j and len(first.lengths) == 1:
+                append(span)
             else:
-                span = self._pread(first.log_id, end - first.offset, first.offset)
-                base = first.offset - HEADER_SIZE
+                base = first.offset
                 for k in range(i, j):
-                    location = locations[k]
-                    start = location.offset - base
-                    payloads.append(span[start : start + location.length])
+                    run = runs[k]
+                    start = run.offset - base
+                    for length in run.lengths:
+                        append(span[start : start + length])
+                        start += length
             i = j
         return payloads
 
     def take_unsynced(self) -> list[int]:
-        """File descriptors written since the last sync (call on the loop thread); hand
+        """File descriptors written since the last sync (call on the writer thread); hand
         them to ``fsync_all`` and give them back with ``restore_unsynced`` on failure."""
         fds = list(self._unsynced)
         self._unsynced.clear()
@@ -285,7 +412,7 @@ class EntryLogger:
             os.fsync(fd)
 
     def sync(self) -> None:
-        """Blocking: make every appended record durable."""
+        """Blocking: make every written frame durable."""
         fds = self.take_unsynced()
         try:
             self.fsync_all(fds)
@@ -294,12 +421,16 @@ class EntryLogger:
             raise
 
     def close(self) -> None:
-        """Release the descriptors (no fsync: call ``sync`` first for durability)."""
+        """Trim the preallocated tail and release the descriptors (no fsync: call
+        ``sync`` first for durability)."""
+        if self._fds:
+            self._trim_preallocation()
         for fd in self._fds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds.clear()
         self._unsynced.clear()
+        self._current_fd = -1
         if self._directory_fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._directory_fd)

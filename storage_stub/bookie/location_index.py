@@ -1,43 +1,53 @@
-"""Entry location index: (ledger id, entry id) -> where the entry's record is.
+"""Entry location index: (ledger id, first entry id of a frame) -> where the frame is.
 
-RocksDB under ``<data>/index``. Key: 16 bytes big-endian (ledger id, entry id), so one
-ledger's entries are adjacent and ordered. Value: 16 bytes big-endian (entry log id u32,
-record offset u64, payload length u32); the length saves a header read per entry and
-lets a ledger's size be recovered from the index alone.
+RocksDB under ``<data>/index``. One key per entry-log frame, that is per add call. Key:
+16 bytes big-endian (ledger id, first entry id), so one ledger's frames are adjacent and
+ordered. Value (big-endian): entry log id u32, frame offset u64, count u32, then the
+count payload lengths u32 exactly as in the frame header. The lengths let a read locate
+entry k of a frame without reading the frame header, and let a ledger's size be recovered
+from the index alone.
 
+Entry e of a ledger is in the frame with the greatest key <= (ledger, e): a floor seek.
 Methods block (RocksDB calls); a synced write also fsyncs the WAL, so the bookie runs
-those on a thread.
+writes on its writer thread.
 """
 
 from __future__ import annotations
 
 import pathlib
 import struct
-from collections.abc import Iterable, Sequence
-from typing import cast
+from collections.abc import Iterable
 
 from rocksdict import Rdict, WriteBatch
 
-from storage_stub.bookie.entry_log import EntryLocation
+from storage_stub.bookie.entry_log import (
+    EntryRun,
+    Frame,
+    FrameLocation,
+    lengths_struct,
+    payloads_offset,
+)
 from storage_stub.bookie.rocks import open_rocks, write_options
 
-#: What rocksdict accepts as a key (this index only ever passes bytes).
-_RocksKey = str | int | float | bytes | bool
 _KEY = struct.Struct(">QQ")
-_VALUE = struct.Struct(">IQI")
+_VALUE = struct.Struct(">IQI")  # log id, frame offset, count; the lengths follow
 _MAX_ENTRY_ID = (1 << 63) - 1
 _SYNC = write_options(sync=True)
 _NO_SYNC = write_options(sync=False)
 
 
-def location_key(ledger_id: int, entry_id: int) -> bytes:
-    return _KEY.pack(ledger_id, entry_id)
+def location_key(ledger_id: int, first_entry_id: int) -> bytes:
+    return _KEY.pack(ledger_id, first_entry_id)
 
 
 class EntryLocationIndex:
-    """RocksDB-backed locations. ``get_location``: one point lookup. ``get_locations``: one
-    multi-get. ``add_locations``: one WriteBatch. ``get_last_entry_in_ledger``: one floor
-    seek (counted in ``floor_seeks``). ``delete_ledger``: one range tombstone."""
+    """RocksDB-backed frame locations.
+
+    ``add_frames``: one WriteBatch with one put per frame. ``find_runs``: one floor seek,
+    then one iterator step per further frame. ``get_last_entry_in_ledger``: one floor
+    seek (counted in ``floor_seeks``). ``ledger_stats``: a scan over the ledger's frames.
+    ``delete_ledger``: one range tombstone.
+    """
 
     __slots__ = ("_db", "floor_seeks")
 
@@ -46,46 +56,68 @@ class EntryLocationIndex:
         #: Floor seeks made by get_last_entry_in_ledger since open.
         self.floor_seeks = 0
 
-    def get_location(self, ledger_id: int, entry_id: int) -> EntryLocation | None:
-        value = self._db.get(_KEY.pack(ledger_id, entry_id))
-        return None if value is None else EntryLocation._make(_VALUE.unpack(value))
-
-    def get_locations(self, ledger_id: int, first: int, last: int) -> list[EntryLocation | None]:
-        """Locations of ``first..last`` (None where missing), with one multi-get."""
-        pack = _KEY.pack
-        keys: list[_RocksKey] = [pack(ledger_id, entry_id) for entry_id in range(first, last + 1)]
-        values = cast(list[bytes | None], self._db.get(keys))
-        unpack = _VALUE.unpack
-        make = EntryLocation._make
-        return [None if value is None else make(unpack(value)) for value in values]
-
-    def add_locations(
-        self,
-        runs: Iterable[tuple[int, int, Sequence[EntryLocation]]],
-        *,
-        sync: bool,
-    ) -> None:
-        """Index every ``(ledger id, first entry id, locations)`` run in one atomic batch."""
+    def add_frames(self, frames: Iterable[tuple[Frame, FrameLocation]], *, sync: bool) -> None:
+        """Index every written frame in one atomic batch: O(frames + their entry counts)
+        bytes copied, no per-entry work in Python."""
         batch = WriteBatch(raw_mode=True)
         pack_key = _KEY.pack
         pack_value = _VALUE.pack
-        for ledger_id, first_entry_id, locations in runs:
-            entry_id = first_entry_id
-            for log_id, offset, length in locations:
-                batch.put(pack_key(ledger_id, entry_id), pack_value(log_id, offset, length))
-                entry_id += 1
+        for frame, (log_id, offset) in frames:
+            batch.put(
+                pack_key(frame.ledger_id, frame.first_entry_id),
+                pack_value(log_id, offset, frame.count) + frame.raw_lengths,
+            )
         self._db.write(batch, _SYNC if sync else _NO_SYNC)
+
+    def find_runs(self, ledger_id: int, first: int, last: int) -> tuple[list[EntryRun], int]:
+        """The entries ``first..last`` (first <= last) as runs, one per frame, in order,
+        and the first of those ids not indexed (``last + 1`` when every one is).
+
+        Cost: one floor seek, one iterator step per further frame, one unpack of each
+        frame's lengths.
+        """
+        runs: list[EntryRun] = []
+        iterator = self._db.iter()
+        iterator.seek_for_prev(_KEY.pack(ledger_id, first))
+        if not iterator.valid():
+            return runs, first
+        wanted = first
+        unpack_key = _KEY.unpack
+        unpack_value = _VALUE.unpack_from
+        while wanted <= last:
+            found_ledger_id, frame_first = unpack_key(iterator.key())
+            if found_ledger_id != ledger_id or frame_first > wanted:
+                break
+            value = iterator.value()
+            log_id, offset, count = unpack_value(value)
+            skip = wanted - frame_first
+            if skip >= count:
+                break
+            take = min(count, last - frame_first + 1)
+            lengths = lengths_struct(count).unpack_from(value, _VALUE.size)
+            start = payloads_offset(offset, count) + sum(lengths[:skip])
+            runs.append(EntryRun(log_id, start, lengths[skip:take]))
+            wanted = frame_first + take
+            if wanted > last:
+                break
+            iterator.next()
+            if not iterator.valid():
+                break
+        return runs, wanted
 
     def get_last_entry_in_ledger(self, ledger_id: int) -> int:
         """Floor seek: the greatest entry id stored for the ledger, -1 when it has none.
-        One RocksDB seek_for_prev to (ledger id, 2^63-1)."""
+        One RocksDB seek_for_prev to (ledger id, 2^63-1); the frame found holds it last."""
         self.floor_seeks += 1
         iterator = self._db.iter()
         iterator.seek_for_prev(_KEY.pack(ledger_id, _MAX_ENTRY_ID))
         if not iterator.valid():
             return -1
-        found_ledger_id, entry_id = _KEY.unpack(iterator.key())
-        return entry_id if found_ledger_id == ledger_id else -1
+        found_ledger_id, frame_first = _KEY.unpack(iterator.key())
+        if found_ledger_id != ledger_id:
+            return -1
+        count: int = _VALUE.unpack_from(iterator.value())[2]
+        return frame_first + count - 1
 
     def ledger_stats(self, ledger_id: int) -> tuple[int, int]:
         """``(entry count, payload bytes)`` of the ledger: a scan, O(entries of the ledger)."""
@@ -97,13 +129,15 @@ class EntryLocationIndex:
         while iterator.valid():
             if iterator.key() >= end:
                 break
-            count += 1
-            length += _VALUE.unpack(iterator.value())[2]
+            value = iterator.value()
+            frame_count = _VALUE.unpack_from(value)[2]
+            count += frame_count
+            length += sum(lengths_struct(frame_count).unpack_from(value, _VALUE.size))
             iterator.next()
         return count, length
 
     def delete_ledger(self, ledger_id: int, *, sync: bool) -> None:
-        """Remove every location of the ledger with one range delete."""
+        """Remove every frame location of the ledger with one range delete."""
         self._db.delete_range(
             _KEY.pack(ledger_id, 0), _KEY.pack(ledger_id + 1, 0), _SYNC if sync else _NO_SYNC
         )

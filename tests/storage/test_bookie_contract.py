@@ -46,6 +46,23 @@ async def test_entries_added_in_many_batches_read_back_byte_for_byte(storage: St
     )
 
 
+async def test_every_range_across_batches_reads_back_whole_and_in_order(
+    storage: Storage,
+) -> None:
+    bookie = storage.bookie
+    ledger = await bookie.create_ledger()
+    other = await bookie.create_ledger()
+    next_id = 0
+    for batch_size in [1, 3, 2, 4, 1]:
+        batch = [payload(ledger, next_id + i, size=5 + next_id + i) for i in range(batch_size)]
+        next_id = await bookie.add_entries(ledger, batch) + 1
+        await bookie.add_entries(other, [b"between"])
+    expected = [payload(ledger, e, size=5 + e) for e in range(next_id)]
+    for first in range(next_id):
+        for last in range(first, next_id):
+            assert await bookie.read_entries(ledger, first, last) == expected[first : last + 1]
+
+
 async def test_interleaved_ledgers_keep_their_own_entries(storage: Storage) -> None:
     bookie = storage.bookie
     ledgers = [await bookie.create_ledger() for _ in range(3)]

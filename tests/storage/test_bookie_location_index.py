@@ -1,4 +1,5 @@
-"""EntryLocationIndex: point and range lookups, floor seeks between ledgers, deletes."""
+"""EntryLocationIndex: one key per frame, floor seeks to the frame of an entry, runs
+spanning frames, floor seeks between ledgers, stats and deletes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from storage_stub.bookie.entry_log import EntryLocation
+from storage_stub.bookie.entry_log import EntryRun, Frame, FrameLocation, payloads_offset
 from storage_stub.bookie.location_index import EntryLocationIndex
 
 
@@ -18,24 +19,66 @@ def index(tmp_path: pathlib.Path) -> Iterator[EntryLocationIndex]:
     opened.close()
 
 
-def locations(count: int, log_id: int = 0, length: int = 10) -> list[EntryLocation]:
-    return [EntryLocation(log_id, i * (length + 24), length) for i in range(count)]
+def frame(ledger_id: int, first: int, count: int, length: int = 10) -> Frame:
+    return Frame(ledger_id, first, [bytes([65 + i % 26]) * length for i in range(count)])
 
 
-def test_added_locations_are_found_one_by_one_and_by_range(index: EntryLocationIndex) -> None:
-    index.add_locations([(4, 0, locations(3)), (5, 0, locations(2, log_id=1))], sync=True)
-    assert index.get_location(4, 1) == EntryLocation(0, 34, 10)
-    assert index.get_location(5, 1) == EntryLocation(1, 34, 10)
-    assert index.get_location(4, 3) is None
-    assert index.get_locations(4, 1, 3) == [
-        EntryLocation(0, 34, 10),
-        EntryLocation(0, 68, 10),
-        None,
+def test_one_frame_answers_for_each_of_its_entries(index: EntryLocationIndex) -> None:
+    index.add_frames(
+        [(frame(4, 0, 3), FrameLocation(0, 100)), (frame(5, 0, 2), FrameLocation(1, 0))],
+        sync=True,
+    )
+    data = payloads_offset(100, 3)
+    assert index.find_runs(4, 1, 1) == ([EntryRun(0, data + 10, (10,))], 2)
+    assert index.find_runs(4, 0, 2) == ([EntryRun(0, data, (10, 10, 10))], 3)
+    assert index.find_runs(5, 1, 1) == ([EntryRun(1, payloads_offset(0, 2) + 10, (10,))], 2)
+
+
+def test_runs_span_frames_of_different_sizes_and_logs(index: EntryLocationIndex) -> None:
+    index.add_frames(
+        [
+            (Frame(2, 0, [b"a", b"bb", b"ccc"]), FrameLocation(0, 0)),
+            (Frame(2, 3, [b"dddd"]), FrameLocation(0, 500)),
+            (Frame(3, 0, [b"other"]), FrameLocation(0, 600)),
+            (Frame(2, 4, [b"e", b"ff"]), FrameLocation(1, 0)),
+        ],
+        sync=False,
+    )
+    runs, missing = index.find_runs(2, 1, 5)
+    assert missing == 6
+    assert runs == [
+        EntryRun(0, payloads_offset(0, 3) + 1, (2, 3)),
+        EntryRun(0, payloads_offset(500, 1), (4,)),
+        EntryRun(1, payloads_offset(0, 2), (1, 2)),
     ]
+    assert index.find_runs(2, 4, 4) == ([EntryRun(1, payloads_offset(0, 2), (1,))], 5)
 
 
-def test_floor_seek_stays_inside_the_ledger(index: EntryLocationIndex) -> None:
-    index.add_locations([(3, 0, locations(5)), (5, 0, locations(2))], sync=False)
+def test_entries_not_indexed_are_reported_as_the_first_missing_id(
+    index: EntryLocationIndex,
+) -> None:
+    index.add_frames(
+        [(frame(3, 0, 4), FrameLocation(0, 0)), (frame(3, 6, 2), FrameLocation(0, 999))],
+        sync=False,
+    )
+    assert index.find_runs(3, 2, 7)[1] == 4  # a gap between frames
+    assert index.find_runs(3, 6, 9)[1] == 8  # past the last frame
+    assert index.find_runs(3, 4, 4) == ([], 4)  # in the gap
+    assert index.find_runs(4, 0, 0) == ([], 0)  # ledger 3 sorts just below
+    assert index.find_runs(2, 0, 0) == ([], 0)  # nothing below at all
+
+
+def test_floor_seek_finds_the_last_entry_of_the_last_frame_inside_the_ledger(
+    index: EntryLocationIndex,
+) -> None:
+    index.add_frames(
+        [
+            (frame(3, 0, 2), FrameLocation(0, 0)),
+            (frame(3, 2, 3), FrameLocation(0, 100)),
+            (frame(5, 0, 2), FrameLocation(0, 200)),
+        ],
+        sync=False,
+    )
     assert index.get_last_entry_in_ledger(3) == 4
     assert index.get_last_entry_in_ledger(4) == -1  # ledger 3's keys sort just below
     assert index.get_last_entry_in_ledger(5) == 1
@@ -45,35 +88,54 @@ def test_floor_seek_stays_inside_the_ledger(index: EntryLocationIndex) -> None:
 
 
 def test_entry_ids_sort_numerically_not_textually(index: EntryLocationIndex) -> None:
-    index.add_locations([(1, 0, locations(300))], sync=False)
+    index.add_frames(
+        [(frame(1, first, 1), FrameLocation(0, first * 50)) for first in range(300)],
+        sync=False,
+    )
     assert index.get_last_entry_in_ledger(1) == 299
+    runs, missing = index.find_runs(1, 250, 260)
+    assert missing == 261
+    assert [run.offset for run in runs] == [
+        payloads_offset(first * 50, 1) for first in range(250, 261)
+    ]
 
 
-def test_deleting_a_ledger_removes_only_its_locations(index: EntryLocationIndex) -> None:
-    index.add_locations(
-        [(6, 0, locations(4)), (7, 0, locations(4)), (8, 0, locations(1))], sync=False
+def test_deleting_a_ledger_removes_only_its_frames(index: EntryLocationIndex) -> None:
+    index.add_frames(
+        [
+            (frame(6, 0, 4), FrameLocation(0, 0)),
+            (frame(7, 0, 4), FrameLocation(0, 100)),
+            (frame(7, 4, 4), FrameLocation(0, 200)),
+            (frame(8, 0, 1), FrameLocation(0, 300)),
+        ],
+        sync=False,
     )
     index.delete_ledger(7, sync=True)
-    assert index.get_location(7, 0) is None
+    assert index.find_runs(7, 0, 0) == ([], 0)
     assert index.get_last_entry_in_ledger(7) == -1
     assert index.get_last_entry_in_ledger(6) == 3
     assert index.get_last_entry_in_ledger(8) == 0
 
 
 def test_ledger_stats_count_entries_and_payload_bytes(index: EntryLocationIndex) -> None:
-    index.add_locations(
-        [(2, 0, locations(3, length=7)), (3, 0, locations(9, length=100))], sync=False
+    index.add_frames(
+        [
+            (frame(2, 0, 3, length=7), FrameLocation(0, 0)),
+            (frame(3, 0, 5, length=100), FrameLocation(0, 100)),
+            (Frame(3, 5, [b"x" * 100] * 3 + [b""]), FrameLocation(0, 900)),
+        ],
+        sync=False,
     )
     assert index.ledger_stats(2) == (3, 21)
-    assert index.ledger_stats(3) == (9, 900)
+    assert index.ledger_stats(3) == (9, 800)
     assert index.ledger_stats(4) == (0, 0)
 
 
-def test_locations_survive_reopening(tmp_path: pathlib.Path) -> None:
+def test_frames_survive_reopening(tmp_path: pathlib.Path) -> None:
     index = EntryLocationIndex(tmp_path / "index")
-    index.add_locations([(1, 0, locations(2))], sync=True)
+    index.add_frames([(frame(1, 0, 2), FrameLocation(0, 0))], sync=True)
     index.close()
     reopened = EntryLocationIndex(tmp_path / "index")
     assert reopened.get_last_entry_in_ledger(1) == 1
-    assert reopened.get_location(1, 0) == EntryLocation(0, 0, 10)
+    assert reopened.find_runs(1, 0, 0) == ([EntryRun(0, payloads_offset(0, 2), (10,))], 1)
     reopened.close()

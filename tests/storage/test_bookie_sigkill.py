@@ -1,4 +1,5 @@
-"""A bookie killed with SIGKILL keeps every entry it acknowledged (syncMode=always)."""
+"""A bookie killed with SIGKILL keeps every entry it acknowledged (syncMode=always, and
+syncMode=none too: its entries are in the page cache, which a process kill leaves)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import pathlib
 import signal
 import sys
+
+import pytest
 
 import storage_stub
 from storage_stub.bookie import open_storage
@@ -23,8 +26,8 @@ def payload(ledger_id, entry_id):
     head = f"L{ledger_id}:E{entry_id}|".encode()
     return head * (1 + entry_id % 40)
 
-async def main(data):
-    config = StorageConfig(syncMode="always", logSizeLimit=16 * 1024)
+async def main(data, sync_mode, log_size_limit):
+    config = StorageConfig(syncMode=sync_mode, logSizeLimit=log_size_limit)
     storage = await open_storage(config, pathlib.Path(data))
     ledger = await storage.bookie.create_ledger()
     print(f"LEDGER {ledger}", flush=True)
@@ -35,7 +38,7 @@ async def main(data):
         print(f"ACKED {last}", flush=True)
         next_id = last + 1
 
-asyncio.run(main(sys.argv[1]))
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
 """
 
 
@@ -44,11 +47,28 @@ def payload(ledger_id: int, entry_id: int) -> bytes:
     return head * (1 + entry_id % 40)
 
 
-async def test_every_acknowledged_entry_survives_a_sigkill(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    ("sync_mode", "log_size_limit"),
+    [
+        pytest.param("always", 16 * 1024, id="always-small-logs"),
+        # Big logs: the kill leaves a preallocated, zero-filled tail behind the last frame.
+        pytest.param("none", 1 << 30, id="none-preallocated-log"),
+    ],
+)
+async def test_every_acknowledged_entry_survives_a_sigkill(
+    tmp_path: pathlib.Path, sync_mode: str, log_size_limit: int
+) -> None:
     data = tmp_path / "data"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, str(data), stdout=asyncio.subprocess.PIPE, env=env
+        sys.executable,
+        "-c",
+        CHILD,
+        str(data),
+        sync_mode,
+        str(log_size_limit),
+        stdout=asyncio.subprocess.PIPE,
+        env=env,
     )
     assert child.stdout is not None
     last_acked = -1
@@ -68,12 +88,17 @@ async def test_every_acknowledged_entry_survives_a_sigkill(tmp_path: pathlib.Pat
         await child.wait()
     assert child.returncode == -signal.SIGKILL
 
-    storage = await open_storage(StorageConfig(syncMode="always"), data)
+    newest_log = max((data / "entrylogs").glob("*.log"), key=lambda path: int(path.stem))
+    size_at_kill = newest_log.stat().st_size
+    storage = await open_storage(StorageConfig(syncMode=sync_mode), data)
     try:
         confirmed = await storage.bookie.last_add_confirmed(ledger)
         assert confirmed >= last_acked
         entries = await storage.bookie.read_entries(ledger, 0, confirmed)
         assert entries == [payload(ledger, e) for e in range(confirmed + 1)]
         assert await storage.bookie.recover_and_close(ledger) == confirmed
+        assert await storage.bookie.add_entries(await storage.bookie.create_ledger(), [b"x"]) == 0
     finally:
         await storage.close()
+    if sync_mode == "none":  # the zero-filled preallocation was there, and was cut off
+        assert size_at_kill > newest_log.stat().st_size

@@ -147,6 +147,12 @@ def cache_config(config: BrokerConfig) -> CacheConfig:
     )
 
 
+def shadow_designs(config: BrokerConfig) -> list[str]:
+    """The designs of brokerlabShadowCacheImplementations, in order."""
+    value = config.brokerlabShadowCacheImplementations
+    return [] if value == "none" else value.split(",")
+
+
 def cache_policy_factory(config: BrokerConfig) -> Callable[[], CachePolicy]:
     """A factory of the ledger-side cache policy of the live design."""
     design = config.managedLedgerCacheImplementation

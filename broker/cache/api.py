@@ -30,9 +30,15 @@ class EntryCache(Protocol):
         ...
 
     def insert_from_read(
-        self, ledger_id: int, entry_id: int, data: bytes | memoryview | None, expected_reads: int
+        self,
+        ledger_id: int,
+        entry_id: int,
+        data: bytes | memoryview | None,
+        expected_reads: int,
+        size: int = -1,
     ) -> CachedEntry | None:
-        """Cache an entry the ledger read from storage, if this design caches reads."""
+        """Offered every entry the ledger read from storage: cache it if this design caches
+        reads and ``expected_reads`` (the ledger policy's verdict) is above zero."""
         ...
 
     def get_range(

@@ -34,7 +34,12 @@ class DisabledEntryCache:
         return None
 
     def insert_from_read(
-        self, ledger_id: int, entry_id: int, data: bytes | memoryview | None, expected_reads: int
+        self,
+        ledger_id: int,
+        entry_id: int,
+        data: bytes | memoryview | None,
+        expected_reads: int,
+        size: int = -1,
     ) -> CachedEntry | None:
         return None
 

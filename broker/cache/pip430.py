@@ -93,10 +93,18 @@ class RangeEntryCache:
         return entry
 
     def insert_from_read(
-        self, ledger_id: int, entry_id: int, data: bytes | memoryview | None, expected_reads: int
+        self,
+        ledger_id: int,
+        entry_id: int,
+        data: bytes | memoryview | None,
+        expected_reads: int,
+        size: int = -1,
     ) -> CachedEntry | None:
-        """Cache an entry the ledger read from storage: the same as a write-path insert."""
-        return self.insert(ledger_id, entry_id, data, expected_reads)
+        """Cache an entry the ledger read from storage if a read of it is still expected
+        (``expected_reads`` > 0; the ledger's policy decides), as a write-path insert."""
+        if expected_reads <= 0:
+            return None
+        return self.insert(ledger_id, entry_id, data, expected_reads, size)
 
     def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
         """The cached entry, marked accessed, counted as a hit or a miss. O(1)."""

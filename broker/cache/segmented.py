@@ -79,7 +79,12 @@ class SegmentedEntryCache:
         return entry
 
     def insert_from_read(
-        self, ledger_id: int, entry_id: int, data: bytes | memoryview | None, expected_reads: int
+        self,
+        ledger_id: int,
+        entry_id: int,
+        data: bytes | memoryview | None,
+        expected_reads: int,
+        size: int = -1,
     ) -> CachedEntry | None:
         """Reads from storage are not cached by this design."""
         return None

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from broker.cache import create_entry_cache_manager
 from broker.clock import Clock, SystemClock
-from broker.config import BrokerConfig, cache_config, cache_policy_factory
+from broker.config import BrokerConfig, cache_config, cache_policy_factory, shadow_designs
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import (
     InvalidRequestError,
@@ -94,6 +94,7 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
         cache_config(settings.broker),
         clock,
         settings.broker.managedLedgerCacheSegments,
+        shadow_designs(settings.broker),
     )
     service = BrokerService(
         service_config(settings.broker), storage.bookie, storage.metadata, cache_manager, clock

@@ -496,11 +496,7 @@ class ManagedLedger:
             for offset, data in enumerate(datas):
                 entry_id = miss_first + offset
                 nbytes += len(data)
-                cached = (
-                    cache.insert_from_read(ledger_id, entry_id, data, expected_reads)
-                    if expected_reads > 0
-                    else None
-                )
+                cached = cache.insert_from_read(ledger_id, entry_id, data, expected_reads)
                 fetched[entry_id] = Entry(Position(ledger_id, entry_id), data, cached)
             cache.record_storage_read(len(datas), nbytes)
             if expected_reads > 0:

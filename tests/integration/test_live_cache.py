@@ -70,3 +70,34 @@ async def test_cache_size_zero_disables_caching(live_broker: LiveBroker) -> None
     await client.receive_until(consumer, 2)
     stats = await cache_stats(client)
     assert stats["implementation"] == "disabled" and stats["misses"] == len(ids)
+
+
+async def test_shadow_caches_count_what_other_designs_would_have_hit(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker(brokerlabShadowCacheImplementations="legacy,segmented")
+    first = await client.subscribe(TOPIC, "first", subscriptionInitialPosition="Earliest")
+    second = await client.subscribe(TOPIC, "second", subscriptionInitialPosition="Earliest")
+    ids = await client.produce(TOPIC, [f"m{i}" for i in range(30)])
+    for consumer in (first, second):
+        assert len(await client.receive_until(consumer, len(ids))) == len(ids)
+    stats = await cache_stats(client)
+    shadows = stats["shadows"]
+    assert set(shadows) == {"legacy", "segmented"}  # type: ignore[arg-type]
+    # tailing reads: every design holds what was just written
+    assert stats["hits"] == 2 * len(ids)
+    for name in ("legacy", "segmented"):
+        assert shadows[name]["hits"] == 2 * len(ids), name  # type: ignore[index]
+        assert shadows[name]["misses"] == 0, name  # type: ignore[index]
+
+    # a third subscription catches up from storage after the live cache was cleared by
+    # an unload; then a fourth reads the same range: the ring never caches storage reads
+    status, _ = await client.request("POST", "/admin/v2/namespaces/public/default/unload")
+    assert status == 204
+    for name in ("third", "fourth"):
+        consumer = await client.subscribe(TOPIC, name, subscriptionInitialPosition="Earliest")
+        assert len(await client.receive_until(consumer, len(ids))) == len(ids)
+    stats = await cache_stats(client)
+    shadows = stats["shadows"]
+    assert shadows["segmented"]["misses"] == 2 * len(ids)  # type: ignore[index]
+    assert stats["misses"] == len(ids), "pip430 cached the third's reads for the fourth"

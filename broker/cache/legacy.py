@@ -15,11 +15,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sortedcontainers import SortedDict
 
 from broker.cache.api import MissingRange
+from broker.cache.base import LedgerCacheBase, ManagerBase, owned_payload
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
 from broker.cache.stats import CacheCounters
@@ -29,7 +28,7 @@ from broker.clock import Clock
 SHARE_OF_SIZE_CONSIDERED = 0.5
 
 
-class LegacyRangeEntryCache:
+class LegacyRangeEntryCache(LedgerCacheBase):
     """One managed ledger's entries ordered by position. Costs (n entries): insert
     O(log n); get O(1); get_range over k ids O(k); evicting r entries O(r log n)."""
 
@@ -42,8 +41,8 @@ class LegacyRangeEntryCache:
         self.size = 0
 
     @property
-    def name(self) -> str:
-        return self._name
+    def _counters(self) -> CacheCounters:
+        return self._manager.counters
 
     def insert(
         self,
@@ -63,8 +62,7 @@ class LegacyRangeEntryCache:
         if existing is not None:
             return existing
         if data is not None:
-            if manager.copy_entries and not isinstance(data, bytes):
-                data = bytes(data)
+            data = owned_payload(data, manager.copy_entries)
             size = len(data)
         entry = CachedEntry(self, ledger_id, entry_id, data, size, 0, manager.clock.monotonic_ns())
         self._entries[key] = entry
@@ -74,20 +72,6 @@ class LegacyRangeEntryCache:
         counters.entries += 1
         counters.inserted += 1
         return entry
-
-    def insert_from_read(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        data: bytes | memoryview | None,
-        expected_reads: int,
-        size: int = -1,
-    ) -> CachedEntry | None:
-        """Cache an entry the ledger read from storage if a read of it is still expected
-        (``expected_reads`` > 0; the ledger's policy decides), as a write-path insert."""
-        if expected_reads <= 0:
-            return None
-        return self.insert(ledger_id, entry_id, data, expected_reads, size)
 
     def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
         entry: CachedEntry | None = self._entries.get((ledger_id, entry_id))
@@ -116,11 +100,6 @@ class LegacyRangeEntryCache:
         counters.hit_bytes += sum(e.size for e in found)
         hits.extend(found)
         return []
-
-    def record_storage_read(self, entries: int, nbytes: int) -> None:
-        counters = self._manager.counters
-        counters.misses += entries
-        counters.miss_bytes += nbytes
 
     def add_expected_read(self, ledger_id: int, entry_id: int) -> None:
         pass
@@ -188,7 +167,7 @@ class LegacyRangeEntryCache:
         counters.entries -= 1
 
 
-class LegacyEntryCacheManager:
+class LegacyEntryCacheManager(ManagerBase[LegacyRangeEntryCache]):
     """The broker-wide side of the legacy design. The timestamp loop costs O(#caches)
     per tick even when nothing expires; the size eviction O(#caches log #caches)."""
 
@@ -196,27 +175,7 @@ class LegacyEntryCacheManager:
     invalidates_up_to_slowest_reader = True
 
     def __init__(self, config: CacheConfig, clock: Clock) -> None:
-        self.config = config
-        self.clock = clock
-        self.counters = CacheCounters()
-        self.disabled = config.max_size_bytes <= 0
-        self.copy_entries = config.copy_entries
-        self._caches: dict[str, LegacyRangeEntryCache] = {}
-
-    def get_entry_cache(self, name: str) -> LegacyRangeEntryCache:
-        cache = self._caches.get(name)
-        if cache is None:
-            cache = self._caches[name] = LegacyRangeEntryCache(name, self)
-        return cache
-
-    def remove_entry_cache(self, name: str) -> None:
-        cache = self._caches.pop(name, None)
-        if cache is not None:
-            cache.clear()
-
-    @property
-    def size(self) -> int:
-        return self.counters.size
+        super().__init__(config, clock, lambda name: LegacyRangeEntryCache(name, self))
 
     def needs_eviction(self) -> bool:
         return not self.disabled and self.counters.size > self.config.trigger_bytes
@@ -263,8 +222,3 @@ class LegacyEntryCacheManager:
     def do_cache_eviction(self) -> None:
         self.evict_expired()
         self.evict_to_watermark()
-
-    def stats(self) -> dict[str, Any]:
-        result = self.counters.snapshot(self.implementation, self.config.max_size_bytes)
-        result["shadows"] = {}
-        return result

@@ -20,16 +20,16 @@ skipped when they reach the head.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 from broker.cache.api import MissingRange
+from broker.cache.base import LedgerCacheBase, ManagerBase, owned_payload
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
 from broker.cache.stats import CacheCounters
 from broker.clock import Clock
 
 
-class RangeEntryCache:
+class RangeEntryCache(LedgerCacheBase):
     """The cached entries of one managed ledger, by ledger id then entry id.
 
     A plain dict per ledger: reads ask for ids (never "the first cached"), and eviction
@@ -46,8 +46,8 @@ class RangeEntryCache:
         self._ledgers: dict[int, dict[int, CachedEntry]] = {}
 
     @property
-    def name(self) -> str:
-        return self._name
+    def _counters(self) -> CacheCounters:
+        return self._manager.counters
 
     def insert(
         self,
@@ -72,8 +72,7 @@ class RangeEntryCache:
                     existing.expected_reads += expected_reads
                 return existing
         if data is not None:
-            if manager.copy_entries and not isinstance(data, bytes):
-                data = bytes(data)
+            data = owned_payload(data, manager.copy_entries)
             size = len(data)
         entry = CachedEntry(
             self,
@@ -91,20 +90,6 @@ class RangeEntryCache:
         counters.entries += 1
         counters.inserted += 1
         return entry
-
-    def insert_from_read(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        data: bytes | memoryview | None,
-        expected_reads: int,
-        size: int = -1,
-    ) -> CachedEntry | None:
-        """Cache an entry the ledger read from storage if a read of it is still expected
-        (``expected_reads`` > 0; the ledger's policy decides), as a write-path insert."""
-        if expected_reads <= 0:
-            return None
-        return self.insert(ledger_id, entry_id, data, expected_reads, size)
 
     def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
         """The cached entry, marked accessed, counted as a hit or a miss. O(1)."""
@@ -152,11 +137,6 @@ class RangeEntryCache:
         counters.hits += found
         counters.hit_bytes += hit_bytes
         return missing
-
-    def record_storage_read(self, entries: int, nbytes: int) -> None:
-        counters = self._manager.counters
-        counters.misses += entries
-        counters.miss_bytes += nbytes
 
     def add_expected_read(self, ledger_id: int, entry_id: int) -> None:
         """One more read is expected for a cached position (it joined a replay queue)."""
@@ -223,7 +203,7 @@ class RangeEntryCache:
         self._drop(entry)
 
 
-class Pip430EntryCacheManager:
+class Pip430EntryCacheManager(ManagerBase[RangeEntryCache]):
     """The broker-wide side of PIP-430: the size limit, the removal queue, the passes.
 
     Insert, get and requeue are O(1) on the queue; a pass costs O(entries it looks at),
@@ -233,31 +213,11 @@ class Pip430EntryCacheManager:
     implementation = "pip430"
 
     def __init__(self, config: CacheConfig, clock: Clock) -> None:
-        self.config = config
-        self.clock = clock
-        self.counters = CacheCounters()
+        super().__init__(config, clock, lambda name: RangeEntryCache(name, self))
         self.queue: deque[CachedEntry] = deque()
-        self.disabled = config.max_size_bytes <= 0
         self.by_expected_reads = config.eviction_by_expected_read_count
-        self.copy_entries = config.copy_entries
         self._extend_recently_accessed = config.extend_ttl_of_recently_accessed
         self._max_requeues = config.extend_ttl_max_times if self.by_expected_reads else 0
-        self._caches: dict[str, RangeEntryCache] = {}
-
-    def get_entry_cache(self, name: str) -> RangeEntryCache:
-        cache = self._caches.get(name)
-        if cache is None:
-            cache = self._caches[name] = RangeEntryCache(name, self)
-        return cache
-
-    def remove_entry_cache(self, name: str) -> None:
-        cache = self._caches.pop(name, None)
-        if cache is not None:
-            cache.clear()
-
-    @property
-    def size(self) -> int:
-        return self.counters.size
 
     def needs_eviction(self) -> bool:
         """True above 0.98 x max: the size pass has work."""
@@ -330,8 +290,3 @@ class Pip430EntryCacheManager:
         size pass if still above the trigger."""
         self.evict_expired()
         self.evict_to_watermark()
-
-    def stats(self) -> dict[str, Any]:
-        result = self.counters.snapshot(self.implementation, self.config.max_size_bytes)
-        result["shadows"] = {}
-        return result

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.cache.api import MissingRange
+from broker.cache.base import LedgerCacheBase, ManagerBase
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
 from broker.cache.stats import CacheCounters
@@ -48,7 +49,7 @@ class Segment:
         self.used = 0
 
 
-class SegmentedEntryCache:
+class SegmentedEntryCache(LedgerCacheBase):
     """One managed ledger's view of the shared ring. Costs: insert O(1) (a rotation
     O(entries of the cleared segment)); get O(segments); get_range over k ids
     O(k x segments) worst case."""
@@ -61,8 +62,8 @@ class SegmentedEntryCache:
         self._ledgers: set[int] = set()
 
     @property
-    def name(self) -> str:
-        return self._name
+    def _counters(self) -> CacheCounters:
+        return self._manager.counters
 
     def insert(
         self,
@@ -116,11 +117,6 @@ class SegmentedEntryCache:
         hits.extend(manager._copy_out(e) for e in found)
         return []
 
-    def record_storage_read(self, entries: int, nbytes: int) -> None:
-        counters = self._manager.counters
-        counters.misses += entries
-        counters.miss_bytes += nbytes
-
     def add_expected_read(self, ledger_id: int, entry_id: int) -> None:
         pass
 
@@ -152,17 +148,13 @@ class SegmentedEntryCache:
         return sorted(result, key=lambda e: (e.ledger_id, e.entry_id))
 
 
-class SegmentedEntryCacheManager:
+class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
     """The ring. Eviction is rotation on insert; there is no timer work at all."""
 
     implementation = "segmented"
 
     def __init__(self, config: CacheConfig, clock: Clock, segments: int = 0) -> None:
-        self.config = config
-        self.clock = clock
-        self.counters = CacheCounters()
-        self.disabled = config.max_size_bytes <= 0
-        self.copy_entries = config.copy_entries
+        super().__init__(config, clock, lambda name: SegmentedEntryCache(name, self))
         count = segments or max(2, config.max_size_bytes // GIB)
         self.segment_size = config.max_size_bytes // count if not self.disabled else 0
         self.segments = [
@@ -170,22 +162,6 @@ class SegmentedEntryCacheManager:
             for _ in range(count if not self.disabled else 0)
         ]
         self.current = 0
-        self._caches: dict[str, SegmentedEntryCache] = {}
-
-    def get_entry_cache(self, name: str) -> SegmentedEntryCache:
-        cache = self._caches.get(name)
-        if cache is None:
-            cache = self._caches[name] = SegmentedEntryCache(name, self)
-        return cache
-
-    def remove_entry_cache(self, name: str) -> None:
-        cache = self._caches.pop(name, None)
-        if cache is not None:
-            cache.clear()
-
-    @property
-    def size(self) -> int:
-        return self.counters.size
 
     def needs_eviction(self) -> bool:
         return False
@@ -200,11 +176,6 @@ class SegmentedEntryCacheManager:
 
     def do_cache_eviction(self) -> None:
         """Nothing to do: the ring evicts by rotating when a segment fills."""
-
-    def stats(self) -> dict[str, Any]:
-        result = self.counters.snapshot(self.implementation, self.config.max_size_bytes)
-        result["shadows"] = {}
-        return result
 
     # ------------------------------------------------------------------ internals
 

@@ -91,6 +91,25 @@ class RangeEntryCache(LedgerCacheBase):
         counters.inserted += 1
         return entry
 
+    def insert_from_read(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        data: bytes | memoryview | None,
+        expected_reads: int,
+        size: int = -1,
+    ) -> CachedEntry | None:
+        """Cache an entry read from storage when reads are still expected. A position
+        already cached keeps its count: concurrent readers share one storage read, and
+        the first reader's count already includes every cursor at or before it."""
+        if expected_reads <= 0:
+            return None
+        entries = self._ledgers.get(ledger_id)
+        existing = entries.get(entry_id) if entries is not None else None
+        if existing is not None:
+            return existing
+        return self.insert(ledger_id, entry_id, data, expected_reads, size)
+
     def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
         """The cached entry, marked accessed, counted as a hit or a miss. O(1)."""
         entries = self._ledgers.get(ledger_id)
@@ -150,16 +169,16 @@ class RangeEntryCache(LedgerCacheBase):
         """Drop every entry before ``(ledger_id, entry_id)``; returns how many."""
         removed = 0
         for lid in [lid for lid in self._ledgers if lid < ledger_id]:
-            removed += self.invalidate_all_entries(lid)
+            removed += self.invalidate_all_entries(lid)  # counts its own
         entries = self._ledgers.get(ledger_id)
         if entries is not None:
             doomed = [eid for eid in entries if eid < entry_id]
             for eid in doomed:
                 self._drop(entries.pop(eid))
             removed += len(doomed)
+            self._manager.counters.evicted_invalidated += len(doomed)
             if not entries:
                 del self._ledgers[ledger_id]
-        self._manager.counters.evicted_invalidated += removed
         return removed
 
     def invalidate_all_entries(self, ledger_id: int) -> int:

@@ -123,10 +123,10 @@ class SegmentedEntryCache(LedgerCacheBase):
     def invalidate_entries(self, ledger_id: int, entry_id: int) -> int:
         removed = 0
         for lid in [lid for lid in self._ledgers if lid < ledger_id]:
-            removed += self.invalidate_all_entries(lid)
-        removed += self._manager._drop_where(ledger_id, lambda eid: eid < entry_id)
-        self._manager.counters.evicted_invalidated += removed
-        return removed
+            removed += self.invalidate_all_entries(lid)  # counts its own
+        dropped = self._manager._drop_where(ledger_id, lambda eid: eid < entry_id)
+        self._manager.counters.evicted_invalidated += dropped
+        return removed + dropped
 
     def invalidate_all_entries(self, ledger_id: int) -> int:
         self._ledgers.discard(ledger_id)

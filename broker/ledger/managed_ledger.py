@@ -404,7 +404,11 @@ class ManagedLedger:
 
     def normalize(self, position: Position) -> Position:
         """``position`` if it names an entry that exists or will be the next written;
-        otherwise the first such position after it."""
+        otherwise the first such position after it, and never past the next write
+        position (as Pulsar clamps a start or reset position beyond the end)."""
+        next_write = self.next_position(self.last_confirmed)
+        if position > next_write:
+            return next_write
         info = self._ledgers.get(position.ledger_id)
         if info is not None and (info is self._current or position.entry_id < info.entries):
             return position
@@ -487,8 +491,10 @@ class ManagedLedger:
         cache = self.cache
         hits: list[CachedEntry] = []
         missing = cache.get_range(ledger_id, first, last, hits)
+        # take the payloads of the hits now: eviction may drop them while we await storage
+        served = [Entry(Position(ledger_id, c.entry_id), c.data, c) for c in hits]  # type: ignore[arg-type]
         if not missing:
-            return [Entry(Position(ledger_id, c.entry_id), c.data, c) for c in hits]  # type: ignore[arg-type]
+            return served
         fetched: dict[int, Entry] = {}
         for miss_first, miss_last in missing:
             datas = await self.pending_reads.read(ledger_id, miss_first, miss_last)
@@ -501,10 +507,10 @@ class ManagedLedger:
             cache.record_storage_read(len(datas), nbytes)
             if expected_reads > 0:
                 self.after_cache_insert()
-        if not hits:
+        if not served:
             return list(fetched.values())
-        for c in hits:
-            fetched[c.entry_id] = Entry(Position(ledger_id, c.entry_id), c.data, c)  # type: ignore[arg-type]
+        for entry in served:
+            fetched[entry.position.entry_id] = entry
         return [fetched[eid] for eid in range(first, last + 1)]
 
     # ------------------------------------------------------------------ trimming

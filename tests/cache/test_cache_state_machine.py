@@ -158,6 +158,9 @@ class CacheMachine(RuleBasedStateMachine):
         assert self.manager.size == sum(e.size for e in held)
         assert self.manager.counters.entries == len(held)
         assert all(not e.removed for e in held)
+        counters = self.manager.counters
+        removed = counters.evicted_ttl + counters.evicted_size + counters.evicted_invalidated
+        assert counters.inserted == len(held) + removed, "each removal counted once, by reason"
 
     @invariant()
     def everything_held_was_inserted_and_never_invalidated(self) -> None:

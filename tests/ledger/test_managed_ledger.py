@@ -104,3 +104,71 @@ async def test_reads_ask_the_cache_first_and_storage_only_for_the_gaps(
     again = await ledger.read_entries(Position(first.ledger_id, 0), 10)
     assert [e.data for e in again] == [e.data for e in entries]
     assert (manager.counters.misses, manager.counters.hits) == (7, 13)
+
+
+class SlowReadBookie(InMemoryBookie):
+    """Reads wait on a gate, so a test can act while the ledger awaits storage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.reads = 0
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        self.reads += 1
+        await self.gate.wait()
+        return await super().read_entries(ledger_id, first, last)
+
+
+async def test_hits_evicted_while_the_gaps_are_read_are_still_served(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    slow = SlowReadBookie()
+    stores.bookie = slow
+    ledger = await open_ledger()
+    first = await ledger.add_entries([b"e%d" % i for i in range(4)])
+    manager = Pip430EntryCacheManager(CacheConfig(), stores.clock)
+    ledger.cache = manager.get_entry_cache(ledger.name)
+    ledger.cache.insert(first.ledger_id, 0, b"e0", 0)
+    ledger.cache.insert(first.ledger_id, 1, b"e1", 0)
+    read = asyncio.create_task(ledger.read_entries(Position(first.ledger_id, 0), 4))
+    await asyncio.sleep(0)  # the read has taken its hits and waits for entries 2-3
+    manager.evict_entries(10**9)
+    assert manager.size == 0
+    slow.gate.set()
+    assert [e.data for e in await read] == [b"e0", b"e1", b"e2", b"e3"]
+
+
+async def test_a_start_or_reset_position_past_the_end_is_clamped_to_the_next_write(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    ledger = await open_ledger()
+    first = await ledger.add_entries([b"a", b"b", b"c"])
+    beyond = Position(first.ledger_id, 1000)
+    cursor = await ManagedCursor.create(ledger, "future", beyond)
+    await ledger.add_entries([b"d", b"e"])
+    assert [e.data for e in await cursor.read_entries(10)] == [b"d", b"e"]
+    await cursor.reset(Position(first.ledger_id + 50, 0))
+    await ledger.add_entries([b"f"])
+    assert [e.data for e in await cursor.read_entries(10)] == [b"f"]
+    assert cursor.backlog() == 1
+
+
+async def test_readers_sharing_one_storage_read_do_not_double_expected_reads(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    slow = SlowReadBookie()
+    stores.bookie = slow
+    ledger = await open_ledger()
+    first = await ledger.add_entries([b"e%d" % i for i in range(5)])
+    manager = Pip430EntryCacheManager(CacheConfig(), stores.clock)
+    ledger.cache = manager.get_entry_cache(ledger.name)
+    start = Position(first.ledger_id, 0)
+    reads = [asyncio.create_task(ledger.read_entries(start, 5, expected_reads=2)) for _ in range(2)]
+    await asyncio.sleep(0)
+    slow.gate.set()
+    for task in reads:
+        assert len(await task) == 5
+    assert slow.reads == 1, "one storage read served both"
+    cached = manager.get_entry_cache(ledger.name).cached_entries()
+    assert [e.expected_reads for e in cached] == [2] * 5

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from broker.dispatch.subscription import Subscription
 
 
+#: ``pending`` value of a delivery still in the receiver queue
+NOT_RECEIVED = -1
+
+
 class Delivery:
     """An entry in a consumer's receiver queue."""
 
@@ -27,7 +31,8 @@ class Delivery:
 class Consumer:
     """The broker dispatches into ``queue`` (at most ``receiver_queue_size`` deliveries);
     a poll drains it. ``pending`` holds every position handed to this consumer and not
-    yet acknowledged, with the monotonic time it was handed over (for ack timeouts)."""
+    yet acknowledged, with the monotonic time the client received it (NOT_RECEIVED while
+    it waits in the queue): the ack timeout runs from receipt, as in Pulsar's client."""
 
     __slots__ = (
         "_available",
@@ -85,16 +90,20 @@ class Consumer:
         if entry.cached is not None:
             entry.cached.mark_read()
         self.queue.append(Delivery(entry, redelivery_count))
-        self.pending[entry.position] = now_ns
+        self.pending[entry.position] = NOT_RECEIVED
         self.msg_out.add(1)
         self.bytes_out.add(len(entry.data))
         self._available.set()
 
-    def drain(self, max_messages: int) -> list[Delivery]:
-        """Take up to ``max_messages`` deliveries from the receiver queue. O(n)."""
+    def drain(self, max_messages: int, now_ns: int) -> list[Delivery]:
+        """Take up to ``max_messages`` deliveries from the receiver queue; the client
+        has them as of ``now_ns``. O(n)."""
         queue = self.queue
         count = min(max_messages, len(queue))
         taken = [queue.popleft() for _ in range(count)]
+        pending = self.pending
+        for delivery in taken:
+            pending[delivery.entry.position] = now_ns
         if not queue:
             self._available.clear()
         return taken

@@ -9,6 +9,7 @@ Failover and Key_Shared slot in the same way.
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,9 +22,17 @@ from broker.dispatch.consumer import Consumer
 from broker.ledger.entry import Entry
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
+from storage_stub.bookie.api import BookieError
 
 if TYPE_CHECKING:
     from broker.dispatch.subscription import Subscription
+
+
+log = logging.getLogger(__name__)
+
+#: backoff between retries of a failed storage read, doubling up to the max
+RETRY_MIN_S = 0.05
+RETRY_MAX_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +88,26 @@ class Dispatcher(ABC):
     # ------------------------------------------------------------------ the loop
 
     async def _run(self) -> None:
+        """Dispatch whenever woken. A storage failure is retried with backoff: nothing
+        read is lost (replay positions go back; the cursor moves only on success)."""
+        backoff_s = RETRY_MIN_S
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while await self._dispatch_once():
-                pass
+            try:
+                while await self._dispatch_once():
+                    pass
+                backoff_s = RETRY_MIN_S
+            except BookieError as error:
+                log.warning(
+                    "dispatch of %s: storage read failed, retrying in %.2fs: %s",
+                    self.subscription.name,
+                    backoff_s,
+                    error,
+                )
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, RETRY_MAX_S)
+                self.wake()
 
     async def _dispatch_once(self) -> bool:
         """One read and hand-over; False when nothing more can be done now."""
@@ -94,7 +118,11 @@ class Dispatcher(ABC):
         if self.replay:
             count = min(budget, len(self.replay))
             positions = [self.replay.pop(0) for _ in range(count)]
-            entries = await self.ledger.read_positions(positions, self._expected_reads())
+            try:
+                entries = await self.ledger.read_positions(positions, self._expected_reads())
+            except BaseException:
+                self.replay.update(positions)
+                raise
             fresh = [entry for entry in entries if not cursor.is_acknowledged(entry.position)]
             self._send(fresh)
             return True
@@ -154,9 +182,12 @@ class SingleActiveConsumerDispatcher(Dispatcher):
     def redeliver(self, consumer: Consumer, positions: Iterable[Position] | None) -> None:
         if positions is not None:
             counts = self.subscription.redelivery_counts
+            redelivered = 0
             for position in positions:
                 if position in consumer.pending:
                     counts[position] = counts.get(position, 0) + 1
+                    redelivered += 1
+            self.subscription.msg_redeliver.add(redelivered)
         self._rewind(consumer, count_redelivery=positions is None)
 
     def _rewind(self, consumer: Consumer, count_redelivery: bool) -> None:
@@ -268,4 +299,5 @@ class SharedDispatcher(Dispatcher):
             if not progressed:
                 break
         for entry in entries[index:]:
-            self._replay_later(entry.position)
+            # not handed over: the read expected of it is still to come, no new one
+            self.replay.add(entry.position)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from broker.clock import Clock
-from broker.dispatch.consumer import Consumer
+from broker.dispatch.consumer import NOT_RECEIVED, Consumer
 from broker.dispatch.dispatcher import (
     DispatchConfig,
     Dispatcher,
@@ -54,7 +54,7 @@ class Subscription:
         #: position -> times it was sent again; forgotten once acknowledged
         self.redelivery_counts: dict[Position, int] = {}
         self.msg_redeliver = RateCounter()
-        self._timers: set[asyncio.TimerHandle] = set()
+        self._timers: dict[Consumer, set[asyncio.TimerHandle]] = {}
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -72,18 +72,23 @@ class Subscription:
                 )
             if sub_type == "Exclusive":
                 raise ConflictError(f"exclusive subscription {self.name} already has a consumer")
+        # attach before any await, so a concurrent caller sees this consumer and its type
+        old = None
         if self.dispatcher is None or self.type != sub_type:
             old = self.dispatcher
             self.dispatcher = _DISPATCHERS[sub_type](self, self.config, self.clock)
             if old is not None:
                 self.dispatcher.replay.update(old.replay)
-                await old.close()
             self.type = sub_type
         self.dispatcher.add_consumer(consumer)
         self.cursor.ledger.activate_cursor(self.cursor)
+        if old is not None:
+            await old.close()
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach a consumer; its unacknowledged messages go to the others."""
+        for handle in self._timers.pop(consumer, ()):
+            handle.cancel()
         if self.dispatcher is not None and consumer in self.dispatcher.consumers:
             self.dispatcher.remove_consumer(consumer)
             if not self.dispatcher.consumers:
@@ -131,15 +136,16 @@ class Subscription:
             self._redeliver(consumer, mine)
             return
         loop = asyncio.get_running_loop()
+        timers = self._timers.setdefault(consumer, set())
         handle: asyncio.TimerHandle | None = None
 
         def fire() -> None:
             assert handle is not None
-            self._timers.discard(handle)
+            timers.discard(handle)
             self._redeliver(consumer, mine)
 
         handle = loop.call_later(delay_s, fire)
-        self._timers.add(handle)
+        timers.add(handle)
 
     def _redeliver(self, consumer: Consumer, positions: Iterable[Position] | None) -> None:
         if consumer.closed or self.dispatcher is None:
@@ -154,7 +160,11 @@ class Subscription:
         if consumer.ack_timeout_ms <= 0 or not consumer.pending:
             return
         deadline = now_ns - consumer.ack_timeout_ms * 1_000_000
-        expired = [pos for pos, handed_ns in consumer.pending.items() if handed_ns <= deadline]
+        expired = [
+            pos
+            for pos, received_ns in consumer.pending.items()
+            if NOT_RECEIVED < received_ns <= deadline
+        ]
         if expired:
             self._redeliver(consumer, expired)
 
@@ -176,8 +186,9 @@ class Subscription:
         return self.dispatcher.unacked_messages() if self.dispatcher is not None else 0
 
     async def close(self) -> None:
-        for handle in self._timers:
-            handle.cancel()
+        for timers in self._timers.values():
+            for handle in timers:
+                handle.cancel()
         self._timers.clear()
         if self.dispatcher is not None:
             await self.dispatcher.close()

@@ -306,7 +306,7 @@ async def receive(request: web.Request) -> web.Response:
     finally:
         consumer.polls -= 1
         consumer.last_active_ns = clock.monotonic_ns()
-    deliveries = consumer.drain(max_messages)
+    deliveries = consumer.drain(max_messages, clock.monotonic_ns())
     if deliveries and consumer.subscription.dispatcher is not None:
         consumer.subscription.dispatcher.wake()
     messages = []

@@ -26,8 +26,9 @@ class CachePolicy(Protocol):
         """Expected reads for entries ``cursor`` reads from storage; 0: don't cache."""
         ...
 
-    def cursor_moved(self, ledger: ManagedLedger) -> None:
-        """A cursor's read or mark-delete position changed."""
+    def cursor_moved(self, ledger: ManagedLedger, cursor: ManagedCursor | None) -> None:
+        """``cursor``'s read or mark-delete position changed (None: the set of active
+        cursors changed)."""
         ...
 
     def refresh(self, ledger: ManagedLedger) -> None:
@@ -50,7 +51,7 @@ class Pip430Policy:
         position = cursor.read_position
         return sum(1 for other in ledger.active_cursors if other.read_position <= position)
 
-    def cursor_moved(self, ledger: ManagedLedger) -> None:
+    def cursor_moved(self, ledger: ManagedLedger, cursor: ManagedCursor | None) -> None:
         pass
 
     def refresh(self, ledger: ManagedLedger) -> None:
@@ -68,7 +69,7 @@ class SegmentedPolicy:
     def storage_read_reads(self, ledger: ManagedLedger, cursor: ManagedCursor) -> int:
         return 0
 
-    def cursor_moved(self, ledger: ManagedLedger) -> None:
+    def cursor_moved(self, ledger: ManagedLedger, cursor: ManagedCursor | None) -> None:
         pass
 
     def refresh(self, ledger: ManagedLedger) -> None:
@@ -89,6 +90,8 @@ class LegacyPolicy:
     min_backlog_entries: int = 1000
     max_backlog_between: int = 1000
     _slowest: Position | None = None
+    _slowest_cursor: ManagedCursor | None = None
+    _has_active: bool = False
     _cache_reads: frozenset[str] = frozenset()
 
     def _active(self, ledger: ManagedLedger) -> list[ManagedCursor]:
@@ -99,23 +102,41 @@ class LegacyPolicy:
         return [c for c in ledger.active_cursors if c.entries_to_read() <= threshold]
 
     def added_entry_reads(self, ledger: ManagedLedger) -> int | None:
-        return 0 if ledger.active_cursors else None
+        """Cached while a non-backlogged cursor is active (as of the last recompute)."""
+        return 0 if self._has_active else None
 
     def storage_read_reads(self, ledger: ManagedLedger, cursor: ManagedCursor) -> int:
         return 1 if cursor.name in self._cache_reads else 0
 
-    def cursor_moved(self, ledger: ManagedLedger) -> None:
-        """Invalidate up to the slowest active reader when it changed. O(#cursors)."""
+    def _reader_position(self, ledger: ManagedLedger, cursor: ManagedCursor) -> Position:
+        if self.by_mark_delete:
+            return ledger.next_position(cursor.mark_delete_position)
+        return cursor.read_position
+
+    def cursor_moved(self, ledger: ManagedLedger, cursor: ManagedCursor | None) -> None:
+        """Invalidate up to the slowest active reader when it changed. O(1) when the
+        moved cursor cannot change it; else O(#active cursors x #ledgers)."""
+        if (
+            cursor is not None
+            and self._slowest is not None
+            and cursor is not self._slowest_cursor
+            and self._reader_position(ledger, cursor) >= self._slowest
+        ):
+            return
+        self._recompute(ledger)
+
+    def _recompute(self, ledger: ManagedLedger) -> None:
         active = self._active(ledger)
+        self._has_active = bool(active)
         if not active:
+            self._slowest_cursor = None
             if self._slowest is not None:
                 self._slowest = None
                 ledger.cache.clear()
             return
-        if self.by_mark_delete:
-            slowest = min(ledger.next_position(c.mark_delete_position) for c in active)
-        else:
-            slowest = min(c.read_position for c in active)
+        slowest_cursor = min(active, key=lambda c: self._reader_position(ledger, c))
+        slowest = self._reader_position(ledger, slowest_cursor)
+        self._slowest_cursor = slowest_cursor
         if slowest != self._slowest:
             self._slowest = slowest
             ledger.cache.invalidate_entries(slowest.ledger_id, slowest.entry_id)
@@ -124,7 +145,8 @@ class LegacyPolicy:
         """Pulsar's backlog-caching rule: a cursor with at least ``min_backlog_entries``
         of backlog has its reads cached when at least ``min_backlog_cursors`` cursors
         (itself included) have backlogs within ``max_backlog_between`` of its own.
-        O(#cursors^2), as in Pulsar."""
+        O(#cursors^2), as in Pulsar. Also re-evaluates which cursors are backlogged."""
+        self._recompute(ledger)
         if self.min_backlog_cursors < 1:
             self._cache_reads = frozenset()
             return

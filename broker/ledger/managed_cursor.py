@@ -158,7 +158,7 @@ class ManagedCursor:
             self.mark_delete_position = mark_delete
         if self.read_position <= mark_delete:
             self.read_position = ledger.next_position(mark_delete)
-        ledger.cache_policy.cursor_moved(ledger)
+        ledger.cache_policy.cursor_moved(ledger, self)
 
     def backlog(self) -> int:
         """Confirmed entries not yet acknowledged. O(#ledgers)."""
@@ -192,7 +192,7 @@ class ManagedCursor:
                 # a rewind or reset happened while reading: drop this batch
                 continue
             self.read_position = ledger.next_position(entries[-1].position)
-            ledger.cache_policy.cursor_moved(ledger)
+            ledger.cache_policy.cursor_moved(ledger, self)
             deleted = self.individually_deleted
             mark_delete = self.mark_delete_position
             for entry in entries:

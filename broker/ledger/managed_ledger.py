@@ -288,14 +288,15 @@ class ManagedLedger:
         return idle_ns < self.config.continue_caching_ms * 1_000_000
 
     def activate_cursor(self, cursor: ManagedCursor) -> None:
-        """The cursor has consumers: it will read what is added. O(1)."""
+        """The cursor has consumers: it will read what is added."""
         self.active_cursors.add(cursor)
+        self.cache_policy.cursor_moved(self, None)
 
     def deactivate_cursor(self, cursor: ManagedCursor) -> None:
         self.active_cursors.discard(cursor)
         if not self.active_cursors:
             self._no_active_cursor_since_ns = self.clock.monotonic_ns()
-        self.cache_policy.cursor_moved(self)
+        self.cache_policy.cursor_moved(self, None)
 
     def _is_full(self, info: LedgerInfo, pending_entries: int = 0) -> bool:
         """Pulsar's rule: over the entry or size quota and older than the minimum rollover

@@ -141,3 +141,48 @@ async def test_a_consumer_in_a_long_poll_is_not_idle(live_broker: LiveBroker) ->
     ids = await client.produce(TOPIC, ["finally"])
     got = await client.receive_until(consumer, 1)
     assert [m["messageId"] for m in got] == ids
+
+
+async def test_dispatch_survives_a_storage_fault_and_delivers_once_it_clears(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker(managedLedgerCacheSizeMB=0)  # every read goes to storage
+    fault = {"operation": "readEntries", "errorRate": 1.0}
+    status, _ = await client.request("PUT", "/admin/v2/brokerlab/faults", json=fault)
+    assert status == 204
+    consumer = await client.subscribe(TOPIC, "resilient", subscriptionType="Shared")
+    ids = await client.produce(TOPIC, [f"f{i}" for i in range(5)])
+    assert await client.receive(consumer, 10, 300) == []
+    status, body = await client.request("GET", "/admin/v2/brokerlab/faults")
+    assert body["readEntries"]["injectedErrors"] >= 1, "the dispatcher did try to read"
+    status, _ = await client.request("DELETE", "/admin/v2/brokerlab/faults")
+    got = await client.receive_until(consumer, len(ids))
+    assert [m["messageId"] for m in got] == ids
+
+
+async def test_two_exclusive_consumers_racing_for_a_subscription_admit_only_one(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker()
+    shared = await client.subscribe(TOPIC, "contested", subscriptionType="Shared")
+    await client.request("DELETE", f"/consumers/{shared}")
+    path = f"/consumers/persistent/{TOPIC}/contested"
+    results = await asyncio.gather(
+        *(client.request("POST", path, json={"subscriptionType": "Exclusive"}) for _ in range(2))
+    )
+    assert sorted(status for status, _ in results) == [200, 409]
+    stats = await client.stats(TOPIC)
+    assert len(stats["subscriptions"]["contested"]["consumers"]) == 1
+
+
+async def test_the_ack_timeout_runs_from_receipt_not_from_the_receiver_queue(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker()
+    waiting = await client.subscribe(TOPIC, "queued", ackTimeoutMillis=100)
+    idle = await client.subscribe(f"{TOPIC}-empty", "clock")
+    ids = await client.produce(TOPIC, ["q0", "q1"])
+    # let several upkeep rounds pass while the messages sit unreceived in the queue
+    assert await client.receive(idle, 10, 1200) == []
+    got = await client.receive_until(waiting, 2)
+    assert [(m["messageId"], m["redeliveryCount"]) for m in got] == [(i, 0) for i in ids]

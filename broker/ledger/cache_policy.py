@@ -92,6 +92,7 @@ class LegacyPolicy:
     _slowest: Position | None = None
     _slowest_cursor: ManagedCursor | None = None
     _has_active: bool = False
+    _stale: bool = True
     _cache_reads: frozenset[str] = frozenset()
 
     def _active(self, ledger: ManagedLedger) -> list[ManagedCursor]:
@@ -102,7 +103,9 @@ class LegacyPolicy:
         return [c for c in ledger.active_cursors if c.entries_to_read() <= threshold]
 
     def added_entry_reads(self, ledger: ManagedLedger) -> int | None:
-        """Cached while a non-backlogged cursor is active (as of the last recompute)."""
+        """Cached while a non-backlogged cursor is active (as of the last recompute).
+        New entries can make a cursor backlogged: the next move re-evaluates."""
+        self._stale = True
         return 0 if self._has_active else None
 
     def storage_read_reads(self, ledger: ManagedLedger, cursor: ManagedCursor) -> int:
@@ -115,9 +118,11 @@ class LegacyPolicy:
 
     def cursor_moved(self, ledger: ManagedLedger, cursor: ManagedCursor | None) -> None:
         """Invalidate up to the slowest active reader when it changed. O(1) when the
-        moved cursor cannot change it; else O(#active cursors x #ledgers)."""
+        moved cursor cannot change it and nothing was added since the last evaluation;
+        else O(#active cursors x #ledgers)."""
         if (
             cursor is not None
+            and not self._stale
             and self._slowest is not None
             and cursor is not self._slowest_cursor
             and self._reader_position(ledger, cursor) >= self._slowest
@@ -126,6 +131,7 @@ class LegacyPolicy:
         self._recompute(ledger)
 
     def _recompute(self, ledger: ManagedLedger) -> None:
+        self._stale = False
         active = self._active(ledger)
         self._has_active = bool(active)
         if not active:

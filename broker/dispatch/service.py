@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,8 @@ class BrokerService:
         self.topics: dict[TopicName, PersistentTopic] = {}
         self.consumers: dict[str, Consumer] = {}
         self._loading: dict[TopicName, asyncio.Future[PersistentTopic]] = {}
+        #: topics being unloaded or deleted: a load waits, so two ledgers never coexist
+        self._closing: dict[TopicName, asyncio.Future[None]] = {}
         self._owner = TaskOwner("broker service")
         self._last_stats_ns = clock.monotonic_ns()
         self.evictor = CacheEvictor(cache_manager, config.cache_eviction_interval_ms)
@@ -93,6 +96,11 @@ class BrokerService:
     async def get_topic(self, name: TopicName, create: bool) -> PersistentTopic:
         """The loaded topic, loading it from storage if it exists. NotFoundError when it
         does not exist and ``create`` is false (or auto-creation is off)."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        while (closing := self._closing.get(name)) is not None:
+            await asyncio.shield(closing)
         topic = self.topics.get(name)
         if topic is not None:
             return topic
@@ -149,11 +157,12 @@ class BrokerService:
             )
         for consumer in connected:
             self.close_consumer(consumer)
-        self.topics.pop(name, None)
-        for subscription in topic.subscriptions.values():
-            await subscription.close()
-        await topic.ledger.delete()
-        self.cache_manager.remove_entry_cache(str(name))
+        async with self._closing_topic(name):
+            self.topics.pop(name, None)
+            for subscription in topic.subscriptions.values():
+                await subscription.close()
+            await topic.ledger.delete()
+            self.cache_manager.remove_entry_cache(str(name))
 
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
         """Unload every loaded topic of the namespace as a bundle move would: consumers
@@ -164,14 +173,29 @@ class BrokerService:
         return len(doomed)
 
     async def unload_topic(self, name: TopicName) -> None:
-        topic = self.topics.pop(name, None)
+        topic = self.topics.get(name)
         if topic is None:
             return
-        for subscription in topic.subscriptions.values():
-            for consumer in list(subscription.consumers):
-                self.close_consumer(consumer)
-        await topic.close()
-        self.cache_manager.remove_entry_cache(str(name))
+        async with self._closing_topic(name):
+            self.topics.pop(name, None)
+            for subscription in topic.subscriptions.values():
+                for consumer in list(subscription.consumers):
+                    self.close_consumer(consumer)
+            await topic.close()
+            self.cache_manager.remove_entry_cache(str(name))
+
+    @contextlib.asynccontextmanager
+    async def _closing_topic(self, name: TopicName) -> AsyncIterator[None]:
+        """Mark ``name`` as closing until the block ends; loads of it wait."""
+        while (closing := self._closing.get(name)) is not None:
+            await asyncio.shield(closing)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._closing[name] = future
+        try:
+            yield
+        finally:
+            del self._closing[name]
+            future.set_result(None)
 
     # ------------------------------------------------------------------ consumers
 
@@ -194,6 +218,11 @@ class BrokerService:
             self.clock.monotonic_ns(),
         )
         await subscription.add_consumer(consumer, options.subscription_type)
+        if self.topics.get(name) is not topic:
+            # the topic was unloaded while this consumer attached: don't leave it orphaned
+            consumer.closed = True
+            subscription.remove_consumer(consumer)
+            raise UnavailableError(f"topic {name} was unloaded meanwhile; retry")
         self.consumers[consumer_id] = consumer
         return consumer
 

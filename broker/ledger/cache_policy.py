@@ -47,9 +47,9 @@ class Pip430Policy:
         return len(ledger.active_cursors) if ledger.caching_added_entries() else None
 
     def storage_read_reads(self, ledger: ManagedLedger, cursor: ManagedCursor) -> int:
-        """O(#active cursors) until the active cursor container lands."""
-        position = cursor.read_position
-        return sum(1 for other in ledger.active_cursors if other.read_position <= position)
+        """Active cursors at or before the reader, itself included; 0 for a reader that
+        is not active (its reads are not cached), as in Pulsar. O(1)."""
+        return ledger.active_container.number_at_or_before(cursor)
 
     def cursor_moved(self, ledger: ManagedLedger, cursor: ManagedCursor | None) -> None:
         pass

@@ -28,12 +28,12 @@ class ManagedCursor:
         "_dirty_version",
         "_persist_lock",
         "_persisted_version",
+        "_read_position",
         "individually_deleted",
         "ledger",
         "mark_delete_position",
         "messages_consumed_counter",
         "name",
-        "read_position",
     )
 
     def __init__(self, ledger: ManagedLedger, name: str, mark_delete: Position) -> None:
@@ -41,13 +41,25 @@ class ManagedCursor:
         self.name = name
         self.mark_delete_position = mark_delete
         self.individually_deleted = PositionRangeSet()
-        self.read_position = ledger.next_position(mark_delete)
+        self._read_position = ledger.next_position(mark_delete)
         self.messages_consumed_counter = 0
         self._persist_lock = asyncio.Lock()
         self._dirty_version = 0
         self._persisted_version = 0
 
     # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def read_position(self) -> Position:
+        """The next entry to dispatch. Setting it keeps the ledger's active cursor
+        container in order (O(distance moved) when this cursor is active)."""
+        return self._read_position
+
+    @read_position.setter
+    def read_position(self, position: Position) -> None:
+        if position != self._read_position:
+            self._read_position = position
+            self.ledger.active_container_moved(self)
 
     @property
     def key(self) -> str:

@@ -19,6 +19,7 @@ import orjson
 from broker.cache.api import EntryCache
 from broker.cache.entry import CachedEntry
 from broker.clock import Clock
+from broker.ledger.active_cursor_container import ActiveManagedCursorContainer
 from broker.ledger.cache_policy import CachePolicy, Pip430Policy
 from broker.ledger.entry import Entry
 from broker.ledger.pending_reads import PendingReads
@@ -122,6 +123,8 @@ class ManagedLedger:
         self.cursors: dict[str, ManagedCursor] = {}
         #: cursors with connected consumers: they will read what is added
         self.active_cursors: set[ManagedCursor] = set()
+        #: the same cursors ordered by read position, for O(1) at-or-before counts
+        self.active_container = ActiveManagedCursorContainer()
         self._no_active_cursor_since_ns = clock.monotonic_ns()
         # first entry id -> (last entry id, bytes) of adds complete but not yet contiguous
         self._completed: dict[int, tuple[int, int]] = {}
@@ -289,14 +292,23 @@ class ManagedLedger:
 
     def activate_cursor(self, cursor: ManagedCursor) -> None:
         """The cursor has consumers: it will read what is added."""
-        self.active_cursors.add(cursor)
+        if cursor not in self.active_cursors:
+            self.active_cursors.add(cursor)
+            self.active_container.add(cursor, cursor.read_position)
         self.cache_policy.cursor_moved(self, None)
 
     def deactivate_cursor(self, cursor: ManagedCursor) -> None:
-        self.active_cursors.discard(cursor)
+        if cursor in self.active_cursors:
+            self.active_cursors.discard(cursor)
+            self.active_container.remove(cursor)
         if not self.active_cursors:
             self._no_active_cursor_since_ns = self.clock.monotonic_ns()
         self.cache_policy.cursor_moved(self, None)
+
+    def active_container_moved(self, cursor: ManagedCursor) -> None:
+        """``cursor``'s read position changed; reorder it if it is active."""
+        if cursor in self.active_cursors:
+            self.active_container.move(cursor, cursor.read_position)
 
     def _is_full(self, info: LedgerInfo, pending_entries: int = 0) -> bool:
         """Pulsar's rule: over the entry or size quota and older than the minimum rollover

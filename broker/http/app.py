@@ -187,14 +187,18 @@ def _encode_messages(body: dict[str, Any], config: BrokerConfig, now_ms: int) ->
             raise TooLargeError(
                 f"messages[{index}] is {len(payload)} bytes; maxMessageSize is {max_size}"
             )
+        if len(message) == 1:
+            # only the payload: no optional field to validate (the common case)
+            encoded.append(encode_message(payload, now_ms))
+            continue
         key = message.get("key")
         if "key" in message:
             if not isinstance(key, str):
                 raise InvalidRequestError(f"messages[{index}].key must be a string")
             if len(key) * 4 > MAX_KEY_BYTES and len(key.encode()) > MAX_KEY_BYTES:
                 raise InvalidRequestError(f"messages[{index}].key is over {MAX_KEY_BYTES} bytes")
-        properties = message.get("properties", {})
-        if not _string_map(properties):
+        properties = message.get("properties")
+        if "properties" in message and not _string_map(properties):
             raise InvalidRequestError(f"messages[{index}].properties must be an object of strings")
         event_time = message.get("eventTime", 0)
         if (

@@ -13,11 +13,18 @@ brokerlab; positions are anything ordered (``Position`` tuples in the broker).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 
-class _Counter:
+class TrackedCursor(Protocol):
+    """What the container needs of a cursor: a slot to hold its group's counter, so a
+    count query reads two attributes and hashes nothing."""
+
+    active_counter: CursorCounter | None
+
+
+class CursorCounter:
     """Cursors at or before the position of the group sharing this object."""
 
     __slots__ = ("value",)
@@ -29,10 +36,10 @@ class _Counter:
 class _Node:
     __slots__ = ("counter", "cursor", "next", "position", "prev")
 
-    def __init__(self, cursor: Hashable, position: Any) -> None:
+    def __init__(self, cursor: TrackedCursor, position: Any) -> None:
         self.cursor = cursor
         self.position = position
-        self.counter = _Counter(0)
+        self.counter = CursorCounter(0)
         self.prev: _Node | None = None
         self.next: _Node | None = None
 
@@ -47,15 +54,15 @@ class ActiveManagedCursorContainer:
     def __init__(self) -> None:
         self._head: _Node | None = None
         self._tail: _Node | None = None
-        self._nodes: dict[Hashable, _Node] = {}
+        self._nodes: dict[TrackedCursor, _Node] = {}
 
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def __contains__(self, cursor: Hashable) -> bool:
+    def __contains__(self, cursor: TrackedCursor) -> bool:
         return cursor in self._nodes
 
-    def __iter__(self) -> Iterator[Hashable]:
+    def __iter__(self) -> Iterator[TrackedCursor]:
         node = self._head
         while node is not None:
             yield node.cursor
@@ -65,18 +72,18 @@ class ActiveManagedCursorContainer:
         """Position of the slowest cursor, None when empty. O(1)."""
         return self._head.position if self._head is not None else None
 
-    def position_of(self, cursor: Hashable) -> Any:
+    def position_of(self, cursor: TrackedCursor) -> Any:
         return self._nodes[cursor].position
 
-    def number_at_or_before(self, cursor: Hashable) -> int:
+    def number_at_or_before(self, cursor: TrackedCursor) -> int:
         """Cursors at the same position as ``cursor`` or before it (itself included);
         0 for a cursor not tracked. O(1)."""
-        node = self._nodes.get(cursor)
-        return node.counter.value if node is not None else 0
+        counter = cursor.active_counter
+        return counter.value if counter is not None else 0
 
     # ------------------------------------------------------------------ updates
 
-    def add(self, cursor: Hashable, position: Any) -> None:
+    def add(self, cursor: TrackedCursor, position: Any) -> None:
         """Track ``cursor`` at ``position``. O(distance from the tail)."""
         if cursor in self._nodes:
             raise ValueError(f"cursor {cursor!r} is already tracked")
@@ -85,7 +92,7 @@ class ActiveManagedCursorContainer:
         # find the last node at or before position, walking back from the tail; every
         # group after position gains one cursor at-or-before
         after = self._tail
-        last_counter: _Counter | None = None
+        last_counter: CursorCounter | None = None
         while after is not None and after.position > position:
             if after.counter is not last_counter:
                 after.counter.value += 1
@@ -93,12 +100,13 @@ class ActiveManagedCursorContainer:
             after = after.prev
         self._link_after(node, after)
 
-    def remove(self, cursor: Hashable) -> None:
+    def remove(self, cursor: TrackedCursor) -> None:
         """Stop tracking ``cursor``. O(distance to the tail)."""
         node = self._nodes.pop(cursor)
+        cursor.active_counter = None
         # every group from this one on loses one cursor at-or-before
         current = node.next
-        last_counter: _Counter | None = node.counter
+        last_counter: CursorCounter | None = node.counter
         node.counter.value -= 1
         while current is not None:
             if current.counter is not last_counter:
@@ -107,7 +115,7 @@ class ActiveManagedCursorContainer:
             current = current.next
         self._unlink(node)
 
-    def move(self, cursor: Hashable, position: Any) -> None:
+    def move(self, cursor: TrackedCursor, position: Any) -> None:
         """Move ``cursor`` to ``position``. O(nodes between the two positions)."""
         node = self._nodes[cursor]
         old = node.position
@@ -117,7 +125,7 @@ class ActiveManagedCursorContainer:
             # leaving the old group and passing every group up to position: each of them
             # no longer has this cursor at or before it
             node.counter.value -= 1
-            passed: _Counter | None = node.counter
+            passed: CursorCounter | None = node.counter
             before = node
             current = node.next
             while current is not None and current.position <= position:
@@ -135,7 +143,7 @@ class ActiveManagedCursorContainer:
             # passing every group above position back to (not including) the old group:
             # each gains this cursor at or before it
             after = node.prev
-            last_counter: _Counter | None = node.counter
+            last_counter: CursorCounter | None = node.counter
             while after is not None and after.position > position:
                 if after.counter is not last_counter:
                     after.counter.value += 1
@@ -171,7 +179,8 @@ class ActiveManagedCursorContainer:
             if not counted:
                 node.counter.value += 1
         else:
-            node.counter = _Counter((prev.counter.value if prev is not None else 0) + 1)
+            node.counter = CursorCounter((prev.counter.value if prev is not None else 0) + 1)
+        node.cursor.active_counter = node.counter
 
     def _unlink(self, node: _Node) -> None:
         if node.prev is None:
@@ -206,6 +215,7 @@ class ActiveManagedCursorContainer:
         assert seen == len(self._nodes), "map and list disagree"
         node = self._head
         while node is not None:
+            assert node.cursor.active_counter is node.counter, "stale cursor counter"
             expected = sum(1 for p in positions if p <= node.position)
             assert node.counter.value == expected, (
                 f"count at {node.position}: {node.counter.value} != {expected}"

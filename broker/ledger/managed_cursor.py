@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import orjson
 
+from broker.ledger.active_cursor_container import CursorCounter
 from broker.ledger.entry import Entry
 from broker.ledger.managed_ledger import ManagedLedger, cursor_key_prefix
 from broker.ledger.position import Position
@@ -29,6 +30,7 @@ class ManagedCursor:
         "_persist_lock",
         "_persisted_version",
         "_read_position",
+        "active_counter",
         "individually_deleted",
         "ledger",
         "mark_delete_position",
@@ -43,6 +45,8 @@ class ManagedCursor:
         self.individually_deleted = PositionRangeSet()
         self._read_position = ledger.next_position(mark_delete)
         self.messages_consumed_counter = 0
+        #: set by the ledger's active cursor container while this cursor is active
+        self.active_counter: CursorCounter | None = None
         self._persist_lock = asyncio.Lock()
         self._dirty_version = 0
         self._persisted_version = 0

@@ -40,6 +40,9 @@ class DispatchConfig:
     max_read_batch_size: int = 100
     max_unacked_per_consumer: int = 50000
     max_unacked_per_subscription: int = 200000
+    #: Key_Shared: stop reading new entries while this much waits in the replay queue
+    key_shared_look_ahead_per_consumer: int = 4000
+    key_shared_look_ahead_per_subscription: int = 40000
 
 
 class Dispatcher(ABC):
@@ -81,6 +84,16 @@ class Dispatcher(ABC):
     def redeliver(self, consumer: Consumer, positions: Iterable[Position] | None) -> None:
         """Send again ``positions`` (None: everything pending) of ``consumer``, counting
         one more redelivery for each."""
+
+    def acknowledged(self, positions: Iterable[Position]) -> None:  # noqa: B027
+        """These positions were acknowledged (Key_Shared releases their keys); nothing
+        to do for the other types."""
+
+    def reset(self) -> None:
+        """The cursor was reset: take back everything handed out, forget the replay."""
+        for consumer in self.consumers:
+            consumer.take_unacked()
+        self.replay.clear()
 
     def unacked_messages(self) -> int:
         return sum(len(consumer.pending) for consumer in self.consumers)

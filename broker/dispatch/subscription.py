@@ -15,6 +15,7 @@ from broker.dispatch.dispatcher import (
     SingleActiveConsumerDispatcher,
 )
 from broker.dispatch.errors import ConflictError, InvalidRequestError, NotImplementedYetError
+from broker.dispatch.key_shared import KeySharedDispatcher
 from broker.dispatch.stats import RateCounter
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
@@ -28,6 +29,7 @@ _DISPATCHERS: dict[str, type[Dispatcher]] = {
     "Exclusive": SingleActiveConsumerDispatcher,
     "Failover": SingleActiveConsumerDispatcher,
     "Shared": SharedDispatcher,
+    "Key_Shared": KeySharedDispatcher,
 }
 
 
@@ -122,6 +124,8 @@ class Subscription:
                 del pending[position]
                 counts.pop(position, None)
             cursor.acknowledge(mine)
+            if self.dispatcher is not None:
+                self.dispatcher.acknowledged(mine)
         if self.dispatcher is not None:
             self.dispatcher.wake()
         await cursor.persist()
@@ -171,9 +175,7 @@ class Subscription:
     async def reset_cursor(self, position: Position) -> None:
         """Move the cursor to ``position``; what consumers hold is taken back."""
         if self.dispatcher is not None:
-            for consumer in self.dispatcher.consumers:
-                consumer.take_unacked()
-            self.dispatcher.replay.clear()
+            self.dispatcher.reset()
         self.redelivery_counts.clear()
         await self.cursor.reset(position)
         if self.dispatcher is not None:

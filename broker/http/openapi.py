@@ -762,7 +762,6 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
                     409: "Exclusive subscription already has a consumer, or the type "
                     "differs from the type of its connected consumers.",
                     413: _BODY_TOO_LARGE,
-                    501: "Key_Shared until the dispatch issue lands; nothing is created.",
                     503: "Storage fault or timeout; no consumer was created.",
                 },
             ),

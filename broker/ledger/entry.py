@@ -94,6 +94,14 @@ def decode_message(data: bytes) -> Message:
     return Message(publish_time, event_time, key, properties, data[offset:])
 
 
+def key_of(data: bytes) -> bytes | None:
+    """The key bytes of an encoded entry without decoding the rest. O(len(key))."""
+    key_len = _HEADER.unpack_from(data)[3]
+    if key_len == _NO_KEY:
+        return None
+    return bytes(data[HEADER_SIZE : HEADER_SIZE + key_len])
+
+
 def publish_time_of(data: bytes) -> int:
     """The publish time of an encoded entry without decoding the rest. O(1)."""
     return int(_HEADER.unpack_from(data)[1])

@@ -162,18 +162,6 @@ async def test_subscription_created_earliest_sees_older_messages(live_broker: Li
     assert await client.receive(late, 10, 100) == []
 
 
-async def test_key_shared_is_refused_until_it_lands_and_creates_nothing(
-    live_broker: LiveBroker,
-) -> None:
-    client = await live_broker()
-    status, body = await client.request(
-        "POST", "/consumers/persistent/public/default/ks/s", json={"subscriptionType": "Key_Shared"}
-    )
-    assert (status, body["code"]) == (501, "not-implemented")
-    status, topics = await client.request("GET", "/admin/v2/persistent/public/default")
-    assert topics == []
-
-
 async def test_messages_without_a_key_carry_no_key_field(live_broker: LiveBroker) -> None:
     client = await live_broker()
     consumer = await client.subscribe(TOPIC, "nokey")

@@ -1,0 +1,56 @@
+"""Key_Shared's pieces: the sticky-key hash and the AUTO_SPLIT selector."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from broker.dispatch.consumer import Consumer
+from broker.dispatch.key_shared import SLOTS, AutoSplitSelector, sticky_slot
+
+
+def test_sticky_slot_is_murmur3_32_of_the_key_modulo_65536() -> None:
+    # Murmur3 x86 32-bit, seed 0, of b"hello" is 0x248bfa47 (the published test vector)
+    assert sticky_slot(b"hello") == 0x248BFA47 % SLOTS
+    assert sticky_slot(None) == sticky_slot(b"NONE_KEY")
+
+
+def consumers(n: int) -> list[Consumer]:
+    return [cast(Consumer, object()) for _ in range(n)]
+
+
+def test_auto_split_halves_the_largest_range_for_each_new_consumer() -> None:
+    a, b, c = consumers(3)
+    selector = AutoSplitSelector()
+    selector.add(a)
+    assert selector.ranges() == [(0, 65535, a)]
+    selector.add(b)
+    assert selector.ranges() == [(0, 32767, b), (32768, 65535, a)]
+    selector.add(c)  # both halves are equal: the first one splits
+    assert selector.ranges() == [(0, 16383, c), (16384, 32767, b), (32768, 65535, a)]
+    assert selector.select(0) is c and selector.select(20000) is b and selector.select(65535) is a
+
+
+def test_a_leaving_consumer_hands_its_range_to_a_neighbour() -> None:
+    a, b, c = consumers(3)
+    selector = AutoSplitSelector()
+    for consumer in (a, b, c):
+        selector.add(consumer)
+    selector.remove(b)
+    assert selector.ranges() == [(0, 16383, c), (16384, 65535, a)]
+    selector.remove(a)  # the last range: the one below takes it
+    assert selector.ranges() == [(0, 65535, c)]
+    selector.remove(c)
+    assert selector.select(123) is None
+
+
+def test_every_slot_has_exactly_one_owner_as_consumers_come_and_go() -> None:
+    pool: list[Any] = consumers(6)
+    selector = AutoSplitSelector()
+    for consumer in pool:
+        selector.add(consumer)
+    for consumer in pool[1::2]:
+        selector.remove(consumer)
+    ranges = selector.ranges()
+    assert ranges[0][0] == 0 and ranges[-1][1] == SLOTS - 1
+    assert all(ranges[i][1] + 1 == ranges[i + 1][0] for i in range(len(ranges) - 1))
+    assert {owner for _, _, owner in ranges} == set(pool[0::2])

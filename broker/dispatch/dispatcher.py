@@ -234,12 +234,13 @@ class SingleActiveConsumerDispatcher(Dispatcher):
 
 
 class SharedDispatcher(Dispatcher):
-    """Shared: round robin over consumers with permits; redeliveries go to the replay
-    queue and are served before new entries."""
+    """Shared: consumers of the highest priority (lowest ``priorityLevel``) with room
+    take messages first, round robin among them, as in Pulsar; redeliveries go to the
+    replay queue and are served before new entries."""
 
     def __init__(self, subscription: Subscription, config: DispatchConfig, clock: Clock) -> None:
         super().__init__(subscription, config, clock)
-        self._next = 0
+        self._next: dict[int, int] = {}  # round-robin position per priority level
 
     def remove_consumer(self, consumer: Consumer) -> None:
         self.consumers.remove(consumer)
@@ -279,6 +280,17 @@ class SharedDispatcher(Dispatcher):
         self.subscription.msg_redeliver.add(redelivered)
         self.wake()
 
+    def _next_with_room(self, levels: list[tuple[int, list[Consumer]]]) -> Consumer | None:
+        """Round robin within the highest-priority level that has a consumer with room."""
+        for level, consumers in levels:
+            start = self._next.get(level, 0)
+            for step in range(len(consumers)):
+                consumer = consumers[(start + step) % len(consumers)]
+                if self._capacity(consumer) > 0:
+                    self._next[level] = (start + step + 1) % len(consumers)
+                    return consumer
+        return None
+
     def _capacity(self, consumer: Consumer) -> int:
         return min(
             consumer.available_permits,
@@ -291,26 +303,21 @@ class SharedDispatcher(Dispatcher):
         return min(permits, room, self.config.max_read_batch_size)
 
     def _send(self, entries: list[Entry]) -> None:
-        consumers = self.consumers
+        """O(entries x consumers) at worst; O(entries) when the first level has room."""
+        levels: dict[int, list[Consumer]] = {}
+        for member in self.consumers:
+            levels.setdefault(member.priority_level, []).append(member)
+        ordered = [(level, levels[level]) for level in sorted(levels)]
         now = self.clock.monotonic_ns()
         index = 0
         total = len(entries)
-        while index < total and consumers:
-            # one pass of round robin over consumers that can take more
-            progressed = False
-            for _ in range(len(consumers)):
-                self._next %= len(consumers)
-                consumer = consumers[self._next]
-                self._next += 1
-                if self._capacity(consumer) > 0:
-                    entry = entries[index]
-                    consumer.deliver(entry, self._redelivery_count(entry.position), now)
-                    index += 1
-                    progressed = True
-                    if index == total:
-                        break
-            if not progressed:
+        while index < total:
+            target = self._next_with_room(ordered)
+            if target is None:
                 break
+            entry = entries[index]
+            target.deliver(entry, self._redelivery_count(entry.position), now)
+            index += 1
         for entry in entries[index:]:
             # not handed over: the read expected of it is still to come, no new one
             self.replay.add(entry.position)

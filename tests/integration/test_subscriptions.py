@@ -168,3 +168,18 @@ async def test_messages_without_a_key_carry_no_key_field(live_broker: LiveBroker
     await client.produce(TOPIC, ["plain"])
     (message,) = await client.receive_until(consumer, 1)
     assert "key" not in message
+
+
+async def test_shared_fills_higher_priority_consumers_first(live_broker: LiveBroker) -> None:
+    client = await live_broker()
+    high = await client.subscribe(
+        TOPIC, "prio", subscriptionType="Shared", priorityLevel=0, receiverQueueSize=5
+    )
+    low = await client.subscribe(
+        TOPIC, "prio", subscriptionType="Shared", priorityLevel=1, receiverQueueSize=100
+    )
+    ids = await client.produce(TOPIC, [f"p{i}" for i in range(20)])
+    to_high = await client.receive_until(high, 5)
+    to_low = await client.receive_until(low, 15)
+    assert [m["messageId"] for m in to_high] == ids[:5], "the high-priority queue filled first"
+    assert sorted(m["messageId"] for m in to_low) == sorted(ids[5:])

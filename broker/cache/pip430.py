@@ -20,6 +20,7 @@ skipped when they reach the head.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from broker.cache.api import MissingRange
 from broker.cache.base import LedgerCacheBase, ManagerBase, owned_payload
@@ -303,6 +304,15 @@ class Pip430EntryCacheManager(ManagerBase[RangeEntryCache]):
                 removed += 1
         self.counters.evicted_size += removed
         return freed
+
+    def stats(self) -> dict[str, Any]:
+        """The common counters, plus the cached entries still expected to be read
+        (computed here, O(entries): an admin route, not a hot path)."""
+        result = super().stats()
+        result["entriesWithExpectedReads"] = sum(
+            1 for entry in self.queue if not entry.removed and entry.expected_reads >= 1
+        )
+        return result
 
     def do_cache_eviction(self) -> None:
         """One eviction round as the broker's timer runs it: timestamp pass, then the

@@ -52,4 +52,5 @@ class CacheCounters:
                 "invalidated": self.evicted_invalidated,
             },
             "evictionRuns": self.eviction_runs,
+            "entriesWithExpectedReads": 0,
         }

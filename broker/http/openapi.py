@@ -556,6 +556,9 @@ def _broker_schemas() -> Json:
             {"ttl": "By age.", "size": "By size.", "invalidated": "Because no reader needs them."},
         ),
         "evictionRuns": _integer("Eviction passes.", minimum=0),
+        "entriesWithExpectedReads": _integer(
+            "Cached entries a cursor is still expected to read (PIP-430).", minimum=0
+        ),
         "shadows": _map_of(
             "Shadow caches by name.",
             _counters("One shadow cache.", {"hits": "Hits.", "misses": "Misses."}),

@@ -119,6 +119,11 @@ class BrokerConfig(BaseModel):
     #: Shared/Key_Shared: stop dispatching to a subscription with this many unacked
     #: messages; 0 = no limit. Pulsar: same default (4 x the per-consumer limit).
     maxUnackedMessagesPerSubscription: int = Field(default=200000, ge=0)
+    #: Key_Shared: stop reading ahead while this many messages per consumer wait in the
+    #: replay queue. Pulsar 5.0's documented figure.
+    keySharedLookAheadMsgInReplayThresholdPerConsumer: int = Field(default=4000, gt=0)
+    #: Key_Shared: ... and at most this many per subscription. Pulsar 5.0's figure.
+    keySharedLookAheadMsgInReplayThresholdPerSubscription: int = Field(default=40000, gt=0)
     #: brokerlab only: close a consumer that has not polled for this long (ms); HTTP
     #: consumers have no connection whose loss would tell the broker they are gone.
     consumerIdleTimeoutMs: int = Field(default=30000, gt=0)

@@ -119,3 +119,33 @@ async def test_a_joining_consumer_gets_a_key_only_after_its_earlier_messages_are
     moved = await client.receive_until(second, len(late) - len(got_first))
     assert {str(m["messageId"]) for m in got_first + moved} == set(late)
     assert moved, "some keys moved to the second consumer"
+
+
+async def test_a_stuck_consumer_bounds_how_far_the_dispatcher_reads_ahead(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker(keySharedLookAheadMsgInReplayThresholdPerConsumer=10)
+    stuck = await client.subscribe(TOPIC, "ks", subscriptionType="Key_Shared", receiverQueueSize=1)
+    busy = await client.subscribe(TOPIC, "ks", subscriptionType="Key_Shared")
+    ids = await produce_keyed(client, 500, keys=50)
+    got: list[str] = []
+    for _ in range(20):  # the busy consumer drains whatever it is given
+        batch = await client.receive(busy, 500, 50)
+        got += [str(m["messageId"]) for m in batch]
+        if batch:
+            await client.ack(busy, [str(m["messageId"]) for m in batch])
+    internal = await client.internal_stats(TOPIC)
+    read_up_to = int(internal["cursors"]["ks"]["readPosition"].split(":")[1])
+    # the stuck consumer's keys fill the replay queue up to 2 x 10, then reading stops
+    assert read_up_to < len(ids) // 2, read_up_to
+    assert 0 < len(got) < read_up_to
+    # once the stuck consumer drains, everything flows
+    for _ in range(300):
+        for consumer in (stuck, busy):
+            batch = await client.receive(consumer, 500, 5)
+            got += [str(m["messageId"]) for m in batch]
+            if batch:
+                await client.ack(consumer, [str(m["messageId"]) for m in batch])
+        if len(got) == len(ids):
+            break
+    assert sorted(got) == sorted(ids)

@@ -6,34 +6,25 @@ from __future__ import annotations
 from typing import Any
 
 from broker.cache.api import MissingRange
+from broker.cache.base import LedgerCacheBase
 from broker.cache.entry import CachedEntry
 from broker.cache.stats import CacheCounters
 
 
-class DisabledEntryCache:
+class DisabledEntryCache(LedgerCacheBase):
     """Holds nothing; every lookup is a miss. All operations O(1)."""
 
-    __slots__ = ("_counters", "_name")
+    __slots__ = ("_name", "_shared")
 
     def __init__(self, name: str, counters: CacheCounters) -> None:
         self._name = name
-        self._counters = counters
+        self._shared = counters
 
     @property
-    def name(self) -> str:
-        return self._name
+    def _counters(self) -> CacheCounters:
+        return self._shared
 
     def insert(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        data: bytes | memoryview | None,
-        expected_reads: int,
-        size: int = -1,
-    ) -> CachedEntry | None:
-        return None
-
-    def insert_from_read(
         self,
         ledger_id: int,
         entry_id: int,
@@ -47,10 +38,6 @@ class DisabledEntryCache:
         self, ledger_id: int, first: int, last: int, hits: list[CachedEntry]
     ) -> list[MissingRange]:
         return [(first, last)]
-
-    def record_storage_read(self, entries: int, nbytes: int) -> None:
-        self._counters.misses += entries
-        self._counters.miss_bytes += nbytes
 
     def add_expected_read(self, ledger_id: int, entry_id: int) -> None:
         pass

@@ -29,6 +29,9 @@ class StorageConfig(BaseModel):
     readEntryLatency: str = "0"
     getLastEntryLatency: str = "0"
     metadataLatency: str = "0"
+    #: ledgers whose last entry id the bookie caches in front of the index floor seek;
+    #: <= 0 disables the cache (BookKeeper PR 4732's key and default).
+    dbStorage_lastEntryCacheMaxSize: int = 100000
 
     @field_validator(
         "addEntryLatency", "readEntryLatency", "getLastEntryLatency", "metadataLatency"

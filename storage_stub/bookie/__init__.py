@@ -21,6 +21,7 @@ from storage_stub.bookie.counters import OpCounter, OpCounters
 from storage_stub.bookie.disk import DiskBookie
 from storage_stub.bookie.faults import FaultInjector
 from storage_stub.bookie.instrumented import InstrumentedBookie, InstrumentedMetadataStore
+from storage_stub.bookie.last_entry_cache import LastEntryCache, LastEntryCachingBookie
 from storage_stub.bookie.latency import LatencyModel, parse_latency_spec
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 from storage_stub.bookie.metadata_store import RocksMetadataStore
@@ -36,6 +37,8 @@ __all__ = [
     "InMemoryMetadataStore",
     "InstrumentedBookie",
     "InstrumentedMetadataStore",
+    "LastEntryCache",
+    "LastEntryCachingBookie",
     "LatencyModel",
     "LedgerClosedError",
     "LedgerMetadata",

@@ -11,6 +11,7 @@ import pytest
 from storage_stub.bookie import (
     DiskBookie,
     InstrumentedBookie,
+    LastEntryCachingBookie,
     Storage,
     StorageFaultError,
     open_storage,
@@ -27,8 +28,10 @@ def payload(ledger_id: int, entry_id: int, size: int = 40) -> bytes:
 
 
 def disk_bookie(bookie: object) -> DiskBookie:
-    assert isinstance(bookie, InstrumentedBookie)
-    inner = bookie.inner
+    assert isinstance(bookie, LastEntryCachingBookie)
+    instrumented = bookie.inner
+    assert isinstance(instrumented, InstrumentedBookie)
+    inner = instrumented.inner
     assert isinstance(inner, DiskBookie)
     return inner
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import pathlib
 import signal
@@ -113,13 +114,34 @@ class Client:
         return dict(body)
 
 
-def make_settings(data_dir: pathlib.Path | None, **broker: Any) -> Settings:
-    storage = {"storageMode": "memory"} if data_dir is None else {}
+def make_settings(
+    data_dir: pathlib.Path | None, storage: dict[str, Any] | None = None, **broker: Any
+) -> Settings:
+    """Settings from the shipped conf files with overrides; in-memory storage unless a
+    data dir is given."""
+    storage_overrides = {"storageMode": "memory"} if data_dir is None else {}
+    storage_overrides.update(storage or {})
     return Settings(
         broker=load_broker_config(CONF / "broker.conf", {"webServicePort": 0, **broker}),
-        storage=load_storage_config(CONF / "storage.conf", storage),
+        storage=load_storage_config(CONF / "storage.conf", storage_overrides),
         data_dir=data_dir,
     )
+
+
+@contextlib.asynccontextmanager
+async def in_process_broker(
+    data_dir: pathlib.Path | None = None, storage: dict[str, Any] | None = None, **broker: Any
+) -> AsyncIterator[Client]:
+    """One in-process broker on a real port, stopped cleanly (files closed) on exit."""
+    runner = web.AppRunner(create_app(make_settings(data_dir, storage, **broker)), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    try:
+        yield client
+    finally:
+        await client.close()
+        await runner.cleanup()
 
 
 LiveBroker = Callable[..., Awaitable[Client]]
@@ -128,12 +150,15 @@ LiveBroker = Callable[..., Awaitable[Client]]
 @pytest.fixture
 async def live_broker() -> AsyncIterator[LiveBroker]:
     """Start in-process brokers (in-memory storage unless a data dir is given) on real
-    ports; each call returns a client. All are stopped at the end."""
+    ports; each call returns a client; ``storage`` overrides storage.conf keys. All are
+    stopped at the end."""
     runners: list[web.AppRunner] = []
     clients: list[Client] = []
 
-    async def start(data_dir: pathlib.Path | None = None, **broker: Any) -> Client:
-        app = create_app(make_settings(data_dir, **broker))
+    async def start(
+        data_dir: pathlib.Path | None = None, storage: dict[str, Any] | None = None, **broker: Any
+    ) -> Client:
+        app = create_app(make_settings(data_dir, storage, **broker))
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

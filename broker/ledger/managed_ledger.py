@@ -171,8 +171,11 @@ class ManagedLedger:
                 self._ledger_ids.append(ledger_id)
                 self.entries_added_counter += info.entries
         if self._ledger_ids:
+            # a broker taking a topic over asks the bookie for the last entry of its last
+            # ledger (BookKeeper's getLastEntryInLedger: the last-entry cache or a seek)
             last_info = self._ledgers[self._ledger_ids[-1]]
-            self.last_confirmed = Position(last_info.ledger_id, last_info.entries - 1)
+            last = await self.bookie.get_last_entry_in_ledger(last_info.ledger_id)
+            self.last_confirmed = Position(last_info.ledger_id, last)
         await self._create_ledger()
         for ledger_id in empty:
             await self.bookie.delete_ledger(ledger_id)

@@ -11,6 +11,10 @@ def run_bench(name: str, quick: bool = False, as_json: bool = False) -> int:
         from broker.bench.http import main
 
         return main(quick=quick, as_json=as_json)
+    if name == "lac":
+        from broker.bench.lac import main as lac_main
+
+        return lac_main(quick=quick, as_json=as_json)
     if name == "cursors":
         from broker.bench.cursors import main as cursors_main
 

@@ -95,9 +95,8 @@ def main(quick: bool = False, as_json: bool = False) -> int:
         f"{result['rounds']} rounds of unload + load of every topic"
     )
     print()
-    print(
-        f"{'last-entry cache':<18} {'seek latency':>12} {'floor seeks':>12} {'CPU s':>8} {'wall s':>8}"
-    )
+    header = ("last-entry cache", "seek latency", "floor seeks", "CPU s", "wall s")
+    print(f"{header[0]:<18} {header[1]:>12} {header[2]:>12} {header[3]:>8} {header[4]:>8}")
     rows = (
         ("on (100,000)", "0", "cacheOn"),
         ("off (0)", "0", "cacheOff"),

@@ -32,6 +32,11 @@ class StorageConfig(BaseModel):
     #: ledgers whose last entry id the bookie caches in front of the index floor seek;
     #: <= 0 disables the cache (BookKeeper PR 4732's key and default).
     dbStorage_lastEntryCacheMaxSize: int = 100000
+    #: the bookie's read cache (a segmented ring filled by reads and read-ahead), MiB;
+    #: 0 turns it off (brokerlab's default; BookKeeper sizes it from direct memory).
+    dbStorage_readAheadCacheMaxSizeMb: int = Field(default=0, ge=0)
+    #: entries of the same ledger read ahead after a read miss (BookKeeper's default).
+    dbStorage_readAheadCacheBatchSize: int = Field(default=100, ge=0)
 
     @field_validator(
         "addEntryLatency", "readEntryLatency", "getLastEntryLatency", "metadataLatency"

@@ -52,6 +52,7 @@ from storage_stub.bookie.entry_log import EntryLogger, Frame
 from storage_stub.bookie.group_commit import GroupCommitter
 from storage_stub.bookie.ledger_metadata import LedgerMetadataIndex
 from storage_stub.bookie.location_index import EntryLocationIndex
+from storage_stub.bookie.read_cache import ReadCache
 from storage_stub.config import StorageConfig
 
 
@@ -99,8 +100,10 @@ class DiskBookie:
         "_ledger_index",
         "_ledgers",
         "_log",
+        "_read_ahead",
         "_sync",
         "_sync_mode",
+        "read_cache",
     )
 
     def __init__(
@@ -119,6 +122,13 @@ class DiskBookie:
         self._ledgers = ledgers
         self._counters = counters
         self._sync_mode = config.syncMode
+        #: the bookie's read cache, None when dbStorage_readAheadCacheMaxSizeMb is 0
+        self.read_cache = (
+            ReadCache(config.dbStorage_readAheadCacheMaxSizeMb * 1024 * 1024)
+            if config.dbStorage_readAheadCacheMaxSizeMb > 0
+            else None
+        )
+        self._read_ahead = config.dbStorage_readAheadCacheBatchSize
         self._sync = config.syncMode != "none"
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bookie-writer")
         self._closed = False
@@ -303,10 +313,37 @@ class DiskBookie:
         confirmed = ledger.metadata.last_entry_id
         if last > confirmed:
             raise NoSuchEntryError(ledger_id, max(first, confirmed + 1))
+        if self.read_cache is not None:
+            return self._read_through_cache(ledger_id, first, last, confirmed)
+        return self._read_log(ledger_id, first, last)
+
+    def _read_log(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         runs, missing = self._index.find_runs(ledger_id, first, last)
         if missing <= last:
             raise NoSuchEntryError(ledger_id, missing)
         return self._log.read_runs(runs)
+
+    def _read_through_cache(
+        self, ledger_id: int, first: int, last: int, confirmed: int
+    ) -> list[bytes]:
+        """Serve what the read cache holds; on a miss read from the first missing entry
+        to ``last`` plus up to ``dbStorage_readAheadCacheBatchSize`` following entries
+        of the ledger, and keep them all in the read cache."""
+        cache = self.read_cache
+        assert cache is not None
+        found: list[bytes | None] = [cache.get(ledger_id, eid) for eid in range(first, last + 1)]
+        try:
+            first_miss = first + found.index(None)
+        except ValueError:
+            return found  # type: ignore[return-value]
+        ahead_last = min(confirmed, last + self._read_ahead)
+        datas = self._read_log(ledger_id, first_miss, ahead_last)
+        for entry_id, data in zip(range(first_miss, ahead_last + 1), datas, strict=True):
+            cache.put(ledger_id, entry_id, data)
+            if entry_id <= last:
+                found[entry_id - first] = data
+        cache.read_ahead += max(ahead_last - last, 0)
+        return found  # type: ignore[return-value]
 
     async def last_add_confirmed(self, ledger_id: int) -> int:
         return self._ledger(ledger_id, "getLastEntry").metadata.last_entry_id

@@ -15,6 +15,7 @@ from storage_stub.bookie.last_entry_cache import LastEntryCache, LastEntryCachin
 from storage_stub.bookie.latency import LatencyModel
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 from storage_stub.bookie.metadata_store import RocksMetadataStore
+from storage_stub.bookie.read_cache import ReadCache
 from storage_stub.bookie.rocks import open_rocks
 from storage_stub.config import StorageConfig
 
@@ -32,6 +33,7 @@ class Storage:
         "last_entry_cache",
         "latency",
         "metadata",
+        "read_cache",
     )
 
     def __init__(
@@ -44,9 +46,11 @@ class Storage:
         faults: FaultInjector,
         latency: LatencyModel,
         last_entry_cache: LastEntryCache,
+        read_cache: ReadCache | None,
         closers: list[Callable[[], Awaitable[None]]],
     ) -> None:
         self.last_entry_cache = last_entry_cache
+        self.read_cache = read_cache
         self.config = config
         self.bookie = bookie
         self.metadata = metadata
@@ -68,6 +72,9 @@ class Storage:
             "lastEntryCacheHits": self.last_entry_cache.hits,
             "lastEntryCacheMisses": self.last_entry_cache.misses,
             "lastEntryCacheSize": len(self.last_entry_cache),
+            "readCacheHits": self.read_cache.hits if self.read_cache else 0,
+            "readCacheMisses": self.read_cache.misses if self.read_cache else 0,
+            "readAheadEntries": self.read_cache.read_ahead if self.read_cache else 0,
             "entriesAdded": counters.addEntries.entries,
             "bytesAdded": counters.addEntries.bytes,
         }
@@ -106,6 +113,7 @@ async def open_storage(
     latency = LatencyModel.from_config(config, seed=seed)
     bookie: Bookie
     metadata: MetadataStore
+    read_cache: ReadCache | None = None
     closers: list[Callable[[], Awaitable[None]]]
     if config.storageMode == "memory":
         memory_bookie = InMemoryBookie(counters)
@@ -127,6 +135,7 @@ async def open_storage(
             metadata_db.close()
 
         bookie, metadata = disk_bookie, rocks_metadata
+        read_cache = disk_bookie.read_cache
         closers = [disk_bookie.close, rocks_metadata.close, close_metadata_db]
     last_entry_cache = LastEntryCache(config.dbStorage_lastEntryCacheMaxSize)
     instrumented = InstrumentedBookie(bookie, faults=faults, latency=latency, counters=counters)
@@ -141,5 +150,6 @@ async def open_storage(
         faults=faults,
         latency=latency,
         last_entry_cache=last_entry_cache,
+        read_cache=read_cache,
         closers=closers,
     )

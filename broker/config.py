@@ -132,6 +132,8 @@ class BrokerConfig(BaseModel):
     #: Period (s) over which topic stats and /metrics rates are computed. Pulsar's
     #: default is 60; brokerlab uses 10 so dashboards move while you watch.
     statsUpdateFrequencyInSecs: int = Field(default=10, ge=1)
+    #: Topic-labelled series in /metrics (turn off with many topics). Pulsar: same.
+    exposeTopicLevelMetricsInPrometheus: bool = True
 
 
 def cache_config(config: BrokerConfig) -> CacheConfig:

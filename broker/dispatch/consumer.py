@@ -91,8 +91,14 @@ class Consumer:
             entry.cached.mark_read()
         self.queue.append(Delivery(entry, redelivery_count))
         self.pending[entry.position] = NOT_RECEIVED
+        nbytes = len(entry.data)
         self.msg_out.add(1)
-        self.bytes_out.add(len(entry.data))
+        self.bytes_out.add(nbytes)
+        totals = self.subscription.topic.totals
+        totals.dispatched += 1
+        totals.dispatched_bytes += nbytes
+        if redelivery_count:
+            totals.redelivered += 1
         self._available.set()
 
     def drain(self, max_messages: int, now_ns: int) -> list[Delivery]:

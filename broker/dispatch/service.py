@@ -12,10 +12,12 @@ from typing import Any
 
 from broker.cache.api import EntryCacheManager
 from broker.clock import Clock
+from broker.dispatch.cache_rates import CacheRates
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import NotFoundError, PreconditionFailedError, UnavailableError
 from broker.dispatch.names import TopicName
+from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic
 from broker.ledger.cache_evictor import CacheEvictor
@@ -77,6 +79,9 @@ class BrokerService:
         self._owner = TaskOwner("broker service")
         self._last_stats_ns = clock.monotonic_ns()
         self.evictor = CacheEvictor(cache_manager, config.cache_eviction_interval_ms)
+        self.totals = BrokerTotals()
+        self.cache_rates = CacheRates()
+        self.cache_rates.refresh(cache_manager.stats(), 0.0)
 
     def start(self) -> None:
         self._owner.spawn(self._upkeep_loop(), name="broker upkeep")
@@ -139,7 +144,7 @@ class BrokerService:
         except BookieError as error:
             self.cache_manager.remove_entry_cache(ml_name)
             raise UnavailableError(f"cannot load topic {name}: {error}") from error
-        topic = PersistentTopic(name, ledger, self.config.dispatch, self.clock)
+        topic = PersistentTopic(name, ledger, self.config.dispatch, self.clock, self.totals)
         self.topics[name] = topic
         return topic
 
@@ -281,6 +286,7 @@ class BrokerService:
             for topic in self.topics.values():
                 topic.refresh_rates(elapsed_s)
                 topic.ledger.cache_policy.refresh(topic.ledger)
+            self.cache_rates.refresh(self.cache_manager.stats(), elapsed_s)
 
     def storage_stats(self) -> dict[str, Any]:
         return {}

@@ -22,3 +22,17 @@ class RateCounter:
         if elapsed_seconds > 0:
             self.rate = (self.total - self._last_total) / elapsed_seconds
         self._last_total = self.total
+
+
+class BrokerTotals:
+    """Broker-wide message totals since start, for Prometheus counters: they only grow,
+    whatever topics or consumers come and go. Bumped once per batch."""
+
+    __slots__ = ("dispatched", "dispatched_bytes", "produced", "produced_bytes", "redelivered")
+
+    def __init__(self) -> None:
+        self.produced = 0
+        self.produced_bytes = 0
+        self.dispatched = 0
+        self.dispatched_bytes = 0
+        self.redelivered = 0

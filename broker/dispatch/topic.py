@@ -10,7 +10,7 @@ from broker.clock import Clock
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import ConflictError, NotFoundError, PreconditionFailedError
 from broker.dispatch.names import TopicName
-from broker.dispatch.stats import RateCounter
+from broker.dispatch.stats import BrokerTotals, RateCounter
 from broker.dispatch.subscription import Subscription
 from broker.ledger.entry import publish_time_of
 from broker.ledger.managed_cursor import ManagedCursor
@@ -20,9 +20,15 @@ from broker.ledger.position import Position
 
 class PersistentTopic:
     def __init__(
-        self, name: TopicName, ledger: ManagedLedger, config: DispatchConfig, clock: Clock
+        self,
+        name: TopicName,
+        ledger: ManagedLedger,
+        config: DispatchConfig,
+        clock: Clock,
+        totals: BrokerTotals | None = None,
     ) -> None:
         self.name = name
+        self.totals = totals if totals is not None else BrokerTotals()
         self.ledger = ledger
         self.config = config
         self.clock = clock
@@ -37,8 +43,11 @@ class PersistentTopic:
     async def publish(self, entries: Sequence[bytes]) -> Position:
         """Store entries durably; the position of the first one."""
         first = await self.ledger.add_entries(entries)
+        nbytes = sum(len(entry) for entry in entries)
         self.msg_in.add(len(entries))
-        self.bytes_in.add(sum(len(entry) for entry in entries))
+        self.bytes_in.add(nbytes)
+        self.totals.produced += len(entries)
+        self.totals.produced_bytes += nbytes
         return first
 
     async def create_subscription(self, name: str, start: str | Position) -> Subscription:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import binascii
 import logging
 import pathlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.cache import create_entry_cache_manager
 from broker.clock import Clock, SystemClock
@@ -26,6 +28,7 @@ from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfi
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
 from broker.http.b64 import decode_base64_strict
 from broker.http.errors import error_middleware
+from broker.http.metrics import BrokerMetrics
 from broker.http.openapi import openapi_spec
 from broker.http.parsing import (
     decimal,
@@ -61,6 +64,7 @@ SETTINGS = web.AppKey("settings", Settings)
 SERVICE = web.AppKey("service", BrokerService)
 STORAGE = web.AppKey("storage", Storage)
 CLOCK = web.AppKey("clock", Clock)
+METRICS = web.AppKey("metrics", BrokerMetrics)
 
 
 def service_config(config: BrokerConfig) -> ServiceConfig:
@@ -105,6 +109,9 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
     )
     app[STORAGE] = storage
     app[SERVICE] = service
+    app[METRICS] = BrokerMetrics(
+        service, storage, settings.broker.exposeTopicLevelMetricsInPrometheus
+    )
     service.start()
     try:
         yield
@@ -217,11 +224,13 @@ def _encode_messages(body: dict[str, Any], config: BrokerConfig, now_ms: int) ->
 
 @routes.post("/topics" + _TOPIC)
 async def produce(request: web.Request) -> web.Response:
+    started = time.perf_counter()
     name = _topic(request)
     body = await json_object(request)
     encoded = _encode_messages(body, request.app[SETTINGS].broker, request.app[CLOCK].wall_ms())
     topic = await _service(request).get_topic(name, create=True)
     first = await topic.publish(encoded)
+    request.app[METRICS].produce_latency.observe(time.perf_counter() - started)
     ledger_id, entry_id = first
     return _json(
         {
@@ -318,8 +327,11 @@ async def receive(request: web.Request) -> web.Response:
     if deliveries and consumer.subscription.dispatcher is not None:
         consumer.subscription.dispatcher.wake()
     messages = []
+    delivered_ms = clock.wall_ms()
+    observe = request.app[METRICS].dispatch_latency.observe
     for delivery in deliveries:
         message = decode_message(delivery.entry.data)
+        observe(max(delivered_ms - message.publish_time, 0) / 1000)
         out: dict[str, Any] = {
             "messageId": str(delivery.entry.position),
             "payload": _b64(message.payload),
@@ -440,7 +452,8 @@ async def storage_stats(request: web.Request) -> web.Response:
 
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
-    raise NotImplementedYetError("Prometheus metrics are not implemented yet")
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 @routes.get("/dashboard")

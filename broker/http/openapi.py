@@ -1045,7 +1045,7 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "Prometheus metrics",
                 "Prometheus text format (`text/plain; version=0.0.4`).",
                 success=(200, _text_answer("Metrics.", "text/plain")),
-                errors={501: "Metrics have not landed yet."},
+                errors={},
             ),
         ),
         (

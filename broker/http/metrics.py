@@ -1,0 +1,244 @@
+"""``GET /metrics``: Prometheus text, from the counters the broker already keeps.
+
+A collector reads them at scrape time, so nothing is added to hot paths except the two
+latency histograms. Pulsar-compatible ``pulsar_ml_cache_*`` gauges carry the rates of
+the last stats period (``statsUpdateFrequencyInSecs``); ``brokerlab_*`` counters carry
+totals since start, by design (live cache and shadows), reason and storage tier.
+Topic-labelled series appear only with ``exposeTopicLevelMetricsInPrometheus``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from broker.dispatch.service import BrokerService
+    from storage_stub.bookie import Storage
+
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+
+
+class BrokerMetrics:
+    """The app's registry: the collector plus the latency histograms handlers observe."""
+
+    def __init__(self, service: BrokerService, storage: Storage, topic_level: bool) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(BrokerCollector(service, storage, topic_level))
+        self.produce_latency = Histogram(
+            "brokerlab_produce_latency_seconds",
+            "Time to store a produce request durably (receipt of the body to the answer).",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.dispatch_latency = Histogram(
+            "brokerlab_dispatch_latency_seconds",
+            "Publish to delivery: from a message's publishTime to the poll that returns it.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+class BrokerCollector(Collector):
+    """Everything but the histograms. A scrape costs O(topics + subscriptions) (plus a
+    pass over PIP-430's queue for the expected-reads gauge)."""
+
+    def __init__(self, service: BrokerService, storage: Storage, topic_level: bool) -> None:
+        self._service = service
+        self._storage = storage
+        self._topic_level = topic_level
+
+    def collect(self) -> Iterator[Metric]:
+        service = self._service
+        cache = service.cache_manager.stats()
+        yield from self._pulsar_cache(cache)
+        yield from self._cache(cache)
+        yield from self._storage_metrics()
+        yield from self._dispatch()
+
+    def _pulsar_cache(self, cache: dict[str, Any]) -> Iterator[Metric]:
+        rates = self._service.cache_rates
+        evicted = cache["evicted"]
+        yield _gauge("pulsar_ml_count", "Managed ledgers loaded.", len(self._service.topics))
+        yield _gauge("pulsar_ml_cache_used_size", "Bytes in the entry cache.", cache["sizeBytes"])
+        yield _gauge("pulsar_ml_cache_entries", "Entries in the entry cache.", cache["entries"])
+        yield _gauge("pulsar_ml_cache_hits_rate", "Cache hits per second.", rates.hits_rate)
+        yield _gauge("pulsar_ml_cache_misses_rate", "Cache misses per second.", rates.misses_rate)
+        yield _gauge(
+            "pulsar_ml_cache_hits_throughput", "Bytes per second from the cache.",
+            rates.hits_throughput,
+        )  # fmt: skip
+        yield _gauge(
+            "pulsar_ml_cache_misses_throughput", "Bytes per second read on misses.",
+            rates.misses_throughput,
+        )  # fmt: skip
+        yield _gauge(
+            "pulsar_ml_cache_evictions", "Size evictions in the last stats period.",
+            rates.evictions,
+        )  # fmt: skip
+        yield _gauge(
+            "pulsar_ml_cache_inserted_entries_total", "Entries inserted into the cache.",
+            cache["inserted"],
+        )  # fmt: skip
+        yield _gauge(
+            "pulsar_ml_cache_evicted_entries_total", "Entries evicted from the cache.",
+            evicted["ttl"] + evicted["size"] + evicted["invalidated"],
+        )  # fmt: skip
+
+    def _cache(self, cache: dict[str, Any]) -> Iterator[Metric]:
+        labels = ["design", "role"]
+        hits = CounterMetricFamily(
+            "brokerlab_cache_hits", "Entries read from the cache.", labels=labels
+        )
+        misses = CounterMetricFamily(
+            "brokerlab_cache_misses", "Entries not in the cache.", labels=labels
+        )
+        hit_bytes = CounterMetricFamily(
+            "brokerlab_cache_hit_bytes", "Bytes read from the cache.", labels=labels
+        )
+        miss_bytes = CounterMetricFamily(
+            "brokerlab_cache_miss_bytes", "Bytes of the misses.", labels=labels
+        )
+        size = GaugeMetricFamily("brokerlab_cache_size_bytes", "Bytes cached.", labels=labels)
+        entries = GaugeMetricFamily("brokerlab_cache_entries", "Entries cached.", labels=labels)
+        evictions = CounterMetricFamily(
+            "brokerlab_cache_evictions", "Entries evicted, by reason.", labels=[*labels, "reason"]
+        )
+        rows = [(cache["implementation"], "live", cache)]
+        rows += [(name, "shadow", shadow) for name, shadow in cache["shadows"].items()]
+        for design, role, stats in rows:
+            key = [design, role]
+            hits.add_metric(key, stats["hits"])
+            misses.add_metric(key, stats["misses"])
+            hit_bytes.add_metric(key, stats["hitBytes"])
+            miss_bytes.add_metric(key, stats["missBytes"])
+            size.add_metric(key, stats["sizeBytes"])
+            entries.add_metric(key, stats["entries"])
+            for reason, count in stats["evicted"].items():
+                evictions.add_metric([*key, reason], count)
+        yield from (hits, misses, hit_bytes, miss_bytes, size, entries, evictions)
+        live = [cache["implementation"]]
+        inserts = CounterMetricFamily(
+            "brokerlab_cache_inserts", "Entries inserted.", labels=["design"]
+        )
+        inserts.add_metric(live, cache["inserted"])
+        runs = CounterMetricFamily(
+            "brokerlab_cache_eviction_runs", "Eviction passes.", labels=["design"]
+        )
+        runs.add_metric(live, cache["evictionRuns"])
+        limit = GaugeMetricFamily(
+            "brokerlab_cache_max_size_bytes", "Cache size limit.", labels=["design"]
+        )
+        limit.add_metric(live, cache["maxSizeBytes"])
+        expected = GaugeMetricFamily(
+            "brokerlab_cache_entries_with_expected_reads",
+            "Cached entries a cursor is still expected to read (PIP-430).",
+            labels=["design"],
+        )
+        expected.add_metric(live, cache["entriesWithExpectedReads"])
+        yield from (inserts, runs, limit, expected)
+
+    def _storage_metrics(self) -> Iterator[Metric]:
+        bookie = self._storage.stats()
+        tier = ["tier"]
+        requests = CounterMetricFamily(
+            "brokerlab_storage_read_requests", "Storage read calls.", labels=tier
+        )
+        entries = CounterMetricFamily(
+            "brokerlab_storage_read_entries", "Entries read from storage.", labels=tier
+        )
+        nbytes = CounterMetricFamily(
+            "brokerlab_storage_read_bytes", "Bytes read from storage.", labels=tier
+        )
+        requests.add_metric(["bookie"], bookie["readRequests"])
+        entries.add_metric(["bookie"], bookie["entriesRead"])
+        nbytes.add_metric(["bookie"], bookie["bytesRead"])
+        yield from (requests, entries, nbytes)
+        counters = (
+            (
+                "brokerlab_bookie_last_entry_cache_hits",
+                "Last-entry cache hits.",
+                "lastEntryCacheHits",
+            ),
+            (
+                "brokerlab_bookie_last_entry_cache_misses",
+                "Last-entry cache misses.",
+                "lastEntryCacheMisses",
+            ),
+            ("brokerlab_bookie_floor_seeks", "Floor seeks on the location index.", "getFloorCalls"),
+            ("brokerlab_bookie_read_cache_hits", "Bookie read cache hits.", "readCacheHits"),
+            ("brokerlab_bookie_read_cache_misses", "Bookie read cache misses.", "readCacheMisses"),
+        )
+        for name, documentation, key in counters:
+            yield CounterMetricFamily(name, documentation, value=bookie[key])
+
+    def _dispatch(self) -> Iterator[Metric]:
+        service = self._service
+        totals = service.totals
+        yield CounterMetricFamily(
+            "brokerlab_messages_produced", "Messages stored.", value=totals.produced
+        )
+        yield CounterMetricFamily(
+            "brokerlab_messages_dispatched",
+            "Messages handed to consumers.",
+            value=totals.dispatched,
+        )
+        yield CounterMetricFamily(
+            "brokerlab_messages_redelivered",
+            "Messages handed over again.",
+            value=totals.redelivered,
+        )
+        backlog = replay = 0
+        topic_level = self._topic_level
+        if topic_level:
+            t_backlog = GaugeMetricFamily(
+                "pulsar_msg_backlog", "Backlog per topic.", labels=["topic"]
+            )
+            t_rate_in = GaugeMetricFamily(
+                "pulsar_rate_in", "Messages per second in.", labels=["topic"]
+            )
+            t_rate_out = GaugeMetricFamily(
+                "pulsar_rate_out", "Messages per second out.", labels=["topic"]
+            )
+            t_storage = GaugeMetricFamily("pulsar_storage_size", "Stored bytes.", labels=["topic"])
+            t_replay = GaugeMetricFamily(
+                "brokerlab_replay_queue_messages_by_subscription",
+                "Messages waiting in a replay queue.",
+                labels=["topic", "subscription"],
+            )
+        for topic in list(service.topics.values()):
+            topic_backlog = 0
+            rate_out = 0.0
+            for name, subscription in topic.subscriptions.items():
+                topic_backlog += subscription.backlog()
+                waiting = len(subscription.dispatcher.replay) if subscription.dispatcher else 0
+                replay += waiting
+                for consumer in subscription.consumers:
+                    rate_out += consumer.msg_out.rate
+                if topic_level:
+                    t_replay.add_metric([str(topic.name), name], waiting)
+            backlog += topic_backlog
+            if topic_level:
+                label = [str(topic.name)]
+                t_backlog.add_metric(label, topic_backlog)
+                t_rate_in.add_metric(label, topic.msg_in.rate)
+                t_rate_out.add_metric(label, rate_out)
+                t_storage.add_metric(label, topic.ledger.total_size())
+        yield _gauge(
+            "brokerlab_backlog_messages", "Unacknowledged messages, all subscriptions.", backlog
+        )
+        yield _gauge(
+            "brokerlab_replay_queue_messages", "Messages waiting in replay queues.", replay
+        )
+        if topic_level:
+            yield from (t_backlog, t_rate_in, t_rate_out, t_storage, t_replay)

@@ -110,7 +110,10 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
     app[STORAGE] = storage
     app[SERVICE] = service
     app[METRICS] = BrokerMetrics(
-        service, storage, settings.broker.exposeTopicLevelMetricsInPrometheus
+        service,
+        storage,
+        settings.broker.exposeTopicLevelMetricsInPrometheus,
+        settings.broker.managedLedgerCacheEvictionWatermark,
     )
     service.start()
     try:

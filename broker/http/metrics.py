@@ -28,9 +28,15 @@ LATENCY_BUCKETS = (
 class BrokerMetrics:
     """The app's registry: the collector plus the latency histograms handlers observe."""
 
-    def __init__(self, service: BrokerService, storage: Storage, topic_level: bool) -> None:
+    def __init__(
+        self,
+        service: BrokerService,
+        storage: Storage,
+        topic_level: bool,
+        watermark: float = 0.9,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(BrokerCollector(service, storage, topic_level))
+        self.registry.register(BrokerCollector(service, storage, topic_level, watermark))
         self.produce_latency = Histogram(
             "brokerlab_produce_latency_seconds",
             "Time to store a produce request durably (receipt of the body to the answer).",
@@ -53,10 +59,13 @@ class BrokerCollector(Collector):
     """Everything but the histograms. A scrape costs O(topics + subscriptions) (plus a
     pass over PIP-430's queue for the expected-reads gauge)."""
 
-    def __init__(self, service: BrokerService, storage: Storage, topic_level: bool) -> None:
+    def __init__(
+        self, service: BrokerService, storage: Storage, topic_level: bool, watermark: float
+    ) -> None:
         self._service = service
         self._storage = storage
         self._topic_level = topic_level
+        self._watermark = watermark
 
     def collect(self) -> Iterator[Metric]:
         service = self._service
@@ -140,13 +149,19 @@ class BrokerCollector(Collector):
             "brokerlab_cache_max_size_bytes", "Cache size limit.", labels=["design"]
         )
         limit.add_metric(live, cache["maxSizeBytes"])
+        watermark = GaugeMetricFamily(
+            "brokerlab_cache_watermark_bytes",
+            "A size eviction frees down to this (managedLedgerCacheEvictionWatermark x max).",
+            labels=["design"],
+        )
+        watermark.add_metric(live, cache["maxSizeBytes"] * self._watermark)
         expected = GaugeMetricFamily(
             "brokerlab_cache_entries_with_expected_reads",
             "Cached entries a cursor is still expected to read (PIP-430).",
             labels=["design"],
         )
         expected.add_metric(live, cache["entriesWithExpectedReads"])
-        yield from (inserts, runs, limit, expected)
+        yield from (inserts, runs, limit, watermark, expected)
 
     def _storage_metrics(self) -> Iterator[Metric]:
         bookie = self._storage.stats()

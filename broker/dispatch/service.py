@@ -8,7 +8,6 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from broker.cache.api import EntryCacheManager
 from broker.clock import Clock
@@ -41,6 +40,16 @@ class ServiceConfig:
     cache_policy: Callable[[], CachePolicy] = Pip430Policy
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLoad:
+    topic: str
+    backlog: int
+    replay_by_subscription: dict[str, int]
+    rate_in: float
+    rate_out: float
+    storage_size: int
 
 
 @dataclass(slots=True)
@@ -288,5 +297,21 @@ class BrokerService:
                 topic.ledger.cache_policy.refresh(topic.ledger)
             self.cache_rates.refresh(self.cache_manager.stats(), elapsed_s)
 
-    def storage_stats(self) -> dict[str, Any]:
-        return {}
+    def topic_loads(self) -> list[TopicLoad]:
+        """Per loaded topic: backlog, replay-queue size per subscription, rates. O(topics
+        x subscriptions x ledgers) (backlogs count across ledgers)."""
+        loads = []
+        for topic in list(self.topics.values()):
+            backlog = 0
+            replay: dict[str, int] = {}
+            rate_out = 0.0
+            for name, subscription in topic.subscriptions.items():
+                backlog += subscription.backlog()
+                dispatcher = subscription.dispatcher
+                replay[name] = len(dispatcher.replay) if dispatcher is not None else 0
+                rate_out += sum(consumer.msg_out.rate for consumer in subscription.consumers)
+            loads.append(
+                TopicLoad(str(topic.name), backlog, replay, topic.msg_in.rate, rate_out,
+                          topic.ledger.total_size())
+            )  # fmt: skip
+        return loads

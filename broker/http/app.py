@@ -459,9 +459,48 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+DASHBOARD_PAGE = pathlib.Path(__file__).with_name("static") / "dashboard.html"
+TOP_TOPICS = 10
+
+
 @routes.get("/dashboard")
 async def dashboard(request: web.Request) -> web.Response:
-    raise NotImplementedYetError("the dashboard is not implemented yet")
+    return web.Response(body=DASHBOARD_PAGE.read_bytes(), content_type="text/html", charset="utf-8")
+
+
+@routes.get("/dashboard/data")
+async def dashboard_data(request: web.Request) -> web.Response:
+    """One snapshot of the counters the dashboard charts; the page computes the rates."""
+    service = _service(request)
+    settings = request.app[SETTINGS]
+    cache = service.cache_manager.stats()
+    loads = service.topic_loads()
+    top = sorted(loads, key=lambda load: load.backlog, reverse=True)[:TOP_TOPICS]
+    totals = service.totals
+    return _json(
+        {
+            "timeMs": request.app[CLOCK].wall_ms(),
+            "cache": cache,
+            "cacheWatermarkBytes": int(
+                cache["maxSizeBytes"] * settings.broker.managedLedgerCacheEvictionWatermark
+            ),
+            "storage": {"bookie": request.app[STORAGE].stats(), "tiered": {}},
+            "messages": {
+                "produced": totals.produced,
+                "dispatched": totals.dispatched,
+                "redelivered": totals.redelivered,
+            },
+            "backlog": sum(load.backlog for load in loads),
+            "topTopics": [
+                {
+                    "topic": load.topic,
+                    "backlog": load.backlog,
+                    "replay": sum(load.replay_by_subscription.values()),
+                }
+                for load in top
+            ],
+        }
+    )
 
 
 @routes.get("/openapi.json")

@@ -213,47 +213,33 @@ class BrokerCollector(Collector):
             "Messages handed over again.",
             value=totals.redelivered,
         )
-        backlog = replay = 0
-        topic_level = self._topic_level
-        if topic_level:
-            t_backlog = GaugeMetricFamily(
-                "pulsar_msg_backlog", "Backlog per topic.", labels=["topic"]
-            )
-            t_rate_in = GaugeMetricFamily(
-                "pulsar_rate_in", "Messages per second in.", labels=["topic"]
-            )
-            t_rate_out = GaugeMetricFamily(
-                "pulsar_rate_out", "Messages per second out.", labels=["topic"]
-            )
-            t_storage = GaugeMetricFamily("pulsar_storage_size", "Stored bytes.", labels=["topic"])
-            t_replay = GaugeMetricFamily(
-                "brokerlab_replay_queue_messages_by_subscription",
-                "Messages waiting in a replay queue.",
-                labels=["topic", "subscription"],
-            )
-        for topic in list(service.topics.values()):
-            topic_backlog = 0
-            rate_out = 0.0
-            for name, subscription in topic.subscriptions.items():
-                topic_backlog += subscription.backlog()
-                waiting = len(subscription.dispatcher.replay) if subscription.dispatcher else 0
-                replay += waiting
-                for consumer in subscription.consumers:
-                    rate_out += consumer.msg_out.rate
-                if topic_level:
-                    t_replay.add_metric([str(topic.name), name], waiting)
-            backlog += topic_backlog
-            if topic_level:
-                label = [str(topic.name)]
-                t_backlog.add_metric(label, topic_backlog)
-                t_rate_in.add_metric(label, topic.msg_in.rate)
-                t_rate_out.add_metric(label, rate_out)
-                t_storage.add_metric(label, topic.ledger.total_size())
+        loads = service.topic_loads()
+        backlog = sum(load.backlog for load in loads)
+        replay = sum(sum(load.replay_by_subscription.values()) for load in loads)
         yield _gauge(
             "brokerlab_backlog_messages", "Unacknowledged messages, all subscriptions.", backlog
         )
         yield _gauge(
             "brokerlab_replay_queue_messages", "Messages waiting in replay queues.", replay
         )
-        if topic_level:
-            yield from (t_backlog, t_rate_in, t_rate_out, t_storage, t_replay)
+        if not self._topic_level:
+            return
+        topic = ["topic"]
+        t_backlog = GaugeMetricFamily("pulsar_msg_backlog", "Backlog per topic.", labels=topic)
+        t_rate_in = GaugeMetricFamily("pulsar_rate_in", "Messages per second in.", labels=topic)
+        t_rate_out = GaugeMetricFamily("pulsar_rate_out", "Messages per second out.", labels=topic)
+        t_storage = GaugeMetricFamily("pulsar_storage_size", "Stored bytes.", labels=topic)
+        t_replay = GaugeMetricFamily(
+            "brokerlab_replay_queue_messages_by_subscription",
+            "Messages waiting in a replay queue.",
+            labels=["topic", "subscription"],
+        )
+        for load in loads:
+            label = [load.topic]
+            t_backlog.add_metric(label, load.backlog)
+            t_rate_in.add_metric(label, load.rate_in)
+            t_rate_out.add_metric(label, load.rate_out)
+            t_storage.add_metric(label, load.storage_size)
+            for name, waiting in load.replay_by_subscription.items():
+                t_replay.add_metric([load.topic, name], waiting)
+        yield from (t_backlog, t_rate_in, t_rate_out, t_storage, t_replay)

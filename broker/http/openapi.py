@@ -1057,7 +1057,26 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "Live dashboard",
                 "The dashboard page; needs no external network.",
                 success=(200, _text_answer("The page.", "text/html")),
-                errors={501: "The dashboard has not landed yet."},
+                errors={},
+            ),
+        ),
+        (
+            "get",
+            "/dashboard/data",
+            _operation(
+                "getDashboardData",
+                "broker",
+                "The dashboard's snapshot",
+                "Counters since start that the dashboard charts: cache stats, storage "
+                "stats, message totals, backlog and the top topics by backlog.",
+                success=(
+                    200,
+                    _json_answer(
+                        "The snapshot.",
+                        {"type": "object", "additionalProperties": True},
+                    ),
+                ),
+                errors={},
             ),
         ),
         (

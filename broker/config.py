@@ -110,6 +110,13 @@ class BrokerConfig(BaseModel):
     #: max(2, cache size / 1 GiB), the proposal's rule.
     managedLedgerCacheSegments: int = Field(default=0, ge=0)
 
+    # --- Tiered storage ---
+    #: Offload closed ledgers of a topic holding more than this in the bookie; -1: only
+    #: on request (the offload route). Pulsar: same key and default.
+    managedLedgerOffloadThresholdInBytes: int = Field(default=-1, ge=-1)
+    #: Bookie copies of offloaded ledgers are deleted after this. Pulsar: same (4 hours).
+    managedLedgerOffloadDeletionLagMs: int = Field(default=14400000, ge=0)
+
     # --- Dispatch ---
     #: Most entries a dispatcher reads from the ledger in one read. Pulsar: same default.
     dispatcherMaxReadBatchSize: int = Field(default=100, gt=0)

@@ -14,14 +14,26 @@ from broker.clock import Clock
 from broker.dispatch.cache_rates import CacheRates
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.dispatcher import DispatchConfig
-from broker.dispatch.errors import NotFoundError, PreconditionFailedError, UnavailableError
+from broker.dispatch.errors import (
+    ConflictError,
+    NotFoundError,
+    NotImplementedYetError,
+    PreconditionFailedError,
+    UnavailableError,
+)
 from broker.dispatch.names import TopicName
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic
 from broker.ledger.cache_evictor import CacheEvictor
 from broker.ledger.cache_policy import CachePolicy, Pip430Policy
-from broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerConfig, metadata_key
+from broker.ledger.managed_ledger import (
+    LedgerInfo,
+    ManagedLedger,
+    ManagedLedgerConfig,
+    metadata_key,
+)
+from broker.ledger.offload import TieredStorage
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import Bookie, BookieError, MetadataStore
@@ -38,6 +50,11 @@ class ServiceConfig:
     cache_eviction_interval_ms: int = 10
     #: a fresh policy per managed ledger, for the live cache design
     cache_policy: Callable[[], CachePolicy] = Pip430Policy
+    #: managedLedgerOffloadThresholdInBytes: offload closed ledgers of a topic holding
+    #: more than this in the bookie; -1: never automatically
+    offload_threshold_bytes: int = -1
+    #: managedLedgerOffloadDeletionLagMs: bookie copies of offloaded ledgers go after this
+    offload_deletion_lag_ms: int = 14_400_000
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
 
@@ -74,8 +91,10 @@ class BrokerService:
         metadata: MetadataStore,
         cache_manager: EntryCacheManager,
         clock: Clock,
+        tiered: TieredStorage | None = None,
     ) -> None:
         self.config = config
+        self.tiered = tiered
         self.bookie = bookie
         self.metadata = metadata
         self.cache_manager = cache_manager
@@ -148,6 +167,7 @@ class BrokerService:
             self.evictor.after_insert,
             self.config.cache_policy(),
         )
+        ledger.tiered = self.tiered
         try:
             await ledger.open()
         except BookieError as error:
@@ -289,6 +309,8 @@ class BrokerService:
         for topic in list(self.topics.values()):
             await topic.ledger.maybe_roll_over()
             await topic.ledger.trim_consumed_ledgers()
+        if self.tiered is not None:
+            await self._offload_round()
         elapsed_s = (now - self._last_stats_ns) / 1e9
         if elapsed_s >= self.config.stats_update_frequency_s:
             self._last_stats_ns = now
@@ -296,6 +318,68 @@ class BrokerService:
                 topic.refresh_rates(elapsed_s)
                 topic.ledger.cache_policy.refresh(topic.ledger)
             self.cache_rates.refresh(self.cache_manager.stats(), elapsed_s)
+
+    # ------------------------------------------------------------------ offload
+
+    async def offload(self, work: list[tuple[PersistentTopic, list[LedgerInfo]]]) -> int:
+        """Upload the given closed ledgers of many topics as one stream set object, then
+        mark them offloaded; returns how many ledgers. Nothing changes on failure."""
+        if self.tiered is None:
+            raise NotImplementedYetError("no tiered storage is configured")
+        work = [(topic, infos) for topic, infos in work if infos]
+        ranges = []
+        for topic, infos in work:
+            ranges += await topic.ledger.entries_to_offload(infos)
+        if not ranges:
+            return 0
+        await self.tiered.upload(ranges)
+        for topic, infos in work:
+            await topic.ledger.mark_offloaded(infos)
+        return sum(len(infos) for _, infos in work)
+
+    async def offload_topic(self, name: TopicName, up_to: Position) -> int:
+        """The offload route: every closed ledger of the topic up to ``up_to``, now."""
+        topic = await self.get_topic(name, create=False)
+        if topic.offload_status == "RUNNING":
+            raise ConflictError(f"an offload of {name} is already running")
+        topic.offload_status = "RUNNING"
+        try:
+            count = await self.offload([(topic, topic.ledger.offload_candidates(up_to))])
+        except Exception as error:
+            topic.offload_status, topic.offload_error = "ERROR", str(error)
+            raise
+        topic.offload_status, topic.offload_error = "SUCCESS", ""
+        return count
+
+    async def _offload_round(self) -> None:
+        """Upkeep: offload topics over the threshold (together, one object), and delete
+        bookie copies whose deletion lag has passed."""
+        threshold = self.config.offload_threshold_bytes
+        if threshold >= 0:
+            work = []
+            for topic in list(self.topics.values()):
+                if topic.offload_status == "RUNNING":
+                    continue  # the route is offloading it
+                excess = topic.ledger.size_not_offloaded() - threshold
+                chosen = []
+                for info in topic.ledger.offload_candidates():
+                    if excess <= 0:
+                        break
+                    chosen.append(info)
+                    excess -= info.size
+                if chosen:
+                    work.append((topic, chosen))
+            if work:
+                previous = {topic: topic.offload_status for topic, _ in work}
+                for topic in previous:
+                    topic.offload_status = "RUNNING"
+                try:
+                    await self.offload(work)
+                finally:
+                    for topic, status in previous.items():
+                        topic.offload_status = status
+        for topic in list(self.topics.values()):
+            await topic.ledger.delete_offloaded_from_bookie(self.config.offload_deletion_lag_ms)
 
     def topic_loads(self) -> list[TopicLoad]:
         """Per loaded topic: backlog, replay-queue size per subscription, rates. O(topics

@@ -36,6 +36,9 @@ class PersistentTopic:
             cursor_name: Subscription(self, cursor, config, clock)
             for cursor_name, cursor in ledger.cursors.items()
         }
+        #: the offload route's last outcome: NOT_RUN, RUNNING, SUCCESS or ERROR
+        self.offload_status = "NOT_RUN"
+        self.offload_error = ""
         self.msg_in = RateCounter()
         self.bytes_in = RateCounter()
         self._admin_lock = asyncio.Lock()

@@ -20,7 +20,6 @@ from broker.config import BrokerConfig, cache_config, cache_policy_factory, shad
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import (
     InvalidRequestError,
-    NotImplementedYetError,
     TooLargeError,
 )
 from broker.dispatch.names import TopicName, check_name_part
@@ -73,6 +72,8 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
         consumer_idle_timeout_ms=config.consumerIdleTimeoutMs,
         stats_update_frequency_s=config.statsUpdateFrequencyInSecs,
         cache_eviction_interval_ms=config.managedLedgerCacheEvictionIntervalMs,
+        offload_threshold_bytes=config.managedLedgerOffloadThresholdInBytes,
+        offload_deletion_lag_ms=config.managedLedgerOffloadDeletionLagMs,
         cache_policy=cache_policy_factory(config),
         ledger=ManagedLedgerConfig(
             max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
@@ -420,10 +421,26 @@ async def last_message_id(request: web.Request) -> web.Response:
 
 
 @routes.put(_ADMIN_TOPIC + "/offload")
-@routes.get(_ADMIN_TOPIC + "/offload")
 async def offload(request: web.Request) -> web.Response:
-    _topic(request)
-    raise NotImplementedYetError("tiered storage offload is not implemented yet")
+    name = _topic(request)
+    position = message_id((await json_object(request)).get("messageId"))
+    await _service(request).offload_topic(name, position)
+    return _no_content()
+
+
+@routes.get(_ADMIN_TOPIC + "/offload")
+async def offload_status(request: web.Request) -> web.Response:
+    topic = await _service(request).get_topic(_topic(request), create=False)
+    return _json(
+        {
+            "status": topic.offload_status,
+            "lastError": topic.offload_error,
+            "firstUnoffloadedMessage": {
+                "ledgerId": topic.ledger.first_not_offloaded().ledger_id,
+                "entryId": topic.ledger.first_not_offloaded().entry_id,
+            },
+        }
+    )
 
 
 @routes.post("/admin/v2/namespaces/{tenant}/{namespace}/unload")

@@ -861,7 +861,6 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
 
 def _topic_routes() -> list[tuple[str, str, Json]]:
     load_fault = "Storage fault or timeout while loading the topic."
-    not_landed = "Tiered-storage offload has not landed yet."
     return [
         (
             "get",
@@ -949,16 +948,15 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "triggerOffload",
                 "topics",
                 "Offload to tiered storage",
-                "Starts offloading every closed ledger up to messageId.",
+                "Offloads every closed ledger up to messageId, before answering.",
                 body=_json_body("MessageIdRequest", "Offload closed ledgers up to here."),
-                success=(204, _no_content("Started.")),
+                success=(204, _no_content("Offloaded.")),
                 errors={
                     400: f"{_BAD_TOPIC}; messageId missing or not L:E.",
                     404: _UNKNOWN_TOPIC,
                     409: "An offload of this topic is already running.",
                     413: _BODY_TOO_LARGE,
-                    501: not_landed,
-                    503: "Storage fault or timeout; the offload did not start.",
+                    503: "Storage fault or timeout; nothing was marked offloaded.",
                 },
             ),
         ),
@@ -971,7 +969,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "Offload status",
                 "State of the topic's last offload.",
                 success=(200, _json_answer("Status.", _schema("OffloadStatus"))),
-                errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 501: not_landed},
+                errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC},
             ),
         ),
         (

@@ -22,6 +22,7 @@ from broker.clock import Clock
 from broker.ledger.active_cursor_container import ActiveManagedCursorContainer
 from broker.ledger.cache_policy import CachePolicy, Pip430Policy
 from broker.ledger.entry import Entry
+from broker.ledger.offload import TieredStorage, offset_of, stream_id_of
 from broker.ledger.pending_reads import PendingReads
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
@@ -58,16 +59,35 @@ def _no_eviction() -> None:
 class LedgerInfo:
     """What the managed ledger knows of one of its bookie ledgers."""
 
-    __slots__ = ("created_ms", "entries", "ledger_id", "offloaded", "size")
+    __slots__ = (
+        "bookie_deleted",
+        "created_ms",
+        "entries",
+        "ledger_id",
+        "offloaded",
+        "offloaded_ms",
+        "size",
+    )
 
     def __init__(
-        self, ledger_id: int, entries: int, size: int, created_ms: int, offloaded: bool = False
+        self,
+        ledger_id: int,
+        entries: int,
+        size: int,
+        created_ms: int,
+        offloaded: bool = False,
+        offloaded_ms: int = 0,
+        bookie_deleted: bool = False,
     ) -> None:
         self.ledger_id = ledger_id
         self.entries = entries
         self.size = size
         self.created_ms = created_ms
         self.offloaded = offloaded
+        #: when the offload completed (the deletion lag runs from here)
+        self.offloaded_ms = offloaded_ms
+        #: the bookie's copy was deleted after the offload deletion lag
+        self.bookie_deleted = bookie_deleted
 
     def to_json(self, open_: bool) -> dict[str, object]:
         return {
@@ -76,6 +96,8 @@ class LedgerInfo:
             "size": self.size,
             "created": self.created_ms,
             "offloaded": self.offloaded,
+            "offloadedMs": self.offloaded_ms,
+            "bookieDeleted": self.bookie_deleted,
             "open": open_,
         }
 
@@ -137,7 +159,10 @@ class ManagedLedger:
         self._tasks = TaskOwner(f"managed ledger {name}")
         self._metadata_lock = asyncio.Lock()
         self._closed = False
-        self.pending_reads = PendingReads(bookie.read_entries, self._tasks)
+        self.pending_reads = PendingReads(self._read_storage, self._tasks)
+        #: the tiered store offloaded ledgers are read from (None: no tiered storage)
+        self.tiered: TieredStorage | None = None
+        self.stream_id = stream_id_of(name)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -163,6 +188,8 @@ class ManagedLedger:
                         int(record["size"]),
                         int(record["created"]),
                         bool(record["offloaded"]),
+                        int(record.get("offloadedMs", 0)),
+                        bool(record.get("bookieDeleted", False)),
                     )
                 if info.entries == 0:
                     empty.append(ledger_id)
@@ -528,6 +555,85 @@ class ManagedLedger:
         for entry in served:
             fetched[entry.position.entry_id] = entry
         return [fetched[eid] for eid in range(first, last + 1)]
+
+    async def _read_storage(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        """Entries from the bookie, or from the tiered store once the ledger is
+        offloaded (even while the bookie still has a copy)."""
+        info = self._ledgers.get(ledger_id)
+        if info is None or not info.offloaded or self.tiered is None:
+            return await self.bookie.read_entries(ledger_id, first, last)
+        pairs = await self.tiered.read(
+            self.stream_id, offset_of(ledger_id, first), offset_of(ledger_id, last) + 1
+        )
+        if len(pairs) != last - first + 1:
+            raise ManagedLedgerError(
+                f"tiered storage returned {len(pairs)} entries for {ledger_id}:{first}..{last}"
+            )
+        return [data for _, data in pairs]
+
+    # ------------------------------------------------------------------ offload
+
+    def offload_candidates(self, up_to: Position | None = None) -> list[LedgerInfo]:
+        """Closed ledgers with entries, not yet offloaded, wholly at or before ``up_to``
+        (every one with None), oldest first. O(#ledgers)."""
+        chosen = []
+        for lid in self._ledger_ids:
+            info = self._ledgers[lid]
+            if info is self._current or info.entries == 0 or info.offloaded:
+                continue
+            if up_to is not None and (lid, info.entries - 1) > up_to:
+                break
+            chosen.append(info)
+        return chosen
+
+    def size_not_offloaded(self) -> int:
+        """Bytes in closed ledgers still only in the bookie. O(#ledgers)."""
+        return sum(
+            info.size
+            for info in self._ledgers.values()
+            if info is not self._current and not info.offloaded
+        )
+
+    async def entries_to_offload(
+        self, infos: list[LedgerInfo]
+    ) -> list[tuple[int, int, list[bytes]]]:
+        """(stream id, first offset, entries) of each ledger, read from the bookie."""
+        ranges = []
+        for info in infos:
+            entries = await self.bookie.read_entries(info.ledger_id, 0, info.entries - 1)
+            ranges.append((self.stream_id, offset_of(info.ledger_id, 0), entries))
+        return ranges
+
+    async def mark_offloaded(self, infos: list[LedgerInfo]) -> None:
+        """The ledgers are in the tiered store now: reads go there from here on."""
+        now = self.clock.wall_ms()
+        for info in infos:
+            info.offloaded = True
+            info.offloaded_ms = now
+        await self._persist_metadata()
+
+    async def delete_offloaded_from_bookie(self, lag_ms: int) -> int:
+        """Delete the bookie copies of ledgers offloaded at least ``lag_ms`` ago."""
+        now = self.clock.wall_ms()
+        doomed = [
+            info
+            for info in self._ledgers.values()
+            if info.offloaded and not info.bookie_deleted and now - info.offloaded_ms >= lag_ms
+        ]
+        for info in doomed:
+            info.bookie_deleted = True
+        if doomed:
+            await self._persist_metadata()
+            for info in doomed:
+                await self.bookie.delete_ledger(info.ledger_id)
+        return len(doomed)
+
+    def first_not_offloaded(self) -> Position:
+        """The first position whose ledger is not offloaded."""
+        for lid in self._ledger_ids:
+            if not self._ledgers[lid].offloaded:
+                return Position(lid, 0)
+        return self.next_position(self.last_confirmed)
 
     # ------------------------------------------------------------------ trimming
 

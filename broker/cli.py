@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         help="start, produce, consume, ack, restart over the same data, verify, exit",
     )
     bench = commands.add_parser("bench", help="run a benchmark and print ratios")
-    bench.add_argument("name", choices=["http", "cache", "cursors", "lac"])
+    bench.add_argument("name", choices=["http", "cache", "cursors", "lac", "tiered"])
     bench.add_argument("--quick", action="store_true", help="seconds, not minutes (CI)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     for name, text in _NOT_YET.items():

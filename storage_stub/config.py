@@ -38,8 +38,35 @@ class StorageConfig(BaseModel):
     #: entries of the same ledger read ahead after a read miss (BookKeeper's default).
     dbStorage_readAheadCacheBatchSize: int = Field(default=100, ge=0)
 
+    # --- tiered store (AutoMQ-style stream set objects on a stub S3) ---
+    #: latency model of object gets (whole and ranged) and of object puts and deletes.
+    objectGetLatency: str = "0"
+    objectPutLatency: str = "0"
+    #: locate SSOs through the lazy range index and per-object bloom filters (AutoMQ PR
+    #: 2710); false: every read loads the index block of every SSO (the old behaviour).
+    s3StreamSetObjectRangeIndexEnabled: bool = True
+    #: streams the range index holds at most (least recently touched dropped first).
+    s3StreamSetObjectRangeIndexMaxStreams: int = Field(default=200000, ge=1)
+    #: a stream untouched this long leaves the range index (ms).
+    s3StreamSetObjectRangeIndexTtlMs: int = Field(default=600000, ge=1)
+    #: all per-object stream id bloom filters together, bytes (LRU beyond); 0: none.
+    s3StreamIdBloomFilterMaxBytes: int = Field(default=20971520, ge=0)
+    #: false-positive rate each bloom filter is sized for.
+    s3StreamIdBloomFilterFalsePositiveRate: float = Field(default=0.01, gt=0, lt=1)
+    #: compaction merges the oldest SSOs so that at most this many remain (brokerlab's
+    #: bound; AutoMQ's compaction.max.num bounds the SSOs merged at once instead).
+    s3StreamSetObjectMaxNum: int = Field(default=500, ge=1)
+    #: compaction moves a stream holding at least this many bytes of the merged SSOs
+    #: into its own stream object (bytes).
+    s3StreamSetObjectCompactionStreamSplitSize: int = Field(default=8388608, ge=1)
+
     @field_validator(
-        "addEntryLatency", "readEntryLatency", "getLastEntryLatency", "metadataLatency"
+        "addEntryLatency",
+        "readEntryLatency",
+        "getLastEntryLatency",
+        "metadataLatency",
+        "objectGetLatency",
+        "objectPutLatency",
     )
     @classmethod
     def _check_latency_spec(cls, spec: str) -> str:

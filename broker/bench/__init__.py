@@ -23,5 +23,9 @@ def run_bench(name: str, quick: bool = False, as_json: bool = False) -> int:
         from broker.bench.cache import main as cache_main
 
         return cache_main(quick=quick, as_json=as_json)
+    if name == "tiered":
+        from broker.bench.tiered import main as tiered_main
+
+        return tiered_main(quick=quick, as_json=as_json)
     print(f"brokerlab bench: unknown benchmark {name!r}", file=sys.stderr)
     return 2

@@ -106,7 +106,12 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
         shadow_designs(settings.broker),
     )
     service = BrokerService(
-        service_config(settings.broker), storage.bookie, storage.metadata, cache_manager, clock
+        service_config(settings.broker),
+        storage.bookie,
+        storage.metadata,
+        cache_manager,
+        clock,
+        storage.tiered,
     )
     app[STORAGE] = storage
     app[SERVICE] = service
@@ -467,7 +472,7 @@ async def cache_stats(request: web.Request) -> web.Response:
 @routes.get("/admin/v2/broker-stats/storage")
 async def storage_stats(request: web.Request) -> web.Response:
     storage = request.app[STORAGE]
-    return _json({"bookie": storage.stats(), "tiered": {}})
+    return _json({"bookie": storage.stats(), "tiered": storage.tiered.stats()})
 
 
 @routes.get("/metrics")
@@ -501,7 +506,10 @@ async def dashboard_data(request: web.Request) -> web.Response:
             "cacheWatermarkBytes": int(
                 cache["maxSizeBytes"] * settings.broker.managedLedgerCacheEvictionWatermark
             ),
-            "storage": {"bookie": request.app[STORAGE].stats(), "tiered": {}},
+            "storage": {
+                "bookie": request.app[STORAGE].stats(),
+                "tiered": request.app[STORAGE].tiered.stats(),
+            },
             "messages": {
                 "produced": totals.produced,
                 "dispatched": totals.dispatched,

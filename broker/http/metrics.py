@@ -178,6 +178,10 @@ class BrokerCollector(Collector):
         requests.add_metric(["bookie"], bookie["readRequests"])
         entries.add_metric(["bookie"], bookie["entriesRead"])
         nbytes.add_metric(["bookie"], bookie["bytesRead"])
+        tiered = self._storage.tiered.stats()
+        requests.add_metric(["tiered"], tiered["readRequests"])
+        entries.add_metric(["tiered"], tiered["entriesRead"])
+        nbytes.add_metric(["tiered"], tiered["entryBytesRead"])
         yield from (requests, entries, nbytes)
         counters = (
             (
@@ -196,6 +200,14 @@ class BrokerCollector(Collector):
         )
         for name, documentation, key in counters:
             yield CounterMetricFamily(name, documentation, value=bookie[key])
+        tiered_counters = (
+            ("brokerlab_tiered_object_gets", "Object GETs (whole or ranged).", "objectGets"),
+            ("brokerlab_tiered_object_bytes_read", "Bytes of object GETs.", "bytesRead"),
+            ("brokerlab_tiered_index_loads", "Index blocks loaded.", "indexLoads"),
+            ("brokerlab_tiered_bloom_skips", "Index loads a bloom filter avoided.", "bloomSkips"),
+        )
+        for name, documentation, key in tiered_counters:
+            yield CounterMetricFamily(name, documentation, value=tiered[key])
 
     def _dispatch(self) -> Iterator[Metric]:
         service = self._service

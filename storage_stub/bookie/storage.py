@@ -18,6 +18,8 @@ from storage_stub.bookie.metadata_store import RocksMetadataStore
 from storage_stub.bookie.read_cache import ReadCache
 from storage_stub.bookie.rocks import open_rocks
 from storage_stub.config import StorageConfig
+from storage_stub.tiered.object_store import open_object_store
+from storage_stub.tiered.persisted import PersistedTieredStore
 
 
 class Storage:
@@ -34,6 +36,7 @@ class Storage:
         "latency",
         "metadata",
         "read_cache",
+        "tiered",
     )
 
     def __init__(
@@ -47,8 +50,10 @@ class Storage:
         latency: LatencyModel,
         last_entry_cache: LastEntryCache,
         read_cache: ReadCache | None,
+        tiered: PersistedTieredStore,
         closers: list[Callable[[], Awaitable[None]]],
     ) -> None:
+        self.tiered = tiered
         self.last_entry_cache = last_entry_cache
         self.read_cache = read_cache
         self.config = config
@@ -137,19 +142,25 @@ async def open_storage(
         bookie, metadata = disk_bookie, rocks_metadata
         read_cache = disk_bookie.read_cache
         closers = [disk_bookie.close, rocks_metadata.close, close_metadata_db]
+    instrumented_metadata = InstrumentedMetadataStore(
+        metadata, faults=faults, latency=latency, counters=counters
+    )
+    object_store = open_object_store(
+        config, None if data_dir is None else data_dir / "objects", seed=seed
+    )
+    tiered = await PersistedTieredStore.open(object_store, config, instrumented_metadata)
     last_entry_cache = LastEntryCache(config.dbStorage_lastEntryCacheMaxSize)
     instrumented = InstrumentedBookie(bookie, faults=faults, latency=latency, counters=counters)
     return Storage(
         config=config,
         # the cache is outermost: a hit pays neither the seek's latency nor its faults
         bookie=LastEntryCachingBookie(instrumented, last_entry_cache),
-        metadata=InstrumentedMetadataStore(
-            metadata, faults=faults, latency=latency, counters=counters
-        ),
+        metadata=instrumented_metadata,
         counters=counters,
         faults=faults,
         latency=latency,
         last_entry_cache=last_entry_cache,
         read_cache=read_cache,
+        tiered=tiered,
         closers=closers,
     )

@@ -378,6 +378,8 @@ class BrokerService:
                 finally:
                     for topic, status in previous.items():
                         topic.offload_status = status
+        assert self.tiered is not None
+        await self.tiered.compact_if_needed()
         for topic in list(self.topics.values()):
             await topic.ledger.delete_offloaded_from_bookie(self.config.offload_deletion_lag_ms)
 

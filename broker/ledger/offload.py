@@ -17,6 +17,10 @@ class TieredStorage(Protocol):
         self, stream_id: int, start_offset: int, end_offset: int
     ) -> list[tuple[int, bytes]]: ...
 
+    async def compact_if_needed(self) -> object:
+        """Bound the number of stream set objects (compaction), if over the limit."""
+        ...
+
 
 def stream_id_of(ledger_name: str) -> int:
     """A stable 56-bit stream id for a managed ledger (collisions: about 1 in 2^28 at a

@@ -43,6 +43,12 @@ class PersistedTieredStore:
         await self._persist()
         return object_id
 
+    async def compact_if_needed(self) -> CompactionResult | None:
+        """Compact when there are more stream set objects than s3StreamSetObjectMaxNum."""
+        if self.store.stats()["streamSetObjects"] <= self.store.max_stream_set_objects:
+            return None
+        return await self.compact()
+
     async def compact(
         self, max_sso_count: int | None = None, split_threshold_bytes: int | None = None
     ) -> CompactionResult:

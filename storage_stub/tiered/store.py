@@ -128,6 +128,11 @@ class TieredStore:
     def object_store(self) -> InstrumentedObjectStore:
         return self._store
 
+    @property
+    def max_stream_set_objects(self) -> int:
+        """s3StreamSetObjectMaxNum: compaction keeps at most this many SSOs."""
+        return self._config.s3StreamSetObjectMaxNum
+
     def stream_extent(self, stream_id: int) -> tuple[int, int] | None:
         """``(first stored offset, end offset)`` of the stream, None if it has none."""
         return self._image.streams.get(stream_id)

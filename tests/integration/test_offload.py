@@ -73,3 +73,27 @@ async def test_the_threshold_offloads_in_the_background_and_a_restart_still_read
         got = await client.receive_until(consumer, len(ids))
         assert [m["messageId"] for m in got] == ids
         assert (await stats(client))["tiered"]["entriesRead"] >= 40
+
+
+async def test_upkeep_compaction_bounds_the_stream_set_objects_and_reads_still_work(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker(storage={"s3StreamSetObjectMaxNum": 2}, **ROLL)
+    topics = [f"public/default/many-{i}" for i in range(5)]
+    ids = {}
+    for topic in topics:  # five offloads: five stream set objects
+        ids[topic] = await fill(client, topic, 30)
+        await client.request(
+            "PUT", f"/admin/v2/persistent/{topic}/offload", json={"messageId": ids[topic][-1]}
+        )
+    clock = await client.subscribe("public/default/idle", "clock")
+    for _ in range(100):  # poll until an upkeep round has compacted
+        if (await stats(client))["tiered"]["streamSetObjects"] <= 2:
+            break
+        await client.receive(clock, 1, 100)
+    assert (await stats(client))["tiered"]["streamSetObjects"] <= 2
+    await client.request("POST", "/admin/v2/namespaces/public/default/unload")
+    for topic in topics:
+        consumer = await client.subscribe(topic, "after", subscriptionInitialPosition="Earliest")
+        got = await client.receive_until(consumer, len(ids[topic]))
+        assert [m["messageId"] for m in got] == ids[topic]

@@ -24,16 +24,22 @@ class FaultInjector:
     ``check`` costs one dict lookup for an operation without a rule.
     """
 
-    __slots__ = ("_rng", "_rules")
+    __slots__ = ("_operations", "_rng", "_rules")
 
-    def __init__(self, *, seed: int | None = None) -> None:
+    def __init__(
+        self, *, seed: int | None = None, operations: tuple[str, ...] = OPERATIONS
+    ) -> None:
         self._rng = random.Random(seed)
         self._rules: dict[str, FaultRule] = {}
+        #: the operation names rules may name (the bookie's, or the object store's)
+        self._operations = operations
 
     def set(self, op: str, error_rate: float = 0.0, delay_ms: float = 0.0) -> None:
         """Make ``op`` fail with probability ``error_rate`` after waiting ``delay_ms``."""
-        if op not in OPERATIONS:
-            raise ValueError(f"unknown storage operation {op!r}; expected one of {OPERATIONS}")
+        if op not in self._operations:
+            raise ValueError(
+                f"unknown storage operation {op!r}; expected one of {self._operations}"
+            )
         if not (0.0 <= error_rate <= 1.0):
             raise ValueError(f"error_rate must be within 0.0..1.0, got {error_rate}")
         if not (math.isfinite(delay_ms) and delay_ms >= 0.0):

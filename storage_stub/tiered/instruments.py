@@ -8,12 +8,10 @@ object store has its own two, built from the same parts: latency specs parsed by
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 from typing import TYPE_CHECKING
 
-from storage_stub.bookie.api import StorageFaultError
-from storage_stub.bookie.faults import FaultRule
+from storage_stub.bookie.faults import FaultInjector
 from storage_stub.bookie.latency import LatencyDistribution, parse_latency_spec
 from storage_stub.tiered.api import OBJECT_OPERATIONS
 
@@ -69,58 +67,14 @@ class ObjectLatencyModel:
         return {op: repr(d) for op, d in self._distributions.items()}
 
 
-class ObjectFaultInjector:
-    """Per object operation: an error rate and an extra delay, with a seedable RNG.
+class ObjectFaultInjector(FaultInjector):
+    """The bookie's fault injector over the object store's operations
+    (``OBJECT_OPERATIONS``): per-operation error rate and extra delay, seedable."""
 
-    ``check`` costs one dict lookup for an operation without a rule.
-    """
-
-    __slots__ = ("_rng", "_rules")
+    __slots__ = ()
 
     def __init__(self, *, seed: int | None = None) -> None:
-        self._rng = random.Random(seed)
-        self._rules: dict[str, FaultRule] = {}
-
-    def set(self, op: str, error_rate: float = 0.0, delay_ms: float = 0.0) -> None:
-        """Make ``op`` fail with probability ``error_rate`` after waiting ``delay_ms``."""
-        _check_operation(op)
-        if not (0.0 <= error_rate <= 1.0):
-            raise ValueError(f"error_rate must be within 0.0..1.0, got {error_rate}")
-        if not (math.isfinite(delay_ms) and delay_ms >= 0.0):
-            raise ValueError(f"delay_ms must be a finite number >= 0, got {delay_ms}")
-        if error_rate == 0.0 and delay_ms == 0.0:
-            self._rules.pop(op, None)
-        else:
-            self._rules[op] = FaultRule(error_rate, delay_ms)
-
-    def clear(self, op: str | None = None) -> None:
-        """Remove the rule of ``op``, or every rule."""
-        if op is None:
-            self._rules.clear()
-        else:
-            self._rules.pop(op, None)
-
-    async def check(self, op: str) -> None:
-        """Apply ``op``'s rule: wait its delay, then raise StorageFaultError at its rate."""
-        rule = self._rules.get(op)
-        if rule is None:
-            return
-        if rule.delay_ms > 0.0:
-            await asyncio.sleep(rule.delay_ms / 1000.0)
-        if rule.error_rate > 0.0 and self._rng.random() < rule.error_rate:
-            rule.injected_errors += 1
-            raise StorageFaultError(op)
-
-    def snapshot(self) -> dict[str, dict[str, float]]:
-        """``{operation: {"errorRate", "delayMs", "injectedErrors"}}`` for every rule."""
-        return {
-            op: {
-                "errorRate": rule.error_rate,
-                "delayMs": rule.delay_ms,
-                "injectedErrors": rule.injected_errors,
-            }
-            for op, rule in self._rules.items()
-        }
+        super().__init__(seed=seed, operations=OBJECT_OPERATIONS)
 
 
 class ObjectStoreCounters:

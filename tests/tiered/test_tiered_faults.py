@@ -154,7 +154,7 @@ async def test_a_failed_compaction_changes_nothing_and_its_leftovers_are_cleaned
 
 def test_fault_rules_name_object_operations_only() -> None:
     faults = ObjectFaultInjector()
-    with pytest.raises(ValueError, match="unknown object operation"):
+    with pytest.raises(ValueError, match=r"unknown storage operation 'readEntries'.*objectGet"):
         faults.set("readEntries", error_rate=1.0)
     with pytest.raises(ValueError, match="error_rate"):
         faults.set("objectGet", error_rate=2.0)

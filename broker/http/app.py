@@ -436,14 +436,12 @@ async def offload(request: web.Request) -> web.Response:
 @routes.get(_ADMIN_TOPIC + "/offload")
 async def offload_status(request: web.Request) -> web.Response:
     topic = await _service(request).get_topic(_topic(request), create=False)
+    first = topic.ledger.first_not_offloaded()
     return _json(
         {
             "status": topic.offload_status,
             "lastError": topic.offload_error,
-            "firstUnoffloadedMessage": {
-                "ledgerId": topic.ledger.first_not_offloaded().ledger_id,
-                "entryId": topic.ledger.first_not_offloaded().entry_id,
-            },
+            "firstUnoffloadedMessage": {"ledgerId": first.ledger_id, "entryId": first.entry_id},
         }
     )
 

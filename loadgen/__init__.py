@@ -1,0 +1,2 @@
+"""brokerlab's load generator: a black-box HTTP client of the broker (it never imports
+``broker``), driven by named scenarios."""

@@ -1,0 +1,132 @@
+"""Scenario files: TOML with OpenMessaging Benchmark-style names, plus timed events.
+
+A scenario is validated as a whole; an invalid one raises ScenarioError naming the file
+and the field (``conf/scenarios/catchup.toml: producerRate: Input should be ...``).
+Presets live in ``conf/scenarios/``; a scenario is named by preset name or by path.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tomllib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PRESETS = pathlib.Path(__file__).resolve().parent.parent / "conf" / "scenarios"
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot be run; the message names the file and the field."""
+
+
+class ConsumerBehaviour(BaseModel):
+    """How the consumers of one subscription behave."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: messages per second per consumer at most (a slow consumer); 0: as fast as it can
+    rateLimit: float = Field(default=0, ge=0)
+    #: how many consumers of the subscription are slowed (the rest run freely); 0: all
+    slowConsumers: int = Field(default=0, ge=0)
+    receiveBatchSize: int = Field(default=100, ge=1, le=1000)
+    ackMode: Literal["individual", "cumulative", "none"] = "individual"
+
+
+class Event(BaseModel):
+    """Something that happens at ``at`` seconds into the measured run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: float = Field(ge=0)
+    type: Literal[
+        "unload", "offload", "restart", "disconnect", "reconnect", "pause", "resume", "seek"
+    ]
+    #: which subscription (index within each topic) a consumer event targets; -1: all
+    subscription: int = Field(default=-1, ge=-1)
+    #: seek: "earliest" or an epoch-ms timestamp relative to the run start (negative)
+    seekTo: str | int = "earliest"
+
+
+class Scenario(BaseModel):
+    """One workload. Field names follow the OpenMessaging Benchmark where it has one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    topics: int = Field(ge=1, le=100_000)
+    partitionsPerTopic: int = Field(default=1, ge=1, le=1024)
+    messageSize: int = Field(default=1024, ge=0, le=5_242_880)
+    messagesPerRequest: int = Field(default=100, ge=1, le=1000)
+    producersPerTopic: int = Field(default=1, ge=0, le=1000)
+    #: messages per second across all producers; 0: as fast as possible
+    producerRate: float = Field(default=1000, ge=0)
+    subscriptionsPerTopic: int = Field(default=1, ge=0, le=1000)
+    consumerPerSubscription: int = Field(default=1, ge=0, le=1000)
+    subscriptionType: Literal["Exclusive", "Failover", "Shared", "Key_Shared"] = "Exclusive"
+    keyDistributor: Literal["NO_KEY", "KEY_ROUND_ROBIN", "RANDOM", "ZIPF"] = "NO_KEY"
+    keys: int = Field(default=1000, ge=1)
+    zipfExponent: float = Field(default=1.1, gt=0)
+    testDurationSeconds: float = Field(default=60, gt=0)
+    warmupSeconds: float = Field(default=0, ge=0)
+    #: produce this much backlog (MiB per subscription) before consumers start (catch-up)
+    consumerBacklogSizeMB: float = Field(default=0, ge=0)
+    seed: int = 1
+    consumers: ConsumerBehaviour = ConsumerBehaviour()
+    events: list[Event] = []
+    #: broker.conf overrides for a broker this scenario starts
+    broker: dict[str, str | int | float | bool] = {}
+
+    @model_validator(mode="after")
+    def _events_within_the_run(self) -> Scenario:
+        for index, event in enumerate(self.events):
+            if event.at > self.testDurationSeconds:
+                raise ValueError(
+                    f"events[{index}].at is {event.at}s, after testDurationSeconds "
+                    f"({self.testDurationSeconds}s)"
+                )
+            if event.subscription >= self.subscriptionsPerTopic:
+                raise ValueError(
+                    f"events[{index}].subscription {event.subscription} is not a subscription "
+                    f"(subscriptionsPerTopic is {self.subscriptionsPerTopic})"
+                )
+        return self
+
+
+def preset_names() -> list[str]:
+    return sorted(path.stem for path in PRESETS.glob("*.toml"))
+
+
+def resolve(name_or_path: str) -> pathlib.Path:
+    """A preset name, or a path to a scenario file."""
+    path = pathlib.Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return path
+    preset = PRESETS / f"{name_or_path}.toml"
+    if not preset.exists():
+        raise ScenarioError(
+            f"no scenario {name_or_path!r}: not a file, and the presets are "
+            f"{', '.join(preset_names())}"
+        )
+    return preset
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """Read and validate a scenario. ScenarioError names the file and the field."""
+    path = resolve(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ScenarioError(f"{path}: not valid TOML: {error}") from None
+    data.setdefault("name", path.stem)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as error:
+        problems = []
+        for issue in error.errors():
+            field = ".".join(str(part) for part in issue["loc"]) or "(scenario)"
+            problems.append(f"{path}: {field}: {issue['msg']}")
+        raise ScenarioError("\n".join(problems)) from None

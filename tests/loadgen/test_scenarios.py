@@ -1,0 +1,87 @@
+"""Scenario files: every preset loads; a malformed one is refused naming file and field."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from loadgen.scenario import ScenarioError, load_scenario, preset_names
+
+PRESETS = [
+    "tailing-fanout",
+    "catchup",
+    "keyshared-slow-consumer",
+    "many-topics",
+    "rolling-restart",
+    "failover-lac-storm",
+    "tiered-cold-read",
+]
+
+
+def test_every_preset_of_the_issue_exists() -> None:
+    assert preset_names() == sorted(PRESETS)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_each_preset_loads_with_its_own_name(name: str) -> None:
+    scenario = load_scenario(name)
+    assert scenario.name == name
+    assert scenario.topics >= 1 and scenario.testDurationSeconds > 0
+    assert all(event.at <= scenario.testDurationSeconds for event in scenario.events)
+
+
+def test_a_few_facts_of_the_presets() -> None:
+    assert load_scenario("many-topics").topics == 10_000
+    slow = load_scenario("keyshared-slow-consumer")
+    assert slow.subscriptionType == "Key_Shared" and slow.consumers.slowConsumers == 1
+    assert [e.type for e in load_scenario("rolling-restart").events].count("disconnect") == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("topics = 0\n", "topics"),
+        ("topics = 1\nproducerRate = 'fast'\n", "producerRate"),
+        ("topics = 1\nsubscriptionType = 'Fanout'\n", "subscriptionType"),
+        ("topics = 1\nmessageSizes = 10\n", "messageSizes"),
+        ("topics = 1\n[consumers]\nackMode = 'maybe'\n", "consumers.ackMode"),
+        ("topics = 1\n[[events]]\nat = 5\ntype = 'explode'\n", "events.0.type"),
+    ],
+)
+def test_a_malformed_scenario_names_the_file_and_the_field(
+    tmp_path: pathlib.Path, text: str, field: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(str(path))
+    assert f"{path}: {field}:" in str(error.value)
+
+
+def test_events_after_the_run_or_on_missing_subscriptions_are_refused(
+    tmp_path: pathlib.Path,
+) -> None:
+    path = tmp_path / "late.toml"
+    path.write_text("topics = 1\ntestDurationSeconds = 10\n[[events]]\nat = 11\ntype = 'unload'\n")
+    with pytest.raises(ScenarioError, match="after testDurationSeconds"):
+        load_scenario(str(path))
+    path.write_text("topics = 1\n[[events]]\nat = 1\ntype = 'pause'\nsubscription = 3\n")
+    with pytest.raises(ScenarioError, match="not a subscription"):
+        load_scenario(str(path))
+
+
+def test_broken_toml_and_unknown_names_are_clear(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("topics = = 1\n")
+    with pytest.raises(ScenarioError, match="not valid TOML"):
+        load_scenario(str(path))
+    with pytest.raises(ScenarioError, match="the presets are"):
+        load_scenario("no-such-preset")
+
+
+def test_loadgen_is_a_black_box_client_that_never_imports_the_broker() -> None:
+    package = pathlib.Path(__file__).resolve().parents[2] / "loadgen"
+    for source in package.rglob("*.py"):
+        text = source.read_text()
+        assert "import broker" not in text and "from broker" not in text, source

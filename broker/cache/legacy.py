@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+from time import thread_time_ns
+
 from sortedcontainers import SortedDict
 
 from broker.cache.api import MissingRange
@@ -220,5 +222,9 @@ class LegacyEntryCacheManager(ManagerBase[LegacyRangeEntryCache]):
         return freed
 
     def do_cache_eviction(self) -> None:
+        """The timestamp loop over every ledger, then the size pass if still above the
+        trigger. Its CPU time goes to ``eviction_cpu_ns``."""
+        started = thread_time_ns()
         self.evict_expired()
         self.evict_to_watermark()
+        self.counters.eviction_cpu_ns += thread_time_ns() - started

@@ -16,6 +16,7 @@ as in the proposal, is reclaimed only when the segment rotates.
 
 from __future__ import annotations
 
+from time import thread_time_ns
 from typing import Any
 
 from broker.cache.api import MissingRange
@@ -241,6 +242,7 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
 
     def _rotate(self) -> None:
         """Make the next segment current, clearing what it held (size evictions)."""
+        started = thread_time_ns()
         self.current = (self.current + 1) % len(self.segments)
         segment = self.segments[self.current]
         evicted = len(segment.index)
@@ -253,6 +255,7 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
             entry.data = None
         segment.index.clear()
         segment.by_ledger.clear()
+        self.counters.eviction_cpu_ns += thread_time_ns() - started
         segment.used = 0
 
     def _drop_where(self, ledger_id: int, doomed: Any) -> int:

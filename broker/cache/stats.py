@@ -13,6 +13,7 @@ class CacheCounters:
         "evicted_invalidated",
         "evicted_size",
         "evicted_ttl",
+        "eviction_cpu_ns",
         "eviction_runs",
         "hit_bytes",
         "hits",
@@ -32,6 +33,9 @@ class CacheCounters:
         self.evicted_size = 0
         self.evicted_invalidated = 0
         self.eviction_runs = 0
+        #: CPU time (this thread's clock) spent in eviction passes; not the cache clock,
+        #: which may be virtual
+        self.eviction_cpu_ns = 0
         self.entries = 0
         self.size = 0
 
@@ -52,5 +56,6 @@ class CacheCounters:
                 "invalidated": self.evicted_invalidated,
             },
             "evictionRuns": self.eviction_runs,
+            "evictionCpuSeconds": self.eviction_cpu_ns / 1e9,
             "entriesWithExpectedReads": 0,
         }

@@ -145,6 +145,12 @@ class BrokerCollector(Collector):
             "brokerlab_cache_eviction_runs", "Eviction passes.", labels=["design"]
         )
         runs.add_metric(live, cache["evictionRuns"])
+        eviction_cpu = CounterMetricFamily(
+            "brokerlab_cache_eviction_cpu_seconds",
+            "CPU time spent in eviction passes.",
+            labels=["design"],
+        )
+        eviction_cpu.add_metric(live, cache["evictionCpuSeconds"])
         limit = GaugeMetricFamily(
             "brokerlab_cache_max_size_bytes", "Cache size limit.", labels=["design"]
         )
@@ -161,7 +167,7 @@ class BrokerCollector(Collector):
             labels=["design"],
         )
         expected.add_metric(live, cache["entriesWithExpectedReads"])
-        yield from (inserts, runs, limit, watermark, expected)
+        yield from (inserts, runs, eviction_cpu, limit, watermark, expected)
 
     def _storage_metrics(self) -> Iterator[Metric]:
         bookie = self._storage.stats()

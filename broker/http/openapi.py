@@ -556,6 +556,9 @@ def _broker_schemas() -> Json:
             {"ttl": "By age.", "size": "By size.", "invalidated": "Because no reader needs them."},
         ),
         "evictionRuns": _integer("Eviction passes.", minimum=0),
+        "evictionCpuSeconds": _number(
+            "CPU time spent in eviction passes (timer rounds, size passes, ring rotations)."
+        ),
         "entriesWithExpectedReads": _integer(
             "Cached entries a cursor is still expected to read (PIP-430).", minimum=0
         ),

@@ -18,9 +18,6 @@ from broker.http.app import Settings, create_app
 from storage_stub.confparse import ConfigError
 
 _NOT_YET = {
-    "demo": "arrives with the load generator (issue 7); try 'brokerlab serve --self-check'",
-    "loadgen": "the load generator is not built yet (issue 7)",
-    "compare": "strategy comparison is not built yet (issue 7)",
     "analyze": "the Spark trace pipeline is not built yet (issue 8)",
 }
 
@@ -59,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("name", choices=["http", "cache", "cursors", "lac", "tiered"])
     bench.add_argument("--quick", action="store_true", help="seconds, not minutes (CI)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
+    from loadgen.cli import add_commands
+
+    add_commands(commands)
     for name, text in _NOT_YET.items():
         commands.add_parser(name, help=text, add_help=True).set_defaults(not_yet=text)
     return parser
@@ -128,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if getattr(args, "handler", None):
+        from loadgen.cli import run_command
+
+        return run_command(args)
     if args.command == "bench":
         from broker.bench import run_bench
 

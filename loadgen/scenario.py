@@ -91,7 +91,29 @@ class Scenario(BaseModel):
                     f"events[{index}].subscription {event.subscription} is not a subscription "
                     f"(subscriptionsPerTopic is {self.subscriptionsPerTopic})"
                 )
+        if self.consumers.ackMode == "cumulative" and self.subscriptionType in (
+            "Shared",
+            "Key_Shared",
+        ):
+            raise ValueError(
+                f"consumers.ackMode cumulative is refused on {self.subscriptionType} "
+                "subscriptions, as in Pulsar; use individual"
+            )
         return self
+
+    def scaled(self, duration_s: float) -> Scenario:
+        """The same scenario over ``duration_s`` seconds: event times, warm-up and the
+        catch-up backlog keep their share of the run, so a short run has the same shape."""
+        factor = duration_s / self.testDurationSeconds
+        events = [event.model_copy(update={"at": event.at * factor}) for event in self.events]
+        return self.model_copy(
+            update={
+                "testDurationSeconds": duration_s,
+                "warmupSeconds": self.warmupSeconds * factor,
+                "consumerBacklogSizeMB": self.consumerBacklogSizeMB * factor,
+                "events": events,
+            }
+        )
 
 
 def preset_names() -> list[str]:

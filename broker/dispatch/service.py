@@ -41,6 +41,10 @@ from storage_stub.bookie.api import Bookie, BookieError, MetadataStore
 log = logging.getLogger(__name__)
 
 
+#: topics of a namespace unload closed at once
+UNLOAD_CONCURRENCY = 64
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
     allow_auto_topic_creation: bool = True
@@ -202,8 +206,15 @@ class BrokerService:
         """Unload every loaded topic of the namespace as a bundle move would: consumers
         disconnected, cache entries dropped, the next request reloads from storage."""
         doomed = [n for n in self.topics if n.tenant == tenant and n.namespace == namespace]
-        for name in doomed:
-            await self.unload_topic(name)
+        # topics close concurrently (each waits on its ledger's close), a bounded number
+        # at a time, as a broker unloads a bundle; one by one, 3,000 topics took seconds
+        names = iter(doomed)
+
+        async def worker() -> None:
+            for name in names:
+                await self.unload_topic(name)
+
+        await asyncio.gather(*(worker() for _ in range(min(UNLOAD_CONCURRENCY, len(doomed)))))
         return len(doomed)
 
     async def unload_topic(self, name: TopicName) -> None:

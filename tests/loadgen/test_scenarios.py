@@ -16,6 +16,7 @@ PRESETS = [
     "rolling-restart",
     "failover-lac-storm",
     "tiered-cold-read",
+    "demo",
 ]
 
 

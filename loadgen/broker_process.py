@@ -1,0 +1,165 @@
+"""A broker of the load generator's own: ``brokerlab serve`` in a subprocess on an
+ephemeral port over a data directory, restartable on the same port and data (the
+``restart`` event), stopped gracefully (SIGTERM) at the end.
+
+The broker is started as a program, not imported: the load generator only speaks HTTP.
+Its output goes to ``broker.log`` in the data directory's parent run directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pathlib
+import re
+import signal
+import sys
+import time
+from typing import BinaryIO
+
+LISTENING = re.compile(rb"brokerlab listening on (http://\S+)")
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+class BrokerStartError(Exception):
+    """The broker exited or stayed silent instead of listening; carries its output."""
+
+
+class BrokerProcess:
+    """``start()`` returns the base URL; ``restart()`` keeps it; ``stop()`` is idempotent."""
+
+    def __init__(
+        self,
+        data_dir: pathlib.Path,
+        *,
+        log_path: pathlib.Path,
+        config: pathlib.Path | None = None,
+        storage_config: pathlib.Path | None = None,
+        overrides: dict[str, object] | None = None,
+        storage_overrides: dict[str, object] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.config = config
+        self.storage_config = storage_config
+        self.overrides = dict(overrides or {})
+        self.storage_overrides = dict(storage_overrides or {})
+        self.host = host
+        self.port = 0
+        self.url = ""
+        self.starts = 0
+        self._process: asyncio.subprocess.Process | None = None
+        self._pump: asyncio.Task[None] | None = None
+
+    def command(self, port: int) -> list[str]:
+        command = [sys.executable, "-m", "broker.cli", "serve", "--host", self.host]
+        command += ["--port", str(port), "--data-dir", str(self.data_dir)]
+        if self.config is not None:
+            command += ["--config", str(self.config)]
+        if self.storage_config is not None:
+            command += ["--storage-config", str(self.storage_config)]
+        for key, value in self.overrides.items():
+            command += ["--set", f"{key}={_conf_value(value)}"]
+        for key, value in self.storage_overrides.items():
+            command += ["--storage-set", f"{key}={_conf_value(value)}"]
+        return command
+
+    async def start(self) -> str:
+        """Start (on the port of the previous start, if any) and wait until it listens."""
+        if self._process is not None:
+            raise RuntimeError("the broker is already running")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        process = await asyncio.create_subprocess_exec(
+            *self.command(self.port),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        assert process.stdout is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        seen: list[bytes] = []
+        url = ""
+        try:
+            while not url:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BrokerStartError(_describe("did not start listening in time", seen))
+                try:
+                    line = await asyncio.wait_for(process.stdout.readline(), remaining)
+                except TimeoutError:
+                    continue
+                if not line:
+                    await process.wait()
+                    raise BrokerStartError(
+                        _describe(f"exited with status {process.returncode}", seen)
+                    )
+                log.write(line)
+                seen.append(line)
+                match = LISTENING.search(line)
+                if match:
+                    url = match.group(1).decode()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            log.close()
+            raise
+        log.flush()
+        self._process = process
+        self._pump = asyncio.create_task(_pump(process.stdout, log))
+        self.url = url
+        self.port = int(url.rsplit(":", 1)[1])
+        self.starts += 1
+        return url
+
+    async def stop(self, *, kill: bool = False) -> int | None:
+        """SIGTERM (or SIGKILL) and wait; returns the exit status."""
+        process, self._process = self._process, None
+        if process is None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            status = await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            process.kill()
+            status = await process.wait()
+        if self._pump is not None:
+            await self._pump
+            self._pump = None
+        return status
+
+    async def restart(self) -> str:
+        await self.stop()
+        return await self.start()
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+
+async def _pump(stream: asyncio.StreamReader, log: BinaryIO) -> None:
+    """Copy the broker's output to its log until it closes (so the pipe never fills)."""
+    try:
+        while True:
+            chunk = await stream.read(65536)
+            if not chunk:
+                break
+            log.write(chunk)
+    finally:
+        log.close()
+
+
+def _conf_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _describe(what: str, seen: list[bytes]) -> str:
+    tail = b"".join(seen[-20:]).decode("utf-8", "replace").strip()
+    return f"brokerlab serve {what}" + (f"; its output:\n{tail}" if tail else "")

@@ -1,0 +1,331 @@
+"""``brokerlab loadgen``, ``brokerlab compare`` and ``brokerlab demo``.
+
+The broker's CLI hands these subcommands here; everything below talks to a broker over
+HTTP only (a broker of its own is a ``brokerlab serve`` subprocess).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from typing import TYPE_CHECKING, Any
+
+import uvloop
+
+from loadgen.broker_process import BrokerStartError
+from loadgen.client import BrokerError
+from loadgen.runner import RunOptions, default_out_dir, run_scenario
+from loadgen.scenario import Scenario, ScenarioError, load_scenario, preset_names
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+DESIGNS = ("pip430", "legacy", "segmented")
+DEMO_SCENARIO = "demo"
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _overrides(pairs: list[str]) -> dict[str, object]:
+    result: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError(f"--set {pair!r}: expected KEY=VALUE")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _broker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=pathlib.Path, help="broker.conf for a started broker")
+    parser.add_argument(
+        "--storage-config", type=pathlib.Path, help="storage.conf for a started broker"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a broker.conf key of a started broker (repeatable)",
+    )
+
+
+def add_commands(commands: Any) -> None:
+    """Register the three subcommands on the broker CLI's subparsers."""
+    scenarios = ", ".join(preset_names())
+    loadgen = commands.add_parser(
+        "loadgen",
+        help="drive a broker with a scenario; results JSON and plots",
+        description=f"Run a scenario (a preset: {scenarios}; or a TOML file).",
+    )
+    loadgen.add_argument("--scenario", required=True, metavar="NAME|FILE")
+    target = loadgen.add_mutually_exclusive_group()
+    target.add_argument("--url", help="an existing broker (default: start one)")
+    target.add_argument(
+        "--start-broker",
+        action="store_true",
+        help="start brokerlab serve on a free port with a temporary data dir (the default)",
+    )
+    _broker_arguments(loadgen)
+    loadgen.add_argument("--duration", type=_positive, metavar="S", help="scale the run to S s")
+    loadgen.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
+    loadgen.add_argument(
+        "--trace", action="store_true", help="record the broker's cache access trace"
+    )
+    loadgen.add_argument("--no-progress", action="store_true", help="no live progress line")
+    loadgen.set_defaults(handler=_loadgen)
+
+    compare = commands.add_parser(
+        "compare",
+        help="run a scenario against a fresh broker per cache design, side by side",
+    )
+    compare.add_argument("--scenario", required=True, metavar="NAME|FILE")
+    compare.add_argument(
+        "--implementations",
+        default=",".join(DESIGNS),
+        help=f"comma-separated designs (default {','.join(DESIGNS)})",
+    )
+    _broker_arguments(compare)
+    compare.add_argument("--duration", type=_positive, metavar="S", help="scale each run to S s")
+    compare.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
+    compare.add_argument("--no-progress", action="store_true", help="no live progress line")
+    compare.set_defaults(handler=_compare)
+
+    demo = commands.add_parser(
+        "demo",
+        help="a minute of mixed traffic with the dashboard, then the designs compared",
+    )
+    demo.add_argument("--duration", type=_positive, default=None, metavar="S")
+    demo.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
+    demo.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="keep the broker and its dashboard up after the run, until Ctrl-C",
+    )
+    demo.add_argument("--no-progress", action="store_true", help="no live progress line")
+    demo.set_defaults(handler=_demo)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed loadgen, compare or demo command; the exit status."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    try:
+        result: int = args.handler(args, console)
+        return result
+    except ScenarioError as error:
+        console.print(f"[red]brokerlab {args.command}: {error}[/red]", highlight=False)
+        return 2
+    except BrokerStartError as error:
+        console.print(f"[red]brokerlab {args.command}: {error}[/red]", highlight=False)
+        return 1
+    except BrokerError as error:
+        console.print(f"[red]brokerlab {args.command}: the broker said {error}[/red]")
+        return 1
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    scenario = load_scenario(args.scenario)
+    return scenario
+
+
+def _loadgen(args: argparse.Namespace, console: Console) -> int:
+    scenario = _scenario(args)
+    if args.trace:
+        raise ScenarioError(
+            "--trace needs the broker's trace recorder (brokerlabTraceDir), "
+            "which is not built yet (issue 8)"
+        )
+    if args.url and (args.config or args.storage_config or args.set):
+        raise ScenarioError("--config, --storage-config and --set apply to a started broker")
+    out = args.out or default_out_dir(scenario.name)
+    options = RunOptions(
+        url=args.url,
+        config=args.config,
+        storage_config=args.storage_config,
+        broker_overrides=_overrides(args.set),
+        duration_s=args.duration,
+        out_dir=out,
+        progress=not args.no_progress,
+        on_broker_ready=lambda url: console.print(f"broker: {url}", highlight=False),
+    )
+    results = uvloop.run(run_scenario(scenario, options))
+    print_summary(results, console)
+    console.print(f"results: {out / 'results.json'} (plots beside it)", highlight=False)
+    return 0
+
+
+def _compare(args: argparse.Namespace, console: Console) -> int:
+    from loadgen.plots import comparison_table, plot_comparison
+
+    scenario = _scenario(args)
+    designs = [name.strip() for name in args.implementations.split(",") if name.strip()]
+    unknown = [name for name in designs if name not in DESIGNS]
+    if unknown or not designs:
+        raise ScenarioError(
+            f"--implementations: unknown design(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(DESIGNS)}"
+        )
+    out = args.out or default_out_dir(f"compare-{scenario.name}")
+    runs = []
+    for design in designs:
+        console.print(f"[bold]{scenario.name}[/bold] on [bold]{design}[/bold]")
+        options = RunOptions(
+            config=args.config,
+            storage_config=args.storage_config,
+            broker_overrides={
+                **_overrides(args.set),
+                "managedLedgerCacheImplementation": design,
+            },
+            duration_s=args.duration,
+            out_dir=out / design,
+            progress=not args.no_progress,
+        )
+        results = uvloop.run(run_scenario(scenario, options))
+        runs.append(results)
+    table = comparison_table(runs)
+    ranking = rank(runs)
+    report = (
+        f"# {scenario.name}: cache designs compared\n\n{table}\n\nHit ratio ranking: {ranking}\n"
+    )
+    (out / "compare.md").write_text(report)
+    plot_comparison(runs, out)
+    print(table)
+    print(f"\nhit ratio ranking: {ranking}")
+    console.print(f"report: {out / 'compare.md'}, {out / 'compare.png'}", highlight=False)
+    return 0
+
+
+def rank(runs: list[dict[str, Any]]) -> str:
+    """``pip430 (98.4%) > legacy (76.9%) > ...`` by hit ratio over the run."""
+    scored = [
+        (run["cache"]["hitRatio"] if run["cache"]["hitRatio"] is not None else -1.0, run)
+        for run in runs
+    ]
+    scored.sort(key=lambda item: item[0], reverse=True)
+    parts = []
+    for ratio, run in scored:
+        shown = "n/a" if ratio < 0 else f"{ratio:.1%}"
+        parts.append(f"{run['broker']['implementation']} ({shown})")
+    return " > ".join(parts)
+
+
+def _demo(args: argparse.Namespace, console: Console) -> int:
+    scenario = load_scenario(DEMO_SCENARIO)
+    out = args.out or default_out_dir("demo")
+    live, shadows = DESIGNS[0], ",".join(DESIGNS[1:])
+
+    def ready(url: str) -> None:
+        console.print(
+            f"\n[bold]brokerlab demo[/bold]: {scenario.description}\n"
+            f"live cache [bold]{live}[/bold], shadows {shadows}\n"
+            f"dashboard: [bold]{url}/dashboard[/bold]  (metrics: {url}/metrics)\n",
+            highlight=False,
+        )
+
+    options = RunOptions(
+        broker_overrides={
+            "managedLedgerCacheImplementation": live,
+            "brokerlabShadowCacheImplementations": shadows,
+        },
+        duration_s=args.duration,
+        out_dir=out,
+        progress=not args.no_progress,
+        on_broker_ready=ready,
+        keep_serving=args.keep_serving,
+    )
+    results = uvloop.run(run_scenario(scenario, options))
+    print_summary(results, console)
+    console.print(_design_table(results))
+    console.print(f"results: {out / 'results.json'} (plots beside it)", highlight=False)
+    return 0
+
+
+def _design_table(results: dict[str, Any]) -> Table:
+    """The live design and its shadows on the same reads."""
+    from rich.table import Table
+
+    cache = results["cache"]
+    table = Table(title="cache designs on the same reads (shadows are size-only replicas)")
+    for column in ("design", "role", "hits", "misses", "hit ratio", "byte hit ratio"):
+        table.add_column(column, justify="left" if column in ("design", "role") else "right")
+    rows = [(results["broker"]["implementation"], "live", cache)]
+    rows += [(name, "shadow", stats) for name, stats in cache["shadows"].items()]
+    for name, role, stats in rows:
+        table.add_row(
+            str(name),
+            role,
+            f"{stats['hits']:,.0f}",
+            f"{stats['misses']:,.0f}",
+            _percent(stats["hitRatio"]),
+            _percent(stats["byteHitRatio"]),
+        )
+    return table
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def print_summary(results: dict[str, Any], console: Console) -> None:
+    from rich.table import Table
+
+    from loadgen.plots import human_bytes
+
+    totals = results["totals"]
+    cache = results["cache"]
+    bookie = results["storage"].get("bookie", {})
+    tiered = results["storage"].get("tiered", {})
+    table = Table(
+        title=f"{results['scenario']['name']} on {results['broker']['implementation']}, "
+        f"{results['durationSeconds']:.0f} s"
+    )
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_row("publish rate", f"{totals['publishRateAvg']:,.0f} msg/s")
+    table.add_row("consume rate", f"{totals['consumeRateAvg']:,.0f} msg/s")
+    table.add_row("publish errors", f"{totals['publishErrors']:,}")
+    table.add_row("backlog at end", f"{totals['backlogAtEnd']:,}")
+    for name, prefix in (("publish", "PublishLatency"), ("end-to-end", "EndToEndLatency")):
+        table.add_row(
+            f"{name} latency ms p50/p99/p99.9/max",
+            " / ".join(
+                _ms(results[f"aggregated{prefix}{suffix}"])
+                for suffix in ("50pct", "99pct", "999pct", "Max")
+            ),
+        )
+    table.add_row("cache hit ratio", _percent(cache["hitRatio"]))
+    table.add_row(
+        "bookie reads (requests / entries / bytes)",
+        f"{bookie.get('readRequests', 0):,.0f} / {bookie.get('entriesRead', 0):,.0f} / "
+        f"{human_bytes(bookie.get('bytesRead', 0))}",
+    )
+    table.add_row(
+        "tiered reads (object gets / bytes)",
+        f"{tiered.get('objectGets', 0):,.0f} / {human_bytes(tiered.get('bytesRead', 0))}",
+    )
+    table.add_row("eviction CPU", f"{cache.get('evictionCpuSeconds', 0):.3f} s")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """For ``python -m loadgen.cli``: the same three commands without the broker CLI."""
+    parser = argparse.ArgumentParser(prog="loadgen")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    return run_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

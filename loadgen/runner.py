@@ -1,0 +1,883 @@
+"""Run one scenario against one broker and return its results (see loadgen.results).
+
+Phases: set up (subscriptions, consumers), build the catch-up backlog if the scenario
+asks for one, warm up, then the measured run with its timed events. Producers are open
+loop: each sends its requests at their scheduled times whatever the broker's latency
+(up to a bound of requests in flight), and publish latency is measured from the
+scheduled time, so a broker that falls behind shows it in the latency rather than by
+quietly receiving less load (no coordinated omission). End-to-end latency is the
+broker's ``publishTime`` to receipt.
+
+Consumers behave as Pulsar clients do: a session closed under them (namespace unload,
+broker restart, idle timeout) is recreated; a slow consumer is rate limited; pause and
+disconnect are events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import pathlib
+import random
+import resource
+import secrets
+import signal
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import orjson
+import pybase64
+
+from loadgen.broker_process import BrokerProcess
+from loadgen.client import BrokerClient, BrokerError, Unavailable
+from loadgen.keys import KeyDistributor, key_name
+from loadgen.progress import ProgressDisplay
+from loadgen.recorder import CounterDeltas, Counters, Latency, flatten, summarize
+from loadgen.results import build_results
+from loadgen.scenario import Event, Scenario, ScenarioError
+
+TENANT = "public"
+NAMESPACE = "loadgen"
+#: long-poll timeout; with many consumers, idle polls would be most of the traffic, so
+#: they wait longer (a consumer must still poll within consumerIdleTimeoutMs, 30 s)
+POLL_TIMEOUT_MS = 1000
+MANY_CONSUMERS = 200
+MANY_CONSUMERS_POLL_TIMEOUT_MS = 10_000
+#: requests one producer keeps in flight before it waits
+MAX_IN_FLIGHT = 8
+#: produce requests in flight across all producers (the producers' connection pool): an
+#: open-loop producer that falls behind waits here, and its latency shows it
+PRODUCE_CONNECTIONS = 256
+#: concurrent admin or setup requests
+ADMIN_CONCURRENCY = 64
+BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """Where and how to run. ``url`` names an existing broker; without it the run starts
+    its own (``brokerlab serve`` on an ephemeral port, data in a temporary directory)."""
+
+    url: str | None = None
+    config: pathlib.Path | None = None
+    storage_config: pathlib.Path | None = None
+    broker_overrides: dict[str, object] = dataclasses.field(default_factory=dict)
+    storage_overrides: dict[str, object] = dataclasses.field(default_factory=dict)
+    duration_s: float | None = None
+    out_dir: pathlib.Path | None = None
+    progress: bool = False
+    sample_interval_s: float = 1.0
+    #: called with the broker's URL once it is up (the demo prints the dashboard's)
+    on_broker_ready: Callable[[str], None] | None = None
+    #: after the run, keep a started broker up until SIGINT/SIGTERM (the demo's dashboard)
+    keep_serving: bool = False
+
+
+class Stop(Exception):
+    """Raised inside workers when the run ends."""
+
+
+class Run:
+    """One run's shared state: the client, counters, latencies, topics and workers."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        client: BrokerClient,
+        admin: BrokerClient,
+        broker: BrokerProcess | None,
+    ) -> None:
+        self.scenario = scenario
+        self.client = client
+        self.broker = broker
+        self.run_id = secrets.token_hex(3)
+        self.counters = Counters()
+        self.publish = Latency()
+        self.end_to_end = Latency()
+        self.stopping = False
+        # lifetime totals (not reset after warm-up) for the client-side backlog
+        self.sent_ever = 0
+        #: while building a catch-up backlog: stop producing once this many are stored
+        self.stop_at_sent: int | None = None
+        self.first_deliveries_ever = 0
+        self.topics = [
+            self._topic_name(index, partition)
+            for index in range(scenario.topics)
+            for partition in range(scenario.partitionsPerTopic)
+        ]
+        self.subscriptions = [f"sub-{index}" for index in range(scenario.subscriptionsPerTopic)]
+        self.consumers: list[ConsumerWorker] = []
+        self.producers: list[ProducerWorker] = []
+        self.started_at_ms = 0
+        self.poll_timeout_ms = POLL_TIMEOUT_MS
+        #: consumer connects in flight at once
+        self.connecting = asyncio.Semaphore(ADMIN_CONCURRENCY)
+        self.produce_slots = asyncio.Semaphore(PRODUCE_CONNECTIONS)
+        #: stats and admin events on their own pool, never queued behind produce
+        self.admin = admin
+        self.all_connected = asyncio.Event()
+        self.setup_error: BrokerError | None = None
+        self._not_yet_connected: set[int] = set()
+
+    def expect_connections(self) -> None:
+        self._not_yet_connected = {id(worker) for worker in self.consumers}
+        if not self._not_yet_connected:
+            self.all_connected.set()
+
+    def connected(self, worker: ConsumerWorker, error: BrokerError | None) -> None:
+        """A consumer's first connection attempt ended; a refusal (not a broker that is
+        briefly unreachable) fails the set-up."""
+        if self.all_connected.is_set():
+            return
+        if error is not None:
+            if not isinstance(error, Unavailable):
+                self.setup_error = error
+                self.all_connected.set()
+            return
+        self._not_yet_connected.discard(id(worker))
+        if not self._not_yet_connected:
+            self.all_connected.set()
+
+    def _topic_name(self, index: int, partition: int) -> str:
+        base = f"persistent://{TENANT}/{NAMESPACE}/{self.scenario.name}-{self.run_id}-{index}"
+        if self.scenario.partitionsPerTopic == 1:
+            return base
+        return f"{base}-partition-{partition}"
+
+    def partitions_of(self, index: int) -> list[str]:
+        count = self.scenario.partitionsPerTopic
+        return self.topics[index * count : (index + 1) * count]
+
+    def backlog(self) -> int:
+        expected = self.sent_ever * self.scenario.subscriptionsPerTopic
+        return max(0, expected - self.first_deliveries_ever)
+
+
+class ProducerWorker:
+    """One producer of one topic: requests of ``messagesPerRequest`` messages at
+    ``rate`` messages/s (0: as fast as ``MAX_IN_FLIGHT`` requests allow), round robin
+    over the topic's partitions, or by key (key index modulo partitions) when keyed."""
+
+    __slots__ = (
+        "_bodies",
+        "_fragments",
+        "_in_flight",
+        "_keys",
+        "_next_partition",
+        "_prefix",
+        "interval_ns",
+        "name",
+        "partitions",
+        "run",
+    )
+
+    def __init__(self, run: Run, name: str, partitions: list[str], rate: float, seed: int) -> None:
+        scenario = run.scenario
+        self.run = run
+        self.name = name
+        self.partitions = partitions
+        self.interval_ns = int(scenario.messagesPerRequest / rate * 1e9) if rate > 0 else 0
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._keys = KeyDistributor(
+            scenario.keyDistributor, scenario.keys, scenario.zipfExponent, seed
+        )
+        self._next_partition = 0
+        payload = random.Random(seed).randbytes(scenario.messageSize)
+        encoded = pybase64.b64encode(payload).decode()
+        self._prefix = orjson.dumps({"producerName": name})[:-1] + b',"messages":['
+        self._fragments: dict[int | None, bytes] = {None: orjson.dumps({"payload": encoded})}
+        if self._keys.keyed:
+            for key in range(scenario.keys):
+                self._fragments[key] = orjson.dumps({"payload": encoded, "key": key_name(key)})
+        # unkeyed requests are all the same bytes: build them once
+        unkeyed = b",".join([self._fragments[None]] * scenario.messagesPerRequest)
+        self._bodies = self._prefix + unkeyed + b"]}"
+
+    def _next_request(self) -> tuple[str, bytes, int]:
+        """The next request: its topic (partition), body and number of messages."""
+        partitions = self.partitions
+        count = self.run.scenario.messagesPerRequest
+        if not self._keys.keyed:
+            topic = partitions[self._next_partition % len(partitions)]
+            self._next_partition += 1
+            return topic, self._bodies, count
+        fragments = self._fragments
+        draw = self._keys.next
+        if len(partitions) == 1:
+            chosen = [fragments[draw()] for _ in range(count)]
+            return partitions[0], self._prefix + b",".join(chosen) + b"]}", count
+        # keyed and partitioned: a request goes to one partition, with keys of that
+        # partition only (drawn from the distribution, keeping the partition's keys)
+        partition = self._next_partition % len(partitions)
+        self._next_partition += 1
+        chosen = []
+        attempts = 0
+        while len(chosen) < count and attempts < count * len(partitions) * 8:
+            key = draw()
+            attempts += 1
+            if key is not None and key % len(partitions) == partition:
+                chosen.append(fragments[key])
+        if not chosen:
+            chosen = [fragments[partition % self.run.scenario.keys]]
+        body = self._prefix + b",".join(chosen) + b"]}"
+        return partitions[partition], body, len(chosen)
+
+    async def run_until(self, deadline_ns: int, first_send_ns: int) -> None:
+        """Send on schedule until ``deadline_ns`` (perf_counter_ns)."""
+        run = self.run
+        scheduled = first_send_ns
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            while not run.stopping:
+                now = time.perf_counter_ns()
+                if self.interval_ns and scheduled > now:
+                    await asyncio.sleep((scheduled - now) / 1e9)
+                    now = time.perf_counter_ns()
+                if now >= deadline_ns or run.stopping:
+                    break
+                await self._in_flight.acquire()
+                await run.produce_slots.acquire()
+                if not self.interval_ns:
+                    scheduled = time.perf_counter_ns()
+                topic, body, count = self._next_request()
+                task = asyncio.create_task(self._send(topic, body, count, scheduled))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                scheduled += self.interval_ns
+        finally:
+            # let requests in flight finish, so what was stored is counted
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _send(self, topic: str, body: bytes, count: int, scheduled_ns: int) -> None:
+        run = self.run
+        counters = run.counters
+        try:
+            stored = await run.client.produce(topic, body)
+        except BrokerError:
+            counters.publish_errors += count
+            return
+        finally:
+            self._in_flight.release()
+            run.produce_slots.release()
+        run.publish.record_us((time.perf_counter_ns() - scheduled_ns) / 1000, count)
+        counters.published_messages += stored
+        counters.published_bytes += stored * run.scenario.messageSize
+        counters.publish_errors += count - stored
+        run.sent_ever += stored
+        if run.stop_at_sent is not None and run.sent_ever >= run.stop_at_sent:
+            run.stopping = True
+
+
+class ConsumerWorker:
+    """One consumer session of one subscription on one topic (partition)."""
+
+    __slots__ = (
+        "_resumed",
+        "_wanted",
+        "client",
+        "consumer_id",
+        "name",
+        "rate_limit",
+        "run",
+        "subscription",
+        "subscription_index",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        run: Run,
+        client: BrokerClient,
+        topic: str,
+        subscription_index: int,
+        name: str,
+        rate_limit: float,
+    ) -> None:
+        self.run = run
+        #: the consumers' own connection pool: long polls never hold a producer's socket
+        self.client = client
+        self.topic = topic
+        self.subscription_index = subscription_index
+        self.subscription = run.subscriptions[subscription_index]
+        self.name = name
+        self.rate_limit = rate_limit
+        self.consumer_id: str | None = None
+        self._wanted = asyncio.Event()
+        self._wanted.set()
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "consumerName": self.name,
+            "subscriptionType": self.run.scenario.subscriptionType,
+            "subscriptionInitialPosition": "Earliest",
+            "receiverQueueSize": 1000,
+        }
+
+    async def connect(self) -> None:
+        self.consumer_id = await self.client.create_consumer(
+            self.topic, self.subscription, self.spec()
+        )
+
+    async def disconnect(self) -> None:
+        self._wanted.clear()
+        consumer_id, self.consumer_id = self.consumer_id, None
+        if consumer_id is not None:
+            with contextlib.suppress(BrokerError):
+                await self.client.close_consumer(consumer_id)
+
+    def reconnect(self) -> None:
+        self._wanted.set()
+
+    def pause(self) -> None:
+        self._resumed.clear()
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+    async def run_forever(self) -> None:
+        run = self.run
+        client = self.client
+        scenario = run.scenario
+        behaviour = scenario.consumers
+        batch = behaviour.receiveBatchSize
+        ack_mode = behaviour.ackMode
+        cumulative = ack_mode == "cumulative"
+        failures = 0
+        next_poll = 0.0
+        while not run.stopping:
+            if not self._wanted.is_set():
+                await self._wanted.wait()
+                continue
+            if not self._resumed.is_set():
+                await self._resumed.wait()
+                continue
+            if self.consumer_id is None:
+                try:
+                    async with run.connecting:
+                        await self.connect()
+                    failures = 0
+                    run.connected(self, None)
+                except BrokerError as error:
+                    run.connected(self, error)
+                    run.counters.consume_errors += 1
+                    await asyncio.sleep(BACKOFF_S[min(failures, len(BACKOFF_S) - 1)])
+                    failures += 1
+                    continue
+            consumer_id = self.consumer_id
+            assert consumer_id is not None
+            if self.rate_limit:
+                delay = next_poll - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            try:
+                messages = await client.receive(consumer_id, batch, run.poll_timeout_ms)
+            except BrokerError:
+                # closed under us (unload, restart, idle timeout) or unreachable:
+                # reconnect, as a Pulsar client does
+                if self.consumer_id == consumer_id:
+                    self.consumer_id = None
+                continue
+            if not messages:
+                continue
+            self._record(messages)
+            if self.rate_limit:
+                next_poll = time.monotonic() + len(messages) / self.rate_limit
+            if ack_mode == "none":
+                continue
+            ids = [messages[-1]["messageId"]] if cumulative else [m["messageId"] for m in messages]
+            with contextlib.suppress(BrokerError):
+                await client.ack(consumer_id, ids, cumulative)
+
+    def _record(self, messages: list[Any]) -> None:
+        run = self.run
+        counters = run.counters
+        now_ms = time.time() * 1000
+        record = run.end_to_end.record_us
+        size = run.scenario.messageSize
+        first = 0
+        for message in messages:
+            record((now_ms - message["publishTime"]) * 1000)
+            if message.get("redeliveryCount", 0) == 0:
+                first += 1
+        counters.consumed_messages += len(messages)
+        counters.consumed_bytes += len(messages) * size
+        counters.redelivered_messages += len(messages) - first
+        run.first_deliveries_ever += first
+
+
+async def _bounded(
+    calls: Sequence[Callable[[], Awaitable[None]]], limit: int = ADMIN_CONCURRENCY
+) -> list[BaseException]:
+    """Run the calls with at most ``limit`` at once; returns the errors."""
+    errors: list[BaseException] = []
+    iterator = iter(calls)
+
+    async def worker() -> None:
+        for call in iterator:
+            try:
+                await call()
+            except BrokerError as error:
+                errors.append(error)
+
+    await asyncio.gather(*(worker() for _ in range(min(limit, len(calls)) or 1)))
+    return errors
+
+
+async def _retry(call: Callable[[], Awaitable[Any]], deadline_s: float = 60.0) -> Any:
+    """Retry while the broker is unreachable (restarting) until ``deadline_s``."""
+    stop = time.monotonic() + deadline_s
+    failures = 0
+    while True:
+        try:
+            return await call()
+        except Unavailable:
+            if time.monotonic() >= stop:
+                raise
+            await asyncio.sleep(BACKOFF_S[min(failures, len(BACKOFF_S) - 1)])
+            failures += 1
+
+
+class Sampler:
+    """Every interval: rates, backlog, latency percentiles and the broker's hit ratio."""
+
+    def __init__(self, run: Run, interval_s: float, progress: ProgressDisplay | None) -> None:
+        self.run = run
+        self.interval_s = interval_s
+        self.progress = progress
+        self.series: dict[str, list[Any]] = {}
+        self.cache = CounterDeltas()
+        self.storage = CounterDeltas()
+        self._last_published = 0
+        self._last_consumed = 0
+        self._last_time = 0.0
+        self.last_cache: dict[str, Any] = {}
+        self.last_storage: dict[str, Any] = {}
+        self.counted: dict[str, Any] = {}
+
+    def _append(self, name: str, value: Any) -> None:
+        self.series.setdefault(name, []).append(value)
+
+    async def baseline(self) -> None:
+        """Counters at the start of the measured run; growth is counted from here."""
+        await self._broker_sample()
+        self.cache.reset_totals()
+        self.storage.reset_totals()
+        self._last_time = time.monotonic()
+
+    async def _broker_sample(self) -> dict[str, float] | None:
+        client = self.run.admin
+        try:
+            cache, storage = await asyncio.gather(client.cache_stats(), client.storage_stats())
+        except BrokerError:
+            return None
+        self.last_cache, self.last_storage = cache, storage
+        self.storage.observe(flatten(storage))
+        return self.cache.observe(flatten(cache))
+
+    async def sample(self, elapsed_s: float, duration_s: float) -> None:
+        run = self.run
+        counters = run.counters
+        now = time.monotonic()
+        seconds = max(now - self._last_time, 1e-9)
+        self._last_time = now
+        published = counters.published_messages - self._last_published
+        consumed = counters.consumed_messages - self._last_consumed
+        self._last_published = counters.published_messages
+        self._last_consumed = counters.consumed_messages
+        # the totals of the results are the counts the rates were computed from
+        self.counted = counters.as_dict()
+        self._append("time", round(elapsed_s, 3))
+        self._append("publishRate", round(published / seconds, 1))
+        self._append("consumeRate", round(consumed / seconds, 1))
+        self._append("backlog", run.backlog())
+        delta = await self._broker_sample()
+        hit_ratio = None
+        if delta is not None:
+            reads = delta.get("hits", 0) + delta.get("misses", 0)
+            hit_ratio = round(delta.get("hits", 0) / reads, 4) if reads else None
+        self._append("hitRatio", hit_ratio)
+        for prefix, latency in (
+            ("publishLatency", run.publish),
+            ("endToEndLatency", run.end_to_end),
+        ):
+            for suffix, value in latency.close_interval().items():
+                self._append(prefix + suffix[0].upper() + suffix[1:], value)
+        if self.progress is not None:
+            self.progress.update(
+                elapsed_s=elapsed_s,
+                publish_rate=published / seconds,
+                consume_rate=consumed / seconds,
+                backlog=run.backlog(),
+                hit_ratio=hit_ratio,
+                publish_p99=self.series["publishLatency99pct"][-1],
+                end_to_end_p99=self.series["endToEndLatency99pct"][-1],
+            )
+
+
+async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any]:
+    """Run ``scenario`` (scaled to ``options.duration_s`` if given); returns the results
+    and, with ``options.out_dir``, writes ``results.json`` and the plots there."""
+    if options.duration_s is not None:
+        scenario = scenario.scaled(options.duration_s)
+    if options.url is not None and any(event.type == "restart" for event in scenario.events):
+        raise ScenarioError(
+            f"{scenario.name}: a restart event needs a broker the load generator started "
+            "(drop --url)"
+        )
+    with contextlib.ExitStack() as stack:
+        broker: BrokerProcess | None = None
+        url = options.url
+        if url is None:
+            workdir = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            log_dir = options.out_dir if options.out_dir is not None else workdir
+            broker = BrokerProcess(
+                workdir / "data",
+                log_path=log_dir / "broker.log",
+                config=options.config,
+                storage_config=options.storage_config,
+                overrides={**scenario.broker, **options.broker_overrides},
+                storage_overrides=options.storage_overrides,
+            )
+            url = await broker.start()
+        try:
+            if options.on_broker_ready is not None:
+                options.on_broker_ready(url)
+            results = await _run_against(scenario, options, url, broker)
+            if options.keep_serving and broker is not None:
+                await _until_interrupted(url)
+        finally:
+            if broker is not None:
+                await broker.stop()
+    if options.out_dir is not None:
+        from loadgen.results import write_results
+
+        write_results(results, options.out_dir)
+    return results
+
+
+async def _until_interrupted(url: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    print(f"the broker stays up at {url} (dashboard: {url}/dashboard); Ctrl-C stops it")
+    try:
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+def _connection_limit(consumers: int) -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    budget = soft - 512 if soft != resource.RLIM_INFINITY else 1 << 20
+    return max(64, min(consumers + 64, budget))
+
+
+async def _run_against(
+    scenario: Scenario, options: RunOptions, url: str, broker: BrokerProcess | None
+) -> dict[str, Any]:
+    consumer_count = (
+        scenario.topics
+        * scenario.partitionsPerTopic
+        * scenario.subscriptionsPerTopic
+        * scenario.consumerPerSubscription
+    )
+    async with (
+        BrokerClient(url, connections=PRODUCE_CONNECTIONS) as client,
+        BrokerClient(url, connections=ADMIN_CONCURRENCY + 8) as admin,
+        BrokerClient(url, connections=_connection_limit(consumer_count)) as consumer_client,
+    ):
+        await _retry(admin.cache_stats)
+        run = Run(scenario, client, admin, broker)
+        return await _execute(run, consumer_client, options)
+
+
+async def _execute(run: Run, consumer_client: BrokerClient, options: RunOptions) -> dict[str, Any]:
+    scenario = run.scenario
+    client = run.admin
+    progress = (
+        ProgressDisplay(scenario.name, scenario.testDurationSeconds) if options.progress else None
+    )
+    # --- set up: subscriptions exist before anything is produced
+    behaviour = scenario.consumers
+    for topic in run.topics:
+        for index in range(scenario.subscriptionsPerTopic):
+            for number in range(scenario.consumerPerSubscription):
+                slow = behaviour.rateLimit > 0 and (
+                    behaviour.slowConsumers == 0 or number < behaviour.slowConsumers
+                )
+                worker = ConsumerWorker(
+                    run,
+                    consumer_client,
+                    topic,
+                    index,
+                    f"c-{index}-{number}",
+                    behaviour.rateLimit if slow else 0.0,
+                )
+                run.consumers.append(worker)
+    run.expect_connections()
+    if len(run.consumers) > MANY_CONSUMERS:
+        run.poll_timeout_ms = MANY_CONSUMERS_POLL_TIMEOUT_MS
+    errors = await _bounded(
+        [
+            _partial(client.create_subscription, topic, subscription, "earliest")
+            for topic in run.topics
+            for subscription in run.subscriptions
+        ]
+    )
+    if errors:
+        raise errors[0]
+    # --- producers
+    producers_total = scenario.topics * scenario.producersPerTopic
+    rate = scenario.producerRate / producers_total if producers_total else 0.0
+    for index in range(scenario.topics):
+        for number in range(scenario.producersPerTopic):
+            run.producers.append(
+                ProducerWorker(
+                    run,
+                    f"p-{index}-{number}",
+                    run.partitions_of(index),
+                    rate,
+                    seed=scenario.seed * 1_000_003 + len(run.producers),
+                )
+            )
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        if scenario.consumerBacklogSizeMB > 0:
+            await _build_backlog(run, progress)
+        if progress is not None:
+            progress.start()
+        # consumers poll as soon as they are connected (one that waited for all the
+        # others could idle out on the broker); producers start once all are connected
+        tasks += [asyncio.create_task(worker.run_forever()) for worker in run.consumers]
+        await run.all_connected.wait()
+        if run.setup_error is not None:
+            raise run.setup_error
+        produce_until = time.perf_counter_ns() + int(
+            (scenario.warmupSeconds + scenario.testDurationSeconds) * 1e9
+        )
+        stagger = random.Random(scenario.seed)
+        start_ns = time.perf_counter_ns()
+        for producer in run.producers:
+            offset = int(stagger.random() * producer.interval_ns) if producer.interval_ns else 0
+            tasks.append(asyncio.create_task(producer.run_until(produce_until, start_ns + offset)))
+        if scenario.warmupSeconds > 0:
+            await asyncio.sleep(scenario.warmupSeconds)
+        sampler = Sampler(run, options.sample_interval_s, progress)
+        results = await _measure(run, sampler, options)
+    finally:
+        run.stopping = True
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if progress is not None:
+            progress.stop()
+    if run.broker is None:
+        # someone else's broker: leave no sessions behind
+        await _bounded([worker.disconnect for worker in run.consumers])
+    return results
+
+
+async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str, Any]:
+    scenario = run.scenario
+    run.counters.reset()
+    run.publish.reset()
+    run.end_to_end.reset()
+    await sampler.baseline()
+    run.started_at_ms = int(time.time() * 1000)
+    start = time.monotonic()
+    events = asyncio.create_task(_events(run, start))
+    duration = scenario.testDurationSeconds
+    interval = options.sample_interval_s
+    tick = 1
+    try:
+        while True:
+            target = min(tick * interval, duration)
+            delay = start + target - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await sampler.sample(time.monotonic() - start, duration)
+            if target >= duration:
+                break
+            tick += 1
+    finally:
+        if not events.done():
+            events.cancel()
+        event_log = await _gather_events(events)
+        for event in sorted(scenario.events, key=lambda e: e.at)[len(event_log) :]:
+            event_log.append(
+                {
+                    "at": round(event.at, 3),
+                    "type": event.type,
+                    "subscription": event.subscription,
+                    "ok": False,
+                    "detail": "not started: an earlier event was still running at the end",
+                }
+            )
+    measured = time.monotonic() - start
+    end_cache = dict(sampler.last_cache)
+    end_storage = dict(sampler.last_storage)
+    return build_results(
+        scenario=scenario,
+        url=run.client.base_url,
+        started_broker=run.broker is not None,
+        started_at_ms=run.started_at_ms,
+        measured_s=measured,
+        interval_s=interval,
+        series=sampler.series,
+        publish=summarize(run.publish.aggregate),
+        end_to_end=summarize(run.end_to_end.aggregate),
+        counters=sampler.counted,
+        backlog_at_end=run.backlog(),
+        events=event_log,
+        cache_delta=sampler.cache.total,
+        storage_delta=sampler.storage.total,
+        cache_at_end=end_cache,
+        storage_at_end=end_storage,
+        broker_restarts=(run.broker.starts - 1) if run.broker is not None else 0,
+        overrides={**scenario.broker, **options.broker_overrides},
+    )
+
+
+async def _gather_events(task: asyncio.Task[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return getattr(task, "partial_log", [])
+
+
+async def _events(run: Run, start: float) -> list[dict[str, Any]]:
+    log: list[dict[str, Any]] = []
+    task = asyncio.current_task()
+    task.partial_log = log  # type: ignore[union-attr]
+    for event in sorted(run.scenario.events, key=lambda e: e.at):
+        delay = start + event.at - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        began = time.monotonic()
+        entry: dict[str, Any] = {
+            "at": round(event.at, 3),
+            "startedAt": round(began - start, 3),
+            "type": event.type,
+            "subscription": event.subscription,
+            "ok": False,
+            "detail": "still running when the run ended",
+        }
+        log.append(entry)
+        try:
+            entry["detail"] = await _apply(run, event, start)
+            entry["ok"] = True
+        except BrokerError as error:
+            entry["ok"] = False
+            entry["detail"] = str(error)
+        entry["tookMs"] = round((time.monotonic() - began) * 1000, 1)
+    return log
+
+
+def _targets(run: Run, event: Event) -> list[ConsumerWorker]:
+    return [
+        worker
+        for worker in run.consumers
+        if event.subscription < 0 or worker.subscription_index == event.subscription
+    ]
+
+
+async def _apply(run: Run, event: Event, start: float) -> str:
+    client = run.admin
+    kind = event.type
+    if kind == "unload":
+        await client.unload_namespace(TENANT, NAMESPACE)
+        return f"unloaded {TENANT}/{NAMESPACE} ({len(run.topics)} topics)"
+    if kind == "restart":
+        assert run.broker is not None
+        await run.broker.restart()
+        return f"broker restarted on {run.broker.url}"
+    if kind == "offload":
+        done = 0
+
+        async def offload(topic: str) -> None:
+            nonlocal done
+            last = await client.last_message_id(topic)
+            await client.offload(topic, last)
+            done += 1
+
+        errors = await _bounded([_partial(offload, topic) for topic in run.topics])
+        if errors and not done:
+            raise errors[0]
+        return f"offload asked for {done} of {len(run.topics)} topics"
+    targets = _targets(run, event)
+    if kind == "disconnect":
+        await _bounded([worker.disconnect for worker in targets])
+        return f"{len(targets)} consumers disconnected"
+    if kind == "reconnect":
+        for worker in targets:
+            worker.reconnect()
+        return f"{len(targets)} consumers reconnecting"
+    if kind == "pause":
+        for worker in targets:
+            worker.pause()
+        return f"{len(targets)} consumers paused"
+    if kind == "resume":
+        for worker in targets:
+            worker.resume()
+        return f"{len(targets)} consumers resumed"
+    if kind == "seek":
+        seek_to = event.seekTo
+        time_ms = 0 if seek_to == "earliest" else max(0, run.started_at_ms + int(seek_to))
+        subscriptions = (
+            run.subscriptions if event.subscription < 0 else [run.subscriptions[event.subscription]]
+        )
+        errors = await _bounded(
+            [
+                _partial(client.reset_cursor_to_time, topic, subscription, time_ms)
+                for topic in run.topics
+                for subscription in subscriptions
+            ]
+        )
+        if errors:
+            raise errors[0]
+        return (
+            f"{len(subscriptions)} subscription(s) of {len(run.topics)} topics reset to {time_ms}"
+        )
+    raise ValueError(f"unknown event {kind!r}")
+
+
+async def _build_backlog(run: Run, progress: ProgressDisplay | None) -> None:
+    """Produce ``consumerBacklogSizeMB`` per subscription (per topic) as fast as the
+    producers go, before any consumer connects (OMB's consumerBacklogSizeGB)."""
+    scenario = run.scenario
+    per_topic = int(scenario.consumerBacklogSizeMB * 1024 * 1024 / max(1, scenario.messageSize))
+    target = per_topic * scenario.topics * scenario.partitionsPerTopic
+    deadline = time.perf_counter_ns() + int(3600 * 1e9)
+    fast = [
+        ProducerWorker(run, producer.name, producer.partitions, 0.0, seed=index)
+        for index, producer in enumerate(run.producers)
+    ]
+
+    run.stop_at_sent = target
+    try:
+        now = time.perf_counter_ns()
+        await asyncio.gather(*(producer.run_until(deadline, now) for producer in fast))
+    finally:
+        run.stop_at_sent = None
+        run.stopping = False
+
+
+def _partial(function: Callable[..., Awaitable[None]], *args: Any) -> Callable[[], Awaitable[None]]:
+    async def call() -> None:
+        await function(*args)
+
+    return call
+
+
+def default_out_dir(scenario: str) -> pathlib.Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return pathlib.Path("results") / f"{scenario}-{stamp}-{os.getpid()}"

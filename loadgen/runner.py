@@ -21,6 +21,7 @@ import dataclasses
 import os
 import pathlib
 import random
+import re
 import resource
 import secrets
 import signal
@@ -41,6 +42,8 @@ from loadgen.results import build_results
 from loadgen.scenario import Event, Scenario, ScenarioError
 
 TENANT = "public"
+#: characters a topic name part may not hold (API.md), replaced in scenario names
+TOPIC_UNSAFE = re.compile(r"[^A-Za-z0-9_.=:-]")
 NAMESPACE = "loadgen"
 #: long-poll timeout; with many consumers, idle polls would be most of the traffic, so
 #: they wait longer (a consumer must still poll within consumerIdleTimeoutMs, 30 s)
@@ -75,10 +78,6 @@ class RunOptions:
     on_broker_ready: Callable[[str], None] | None = None
     #: after the run, keep a started broker up until SIGINT/SIGTERM (the demo's dashboard)
     keep_serving: bool = False
-
-
-class Stop(Exception):
-    """Raised inside workers when the run ends."""
 
 
 class Run:
@@ -143,7 +142,8 @@ class Run:
             self.all_connected.set()
 
     def _topic_name(self, index: int, partition: int) -> str:
-        base = f"persistent://{TENANT}/{NAMESPACE}/{self.scenario.name}-{self.run_id}-{index}"
+        name = TOPIC_UNSAFE.sub("-", self.scenario.name)[:64]
+        base = f"persistent://{TENANT}/{NAMESPACE}/{name}-{self.run_id}-{index}"
         if self.scenario.partitionsPerTopic == 1:
             return base
         return f"{base}-partition-{partition}"
@@ -694,7 +694,8 @@ async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str,
     await sampler.baseline()
     run.started_at_ms = int(time.time() * 1000)
     start = time.monotonic()
-    events = asyncio.create_task(_events(run, start))
+    event_log: list[dict[str, Any]] = []
+    events = asyncio.create_task(_events(run, start, event_log))
     duration = scenario.testDurationSeconds
     interval = options.sample_interval_s
     tick = 1
@@ -711,7 +712,8 @@ async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str,
     finally:
         if not events.done():
             events.cancel()
-        event_log = await _gather_events(events)
+        with contextlib.suppress(asyncio.CancelledError):
+            await events
         for event in sorted(scenario.events, key=lambda e: e.at)[len(event_log) :]:
             event_log.append(
                 {
@@ -747,17 +749,9 @@ async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str,
     )
 
 
-async def _gather_events(task: asyncio.Task[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    try:
-        return await task
-    except asyncio.CancelledError:
-        return getattr(task, "partial_log", [])
-
-
-async def _events(run: Run, start: float) -> list[dict[str, Any]]:
-    log: list[dict[str, Any]] = []
-    task = asyncio.current_task()
-    task.partial_log = log  # type: ignore[union-attr]
+async def _events(run: Run, start: float, log: list[dict[str, Any]]) -> None:
+    """Run the scenario's events in time order, logging each as it starts (an event
+    still running when the run ends stays logged as unfinished)."""
     for event in sorted(run.scenario.events, key=lambda e: e.at):
         delay = start + event.at - time.monotonic()
         if delay > 0:
@@ -779,7 +773,6 @@ async def _events(run: Run, start: float) -> list[dict[str, Any]]:
             entry["ok"] = False
             entry["detail"] = str(error)
         entry["tookMs"] = round((time.monotonic() - began) * 1000, 1)
-    return log
 
 
 def _targets(run: Run, event: Event) -> list[ConsumerWorker]:

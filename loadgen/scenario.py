@@ -91,6 +91,12 @@ class Scenario(BaseModel):
                     f"events[{index}].subscription {event.subscription} is not a subscription "
                     f"(subscriptionsPerTopic is {self.subscriptionsPerTopic})"
                 )
+        if self.subscriptionType == "Exclusive" and self.consumerPerSubscription > 1:
+            raise ValueError(
+                "consumerPerSubscription is "
+                f"{self.consumerPerSubscription}, but an Exclusive subscription takes one "
+                "consumer; use Failover, Shared or Key_Shared"
+            )
         if self.consumers.ackMode == "cumulative" and self.subscriptionType in (
             "Shared",
             "Key_Shared",

@@ -17,6 +17,7 @@ PRESETS = [
     "failover-lac-storm",
     "tiered-cold-read",
     "demo",
+    "throughput",
 ]
 
 
@@ -70,6 +71,37 @@ def test_events_after_the_run_or_on_missing_subscriptions_are_refused(
     path.write_text("topics = 1\n[[events]]\nat = 1\ntype = 'pause'\nsubscription = 3\n")
     with pytest.raises(ScenarioError, match="not a subscription"):
         load_scenario(str(path))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "topics = 1\nconsumerPerSubscription = 2\n",
+            "an Exclusive subscription takes one consumer",
+        ),
+        (
+            "topics = 1\nsubscriptionType = 'Shared'\n[consumers]\nackMode = 'cumulative'\n",
+            "cumulative is refused on Shared",
+        ),
+    ],
+)
+def test_combinations_pulsar_refuses_are_refused_up_front(
+    tmp_path: pathlib.Path, text: str, message: str
+) -> None:
+    path = tmp_path / "combo.toml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(str(path))
+
+
+def test_scaling_keeps_the_shape_of_the_run() -> None:
+    scenario = load_scenario("catchup")
+    short = scenario.scaled(6)
+    assert short.testDurationSeconds == 6
+    assert short.consumerBacklogSizeMB == pytest.approx(scenario.consumerBacklogSizeMB / 10)
+    assert [e.at for e in short.events] == [e.at / 10 for e in scenario.events]
+    assert short.producerRate == scenario.producerRate
 
 
 def test_broken_toml_and_unknown_names_are_clear(tmp_path: pathlib.Path) -> None:

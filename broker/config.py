@@ -142,6 +142,14 @@ class BrokerConfig(BaseModel):
     #: Topic-labelled series in /metrics (turn off with many topics). Pulsar: same.
     exposeTopicLevelMetricsInPrometheus: bool = True
 
+    # --- Access traces ---
+    #: brokerlab only: write an access trace (Parquet) into this directory; none: off.
+    brokerlabTraceDir: str = Field(default="none", min_length=1)
+    #: brokerlab only: events per trace file.
+    brokerlabTraceRollEvents: int = Field(default=100_000, ge=1)
+    #: brokerlab only: files waiting for the writer before new events are dropped.
+    brokerlabTraceMaxPendingFiles: int = Field(default=4, ge=1)
+
 
 def cache_config(config: BrokerConfig) -> CacheConfig:
     """The cache's view of broker.conf."""
@@ -196,3 +204,9 @@ def load_storage_config(
 ) -> StorageConfig:
     """Load conf/storage.conf (None: defaults); overrides win. Raises ConfigError."""
     return load_config(StorageConfig, path, overrides)
+
+
+def trace_dir(config: BrokerConfig) -> str | None:
+    """brokerlabTraceDir, or None when tracing is off (``none``)."""
+    value = config.brokerlabTraceDir.strip()
+    return None if value.lower() == "none" else value

@@ -77,7 +77,9 @@ def add_commands(commands: Any) -> None:
     loadgen.add_argument("--duration", type=_positive, metavar="S", help="scale the run to S s")
     loadgen.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
     loadgen.add_argument(
-        "--trace", action="store_true", help="record the broker's cache access trace"
+        "--trace",
+        action="store_true",
+        help="record the started broker's access trace (Parquet) into DIR/trace",
     )
     loadgen.add_argument("--no-progress", action="store_true", help="no live progress line")
     loadgen.set_defaults(handler=_loadgen)
@@ -139,11 +141,6 @@ def _scenario(args: argparse.Namespace) -> Scenario:
 
 def _loadgen(args: argparse.Namespace, console: Console) -> int:
     scenario = _scenario(args)
-    if args.trace:
-        raise ScenarioError(
-            "--trace needs the broker's trace recorder (brokerlabTraceDir), "
-            "which is not built yet (issue 8)"
-        )
     if args.url and (args.config or args.storage_config or args.set):
         raise ScenarioError("--config, --storage-config and --set apply to a started broker")
     out = args.out or default_out_dir(scenario.name)
@@ -156,10 +153,18 @@ def _loadgen(args: argparse.Namespace, console: Console) -> int:
         out_dir=out,
         progress=not args.no_progress,
         on_broker_ready=lambda url: console.print(f"broker: {url}", highlight=False),
+        trace=args.trace,
     )
     results = uvloop.run(run_scenario(scenario, options))
     print_summary(results, console)
     console.print(f"results: {out / 'results.json'} (plots beside it)", highlight=False)
+    if args.trace:
+        trace = results["trace"]
+        console.print(
+            f"trace: {out / 'trace'} ({trace.get('events', 0):,} events, "
+            f"{trace.get('dropped', 0):,} dropped)",
+            highlight=False,
+        )
     return 0
 
 

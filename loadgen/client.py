@@ -173,6 +173,10 @@ class BrokerClient:
         result: dict[str, Any] = await self._json("GET", "/admin/v2/broker-stats/storage")
         return result
 
+    async def trace_stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("GET", "/admin/v2/broker-stats/trace")
+        return result
+
     async def healthy(self) -> bool:
         try:
             await self._call("GET", "/admin/v2/brokers/health")

@@ -25,7 +25,9 @@ Shape (``version`` 1):
   run (``bookie.readRequests``, ``bookie.entriesRead``, ``bookie.bytesRead``, ...);
 - ``brokerAtEnd``: the raw ``broker-stats/cache`` and ``broker-stats/storage`` answers
   at the end;
-- ``events``: each scheduled event with when it ran, whether it worked and what it did.
+- ``events``: each scheduled event with when it ran, whether it worked and what it did;
+- ``trace``: the broker's access trace stats at the end (``{"enabled": false}`` unless
+  ``--trace``; the files are complete once the broker has stopped).
 """
 
 from __future__ import annotations

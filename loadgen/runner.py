@@ -78,6 +78,8 @@ class RunOptions:
     on_broker_ready: Callable[[str], None] | None = None
     #: after the run, keep a started broker up until SIGINT/SIGTERM (the demo's dashboard)
     keep_serving: bool = False
+    #: record the broker's access trace into ``out_dir/trace`` (a broker it starts)
+    trace: bool = False
 
 
 class Run:
@@ -526,6 +528,11 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any
     and, with ``options.out_dir``, writes ``results.json`` and the plots there."""
     if options.duration_s is not None:
         scenario = scenario.scaled(options.duration_s)
+    if options.trace and (options.url is not None or options.out_dir is None):
+        raise ScenarioError(
+            "--trace records the trace of a broker the load generator starts, into the "
+            "output directory (drop --url; set brokerlabTraceDir on your own broker instead)"
+        )
     if options.url is not None and any(event.type == "restart" for event in scenario.events):
         raise ScenarioError(
             f"{scenario.name}: a restart event needs a broker the load generator started "
@@ -542,7 +549,7 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any
                 log_path=log_dir / "broker.log",
                 config=options.config,
                 storage_config=options.storage_config,
-                overrides={**scenario.broker, **options.broker_overrides},
+                overrides={**scenario.broker, **options.broker_overrides, **_trace(options)},
                 storage_overrides=options.storage_overrides,
             )
             url = await broker.start()
@@ -560,6 +567,12 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any
 
         write_results(results, options.out_dir)
     return results
+
+
+def _trace(options: RunOptions) -> dict[str, object]:
+    if not options.trace or options.out_dir is None:
+        return {}
+    return {"brokerlabTraceDir": str((options.out_dir / "trace").resolve())}
 
 
 async def _until_interrupted(url: str) -> None:
@@ -727,7 +740,11 @@ async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str,
     measured = time.monotonic() - start
     end_cache = dict(sampler.last_cache)
     end_storage = dict(sampler.last_storage)
-    return build_results(
+    try:
+        trace = await run.admin.trace_stats()
+    except BrokerError:
+        trace = {"enabled": False}
+    results = build_results(
         scenario=scenario,
         url=run.client.base_url,
         started_broker=run.broker is not None,
@@ -747,6 +764,8 @@ async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str,
         broker_restarts=(run.broker.starts - 1) if run.broker is not None else 0,
         overrides={**scenario.broker, **options.broker_overrides},
     )
+    results["trace"] = trace
+    return results
 
 
 async def _events(run: Run, start: float, log: list[dict[str, Any]]) -> None:

@@ -89,6 +89,12 @@ class Consumer:
         the cache expected for it has now happened. O(1)."""
         if entry.cached is not None:
             entry.cached.mark_read()
+        ledger = self.subscription.cursor.ledger
+        if ledger.trace is not None:
+            position = entry.position
+            ledger.trace.release(
+                ledger.name, self.subscription.name, position.ledger_id, position.entry_id
+            )
         self.queue.append(Delivery(entry, redelivery_count))
         self.pending[entry.position] = NOT_RECEIVED
         nbytes = len(entry.data)

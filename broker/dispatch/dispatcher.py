@@ -132,7 +132,9 @@ class Dispatcher(ABC):
             count = min(budget, len(self.replay))
             positions = [self.replay.pop(0) for _ in range(count)]
             try:
-                entries = await self.ledger.read_positions(positions, self._expected_reads())
+                entries = await self.ledger.read_positions(
+                    positions, self._expected_reads(), self.cursor.name
+                )
             except BaseException:
                 self.replay.update(positions)
                 raise
@@ -155,7 +157,12 @@ class Dispatcher(ABC):
     def _replay_later(self, position: Position) -> None:
         """Queue a position to send again; one more read of it is now expected."""
         self.replay.add(position)
-        self.ledger.cache.add_expected_read(position.ledger_id, position.entry_id)
+        ledger = self.ledger
+        ledger.cache.add_expected_read(position.ledger_id, position.entry_id)
+        if ledger.trace is not None:
+            ledger.trace.replay_add(
+                ledger.name, self.cursor.name, position.ledger_id, position.entry_id
+            )
 
     def _redelivery_count(self, position: Position) -> int:
         return self.subscription.redelivery_counts.get(position, 0)

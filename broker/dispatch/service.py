@@ -8,6 +8,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from broker.cache.api import EntryCacheManager
 from broker.clock import Clock
@@ -37,6 +38,9 @@ from broker.ledger.offload import TieredStorage
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import Bookie, BookieError, MetadataStore
+
+if TYPE_CHECKING:
+    from broker.trace.recorder import TraceRecorder
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +100,12 @@ class BrokerService:
         cache_manager: EntryCacheManager,
         clock: Clock,
         tiered: TieredStorage | None = None,
+        trace: TraceRecorder | None = None,
     ) -> None:
         self.config = config
         self.tiered = tiered
+        #: the access trace every managed ledger records into (None: off)
+        self.trace = trace
         self.bookie = bookie
         self.metadata = metadata
         self.cache_manager = cache_manager
@@ -172,6 +179,7 @@ class BrokerService:
             self.config.cache_policy(),
         )
         ledger.tiered = self.tiered
+        ledger.trace = self.trace
         try:
             await ledger.open()
         except BookieError as error:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import binascii
 import logging
 import pathlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -16,7 +17,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.cache import create_entry_cache_manager
 from broker.clock import Clock, SystemClock
-from broker.config import BrokerConfig, cache_config, cache_policy_factory, shadow_designs
+from broker.config import (
+    BrokerConfig,
+    cache_config,
+    cache_policy_factory,
+    shadow_designs,
+    trace_dir,
+)
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import (
     InvalidRequestError,
@@ -44,6 +51,9 @@ from broker.ledger.managed_ledger import ManagedLedgerConfig
 from storage_stub.bookie import Storage, open_storage
 from storage_stub.bookie.api import OPERATIONS
 from storage_stub.config import StorageConfig
+
+if TYPE_CHECKING:
+    from broker.trace.recorder import TraceRecorder
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +115,17 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
         settings.broker.managedLedgerCacheSegments,
         shadow_designs(settings.broker),
     )
+    trace: TraceRecorder | None = None
+    directory = trace_dir(settings.broker)
+    if directory is not None:
+        from broker.trace.recorder import TraceRecorder  # pyarrow loads only when tracing
+
+        trace = TraceRecorder(
+            pathlib.Path(directory),
+            clock,
+            settings.broker.brokerlabTraceRollEvents,
+            settings.broker.brokerlabTraceMaxPendingFiles,
+        )
     service = BrokerService(
         service_config(settings.broker),
         storage.bookie,
@@ -112,6 +133,7 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
         cache_manager,
         clock,
         storage.tiered,
+        trace,
     )
     app[STORAGE] = storage
     app[SERVICE] = service
@@ -127,6 +149,9 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
     finally:
         await service.close()
         await storage.close()
+        if trace is not None:
+            # the last file is written off the event loop
+            await asyncio.get_running_loop().run_in_executor(None, trace.close)
 
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
@@ -471,6 +496,14 @@ async def cache_stats(request: web.Request) -> web.Response:
 async def storage_stats(request: web.Request) -> web.Response:
     storage = request.app[STORAGE]
     return _json({"bookie": storage.stats(), "tiered": storage.tiered.stats()})
+
+
+@routes.get("/admin/v2/broker-stats/trace")
+async def trace_stats(request: web.Request) -> web.Response:
+    trace = _service(request).trace
+    if trace is None:
+        return _json({"enabled": False})
+    return _json(trace.stats())
 
 
 @routes.get("/metrics")

@@ -74,6 +74,16 @@ class BrokerCollector(Collector):
         yield from self._cache(cache)
         yield from self._storage_metrics()
         yield from self._dispatch()
+        trace = service.trace
+        if trace is not None:
+            yield CounterMetricFamily(
+                "brokerlab_trace_events", "Access trace events recorded.", value=trace.events
+            )
+            yield CounterMetricFamily(
+                "brokerlab_trace_dropped_events",
+                "Access trace events dropped while the writer was behind.",
+                value=trace.dropped,
+            )
 
     def _pulsar_cache(self, cache: dict[str, Any]) -> Iterator[Metric]:
         rates = self._service.cache_rates

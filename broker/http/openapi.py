@@ -597,6 +597,19 @@ def _broker_schemas() -> Json:
             },
             required=["bookie", "tiered"],
         ),
+        "TraceStats": _object(
+            "The access trace recorder (brokerlabTraceDir).",
+            {
+                "enabled": {"type": "boolean", "description": "Whether a trace is recorded."},
+                "directory": _string("Where the Parquet files go."),
+                "events": _integer("Events recorded.", minimum=0),
+                "dropped": _integer("Events dropped while the writer was behind.", minimum=0),
+                "files": _integer("Files written.", minimum=0),
+                "pendingFiles": _integer("Files waiting for the writer.", minimum=0),
+                "writeErrors": _integer("Files that failed to write.", minimum=0),
+            },
+            required=["enabled"],
+        ),
         "FaultSetting": _object(
             "The injected fault of one storage operation.",
             {
@@ -1034,6 +1047,18 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "Storage stats",
                 "Counters since start.",
                 success=(200, _json_answer("Storage stats.", _schema("StorageStats"))),
+                errors={},
+            ),
+        ),
+        (
+            "get",
+            "/admin/v2/broker-stats/trace",
+            _operation(
+                "getTraceStats",
+                "broker",
+                "Access trace stats",
+                "Whether an access trace is recorded, and its counters since start.",
+                success=(200, _json_answer("Trace stats.", _schema("TraceStats"))),
                 errors={},
             ),
         ),

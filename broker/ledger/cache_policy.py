@@ -139,6 +139,8 @@ class LegacyPolicy:
             if self._slowest is not None:
                 self._slowest = None
                 ledger.cache.clear()
+                if ledger.trace is not None:
+                    ledger.trace.invalidate(ledger.name, -1, None, None)
             return
         slowest_cursor = min(active, key=lambda c: self._reader_position(ledger, c))
         slowest = self._reader_position(ledger, slowest_cursor)
@@ -146,6 +148,9 @@ class LegacyPolicy:
         if slowest != self._slowest:
             self._slowest = slowest
             ledger.cache.invalidate_entries(slowest.ledger_id, slowest.entry_id)
+            if ledger.trace is not None:
+                # everything before the slowest reader: at or before (ledger, entry - 1)
+                ledger.trace.invalidate(ledger.name, slowest.ledger_id, None, slowest.entry_id - 1)
 
     def refresh(self, ledger: ManagedLedger) -> None:
         """Pulsar's backlog-caching rule: a cursor with at least ``min_backlog_entries``

@@ -201,7 +201,9 @@ class ManagedCursor:
         result: list[Entry] = []
         while len(result) < max_entries and self.has_more_entries():
             start = self.read_position
-            entries = await ledger.read_entries(start, max_entries - len(result), expected_reads)
+            entries = await ledger.read_entries(
+                start, max_entries - len(result), expected_reads, self.name
+            )
             if not entries:
                 break
             if self.read_position != start:

@@ -30,6 +30,7 @@ from storage_stub.bookie.api import Bookie, MetadataStore
 
 if TYPE_CHECKING:
     from broker.ledger.managed_cursor import ManagedCursor
+    from broker.trace.recorder import TraceRecorder
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,8 @@ class ManagedLedger:
         #: the tiered store offloaded ledgers are read from (None: no tiered storage)
         self.tiered: TieredStorage | None = None
         self.stream_id = stream_id_of(name)
+        #: the access trace recorder (None: tracing is off, the default)
+        self.trace: TraceRecorder | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -232,6 +235,8 @@ class ManagedLedger:
             else:
                 await self._persist_metadata()
         self.cache.clear()
+        if self.trace is not None:
+            self.trace.invalidate(self.name, -1, None, None)
 
     async def delete(self) -> None:
         """Delete every ledger, every cursor and the metadata of this managed ledger."""
@@ -287,6 +292,11 @@ class ManagedLedger:
             for offset, data in enumerate(entries):
                 cache.insert(ledger_id, first + offset, data, expected_reads)
             self.after_cache_insert()
+        trace = self.trace
+        if trace is not None:
+            active = len(self.active_cursors)
+            for offset, data in enumerate(entries):
+                trace.add(self.name, ledger_id, first + offset, len(data), active, expected_reads)
         self._complete(info, first, last, sum(map(len, entries)))
         if self._rollover is None and not self._closed and self._is_full(info):
             self._tasks.spawn(self._roll_over(), name=f"rollover {self.name}")
@@ -325,12 +335,16 @@ class ManagedLedger:
         if cursor not in self.active_cursors:
             self.active_cursors.add(cursor)
             self.active_container.add(cursor, cursor.read_position)
+            if self.trace is not None:
+                self.trace.cursor_active(self.name, cursor.name, True)
         self.cache_policy.cursor_moved(self, None)
 
     def deactivate_cursor(self, cursor: ManagedCursor) -> None:
         if cursor in self.active_cursors:
             self.active_cursors.discard(cursor)
             self.active_container.remove(cursor)
+            if self.trace is not None:
+                self.trace.cursor_active(self.name, cursor.name, False)
         if not self.active_cursors:
             self._no_active_cursor_since_ns = self.clock.monotonic_ns()
         self.cache_policy.cursor_moved(self, None)
@@ -495,7 +509,7 @@ class ManagedLedger:
     # ------------------------------------------------------------------ reads
 
     async def read_entries(
-        self, start: Position, max_entries: int, expected_reads: int = 0
+        self, start: Position, max_entries: int, expected_reads: int = 0, reader: str = ""
     ) -> list[Entry]:
         """Read up to ``max_entries`` confirmed entries from ``start`` within its ledger:
         cache first, storage for the missing sub-ranges (which are then cached with
@@ -505,10 +519,10 @@ class ManagedLedger:
             return []
         first = max(start.entry_id, 0)
         last = min(first + max_entries - 1, info.entries - 1)
-        return await self._read_range(info.ledger_id, first, last, expected_reads)
+        return await self._read_range(info.ledger_id, first, last, expected_reads, reader)
 
     async def read_positions(
-        self, positions: Iterable[Position], expected_reads: int = 0
+        self, positions: Iterable[Position], expected_reads: int = 0, reader: str = ""
     ) -> list[Entry]:
         """Read the given positions (sorted) through the same cache-first path, one
         storage read per contiguous run. Positions that no longer exist are skipped."""
@@ -522,20 +536,37 @@ class ManagedLedger:
                 run_last = entry_id
                 continue
             if run_ledger >= 0:
-                result += await self._read_range(run_ledger, run_first, run_last, expected_reads)
+                result += await self._read_range(
+                    run_ledger, run_first, run_last, expected_reads, reader, replay=True
+                )
             run_ledger, run_first, run_last = ledger_id, entry_id, entry_id
         if run_ledger >= 0:
-            result += await self._read_range(run_ledger, run_first, run_last, expected_reads)
+            result += await self._read_range(
+                run_ledger, run_first, run_last, expected_reads, reader, replay=True
+            )
         return result
 
     async def _read_range(
-        self, ledger_id: int, first: int, last: int, expected_reads: int
+        self,
+        ledger_id: int,
+        first: int,
+        last: int,
+        expected_reads: int,
+        reader: str = "",
+        replay: bool = False,
     ) -> list[Entry]:
         cache = self.cache
         hits: list[CachedEntry] = []
         missing = cache.get_range(ledger_id, first, last, hits)
         # take the payloads of the hits now: eviction may drop them while we await storage
         served = [Entry(Position(ledger_id, c.entry_id), c.data, c) for c in hits]  # type: ignore[arg-type]
+        trace = self.trace
+        if trace is not None:
+            for hit in hits:
+                trace.read(
+                    self.name, reader, ledger_id, hit.entry_id, hit.size, True,
+                    -1, replay,
+                )  # fmt: skip
         if not missing:
             return served
         fetched: dict[int, Entry] = {}
@@ -547,6 +578,11 @@ class ManagedLedger:
                 nbytes += len(data)
                 cached = cache.insert_from_read(ledger_id, entry_id, data, expected_reads)
                 fetched[entry_id] = Entry(Position(ledger_id, entry_id), data, cached)
+                if trace is not None:
+                    trace.read(
+                        self.name, reader, ledger_id, entry_id, len(data), False,
+                        expected_reads, replay,
+                    )  # fmt: skip
             cache.record_storage_read(len(datas), nbytes)
             if expected_reads > 0:
                 self.after_cache_insert()
@@ -665,6 +701,8 @@ class ManagedLedger:
         for lid in doomed:
             await self.bookie.delete_ledger(lid)
             self.cache.invalidate_all_entries(lid)
+            if self.trace is not None:
+                self.trace.invalidate(self.name, lid, None, None)
         return doomed
 
     def _forget_ledger(self, ledger_id: int) -> None:

@@ -77,3 +77,27 @@ def test_demo_prints_the_dashboard_and_the_designs_side_by_side(
     # the shadows saw the same reads as the live design
     live = results["cache"]
     assert shadow["hits"] + shadow["misses"] == live["hits"] + live["misses"]
+
+
+def test_loadgen_trace_records_the_started_brokers_access_trace(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from broker.trace.recorder import read_trace
+
+    out = tmp_path / "run"
+    args = ["loadgen", "--scenario", "tailing-fanout", "--duration", "3", "--out", str(out)]
+    assert main([*args, "--trace", "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["trace"]["enabled"] is True and results["trace"]["dropped"] == 0
+    rows = read_trace(out / "trace")
+    kinds = rows.column("kind").to_pylist()
+    # the broker stopped after the run, so the files hold at least what it had recorded
+    assert len(kinds) >= results["trace"]["events"] > 0
+    assert kinds.count("add") >= results["totals"]["publishedMessages"]
+    assert "trace:" in capsys.readouterr().err
+
+
+def test_trace_needs_a_broker_of_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["loadgen", "--scenario", "catchup", "--url", "http://127.0.0.1:9", "--trace"])
+    assert status == 2
+    assert "--trace" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""Access trace recording (brokerlabTraceDir); see docs/trace-format.md."""

@@ -1,0 +1,93 @@
+"""The access trace: Parquet files of what the cache was asked, rolled, bounded (drops
+counted, never silent), and complete enough to tell what each read was."""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+
+import pytest
+
+from broker.clock import ManualClock
+from broker.trace.recorder import TraceRecorder, read_trace
+from tests.conftest import in_process_broker
+
+
+def test_files_roll_every_n_events_and_read_back_in_order(tmp_path: pathlib.Path) -> None:
+    clock = ManualClock()
+    recorder = TraceRecorder(tmp_path, clock, roll_events=3)
+    for entry in range(7):
+        clock.advance_ms(1)
+        recorder.add("t", 5, entry, 100 + entry, active_cursors=2, expected_reads=2)
+    recorder.close()
+    files = sorted(p.name for p in tmp_path.glob("trace-*.parquet"))
+    assert files == ["trace-000001.parquet", "trace-000002.parquet", "trace-000003.parquet"]
+    table = read_trace(tmp_path).to_pylist()
+    assert [row["entry"] for row in table] == list(range(7))
+    assert [row["seq"] for row in table] == list(range(7))
+    assert [row["ts_ns"] for row in table] == [(n + 1) * 1_000_000 for n in range(7)]
+    assert {row["kind"] for row in table} == {"add"}
+    assert table[4]["size"] == 104 and table[4]["active_cursors"] == 2
+    assert recorder.stats()["files"] == 3 and recorder.stats()["dropped"] == 0
+    # no half-written files are left behind
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_writer_that_falls_behind_drops_events_and_counts_them(tmp_path: pathlib.Path) -> None:
+    recorder = TraceRecorder(tmp_path, ManualClock(), roll_events=2, max_pending_files=1)
+    gate = threading.Event()
+    # hold the writer thread: the first file waits behind this
+    recorder._executor.submit(gate.wait)
+    for entry in range(10):
+        recorder.release("t", "s", 1, entry)
+    # the first two filled a file that waits for the writer; the other eight were dropped
+    assert recorder.stats()["pendingFiles"] == 1
+    assert recorder.dropped == 8 and recorder.events == 2
+    gate.set()
+    recorder.close()
+    rows = read_trace(tmp_path).to_pylist()
+    assert [row["entry"] for row in rows] == [0, 1]
+    assert recorder.stats()["dropped"] == 8
+
+
+def test_a_bad_roll_size_is_refused(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ValueError):
+        TraceRecorder(tmp_path, ManualClock(), roll_events=0)
+
+
+async def test_a_live_broker_records_adds_reads_and_releases(tmp_path: pathlib.Path) -> None:
+    trace_dir = tmp_path / "trace"
+    topic = "public/default/traced"
+    async with in_process_broker(brokerlabTraceDir=str(trace_dir)) as client:
+        consumer = await client.subscribe(
+            topic, "sub", subscriptionType="Exclusive", subscriptionInitialPosition="Earliest"
+        )
+        ids = await client.produce(topic, [f"m{n}" for n in range(50)])
+        got = await client.receive_until(consumer, 50)
+        assert len(got) == 50
+        await client.ack(consumer, ids)
+        status, stats = await client.request("GET", "/admin/v2/broker-stats/trace")
+        assert status == 200 and stats["enabled"] is True and stats["dropped"] == 0
+        status, cache = await client.request("GET", "/admin/v2/broker-stats/cache")
+    rows = read_trace(trace_dir).to_pylist()
+    by_kind: dict[str, list[dict]] = {}
+    for row in rows:
+        by_kind.setdefault(row["kind"], []).append(row)
+    adds = by_kind["add"]
+    assert len(adds) == 50
+    assert all(row["topic"] == f"persistent://{topic}" for row in adds)
+    assert all(row["active_cursors"] == 1 and row["expected_reads"] == 1 for row in adds)
+    reads = by_kind["read"]
+    assert sorted((r["ledger"], r["entry"]) for r in reads) == sorted(
+        (a["ledger"], a["entry"]) for a in adds
+    )
+    assert {r["subscription"] for r in reads} == {"sub"}
+    # the trace's hits and misses are the cache's
+    assert sum(r["hit"] for r in reads) == cache["hits"]
+    assert sum(not r["hit"] for r in reads) == cache["misses"]
+    assert len(by_kind["release"]) == 50
+    assert [r["subscription"] for r in by_kind["activate"]] == ["sub"]
+    # events are in time order
+    assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
+    # the broker closed the topic on shutdown: its cache was dropped
+    assert any(r["ledger"] == -1 for r in by_kind["invalidate"])

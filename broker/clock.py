@@ -46,3 +46,10 @@ class ManualClock:
     def advance_ms(self, ms: float) -> None:
         self._mono_ns += int(ms * 1_000_000)
         self._wall_ms += int(ms)
+
+    def advance_to_ns(self, monotonic_ns: int) -> None:
+        """Move forward to an exact monotonic time (replays of recorded traces); never
+        back."""
+        if monotonic_ns > self._mono_ns:
+            self._wall_ms += (monotonic_ns - self._mono_ns) // 1_000_000
+            self._mono_ns = monotonic_ns

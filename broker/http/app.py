@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import dataclasses
 import logging
 import pathlib
 import time
@@ -125,6 +126,11 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
             clock,
             settings.broker.brokerlabTraceRollEvents,
             settings.broker.brokerlabTraceMaxPendingFiles,
+            meta={
+                "implementation": settings.broker.managedLedgerCacheImplementation,
+                "segments": settings.broker.managedLedgerCacheSegments,
+                **dataclasses.asdict(cache_config(settings.broker)),
+            },
         )
     service = BrokerService(
         service_config(settings.broker),

@@ -140,7 +140,8 @@ class LegacyPolicy:
                 self._slowest = None
                 ledger.cache.clear()
                 if ledger.trace is not None:
-                    ledger.trace.invalidate(ledger.name, -1, None, None)
+                    # the slowest-reader rule with no reader left: everything
+                    ledger.trace.invalidate(ledger.name, -1, None, -1)
             return
         slowest_cursor = min(active, key=lambda c: self._reader_position(ledger, c))
         slowest = self._reader_position(ledger, slowest_cursor)

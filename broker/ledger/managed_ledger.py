@@ -560,14 +560,9 @@ class ManagedLedger:
         missing = cache.get_range(ledger_id, first, last, hits)
         # take the payloads of the hits now: eviction may drop them while we await storage
         served = [Entry(Position(ledger_id, c.entry_id), c.data, c) for c in hits]  # type: ignore[arg-type]
-        trace = self.trace
-        if trace is not None:
-            for hit in hits:
-                trace.read(
-                    self.name, reader, ledger_id, hit.entry_id, hit.size, True,
-                    -1, replay,
-                )  # fmt: skip
         if not missing:
+            if self.trace is not None:
+                self._trace_read(reader, ledger_id, first, last, served, {}, -1, replay)
             return served
         fetched: dict[int, Entry] = {}
         for miss_first, miss_last in missing:
@@ -578,19 +573,48 @@ class ManagedLedger:
                 nbytes += len(data)
                 cached = cache.insert_from_read(ledger_id, entry_id, data, expected_reads)
                 fetched[entry_id] = Entry(Position(ledger_id, entry_id), data, cached)
-                if trace is not None:
-                    trace.read(
-                        self.name, reader, ledger_id, entry_id, len(data), False,
-                        expected_reads, replay,
-                    )  # fmt: skip
             cache.record_storage_read(len(datas), nbytes)
             if expected_reads > 0:
                 self.after_cache_insert()
+        if self.trace is not None:
+            self._trace_read(
+                reader, ledger_id, first, last, served, fetched, expected_reads, replay
+            )
         if not served:
             return list(fetched.values())
         for entry in served:
             fetched[entry.position.entry_id] = entry
         return [fetched[eid] for eid in range(first, last + 1)]
+
+    def _trace_read(
+        self,
+        reader: str,
+        ledger_id: int,
+        first: int,
+        last: int,
+        served: list[Entry],
+        fetched: dict[int, Entry],
+        expected_reads: int,
+        replay: bool,
+    ) -> None:
+        """One trace row per entry of a range read, in entry order, each naming the
+        range's last entry, so a replay asks its cache for the same range at once."""
+        trace = self.trace
+        assert trace is not None
+        hit = {entry.position.entry_id: entry for entry in served}
+        name = self.name
+        for entry_id in range(first, last + 1):
+            entry = hit.get(entry_id)
+            if entry is not None:
+                size = entry.cached.size if entry.cached is not None else len(entry.data)
+                trace.read(name, reader, ledger_id, entry_id, size, True, -1, replay, last)
+                continue
+            entry = fetched.get(entry_id)
+            if entry is not None:
+                trace.read(
+                    name, reader, ledger_id, entry_id, len(entry.data), False,
+                    expected_reads, replay, last,
+                )  # fmt: skip
 
     async def _read_storage(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         """Entries from the bookie, or from the tiered store once the ledger is

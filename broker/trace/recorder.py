@@ -11,6 +11,7 @@ for the writer, new events are dropped and counted in ``dropped``, never silentl
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
 import os
 import pathlib
@@ -24,6 +25,7 @@ from broker.clock import Clock
 
 log = logging.getLogger(__name__)
 
+META_FILE = "trace-meta.json"
 KINDS = ("add", "read", "release", "replay_add", "invalidate", "activate", "deactivate")
 
 SCHEMA = pa.schema(
@@ -74,10 +76,12 @@ class TraceRecorder:
         clock: Clock,
         roll_events: int = 100_000,
         max_pending_files: int = 4,
+        meta: dict[str, Any] | None = None,
     ) -> None:
         if roll_events < 1 or max_pending_files < 1:
             raise ValueError("roll_events and max_pending_files must be at least 1")
         directory.mkdir(parents=True, exist_ok=True)
+        (directory / META_FILE).write_text(json.dumps(meta or {}, indent=2, sort_keys=True))
         self._directory = directory
         self._clock = clock
         self._origin_ns = clock.monotonic_ns()
@@ -164,12 +168,15 @@ class TraceRecorder:
         hit: bool,
         expected_reads: int,
         replay: bool,
+        last_entry: int,
     ) -> None:
         """A reader asked for an entry: a hit, or a miss read from storage and offered to
-        the cache with ``expected_reads``; ``replay``: from the replay queue."""
+        the cache with ``expected_reads``; ``replay``: from the replay queue;
+        ``last_entry``: the last entry of the range it was read with (the rows of one
+        range read are consecutive, in entry order)."""
         self._append(
-            "read", topic, subscription, ledger, entry, None, size, hit, expected_reads,
-            None, replay,
+            "read", topic, subscription, ledger, entry, last_entry, size, hit,
+            expected_reads, None, replay,
         )  # fmt: skip
 
     def release(self, topic: str, subscription: str, ledger: int, entry: int) -> None:
@@ -250,3 +257,9 @@ def read_trace(directory: pathlib.Path | str) -> pa.Table:
     if not files:
         return SCHEMA.empty_table()
     return pa.concat_tables(pq.read_table(path, schema=SCHEMA) for path in files)
+
+
+def read_meta(directory: pathlib.Path | str) -> dict[str, Any]:
+    """The live cache's design and settings recorded with a trace ({} if absent)."""
+    path = pathlib.Path(directory) / META_FILE
+    return dict(json.loads(path.read_text())) if path.exists() else {}

@@ -17,10 +17,6 @@ from broker.config import load_broker_config, load_storage_config
 from broker.http.app import Settings, create_app
 from storage_stub.confparse import ConfigError
 
-_NOT_YET = {
-    "analyze": "the Spark trace pipeline is not built yet (issue 8)",
-}
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brokerlab", description=__doc__)
@@ -59,8 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     from loadgen.cli import add_commands
 
     add_commands(commands)
-    for name, text in _NOT_YET.items():
-        commands.add_parser(name, help=text, add_help=True).set_defaults(not_yet=text)
+    from pipeline.cli import add_command
+
+    add_command(commands)
     return parser
 
 
@@ -122,12 +119,13 @@ async def serve(settings: Settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if getattr(args, "not_yet", None):
-        print(f"brokerlab {args.command}: {args.not_yet}", file=sys.stderr)
-        return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if getattr(args, "analyze", False):
+        from pipeline.cli import run
+
+        return run(args)
     if getattr(args, "handler", None):
         from loadgen.cli import run_command
 

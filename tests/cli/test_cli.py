@@ -22,10 +22,10 @@ def brokerlab(*args: str, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProce
     )
 
 
-def test_analyze_is_not_built_yet_and_says_so_with_exit_2() -> None:
-    result = brokerlab("analyze")
+def test_analyze_without_a_trace_says_so_with_exit_2(tmp_path: pathlib.Path) -> None:
+    result = brokerlab("analyze", str(tmp_path), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
-    assert "not built yet" in result.stderr
+    assert "no trace-*.parquet files" in result.stderr
 
 
 @pytest.mark.parametrize("command", ["loadgen", "compare"])

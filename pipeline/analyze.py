@@ -1,0 +1,102 @@
+"""``brokerlab analyze TRACE_DIR --out DIR``: statistics of a trace, every design
+replayed at every size, the optimal bound, Parquet tables and ``report.html``.
+
+Outputs (under ``--out``, any URI Spark and pyarrow can write):
+
+- ``sweep/``: one row per (design, size): hits, misses, bytes, ratios, evictions
+  (``live`` marks the replay of the design and size the broker ran);
+- ``bound/``: the bound per size;
+- ``patterns/``, ``reuse/``, ``working_set/``: the trace statistics;
+- ``report.html`` (local output only): miss-ratio curves, the ranking, the tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from pipeline import jobs
+from pipeline.replay import DESIGNS
+from pipeline.trace_io import read_json
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclasses.dataclass
+class AnalyzeOptions:
+    trace_uri: str
+    out_uri: str
+    master: str = "local[*]"
+    sizes: list[int] | None = None
+    designs: tuple[str, ...] = DESIGNS
+
+
+def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
+    """Run every job; returns a summary (also the report's content)."""
+    started = time.monotonic()
+    trace = jobs.load_trace(spark, options.trace_uri)
+    meta = read_json(options.trace_uri, "trace-meta.json")
+    settings = {k: v for k, v in meta.items() if k not in ("implementation", "segments")}
+    segments = int(meta.get("segments", 0))
+    working_set = jobs.working_set_bytes(trace)
+    sizes = sorted(set(options.sizes or jobs.default_sizes(working_set)))
+    cells = [
+        jobs.Cell(options.trace_uri, design, size, settings, segments, live=False)
+        for design in options.designs
+        for size in sizes
+    ]
+    live_design = meta.get("implementation")
+    live_size = settings.get("max_size_bytes")
+    if live_design in DESIGNS and live_size:
+        cells.append(
+            jobs.Cell(options.trace_uri, live_design, live_size, settings, segments, live=True)
+        )
+    sweep_started = time.monotonic()
+    rows = jobs.sweep(spark, cells)
+    sweep_seconds = time.monotonic() - sweep_started
+    out = options.out_uri.rstrip("/")
+    next_reads = jobs.next_reads(trace, f"{out}/next_reads")
+    bound_rows = jobs.bound(spark, next_reads, sizes)
+    spark.createDataFrame(rows).write.mode("overwrite").parquet(f"{out}/sweep")
+    spark.createDataFrame(bound_rows).write.mode("overwrite").parquet(f"{out}/bound")
+    stats = jobs.trace_statistics(trace)
+    collected: dict[str, list[dict[str, Any]]] = {}
+    for name, frame in stats.items():
+        frame.write.mode("overwrite").parquet(f"{out}/{name}")
+        # the statistics are small aggregates (per subscription, per bucket, per second)
+        collected[name] = [row.asDict() for row in frame.limit(10_000).collect()]
+    summary = {
+        "trace": options.trace_uri,
+        "events": trace.count(),
+        "workingSetBytes": working_set,
+        "sizes": sizes,
+        "live": {"design": live_design, "sizeBytes": live_size},
+        "sweep": sorted(rows, key=lambda r: (r["design"], r["size_bytes"], r["live"])),
+        "bound": sorted(bound_rows, key=lambda r: r["size_bytes"]),
+        "statistics": collected,
+        "ranking": ranking(rows),
+        "sweepSeconds": round(sweep_seconds, 3),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    if "://" not in out or out.startswith("file://"):
+        from pipeline.report import write_report
+
+        write_report(summary, pathlib.Path(out.removeprefix("file://")) / "report.html")
+    return summary
+
+
+def ranking(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Designs by mean hit ratio over the sizes of the sweep (the area under the
+    miss-ratio curve, read the other way), best first."""
+    by_design: dict[str, list[float]] = {}
+    for row in rows:
+        if not row["live"]:
+            by_design.setdefault(row["design"], []).append(row["hit_ratio"])
+    ranked = [
+        {"design": design, "meanHitRatio": sum(values) / len(values)}
+        for design, values in by_design.items()
+    ]
+    return sorted(ranked, key=lambda item: item["meanHitRatio"], reverse=True)

@@ -1,0 +1,168 @@
+"""The Spark jobs of ``brokerlab analyze``.
+
+Nothing here collects a trace on the driver: statistics are aggregations, the replay
+sweep is one Spark task per (design, size) that streams the trace files itself, and
+the bound's next-read times come from a window function and are written back as
+Parquet that the bound's tasks stream in order. Only result rows reach the driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from pipeline.belady import belady
+from pipeline.replay import ReplaySpec, replay
+from pipeline.trace_io import iter_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+from broker.cache.config import CacheConfig
+
+#: a read this soon after its entry was added is tailing (the default cache TTL)
+TAILING_LAG_NS = 1_000_000_000
+
+
+def load_trace(spark: SparkSession, uri: str) -> DataFrame:
+    return spark.read.option("pathGlobFilter", "trace-*.parquet").parquet(uri)
+
+
+def working_set_bytes(trace: DataFrame) -> int:
+    """Bytes of the distinct entries read."""
+    from pyspark.sql import functions as F
+
+    reads = trace.where(F.col("kind") == "read").select("topic", "ledger", "entry", "size")
+    distinct = reads.dropDuplicates(["topic", "ledger", "entry"])
+    total = distinct.agg(F.sum("size").alias("bytes")).first()
+    return int(total["bytes"] or 0) if total is not None else 0
+
+
+def default_sizes(working_set: int, count: int = 8) -> list[int]:
+    """``count`` sizes log-spaced from 1% to 100% of the working set."""
+    if working_set <= 0:
+        return []
+    low = max(1, working_set // 100)
+    if count == 1:
+        return [working_set]
+    ratio = (working_set / low) ** (1 / (count - 1))
+    return sorted({round(low * ratio**step) for step in range(count)})
+
+
+def trace_statistics(trace: DataFrame) -> dict[str, DataFrame]:
+    """Per topic and subscription: reads by pattern (tailing, catch-up, replay), hits;
+    the reuse distribution (events and seconds between reads of an entry, log2 buckets);
+    the working set per second (distinct entries and bytes read)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    adds = trace.where(F.col("kind") == "add").select(
+        "topic", "ledger", "entry", F.col("ts_ns").alias("added_ns")
+    )
+    reads = trace.where(F.col("kind") == "read")
+    joined = reads.join(adds, ["topic", "ledger", "entry"], "left")
+    pattern = (
+        F.when(F.col("replay"), F.lit("replay"))
+        .when(
+            F.col("added_ns").isNotNull() & (F.col("ts_ns") - F.col("added_ns") < TAILING_LAG_NS),
+            F.lit("tailing"),
+        )
+        .otherwise(F.lit("catch-up"))
+    )
+    by_subscription = (
+        joined.withColumn("pattern", pattern)
+        .groupBy("topic", "subscription", "pattern")
+        .agg(
+            F.count("*").alias("reads"),
+            F.sum(F.col("hit").cast("long")).alias("hits"),
+            F.sum("size").alias("bytes"),
+        )
+        .orderBy("topic", "subscription", "pattern")
+    )
+    same_entry = Window.partitionBy("topic", "ledger", "entry").orderBy("seq")
+    reuse = (
+        reads.withColumn("previous_seq", F.lag("seq").over(same_entry))
+        .withColumn("previous_ns", F.lag("ts_ns").over(same_entry))
+        .where(F.col("previous_seq").isNotNull())
+        .withColumn(
+            "events_bucket",
+            F.pow(F.lit(2), F.floor(F.log2(F.col("seq") - F.col("previous_seq")))).cast("long"),
+        )
+        .withColumn(
+            "seconds",
+            (F.col("ts_ns") - F.col("previous_ns")) / F.lit(1e9),
+        )
+        .groupBy("events_bucket")
+        .agg(F.count("*").alias("reads"), F.avg("seconds").alias("mean_seconds"))
+        .orderBy("events_bucket")
+    )
+    working_set = (
+        reads.withColumn("second", F.floor(F.col("ts_ns") / F.lit(1e9)).cast("long"))
+        .dropDuplicates(["second", "topic", "ledger", "entry"])
+        .groupBy("second")
+        .agg(F.count("*").alias("entries"), F.sum("size").alias("bytes"))
+        .orderBy("second")
+    )
+    return {"patterns": by_subscription, "reuse": reuse, "working_set": working_set}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One task of the sweep."""
+
+    trace_uri: str
+    design: str
+    size_bytes: int
+    settings: dict[str, Any]
+    segments: int
+    live: bool
+
+
+def run_cell(cell: Cell) -> dict[str, Any]:
+    """Runs on a Spark worker: stream the trace, replay it, return one result row."""
+    settings = CacheConfig(**cell.settings)
+    spec = ReplaySpec(cell.design, cell.size_bytes, settings, cell.segments, cell.live)
+    result = replay(iter_rows(cell.trace_uri, "trace-"), spec)
+    return result.as_row()
+
+
+def sweep(spark: SparkSession, cells: list[Cell]) -> list[dict[str, Any]]:
+    """Every cell as its own Spark task; returns the result rows."""
+    if not cells:
+        return []
+    rdd = spark.sparkContext.parallelize(cells, len(cells))
+    return rdd.map(run_cell).collect()
+
+
+def next_reads(trace: DataFrame, out_uri: str) -> str:
+    """Write (seq, kind, key, size, next_read) of adds and reads, ordered by seq, where
+    next_read is the seq of the entry's next read: the bound's input."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    accesses = trace.where(F.col("kind").isin("add", "read")).select(
+        "seq",
+        "kind",
+        F.xxhash64("topic", "ledger", "entry").alias("key"),
+        "size",
+    )
+    reads_only = Window.partitionBy("key").orderBy("seq")
+    next_read = F.first(F.when(F.col("kind") == "read", F.col("seq")), ignorenulls=True).over(
+        reads_only.rowsBetween(1, Window.unboundedFollowing)
+    )
+    annotated = accesses.withColumn("next_read", next_read).orderBy("seq")
+    annotated.write.mode("overwrite").parquet(out_uri)
+    return out_uri
+
+
+def _bound_cell(args: tuple[str, int]) -> dict[str, Any]:
+    uri, size = args
+    return belady(iter_rows(uri, "part-"), size).as_row()
+
+
+def bound(spark: SparkSession, next_reads_uri: str, sizes: list[int]) -> list[dict[str, Any]]:
+    """The bound at every size, one task per size."""
+    if not sizes:
+        return []
+    rdd = spark.sparkContext.parallelize([(next_reads_uri, s) for s in sizes], len(sizes))
+    return rdd.map(_bound_cell).collect()

@@ -1,0 +1,57 @@
+"""Reading trace files where a Spark task runs: any filesystem pyarrow knows (a local
+path, ``file://``, ``hdfs://``, ``s3://``, ...), streamed in batches in file-name order,
+so no process ever holds a whole trace."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+BATCH_ROWS = 65_536
+
+
+def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri
+    return pafs.FileSystem.from_uri(uri)
+
+
+def parquet_files(uri: str, pattern_prefix: str = "") -> list[str]:
+    """Parquet files directly under ``uri`` (name order), optionally by name prefix."""
+    fs, path = _filesystem(uri)
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=False))
+    names = [
+        info.path
+        for info in infos
+        if info.is_file
+        and info.base_name.endswith(".parquet")
+        and info.base_name.startswith(pattern_prefix)
+    ]
+    return sorted(names)
+
+
+def iter_batches(uri: str, pattern_prefix: str = "") -> Iterator[pa.RecordBatch]:
+    fs, _ = _filesystem(uri)
+    for name in parquet_files(uri, pattern_prefix):
+        with fs.open_input_file(name) as handle:
+            yield from pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS)
+
+
+def iter_rows(uri: str, pattern_prefix: str = "") -> Iterator[dict[str, Any]]:
+    for batch in iter_batches(uri, pattern_prefix):
+        yield from batch.to_pylist()
+
+
+def read_json(uri: str, name: str) -> dict[str, Any]:
+    """A small JSON file beside the trace ({} if absent)."""
+    fs, path = _filesystem(uri)
+    target = f"{path.rstrip('/')}/{name}"
+    if fs.get_file_info(target).type == pafs.FileType.NotFound:
+        return {}
+    with fs.open_input_stream(target) as handle:
+        return dict(json.loads(handle.read()))

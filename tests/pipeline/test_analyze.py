@@ -1,0 +1,119 @@
+"""``brokerlab analyze`` on a real SparkSession (local[2], one per test session) over a
+trace a live broker recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import pathlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.analyze import AnalyzeOptions, analyze
+from pipeline.spark import spark_session
+from tests.pipeline.workload import record
+
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    session = spark_session("local[2]")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, dict[str, Any]]:
+    trace = tmp_path_factory.mktemp("recorded") / "trace"
+    live = asyncio.run(record(trace, "pip430"))
+    return trace, live
+
+
+@pytest.fixture(scope="session")
+def summary(
+    spark: Any,
+    recorded: tuple[pathlib.Path, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
+    trace, _ = recorded
+    out = tmp_path_factory.mktemp("analysis")
+    return analyze(spark, AnalyzeOptions(str(trace), str(out)))
+
+
+def test_the_bound_is_at_least_every_design_at_every_size(summary: dict[str, Any]) -> None:
+    bound = {row["size_bytes"]: row for row in summary["bound"]}
+    assert set(bound) == set(summary["sizes"]) and len(bound) == 8
+    for row in summary["sweep"]:
+        if row["live"]:
+            continue
+        best = bound[row["size_bytes"]]
+        assert best["hits"] >= row["hits"], (row["design"], row["size_bytes"])
+        assert best["hits"] + best["misses"] == row["hits"] + row["misses"]
+
+
+def test_the_removal_queue_design_does_not_lose_hits_as_the_cache_grows(
+    summary: dict[str, Any],
+) -> None:
+    curve = sorted(
+        (row["size_bytes"], row["hit_ratio"])
+        for row in summary["sweep"]
+        if row["design"] == "pip430" and not row["live"]
+    )
+    ratios = [ratio for _, ratio in curve]
+    assert all(later >= earlier - 0.01 for earlier, later in itertools.pairwise(ratios))
+    assert ratios[-1] > ratios[0]  # the sizes span a range where size matters
+
+
+def test_replaying_the_live_design_at_the_live_size_reproduces_the_live_hits(
+    summary: dict[str, Any], recorded: tuple[pathlib.Path, dict[str, Any]]
+) -> None:
+    _, live = recorded
+    (replayed,) = [row for row in summary["sweep"] if row["live"]]
+    assert replayed["design"] == "pip430" and replayed["size_bytes"] == 1 << 20
+    assert replayed["hits"] == pytest.approx(live["hits"], rel=0.01)
+
+
+def test_outputs_are_parquet_tables_and_a_report(
+    summary: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = pathlib.Path(summary["trace"]).parent.parent  # not the output: find it below
+    del out
+    patterns = summary["statistics"]["patterns"]
+    assert {row["subscription"] for row in patterns} == {"fast", "slow"}
+    assert (
+        sum(row["reads"] for row in patterns)
+        == summary["sweep"][0]["hits"] + summary["sweep"][0]["misses"]
+    )
+    assert summary["ranking"][0]["meanHitRatio"] >= summary["ranking"][-1]["meanHitRatio"]
+
+
+def test_the_cli_writes_tables_and_report(
+    recorded: tuple[pathlib.Path, dict[str, Any]], tmp_path: pathlib.Path
+) -> None:
+    trace, _ = recorded
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "analyze", str(trace), "--out", str(out),
+         "--master", "local[2]", "--sizes", "256KiB,1MiB,4MiB",
+         "--implementations", "pip430,legacy"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "report:" in result.stdout
+    sweep = pq.read_table(out / "sweep").to_pylist()
+    assert {(row["design"], row["size_bytes"]) for row in sweep if not row["live"]} == {
+        (design, size) for design in ("pip430", "legacy") for size in (256 * 1024, 1 << 20, 4 << 20)
+    }
+    assert len(pq.read_table(out / "bound")) == 3
+    report = (out / "report.html").read_text()
+    assert "data:image/png;base64," in report and "Belady" in report
+    assert "<b>pip430</b>" in report and "<b>legacy</b>" in report

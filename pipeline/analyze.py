@@ -6,6 +6,8 @@ Outputs (under ``--out``, any URI Spark and pyarrow can write):
 - ``sweep/``: one row per (design, size): hits, misses, bytes, ratios, evictions
   (``live`` marks the replay of the design and size the broker ran);
 - ``bound/``: the bound per size;
+- ``references/``: libcachesim's LRU, S3-FIFO, ARC and W-TinyLFU per size, when the
+  ``reference`` extra is installed;
 - ``patterns/``, ``reuse/``, ``working_set/``: the trace statistics;
 - ``report.html`` (local output only): miss-ratio curves, the ranking, the tables.
 """
@@ -17,7 +19,7 @@ import pathlib
 import time
 from typing import TYPE_CHECKING, Any
 
-from pipeline import jobs
+from pipeline import jobs, reference
 from pipeline.replay import DESIGNS
 from pipeline.trace_io import read_json
 
@@ -60,6 +62,10 @@ def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
     out = options.out_uri.rstrip("/")
     next_reads = jobs.next_reads(trace, f"{out}/next_reads")
     bound_rows = jobs.bound(spark, next_reads, sizes)
+    reference_rows: list[dict[str, Any]] = []
+    if reference.available():
+        reference_rows = jobs.references(spark, next_reads, list(reference.POLICIES), sizes)
+        spark.createDataFrame(reference_rows).write.mode("overwrite").parquet(f"{out}/references")
     spark.createDataFrame(rows).write.mode("overwrite").parquet(f"{out}/sweep")
     spark.createDataFrame(bound_rows).write.mode("overwrite").parquet(f"{out}/bound")
     stats = jobs.trace_statistics(trace)
@@ -76,6 +82,7 @@ def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
         "live": {"design": live_design, "sizeBytes": live_size},
         "sweep": sorted(rows, key=lambda r: (r["design"], r["size_bytes"], r["live"])),
         "bound": sorted(bound_rows, key=lambda r: r["size_bytes"]),
+        "references": sorted(reference_rows, key=lambda r: (r["design"], r["size_bytes"])),
         "statistics": collected,
         "ranking": ranking(rows),
         "sweepSeconds": round(sweep_seconds, 3),

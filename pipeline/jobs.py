@@ -166,3 +166,21 @@ def bound(spark: SparkSession, next_reads_uri: str, sizes: list[int]) -> list[di
         return []
     rdd = spark.sparkContext.parallelize([(next_reads_uri, s) for s in sizes], len(sizes))
     return rdd.map(_bound_cell).collect()
+
+
+def _reference_cell(args: tuple[str, str, int]) -> dict[str, Any]:
+    from pipeline.reference import simulate
+
+    uri, policy, size = args
+    return simulate(iter_rows(uri, "part-"), policy, size).as_row()
+
+
+def references(
+    spark: SparkSession, next_reads_uri: str, policies: list[str], sizes: list[int]
+) -> list[dict[str, Any]]:
+    """libcachesim's policies at every size, one task per (policy, size), on the same
+    ordered accesses the bound reads."""
+    cells = [(next_reads_uri, policy, size) for policy in policies for size in sizes]
+    if not cells:
+        return []
+    return spark.sparkContext.parallelize(cells, len(cells)).map(_reference_cell).collect()

@@ -34,6 +34,19 @@ def _curves(summary: dict[str, Any], field: str, label: str) -> str:
             )
             axes.plot([p[0] / 1048576 for p in points], [p[1] * 100 for p in points],
                       marker="o", label=design)  # fmt: skip
+        for policy in sorted({row["design"] for row in summary.get("references", [])}):
+            points = sorted(
+                (row["size_bytes"], row[field])
+                for row in summary["references"]
+                if row["design"] == policy
+            )
+            axes.plot(
+                [p[0] / 1048576 for p in points],
+                [p[1] * 100 for p in points],
+                linestyle=":",
+                linewidth=1,
+                label=f"{policy} (libcachesim)",
+            )
         bound = sorted((row["size_bytes"], row[field]) for row in summary["bound"])
         if bound:
             axes.plot([p[0] / 1048576 for p in bound], [p[1] * 100 for p in bound],
@@ -82,6 +95,22 @@ def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _references(summary: dict[str, Any]) -> str:
+    rows = summary.get("references", [])
+    if not rows:
+        return "<p>Not run: install the <code>reference</code> extra (libcachesim).</p>"
+    shown = [{**row, "size": _mib(row["size_bytes"])} for row in rows]
+    columns = [
+        ("design", "policy"),
+        ("size", "size"),
+        ("hits", "hits"),
+        ("misses", "misses"),
+        ("hit_ratio", "hit ratio"),
+        ("byte_hit_ratio", "byte hit ratio"),
+    ]
+    return _table(shown, columns)
+
+
 def write_report(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     reads = 0
@@ -113,7 +142,8 @@ th {{ background: #f4f4f4; }}
 <b>{html.escape(str(summary["live"]["design"]))}</b> at
 {_mib(summary["live"]["sizeBytes"] or 0)} (the red star). Every design was replayed at
 every size through the broker's own cache classes; the dashed line is the optimal bound
-(Belady, size aware). Each hit is a storage read saved.</p>
+(Belady, size aware), dotted lines are general-purpose references from libcachesim (fed
+the adds as uncounted requests). Each hit is a storage read saved.</p>
 <h2>Ranking</h2><ol>{ranking}</ol>
 <h2>Miss-ratio curves</h2>
 {_curves(summary, "hit_ratio", "hit ratio")}
@@ -150,6 +180,8 @@ every size through the broker's own cache classes; the dashed line is the optima
             ],
         )
     }
+<h2>References (libcachesim)</h2>
+{_references(summary)}
 <h2>Read patterns by subscription</h2>
 {
         _table(

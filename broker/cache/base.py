@@ -76,6 +76,9 @@ class ManagerBase(Generic[C]):
         self.config = config
         self.clock = clock
         self.counters = CacheCounters()
+        #: called with each entry evicted (by "ttl" or "size"), for the access trace;
+        #: None (the default) costs one check per eviction
+        self.evict_listener: Callable[[CachedEntry, str], None] | None = None
         self.disabled = config.max_size_bytes <= 0
         self.copy_entries = config.copy_entries
         self._new_cache = new_cache

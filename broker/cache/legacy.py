@@ -142,6 +142,9 @@ class LegacyRangeEntryCache(LedgerCacheBase):
                 break
             self._remove(key)
             removed += 1
+            listener = self._manager.evict_listener
+            if listener is not None:
+                listener(entry, "ttl")
         return removed
 
     def evict_lowest(self, size_to_free: int) -> tuple[int, int]:
@@ -154,6 +157,9 @@ class LegacyRangeEntryCache(LedgerCacheBase):
             freed += entry.size
             removed += 1
             self._remove(key)
+            listener = self._manager.evict_listener
+            if listener is not None:
+                listener(entry, "size")
         return removed, freed
 
     def cached_entries(self) -> list[CachedEntry]:

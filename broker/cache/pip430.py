@@ -272,6 +272,8 @@ class Pip430EntryCacheManager(ManagerBase[RangeEntryCache]):
             else:
                 entry.cache._evict(entry)
                 removed += 1
+                if self.evict_listener is not None:
+                    self.evict_listener(entry, "ttl")
         self.counters.evicted_ttl += removed
         return removed
 
@@ -303,6 +305,8 @@ class Pip430EntryCacheManager(ManagerBase[RangeEntryCache]):
                 entry.cache._evict(entry)
                 freed += entry.size
                 removed += 1
+                if self.evict_listener is not None:
+                    self.evict_listener(entry, "size")
         self.counters.evicted_size += removed
         return freed
 

@@ -75,7 +75,7 @@ class SegmentedEntryCache(LedgerCacheBase):
         size: int = -1,
     ) -> CachedEntry | None:
         """Write path insert. None when the entry is larger than a segment."""
-        entry = self._manager._insert(ledger_id, entry_id, data, size)
+        entry = self._manager._insert(self, ledger_id, entry_id, data, size)
         if entry is not None:
             self._ledgers.add(ledger_id)
         return entry
@@ -192,7 +192,12 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
         return None
 
     def _insert(
-        self, ledger_id: int, entry_id: int, data: bytes | memoryview | None, size: int
+        self,
+        cache: SegmentedEntryCache,
+        ledger_id: int,
+        entry_id: int,
+        data: bytes | memoryview | None,
+        size: int,
     ) -> CachedEntry | None:
         if self.disabled:
             return None
@@ -207,7 +212,7 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
         if segment.used + size > self.segment_size:
             self._rotate()
             segment = self.segments[self.current]
-        entry = SegmentEntry(None, ledger_id, entry_id, None, size, 0, self.clock.monotonic_ns())
+        entry = SegmentEntry(cache, ledger_id, entry_id, None, size, 0, self.clock.monotonic_ns())
         entry.offset = segment.used
         entry.segment = segment
         buffer = segment.buffer
@@ -250,9 +255,12 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
         self.counters.entries -= evicted
         self.counters.evicted_size += evicted
         self.counters.eviction_runs += 1
+        listener = self.evict_listener
         for entry in segment.index.values():
             entry.removed = True
             entry.data = None
+            if listener is not None:
+                listener(entry, "size")
         segment.index.clear()
         segment.by_ledger.clear()
         self.counters.eviction_cpu_ns += thread_time_ns() - started

@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.cache import create_entry_cache_manager
+from broker.cache.entry import CachedEntry
 from broker.clock import Clock, SystemClock
 from broker.config import (
     BrokerConfig,
@@ -132,6 +133,15 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
                 **dataclasses.asdict(cache_config(settings.broker)),
             },
         )
+    if trace is not None:
+        recorder = trace
+        live = getattr(cache_manager, "live", cache_manager)
+
+        def evicted(entry: CachedEntry, reason: str) -> None:
+            recorder.evict(entry.cache.name, entry.ledger_id, entry.entry_id, entry.size, reason)
+
+        if hasattr(live, "evict_listener"):
+            live.evict_listener = evicted
     service = BrokerService(
         service_config(settings.broker),
         storage.bookie,

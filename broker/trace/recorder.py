@@ -26,7 +26,9 @@ from broker.clock import Clock
 log = logging.getLogger(__name__)
 
 META_FILE = "trace-meta.json"
-KINDS = ("add", "read", "release", "replay_add", "invalidate", "activate", "deactivate")
+KINDS = (
+    "add", "read", "release", "replay_add", "invalidate", "evict", "activate", "deactivate",
+)  # fmt: skip
 
 SCHEMA = pa.schema(
     [
@@ -43,6 +45,7 @@ SCHEMA = pa.schema(
         pa.field("expected_reads", pa.int32()),
         pa.field("active_cursors", pa.int32()),
         pa.field("replay", pa.bool_()),
+        pa.field("reason", pa.dictionary(pa.int8(), pa.string())),
     ]
 )
 COLUMNS = tuple(field.name for field in SCHEMA)
@@ -117,6 +120,7 @@ class TraceRecorder:
         expected_reads: int | None,
         active_cursors: int | None,
         replay: bool | None,
+        reason: str | None = None,
     ) -> None:
         if self.closed or self._pending >= self._max_pending:
             self.dropped += 1
@@ -135,6 +139,7 @@ class TraceRecorder:
         columns["expected_reads"].append(expected_reads)
         columns["active_cursors"].append(active_cursors)
         columns["replay"].append(replay)
+        columns["reason"].append(reason)
         self._seq += 1
         self.events += 1
         self._count += 1
@@ -195,6 +200,13 @@ class TraceRecorder:
         """Entries ``first..last`` of ``ledger`` left the cache because no reader needs
         them (None, None: the whole ledger; ledger -1: the whole topic, unloaded)."""
         self._append("invalidate", topic, None, ledger, first, last, None, None, None, None, None)
+
+    def evict(self, topic: str, ledger: int, entry: int, size: int, reason: str) -> None:
+        """The live design evicted an entry (``reason``: ttl or size). Replays recompute
+        evictions for each design; these rows show what the live one did."""
+        self._append(
+            "evict", topic, None, ledger, entry, None, size, None, None, None, None, reason
+        )
 
     def cursor_active(self, topic: str, subscription: str, active: bool) -> None:
         self._append(

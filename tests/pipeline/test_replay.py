@@ -32,7 +32,14 @@ async def test_a_faithful_replay_reproduces_the_live_hits(
     assert live["misses"] > 0 and live["hits"] > 0  # the workload exercises both
     spec = live_spec(tmp_path)
     assert spec.design == design and spec.size_bytes == 1024 * 1024
-    result = replay(rows_of(read_trace(tmp_path).to_batches()), spec)
+    table = read_trace(tmp_path)
+    # the live design's evictions are rows of the trace, with their reasons
+    evictions = [row for row in table.to_pylist() if row["kind"] == "evict"]
+    assert len(evictions) == live["evicted"]["ttl"] + live["evicted"]["size"]
+    if design != "legacy":  # legacy frees this workload by invalidation alone
+        assert evictions
+    assert {row["reason"] for row in evictions} <= {"ttl", "size"}
+    result = replay(rows_of(table.to_batches()), spec)
     assert result.hits == pytest.approx(live["hits"], rel=0.01)
     assert result.misses == pytest.approx(live["misses"], rel=0.01)
     assert result.hits + result.misses == live["hits"] + live["misses"]

@@ -89,5 +89,9 @@ async def test_a_live_broker_records_adds_reads_and_releases(tmp_path: pathlib.P
     assert [r["subscription"] for r in by_kind["activate"]] == ["sub"]
     # events are in time order
     assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
+    # every eviction of the live design is a row, with its reason
+    evictions = by_kind.get("evict", [])
+    assert len(evictions) == cache["evicted"]["ttl"] + cache["evicted"]["size"]
+    assert {r["reason"] for r in evictions} <= {"ttl", "size"}
     # the broker closed the topic on shutdown: its cache was dropped
     assert any(r["ledger"] == -1 for r in by_kind["invalidate"])

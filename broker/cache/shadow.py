@@ -29,8 +29,9 @@ class ShadowedEntryCache:
     def __init__(self, live: EntryCache, shadows: list[EntryCache]) -> None:
         self._live = live
         self._shadows = shadows
-        #: per shadow: positions it missed that the ledger is reading from storage now
-        self._pending: list[set[tuple[int, int]]] = [set() for _ in shadows]
+        #: per shadow: positions it missed that the ledger is reading from storage now,
+        #: with how many readers are waiting for each (each reader's read is a miss)
+        self._pending: list[dict[tuple[int, int], int]] = [{} for _ in shadows]
 
     @property
     def name(self) -> str:
@@ -62,8 +63,12 @@ class ShadowedEntryCache:
             size = len(data)
         key = (ledger_id, entry_id)
         for shadow, pending in zip(self._shadows, self._pending, strict=True):
-            if key in pending:
-                pending.discard(key)
+            waiting = pending.get(key, 0)
+            if waiting:
+                if waiting == 1:
+                    del pending[key]
+                else:
+                    pending[key] = waiting - 1
                 shadow.record_storage_read(1, size)
                 cached = shadow.insert_from_read(ledger_id, entry_id, None, expected_reads, size)
                 if cached is not None:
@@ -82,7 +87,9 @@ class ShadowedEntryCache:
                 for entry_id in range(miss_first, miss_last + 1):
                     live = live_hits.get(entry_id)
                     if live is None:
-                        pending.add((ledger_id, entry_id))  # settled when the ledger reads it
+                        # settled when the ledger reads it (once per reader, as live)
+                        position = (ledger_id, entry_id)
+                        pending[position] = pending.get(position, 0) + 1
                         continue
                     # the live cache had it; this design would have read it from storage
                     shadow.record_storage_read(1, live.size)

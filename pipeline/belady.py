@@ -19,33 +19,17 @@ import heapq
 from collections.abc import Iterable
 from typing import Any
 
+from pipeline.outcome import CacheOutcome
+
 NEVER = 1 << 62
 
 
-@dataclasses.dataclass
-class BoundResult:
+@dataclasses.dataclass(kw_only=True)
+class BoundResult(CacheOutcome):
     size_bytes: int
-    hits: int
-    misses: int
-    hit_bytes: int
-    miss_bytes: int
-
-    @property
-    def hit_ratio(self) -> float:
-        reads = self.hits + self.misses
-        return self.hits / reads if reads else 0.0
-
-    @property
-    def byte_hit_ratio(self) -> float:
-        total = self.hit_bytes + self.miss_bytes
-        return self.hit_bytes / total if total else 0.0
 
     def as_row(self) -> dict[str, Any]:
-        row = dataclasses.asdict(self)
-        row["design"] = "belady"
-        row["hit_ratio"] = self.hit_ratio
-        row["byte_hit_ratio"] = self.byte_hit_ratio
-        return row
+        return {**super().as_row(), "design": "belady"}
 
 
 def belady(rows: Iterable[dict[str, Any]], capacity: int) -> BoundResult:
@@ -79,4 +63,6 @@ def belady(rows: Iterable[dict[str, Any]], capacity: int) -> BoundResult:
                 continue  # stale: evicted already, or its next read moved
             del cached[victim]
             used -= current[1]
-    return BoundResult(capacity, hits, misses, hit_bytes, miss_bytes)
+    return BoundResult(
+        size_bytes=capacity, hits=hits, misses=misses, hit_bytes=hit_bytes, miss_bytes=miss_bytes
+    )

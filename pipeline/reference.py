@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from pipeline.outcome import CacheOutcome
+
 POLICIES = ("LRU", "S3FIFO", "ARC", "WTinyLFU")
 #: libcachesim's hash table: 2^20 buckets, not the default 2^24 that dominates small runs
 HASHPOWER = 20
@@ -26,22 +28,10 @@ def available() -> bool:
     return True
 
 
-@dataclasses.dataclass
-class ReferenceResult:
+@dataclasses.dataclass(kw_only=True)
+class ReferenceResult(CacheOutcome):
     design: str
     size_bytes: int
-    hits: int
-    misses: int
-    hit_bytes: int
-    miss_bytes: int
-
-    def as_row(self) -> dict[str, Any]:
-        row = dataclasses.asdict(self)
-        reads = self.hits + self.misses
-        total = self.hit_bytes + self.miss_bytes
-        row["hit_ratio"] = self.hits / reads if reads else 0.0
-        row["byte_hit_ratio"] = self.hit_bytes / total if total else 0.0
-        return row
 
 
 def simulate(rows: Iterable[dict[str, Any]], policy: str, capacity: int) -> ReferenceResult:
@@ -65,4 +55,11 @@ def simulate(rows: Iterable[dict[str, Any]], policy: str, capacity: int) -> Refe
         else:
             misses += 1
             miss_bytes += size
-    return ReferenceResult(policy, capacity, hits, misses, hit_bytes, miss_bytes)
+    return ReferenceResult(
+        design=policy,
+        size_bytes=capacity,
+        hits=hits,
+        misses=misses,
+        hit_bytes=hit_bytes,
+        miss_bytes=miss_bytes,
+    )

@@ -34,6 +34,7 @@ from broker.cache.api import EntryCacheManager
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
 from broker.clock import ManualClock
+from pipeline.outcome import CacheOutcome
 
 DESIGNS = ("pip430", "legacy", "segmented")
 
@@ -52,36 +53,18 @@ class ReplaySpec:
         return dataclasses.replace(self.settings, max_size_bytes=self.size_bytes)
 
 
-@dataclasses.dataclass
-class ReplayResult:
+@dataclasses.dataclass(kw_only=True)
+class ReplayResult(CacheOutcome):
     design: str
     size_bytes: int
     live: bool
-    hits: int
-    misses: int
-    hit_bytes: int
-    miss_bytes: int
     events: int
     evicted: dict[str, int]
 
-    @property
-    def hit_ratio(self) -> float:
-        reads = self.hits + self.misses
-        return self.hits / reads if reads else 0.0
-
-    @property
-    def byte_hit_ratio(self) -> float:
-        total = self.hit_bytes + self.miss_bytes
-        return self.hit_bytes / total if total else 0.0
-
     def as_row(self) -> dict[str, Any]:
-        row = dataclasses.asdict(self)
-        row["hit_ratio"] = self.hit_ratio
-        row["byte_hit_ratio"] = self.byte_hit_ratio
-        row["evicted_ttl"] = self.evicted["ttl"]
-        row["evicted_size"] = self.evicted["size"]
-        row["evicted_invalidated"] = self.evicted["invalidated"]
-        del row["evicted"]
+        row = super().as_row()
+        for reason, count in row.pop("evicted").items():
+            row[f"evicted_{reason}"] = count
         return row
 
 

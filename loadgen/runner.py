@@ -366,6 +366,10 @@ class ConsumerWorker:
                         await self.connect()
                     failures = 0
                     run.connected(self, None)
+                    if not self._wanted.is_set():
+                        # a disconnect event came while connecting: honour it
+                        await self.disconnect()
+                        continue
                 except BrokerError as error:
                     run.connected(self, error)
                     run.counters.consume_errors += 1

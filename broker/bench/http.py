@@ -10,7 +10,10 @@ Rows, all for 1 KiB messages sent 100 to a request by a few concurrent producers
   so the cost of fsync shows);
 - ``produce+consume``: the ``syncMode=none`` broker with one Exclusive consumer that
   long-polls and acks cumulatively while the producers run; its rate is messages
-  consumed per second until every produced message was consumed.
+  consumed per second until every produced message was consumed;
+- ``produce+consume, traced``: the same on a broker recording its access trace
+  (``brokerlabTraceDir``): an add, a read and a release per message. Its rate over the
+  untraced row is what tracing costs.
 
 The headline is ``produce / ceiling`` measured in one run (target >= 0.6), never an
 absolute time: the client runs in this process and the servers in child processes on a
@@ -193,8 +196,12 @@ def bare_server(label: str) -> ServerProcess:
     return ServerProcess(label, argv, BARE_READY_PREFIX)
 
 
-def broker_server(label: str, data_dir: pathlib.Path, sync_mode: str) -> ServerProcess:
+def broker_server(
+    label: str, data_dir: pathlib.Path, sync_mode: str, trace_dir: pathlib.Path | None = None
+) -> ServerProcess:
     argv = [sys.executable, "-m", "broker.cli", "serve", "--host", HOST, "--port", "0"]
+    if trace_dir is not None:
+        argv += ["--set", f"brokerlabTraceDir={trace_dir}"]
     argv += ["--data-dir", str(data_dir)]
     conf = _conf_dir()
     if conf is not None:
@@ -375,7 +382,10 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
     bare = bare_server("bare aiohttp server")
     broker_none = broker_server("broker (syncMode=none)", data_root / "none", "none")
     broker_batch = broker_server("broker (syncMode=batch)", data_root / "batch", "batch")
-    servers = [bare, broker_none, broker_batch]
+    broker_traced = broker_server(
+        "broker (syncMode=none, traced)", data_root / "traced", "none", data_root / "trace"
+    )
+    servers = [bare, broker_none, broker_batch, broker_traced]
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=config.producers + 2)
     session = aiohttp.ClientSession(
         connector=connector,
@@ -383,7 +393,9 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
         headers={"Content-Type": "application/json"},
     )
     try:
-        bare_url, none_url, batch_url = await asyncio.gather(*(s.start() for s in servers))
+        bare_url, none_url, batch_url, traced_url = await asyncio.gather(
+            *(s.start() for s in servers)
+        )
         for server, mode in ((broker_none, "none"), (broker_batch, "batch")):
             if f"sync: {mode})" not in server.ready_line:
                 raise BenchError(f"{server.label}: started as {server.ready_line!r}")
@@ -392,25 +404,34 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
         produce_none = Row("produce_none", "produce", broker_none, "none")
         produce_consume = Row("produce_consume_none", "produce+consume", broker_none, "none")
         produce_batch = Row("produce_batch", "produce", broker_batch, "batch")
-        rows = [ceiling, produce_none, produce_consume, produce_batch]
+        traced = Row(
+            "produce_consume_traced_none", "produce+consume, traced", broker_traced, "none"
+        )
+        rows = [ceiling, produce_none, produce_consume, produce_batch, traced]
 
         urls = {
             "ceiling": _url(bare_url, "ceiling"),
             "produce_none": _url(none_url, "produce"),
             "produce_consume_none": _url(none_url, "produce-consume"),
             "produce_batch": _url(batch_url, "produce"),
+            "produce_consume_traced_none": _url(traced_url, "produce-consume"),
         }
         # Consumer first (its subscription then sees every message), then warm-up:
         # connections, topic loading, ledger creation, the consume path.
         consumer = ConsumerState(
             await create_consumer(session, none_url, "produce-consume", config)
         )
+        traced_consumer = ConsumerState(
+            await create_consumer(session, traced_url, "produce-consume", config)
+        )
+        consumers = {produce_consume.key: consumer, traced.key: traced_consumer}
         warm = config.warmup_requests
         for key in ("ceiling", "produce_none", "produce_batch"):
             await produce_requests(session, urls[key], work, warm)
-        await _produce_and_consume(session, urls["produce_consume_none"], work, consumer, warm)
-        consumer.ids.clear()
-        consumer.received = 0
+        for key, warming in consumers.items():
+            await _produce_and_consume(session, urls[key], work, warming, warm)
+            warming.ids.clear()
+            warming.received = 0
 
         per_request = config.messages_per_request
         for round_index in range(config.rounds):
@@ -420,13 +441,18 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             produced = requests * per_request
             for row in rows:
                 url = urls[row.key]
-                if row is produce_consume:
+                row_consumer = consumers.get(row.key)
+                if row_consumer is not None:
 
-                    async def run_pc(url: str = url, requests: int = requests) -> int:
-                        return await _produce_and_consume(session, url, work, consumer, requests)
+                    async def run_pc(
+                        url: str = url,
+                        requests: int = requests,
+                        state: ConsumerState = row_consumer,
+                    ) -> int:
+                        return await _produce_and_consume(session, url, work, state, requests)
 
                     await row.measure(run_pc, produced)
-                    await drain_extra(session, consumer)
+                    await drain_extra(session, row_consumer)
                 else:
 
                     async def run_p(url: str = url, requests: int = requests) -> int:
@@ -436,7 +462,7 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
                     await row.measure(run_p, produced)
         for server in servers:
             server.check_alive()
-        return _report(config, rows, consumer)
+        return _report(config, rows, consumer, traced_consumer)
     finally:
         await session.close()
         await asyncio.gather(*(server.stop() for server in servers), return_exceptions=True)
@@ -461,7 +487,9 @@ async def _produce_and_consume(
     return consumer.received - before
 
 
-def _report(config: BenchConfig, rows: list[Row], consumer: ConsumerState) -> dict[str, Any]:
+def _report(
+    config: BenchConfig, rows: list[Row], consumer: ConsumerState, traced: ConsumerState
+) -> dict[str, Any]:
     ceiling = rows[0].rate()
     if ceiling <= 0:
         raise BenchError("the ceiling row measured no throughput")
@@ -488,6 +516,9 @@ def _report(config: BenchConfig, rows: list[Row], consumer: ConsumerState) -> di
     pc = by_key["produce_consume_none"]
     pc["consumed"] = consumer.received
     pc["consumed_distinct"] = len(consumer.ids)
+    traced_row = by_key["produce_consume_traced_none"]
+    traced_row["consumed"] = traced.received
+    traced_row["consumed_distinct"] = len(traced.ids)
     cpu_count = os.cpu_count() or 0
     return {
         "bench": "http",
@@ -497,13 +528,19 @@ def _report(config: BenchConfig, rows: list[Row], consumer: ConsumerState) -> di
             "host": HOST,
             "cpu_count": cpu_count,
             "client": "aiohttp ClientSession in the bench process (uvloop)",
-            "servers": "child processes: bare aiohttp+uvloop; brokerlab serve x2",
+            "servers": "child processes: bare aiohttp+uvloop; brokerlab serve x3",
         },
         "rows": list(by_key.values()),
         "ceiling_msgs_per_s": by_key["ceiling"]["rate_msgs_per_s"],
         "produce_ratio": by_key["produce_none"]["ratio"],
         "produce_batch_ratio": by_key["produce_batch"]["ratio"],
         "produce_consume_ratio": pc["ratio"],
+        # what recording the access trace costs: traced over untraced, same workload
+        "traced_over_untraced": (
+            round(traced_row["rate_msgs_per_s"] / pc["rate_msgs_per_s"], 4)
+            if pc["rate_msgs_per_s"] > 0
+            else None
+        ),
         "produced": pc["produced"],
         "consumed": pc["consumed"],
         "target_produce_ratio": TARGET_PRODUCE_RATIO,
@@ -553,6 +590,8 @@ def format_table(result: dict[str, Any]) -> str:
         f"produce / ceiling (syncMode=none): {result['produce_ratio']:.2f} "
         f"({verdict} the target {target:.2f})",
         f"produce+consume: consumed {result['consumed']:,} of {result['produced']:,} produced",
+        f"produce+consume traced / untraced: {result['traced_over_untraced']:.2f} "
+        "(what recording the access trace costs)",
         "ratio = msgs/s / ceiling msgs/s, measured in this run; CPU columns are cores busy "
         "during the row (server process; client = this process).",
     ]

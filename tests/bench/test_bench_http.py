@@ -26,7 +26,13 @@ def test_bench_http_quick_json() -> None:
     result = json.loads(completed.stdout)
 
     rows = {row["row"]: row for row in result["rows"]}
-    assert set(rows) == {"ceiling", "produce_none", "produce_batch", "produce_consume_none"}
+    assert set(rows) == {
+        "ceiling",
+        "produce_none",
+        "produce_batch",
+        "produce_consume_none",
+        "produce_consume_traced_none",
+    }
     assert rows["produce_none"]["syncMode"] == "none"
     assert rows["produce_batch"]["syncMode"] == "batch"
     assert rows["produce_consume_none"]["syncMode"] == "none"
@@ -51,4 +57,9 @@ def test_bench_http_quick_json() -> None:
     consume = rows["produce_consume_none"]
     assert consume["consumed"] == consume["produced"] == expected
     assert consume["consumed_distinct"] == expected
+    traced = rows["produce_consume_traced_none"]
+    assert traced["consumed"] == traced["consumed_distinct"] == expected
+    assert result["traced_over_untraced"] == round(
+        traced["rate_msgs_per_s"] / consume["rate_msgs_per_s"], 4
+    )
     assert result["consumed"] == result["produced"] == expected

@@ -16,7 +16,7 @@ import uvloop
 from loadgen.broker_process import BrokerStartError
 from loadgen.client import BrokerError
 from loadgen.runner import RunOptions, default_out_dir, run_scenario
-from loadgen.scenario import Scenario, ScenarioError, load_scenario, preset_names
+from loadgen.scenario import ScenarioError, load_scenario, preset_names
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -134,13 +134,8 @@ def run_command(args: argparse.Namespace) -> int:
         return 1
 
 
-def _scenario(args: argparse.Namespace) -> Scenario:
-    scenario = load_scenario(args.scenario)
-    return scenario
-
-
 def _loadgen(args: argparse.Namespace, console: Console) -> int:
-    scenario = _scenario(args)
+    scenario = load_scenario(args.scenario)
     if args.url and (args.config or args.storage_config or args.set):
         raise ScenarioError("--config, --storage-config and --set apply to a started broker")
     out = args.out or default_out_dir(scenario.name)
@@ -171,7 +166,7 @@ def _loadgen(args: argparse.Namespace, console: Console) -> int:
 def _compare(args: argparse.Namespace, console: Console) -> int:
     from loadgen.plots import comparison_table, plot_comparison
 
-    scenario = _scenario(args)
+    scenario = load_scenario(args.scenario)
     designs = [name.strip() for name in args.implementations.split(",") if name.strip()]
     unknown = [name for name in designs if name not in DESIGNS]
     if unknown or not designs:
@@ -258,6 +253,8 @@ def _design_table(results: dict[str, Any]) -> Table:
     """The live design and its shadows on the same reads."""
     from rich.table import Table
 
+    from loadgen.plots import percent
+
     cache = results["cache"]
     table = Table(title="cache designs on the same reads (shadows are size-only replicas)")
     for column in ("design", "role", "hits", "misses", "hit ratio", "byte hit ratio"):
@@ -270,14 +267,10 @@ def _design_table(results: dict[str, Any]) -> Table:
             role,
             f"{stats['hits']:,.0f}",
             f"{stats['misses']:,.0f}",
-            _percent(stats["hitRatio"]),
-            _percent(stats["byteHitRatio"]),
+            percent(stats["hitRatio"]),
+            percent(stats["byteHitRatio"]),
         )
     return table
-
-
-def _percent(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1%}"
 
 
 def _ms(value: float | None) -> str:
@@ -287,7 +280,7 @@ def _ms(value: float | None) -> str:
 def print_summary(results: dict[str, Any], console: Console) -> None:
     from rich.table import Table
 
-    from loadgen.plots import human_bytes
+    from loadgen.plots import human_bytes, percent
 
     totals = results["totals"]
     cache = results["cache"]
@@ -311,7 +304,7 @@ def print_summary(results: dict[str, Any], console: Console) -> None:
                 for suffix in ("50pct", "99pct", "999pct", "Max")
             ),
         )
-    table.add_row("cache hit ratio", _percent(cache["hitRatio"]))
+    table.add_row("cache hit ratio", percent(cache["hitRatio"]))
     table.add_row(
         "bookie reads (requests / entries / bytes)",
         f"{bookie.get('readRequests', 0):,.0f} / {bookie.get('entriesRead', 0):,.0f} / "

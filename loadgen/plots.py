@@ -216,7 +216,8 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _percent(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """A ratio as a percentage with one decimal; n/a for None."""
     return "n/a" if value is None else f"{value * 100:.1f}%"
 
 
@@ -244,8 +245,8 @@ def comparison_table(runs: list[dict[str, Any]]) -> str:
         rows.append(
             [
                 _implementation(run).replace("|", "\\|"),
-                _percent(_cache(run, "hitRatio")),
-                _percent(_cache(run, "byteHitRatio")),
+                percent(_cache(run, "hitRatio")),
+                percent(_cache(run, "byteHitRatio")),
                 f"{_storage(run, 'bookie', 'readRequests'):.0f}",
                 f"{_storage(run, 'bookie', 'entriesRead'):.0f}",
                 human_bytes(_storage(run, "bookie", "bytesRead")),

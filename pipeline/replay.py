@@ -26,7 +26,7 @@ Cost: O(events + eviction rounds) per replay; memory: the cache's entries (sizes
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from broker.cache import create_entry_cache_manager
@@ -276,9 +276,3 @@ def _slowest_changed(state: _Readers, manager: EntryCacheManager, topic: str) ->
     if slowest != state.slowest:
         state.slowest = slowest
         manager.get_entry_cache(topic).invalidate_entries(*slowest)
-
-
-def rows_of(batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
-    """Rows of pyarrow record batches (or tables), one dict at a time."""
-    for batch in batches:
-        yield from batch.to_pylist()

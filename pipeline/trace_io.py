@@ -5,7 +5,7 @@ so no process ever holds a whole trace."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -42,9 +42,14 @@ def iter_batches(uri: str, pattern_prefix: str = "") -> Iterator[pa.RecordBatch]
             yield from pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS)
 
 
-def iter_rows(uri: str, pattern_prefix: str = "") -> Iterator[dict[str, Any]]:
-    for batch in iter_batches(uri, pattern_prefix):
+def rows_of(batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """Rows of pyarrow record batches (or tables), one dict at a time."""
+    for batch in batches:
         yield from batch.to_pylist()
+
+
+def iter_rows(uri: str, pattern_prefix: str = "") -> Iterator[dict[str, Any]]:
+    return rows_of(iter_batches(uri, pattern_prefix))
 
 
 def read_json(uri: str, name: str) -> dict[str, Any]:

@@ -10,7 +10,8 @@ import pytest
 
 from broker.cache.config import CacheConfig
 from broker.trace.recorder import read_meta, read_trace
-from pipeline.replay import ReplaySpec, replay, rows_of
+from pipeline.replay import ReplaySpec, replay
+from pipeline.trace_io import rows_of
 from tests.pipeline.workload import record
 
 

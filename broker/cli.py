@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import pathlib
 import signal
@@ -91,6 +92,23 @@ def load_settings(args: argparse.Namespace) -> Settings:
     return Settings(broker=broker, storage=storage, data_dir=args.data_dir)
 
 
+#: Young-generation threshold of the cyclic GC while serving (CPython's default: 700).
+#: A produce request of 100 messages allocates some 200 dicts, so the default ran a
+#: young collection every few requests and a full one every few seconds.
+SERVE_GC_THRESHOLD = 20_000
+
+
+def tune_gc_for_serving() -> None:
+    """Move everything built at start-up (modules, config, the app) out of the collector's
+    sight and collect young objects less often. The broker makes few reference cycles:
+    almost all of its garbage is freed by reference counting, so full collections over
+    the start-up objects (tens of milliseconds each here) bought nothing."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(SERVE_GC_THRESHOLD, older, oldest)
+
+
 async def serve(settings: Settings) -> None:
     """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed)."""
     app = create_app(settings)
@@ -99,6 +117,7 @@ async def serve(settings: Settings) -> None:
     try:
         site = web.TCPSite(runner, settings.broker.bindAddress, settings.broker.webServicePort)
         await site.start()
+        tune_gc_for_serving()
         port = settings.broker.webServicePort
         for address in runner.addresses:
             port = address[1]

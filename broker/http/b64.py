@@ -10,8 +10,12 @@ pybase64 refuses goes to binascii, whose verdict stands: exactly the inputs that
 from __future__ import annotations
 
 import binascii
+import functools
+from collections.abc import Iterable
 
 import pybase64
+
+_decode_validated = functools.partial(pybase64.b64decode, validate=True)
 
 
 def decode_base64_strict(text: str) -> bytes:
@@ -21,3 +25,11 @@ def decode_base64_strict(text: str) -> bytes:
         return pybase64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         return binascii.a2b_base64(text, strict_mode=True)
+
+
+def decode_all_strict(texts: Iterable[str]) -> list[bytes]:
+    """Decode every text with pybase64 alone, looping in C: binascii.Error, ValueError or
+    TypeError (a text that is not a string) on the first one it refuses. It refuses a
+    superset of what :func:`decode_base64_strict` refuses, so a caller that falls back to
+    that function on any error accepts exactly the same inputs. O(total length)."""
+    return list(map(_decode_validated, texts))

@@ -7,6 +7,7 @@ count; decoding happens only where a consumer or the HTTP layer needs the fields
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
 import orjson
 
@@ -73,6 +74,14 @@ def encode_message(
         _VERSION, publish_time, event_time, _NO_KEY if key is None else len(key_bytes), len(props)
     )
     return b"".join((header, key_bytes, props, payload))
+
+
+def encode_payloads(payloads: Iterable[bytes], publish_time: int) -> list[bytes]:
+    """``encode_message(payload, publish_time)`` for every payload (no event time, key or
+    properties), with the header packed once and the concatenations looped in C.
+    O(total payload bytes)."""
+    header = _HEADER.pack(_VERSION, publish_time, 0, _NO_KEY, 0)
+    return list(map(header.__add__, payloads))
 
 
 def decode_message(data: bytes) -> Message:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.http.b64 import decode_base64_strict
+from broker.http.b64 import decode_all_strict, decode_base64_strict
 
 
 def verdict(decode: Callable[[str], bytes], text: str) -> bytes | str:
@@ -72,3 +72,17 @@ def test_valid_payloads_with_one_change_get_the_binascii_strict_verdict(
     changed = text[:where] + insert + text[where:]
     assert verdict(decode_base64_strict, text) == payload
     assert verdict(decode_base64_strict, changed) == verdict(reference, changed)
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from("AQgw/+=9zZ \n-_\u00e9\x00"), max_size=12)))
+def test_batch_decoding_refuses_whatever_strict_decoding_refuses(texts: list[str]) -> None:
+    try:
+        decoded = decode_all_strict(texts)
+    except (binascii.Error, ValueError):
+        return  # the caller falls back to decode_base64_strict text by text
+    assert decoded == [reference(text) for text in texts]
+
+
+def test_batch_decoding_refuses_a_text_that_is_not_a_string() -> None:
+    with pytest.raises(TypeError):
+        decode_all_strict(["QQ==", 5])  # type: ignore[list-item]

@@ -1,0 +1,81 @@
+"""The produce fast path (payload-only messages, loops in C) and the per-message path
+give the same entries for the same request, and the fast path never accepts what the
+per-message path refuses: on anything unusual it steps aside and the per-message path
+reports the first bad message by index."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.config import BrokerConfig
+from broker.dispatch.errors import InvalidRequestError, TooLargeError
+from broker.http.app import _encode_each, _encode_messages, _encode_payload_only
+from broker.ledger.entry import decode_message
+
+MAX_SIZE = 64
+NOW_MS = 1_763_700_000_000
+CONFIG = BrokerConfig(maxMessageSize=MAX_SIZE)
+
+
+def outcome(encode: Any, messages: list[Any]) -> list[bytes] | tuple[str, str]:
+    try:
+        return list(encode(messages, MAX_SIZE, NOW_MS))
+    except (InvalidRequestError, TooLargeError) as error:
+        return (type(error).__name__, str(error))
+
+
+payload_texts = st.one_of(
+    st.binary(max_size=MAX_SIZE + 8).map(lambda raw: base64.b64encode(raw).decode()),
+    st.sampled_from(["AAAA=", "QQ=", "Q", "QUJ\u00e9", "", "QQ==QQ=="]),
+    st.integers(),
+    st.none(),
+)
+message = st.one_of(
+    st.fixed_dictionaries({"payload": payload_texts}),
+    st.fixed_dictionaries({"payload": payload_texts}, optional={"key": st.text(max_size=4)}),
+    st.fixed_dictionaries({}, optional={"key": st.text(max_size=2), "eventTime": st.integers()}),
+    st.sampled_from(["", "a", [], ["payload"], 3, None]),
+)
+
+
+def whole_request(messages: list[Any], max_size: int, now_ms: int) -> list[bytes]:
+    return _encode_messages({"messages": messages}, CONFIG, now_ms)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(message, min_size=1, max_size=6))
+def test_fast_path_agrees_with_the_per_message_path(messages: list[Any]) -> None:
+    per_message = outcome(_encode_each, messages)
+    fast = _encode_payload_only(messages, MAX_SIZE, NOW_MS)
+    if fast is not None:
+        assert fast == per_message
+    assert outcome(whole_request, messages) == per_message
+
+
+def test_fast_path_takes_payload_only_requests_and_encodes_them_as_messages() -> None:
+    payloads = [b"", b"x", bytes(range(MAX_SIZE))]
+    messages = [{"payload": base64.b64encode(p).decode()} for p in payloads]
+    encoded = _encode_payload_only(messages, MAX_SIZE, NOW_MS)
+    assert encoded is not None
+    decoded = [decode_message(entry) for entry in encoded]
+    assert [m.payload for m in decoded] == payloads
+    assert {(m.publish_time, m.event_time, m.key) for m in decoded} == {(NOW_MS, 0, None)}
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"payload": "QQ=="}, {"payload": "QQ==", "key": "k"}],  # optional fields
+        [{"payload": "QQ=="}, {}],  # an empty message
+        [{"payload": "AAAA="}],  # valid for strict binascii, refused by pybase64
+        [{"payload": base64.b64encode(bytes(MAX_SIZE + 1)).decode()}],  # too large
+        [{"payload": "QQ==", "key": "k"}, {}],  # lengths add up, yet not payload-only
+    ],
+)
+def test_fast_path_steps_aside(messages: list[Any]) -> None:
+    assert _encode_payload_only(messages, MAX_SIZE, NOW_MS) is None

@@ -23,6 +23,9 @@ class StorageConfig(BaseModel):
     journalBufferedWritesThreshold: int = Field(default=524288, gt=0)
     #: roll to a new entry log file past this size (bytes).
     logSizeLimit: int = Field(default=1073741824, gt=0)
+    #: write entry logs with O_DIRECT from the writer thread, in groups (BookKeeper's
+    #: key; its default is false); falls back to the page cache where refused.
+    dbStorage_directIOEntryLogger: bool = True
     #: latency model per operation: "0", "fixed:<ms>", "uniform:<min_ms>:<max_ms>",
     #: "lognormal:<median_ms>:<sigma>".
     addEntryLatency: str = "0"

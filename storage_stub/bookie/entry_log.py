@@ -9,26 +9,41 @@ The CRC covers everything after itself. A frame is valid only if its count is at
 1, its lengths add up to its payload bytes, it ends inside the file and its CRC matches,
 so a torn tail and the zeros of a preallocated tail never parse as a frame.
 
-A frame is written with one ``pwritev`` of [header, payload 1, ...]: no copy of the
-payloads. It is in the OS page cache (readable, and surviving a process kill) when
-``write`` returns, durable only after ``sync``. Files grow in preallocated steps of up to
-PREALLOCATE_BYTES, so a write does not pay for growing the file; ``close`` trims the
-unused preallocation. The location index, not the log, says which frames were
-acknowledged; recovery only cuts the newest log back to its last valid frame.
+Two write paths give the same file contents:
 
-Blocking file I/O throughout: the bookie calls ``write`` and ``sync`` from its writer
-thread; ``Frame`` building and reads run on the event loop.
+- through the page cache: a frame is written with one ``pwritev`` of [header, payload 1,
+  ...], no copy of the payloads;
+- direct I/O (``direct_io``): the frames of a group are copied into one reused,
+  page-aligned buffer and written with one O_DIRECT ``pwrite`` from the start of the
+  partly filled last block (its bytes written again, unchanged, so a torn rewrite leaves
+  them as they were) to the next block boundary (zeros after the last frame, like a
+  preallocated tail; the next group overwrites them). No page-cache page is filled, and
+  filling them was what a write cost most on the machine brokerlab is tuned on.
+  ``plan_direct`` (the copy) and ``finish_direct`` run on the caller's thread, the
+  pwrite (``DirectWrite.execute``) may run on another. Reads go through the page cache
+  on either path.
+
+A written frame survives a process kill, and is durable only after ``sync``. Files grow
+in preallocated steps of up to PREALLOCATE_BYTES, so a write does not pay for growing the
+file; ``close`` trims the unused preallocation (and the direct path's padding). The
+location index, not the log, says which frames were acknowledged; recovery only cuts the
+newest log back to its last valid frame.
+
+Blocking file I/O throughout: ``Frame`` building, reads and the direct path's copy run
+on the event loop; page-cache writes in sync modes always and batch, direct pwrites and
+``sync`` on the bookie's writer thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 import pathlib
 import struct
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from isal.isal_zlib import crc32
 
@@ -47,6 +62,10 @@ PREALLOCATE_BYTES = 64 * 1024 * 1024
 _RECOVERY_CHUNK_BYTES = 4 * 1024 * 1024
 _MAX_ENTRIES_PER_FRAME = (1 << 32) - 1
 _IOV_MAX = 1024
+#: Direct writes start, end and sit in memory on multiples of this (a page: enough for
+#: every block size Linux's O_DIRECT asks for on common file systems).
+DIRECT_IO_ALIGNMENT = 4096
+_ZEROS = bytes(DIRECT_IO_ALIGNMENT)
 #: posix_fallocate errors meaning "not supported here": writes then grow the file.
 _NO_FALLOCATE = frozenset((errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL))
 _LENGTHS: dict[int, struct.Struct] = {}
@@ -113,6 +132,38 @@ class FrameLocation(NamedTuple):
     offset: int
 
 
+class DirectWrite:
+    """One planned O_DIRECT write (see ``EntryLogger.plan_direct``): ``length`` bytes of
+    ``buffer`` to ``start`` of a log, both block-aligned; the frames in it end at ``end``
+    and start at ``locations``."""
+
+    __slots__ = ("buffer", "end", "fd", "length", "locations", "start")
+
+    def __init__(
+        self,
+        fd: int,
+        buffer: mmap.mmap,
+        start: int,
+        length: int,
+        end: int,
+        locations: list[FrameLocation],
+    ) -> None:
+        self.fd = fd
+        self.buffer = buffer
+        self.start = start
+        self.length = length
+        self.end = end
+        self.locations = locations
+
+    def execute(self) -> None:
+        """Blocking: the pwrite (the GIL is released while the device works). OSError
+        if it fails."""
+        with memoryview(self.buffer) as view:
+            written = 0
+            while written < self.length:
+                written += os.pwrite(self.fd, view[written : self.length], self.start + written)
+
+
 class EntryRun(NamedTuple):
     """Consecutive entries of one frame: the log, where the first payload starts, and
     every payload's length in entry order."""
@@ -171,28 +222,43 @@ class EntryLogger:
     """The entry log files of one data directory; frames go to the newest.
 
     ``write``: one pwritev per frame (plus a fallocate per 64 MiB), O(frame count +
-    frame bytes copied by the kernel). ``read_runs``: one pread per group of nearby runs
-    (up to 256 KiB), one copy per payload out of it.
+    frame bytes copied by the kernel); with direct I/O, ``write_group``: one memcpy per
+    frame into the aligned buffer and one pwrite per group and log. ``read_runs``: one
+    pread per group of nearby runs (up to 256 KiB), one copy per payload out of it.
     """
 
     __slots__ = (
         "_allocated",
         "_broken",
+        "_buffer",
         "_current_fd",
         "_current_id",
+        "_direct_fd",
         "_directory",
         "_directory_fd",
         "_fds",
         "_size_limit",
+        "_tail",
         "_unsynced",
         "_write_offset",
+        "direct_io",
     )
 
-    def __init__(self, directory: pathlib.Path, size_limit: int) -> None:
+    def __init__(self, directory: pathlib.Path, size_limit: int, direct_io: bool = False) -> None:
         """Open (creating if needed) the logs under ``directory``; cut the newest one back
-        to its last valid frame. Cost: O(size of the newest log) for that check."""
+        to its last valid frame. Cost: O(size of the newest log) for that check.
+
+        ``direct_io`` asks for ``write_group`` to write with O_DIRECT; where the file
+        system refuses O_DIRECT the logger writes through the page cache and
+        ``direct_io`` reads False."""
         self._directory = directory
         self._size_limit = size_limit
+        self.direct_io = direct_io and hasattr(os, "O_DIRECT")
+        self._direct_fd = -1
+        #: The written bytes of the current log's last, partly filled block (direct I/O
+        #: rewrites that block with the next group, as O_DIRECT writes whole blocks).
+        self._tail = b""
+        self._buffer: mmap.mmap | None = None
         self._fds: dict[int, int] = {}
         self._unsynced: set[int] = set()
         self._broken: OSError | None = None
@@ -212,6 +278,7 @@ class EntryLogger:
                 self._fds[self._current_id] = self._current_fd
                 self._write_offset = self._truncate_torn_tail(self._current_fd)
                 self._allocated = self._write_offset
+                self._open_direct()
             else:
                 self._current_id = -1
                 self._current_fd = -1
@@ -264,6 +331,28 @@ class EntryLogger:
         self._allocated = 0
         # The new file's directory entry must be durable with the first frames in it.
         self._unsynced.add(self._directory_fd)
+        self._open_direct()
+
+    def _open_direct(self) -> None:
+        """Open the current log a second time for O_DIRECT writes (the first descriptor
+        serves reads, truncation and fsync) and load its partly written last block.
+        Turns direct I/O off for good where the file system refuses O_DIRECT."""
+        if self._direct_fd >= 0:
+            os.close(self._direct_fd)
+            self._direct_fd = -1
+        self._tail = b""
+        if not self.direct_io:
+            return
+        try:
+            self._direct_fd = os.open(self._path(self._current_id), os.O_WRONLY | os.O_DIRECT)
+        except OSError as error:
+            if error.errno != errno.EINVAL:
+                raise
+            self.direct_io = False
+            return
+        partial = self._write_offset % DIRECT_IO_ALIGNMENT
+        if partial:
+            self._tail = os.pread(self._current_fd, partial, self._write_offset - partial)
 
     def _trim_preallocation(self) -> None:
         """Give back the unused preallocated tail of the current log."""
@@ -301,6 +390,11 @@ class EntryLogger:
 
         All or nothing: a failed write is cut off again and raises StorageFaultError.
         """
+        if self.direct_io:
+            return self.write_group((frame,))[0]
+        return self._write_buffered(frame)
+
+    def _write_buffered(self, frame: Frame) -> FrameLocation:
         if self._broken is not None:
             raise StorageFaultError("addEntries", f"entry log unusable: {self._broken}")
         size = len(frame.header) + frame.payload_bytes
@@ -322,6 +416,111 @@ class EntryLogger:
     ) -> FrameLocation:
         """Build the frame of ``entries`` and ``write`` it."""
         return self.write(Frame(ledger_id, first_entry_id, entries))
+
+    def write_group(self, frames: Sequence[Frame]) -> list[FrameLocation]:
+        """Write ``frames`` one after another and return where each starts (blocking).
+        With direct I/O: ``plan_direct``, ``DirectWrite.execute`` and ``finish_direct``
+        for each log the frames go to; without, one ``write`` per frame."""
+        if not self.direct_io:
+            return [self._write_buffered(frame) for frame in frames]
+        locations: list[FrameLocation] = []
+        while len(locations) < len(frames):
+            write = self.plan_direct(frames, len(locations))
+            try:
+                write.execute()
+            except OSError as error:
+                self.abandon_direct(write, error)
+            self.finish_direct(write)
+            locations += write.locations
+        return locations
+
+    def plan_direct(self, frames: Sequence[Frame], first: int = 0) -> DirectWrite:
+        """Prepare one O_DIRECT write of ``frames[first:]``, as many of them as the current
+        log takes (rolling to a new log first when not even the first one fits): copy
+        them into the reused page-aligned buffer, from the start of the partly written
+        last block (its bytes written again, unchanged) to the next block boundary
+        (zeros after the last frame, as in a preallocated tail).
+
+        Run the result's ``execute`` (on any thread; it touches nothing but the buffer
+        and the file), then ``finish_direct`` or, if it raised, ``abandon_direct``;
+        nothing else may be written in between. O(bytes of the frames taken): one
+        memcpy per frame, and a fallocate per 64 MiB.
+        """
+        if not self.direct_io:
+            raise ValueError("plan_direct needs direct I/O")
+        if self._broken is not None:
+            raise StorageFaultError("addEntries", f"entry log unusable: {self._broken}")
+        count = len(frames)
+        if not 0 <= first < count:
+            raise ValueError(f"no frame to write at {first} of {count}")
+        offset = self._write_offset
+        end = offset
+        taken = first
+        while taken < count:
+            frame = frames[taken]
+            size = len(frame.header) + frame.payload_bytes
+            if end > 0 and end + size > self._size_limit:
+                if taken > first:
+                    break
+                try:
+                    self._start_log(self._current_id + 1)
+                except OSError as error:
+                    raise StorageFaultError(
+                        "addEntries", f"cannot roll entry log: {error}"
+                    ) from None
+                offset = end = 0
+            end += size
+            taken += 1
+        tail = self._tail
+        start = offset - len(tail)
+        padded_end = -(-end // DIRECT_IO_ALIGNMENT) * DIRECT_IO_ALIGNMENT
+        if padded_end > self._allocated:
+            self._preallocate(padded_end)
+        length = padded_end - start
+        buffer = self._aligned_buffer(length)
+        buffer[: len(tail)] = tail
+        position = len(tail)
+        locations: list[FrameLocation] = []
+        log_id = self._current_id
+        for index in range(first, taken):
+            frame = frames[index]
+            locations.append(FrameLocation(log_id, start + position))
+            data = b"".join((frame.header, *frame.entries))
+            buffer[position : position + len(data)] = data
+            position += len(data)
+        buffer[position:length] = _ZEROS[: length - position]
+        return DirectWrite(self._direct_fd, buffer, start, length, end, locations)
+
+    def finish_direct(self, write: DirectWrite) -> None:
+        """After ``write.execute()`` returned: its frames are in the log."""
+        kept = write.end % DIRECT_IO_ALIGNMENT
+        relative_end = write.end - write.start
+        self._tail = write.buffer[relative_end - kept : relative_end]
+        self._write_offset = write.end
+        self._unsynced.add(self._current_fd)
+
+    def abandon_direct(self, write: DirectWrite, error: OSError) -> NoReturn:
+        """After ``write.execute()`` raised ``error``: cut the log back to where the write
+        began and raise StorageFaultError."""
+        offset = self._write_offset
+        try:
+            os.ftruncate(self._current_fd, offset)
+            self._allocated = offset
+        except OSError as truncate_error:
+            self._broken = truncate_error
+        raise StorageFaultError("addEntries", f"entry log write failed: {error}") from None
+
+    def _aligned_buffer(self, size: int) -> mmap.mmap:
+        """A page-aligned buffer of at least ``size`` bytes, kept for the next write."""
+        buffer = self._buffer
+        if buffer is None or len(buffer) < size:
+            if buffer is not None:
+                buffer.close()
+            capacity = DIRECT_IO_ALIGNMENT
+            while capacity < size:
+                capacity *= 2
+            buffer = self._buffer = mmap.mmap(-1, capacity)
+        return buffer
 
     def _write_frame(self, frame: Frame, offset: int, size: int) -> None:
         fd = self._current_fd
@@ -431,6 +630,13 @@ class EntryLogger:
         self._fds.clear()
         self._unsynced.clear()
         self._current_fd = -1
+        if self._direct_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._direct_fd)
+            self._direct_fd = -1
+        if self._buffer is not None:
+            self._buffer.close()
+            self._buffer = None
         if self._directory_fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._directory_fd)

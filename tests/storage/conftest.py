@@ -32,6 +32,18 @@ STORAGE_KINDS: dict[str, dict[str, Any]] = {
     "disk-none": {"storageMode": "disk", "syncMode": "none"},
     "disk-always": {"storageMode": "disk", "syncMode": "always"},
     "disk-batch": {"storageMode": "disk", "syncMode": "batch", "journalMaxGroupWaitMSec": 1.0},
+    # the entry logs through the page cache (the default writes them with O_DIRECT)
+    "disk-none-buffered": {
+        "storageMode": "disk",
+        "syncMode": "none",
+        "dbStorage_directIOEntryLogger": False,
+    },
+    "disk-batch-buffered": {
+        "storageMode": "disk",
+        "syncMode": "batch",
+        "journalMaxGroupWaitMSec": 1.0,
+        "dbStorage_directIOEntryLogger": False,
+    },
 }
 
 

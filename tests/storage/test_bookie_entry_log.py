@@ -1,10 +1,12 @@
-"""EntryLogger: frames, rolls, preallocation, grouped reads and the torn-tail cut."""
+"""EntryLogger: frames, rolls, preallocation, grouped reads and the torn-tail cut; every
+test runs on both write paths (through the page cache, and O_DIRECT)."""
 
 from __future__ import annotations
 
 import os
 import pathlib
 import struct
+from collections.abc import Iterator
 
 import pytest
 from isal.isal_zlib import crc32
@@ -23,6 +25,23 @@ from storage_stub.bookie.entry_log import (
     payloads_offset,
     valid_prefix_length,
 )
+
+_direct_io = False
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["buffered", "direct"])
+def write_path(request: pytest.FixtureRequest) -> Iterator[bool]:
+    global _direct_io
+    _direct_io = request.param
+    yield request.param
+    _direct_io = False
+
+
+def logger_at(directory: pathlib.Path, size_limit: int) -> EntryLogger:
+    """An EntryLogger on the write path of the running test's parameter."""
+    logger = EntryLogger(directory, size_limit, direct_io=_direct_io)
+    assert logger.direct_io == _direct_io
+    return logger
 
 
 @pytest.fixture
@@ -59,7 +78,7 @@ def valid_length_of(path: pathlib.Path) -> int:
 
 
 def test_appended_frames_are_readable_before_any_sync(logs: pathlib.Path) -> None:
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     entries = [b"alpha", b"", b"gamma" * 100]
     location = logger.append(7, 0, entries)
     assert location == FrameLocation(0, 0)
@@ -86,7 +105,7 @@ def test_a_frame_holds_its_ids_count_lengths_and_a_crc_over_everything_after_it(
 
 
 def test_a_batch_that_would_pass_the_size_limit_goes_to_a_new_log(logs: pathlib.Path) -> None:
-    logger = EntryLogger(logs, 1000)
+    logger = logger_at(logs, 1000)
     first = logger.append(1, 0, [b"a" * 600])
     second = logger.append(1, 1, [b"b" * 600])
     oversized = logger.append(1, 2, [b"c" * 3000])  # alone in an empty log: allowed
@@ -107,7 +126,7 @@ def test_a_batch_that_would_pass_the_size_limit_goes_to_a_new_log(logs: pathlib.
 def test_grouped_reads_span_frames_and_split_at_logs_order_and_the_span_limit(
     logs: pathlib.Path,
 ) -> None:
-    logger = EntryLogger(logs, 1 << 30)
+    logger = logger_at(logs, 1 << 30)
     big = MAX_GROUPED_READ_BYTES // 3
     big_entries = [bytes([i]) * big for i in range(5)]
     small_entries = [b"small-%d" % i for i in range(50)]
@@ -126,7 +145,7 @@ def test_grouped_reads_span_frames_and_split_at_logs_order_and_the_span_limit(
 def test_a_frame_of_more_entries_than_one_pwritev_takes_is_written_whole(
     logs: pathlib.Path,
 ) -> None:
-    logger = EntryLogger(logs, 1 << 30)
+    logger = logger_at(logs, 1 << 30)
     entries = [b"e%d" % i for i in range(3000)]
     location = logger.append(1, 0, entries)
     assert logger.write_offset == frame_size(entries)
@@ -136,12 +155,12 @@ def test_a_frame_of_more_entries_than_one_pwritev_takes_is_written_whole(
 
 
 def test_reopening_continues_the_last_log_after_its_last_frame(logs: pathlib.Path) -> None:
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     before = logger.append(1, 0, [b"one", b"two"])
     logger.sync()
     logger.close()
 
-    reopened = EntryLogger(logs, 1 << 20)
+    reopened = logger_at(logs, 1 << 20)
     after = reopened.append(1, 2, [b"three"])
     assert after.log_id == before.log_id
     assert after.offset == frame_size([b"one", b"two"])
@@ -151,7 +170,7 @@ def test_reopening_continues_the_last_log_after_its_last_frame(logs: pathlib.Pat
 
 
 def test_logs_grow_in_preallocated_steps_and_close_trims_the_rest(logs: pathlib.Path) -> None:
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     logger.append(1, 0, [b"x" * 100])
     written = logger.write_offset
     assert (logs / "0.log").stat().st_size >= written  # preallocated (where supported)
@@ -162,7 +181,7 @@ def test_logs_grow_in_preallocated_steps_and_close_trims_the_rest(logs: pathlib.
 def test_a_killed_writer_leaves_a_preallocated_tail_that_reopening_cuts(
     logs: pathlib.Path,
 ) -> None:
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     entries = [b"kept-%d" % i for i in range(10)]
     location = logger.append(3, 0, entries)
     logger.sync()
@@ -171,7 +190,7 @@ def test_a_killed_writer_leaves_a_preallocated_tail_that_reopening_cuts(
     with (logs / "0.log").open("r+b") as file:
         file.truncate(intact + 8192)
 
-    reopened = EntryLogger(logs, 1 << 20)
+    reopened = logger_at(logs, 1 << 20)
     assert (logs / "0.log").stat().st_size == intact
     assert reopened.write_offset == intact
     assert reopened.read_runs([whole_run(location, entries)]) == entries
@@ -194,7 +213,7 @@ def test_a_killed_writer_leaves_a_preallocated_tail_that_reopening_cuts(
     ],
 )
 def test_a_torn_tail_is_cut_back_to_the_last_whole_frame(logs: pathlib.Path, tail: bytes) -> None:
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     entries = [b"kept-%d" % i for i in range(10)]
     location = logger.append(3, 0, entries)
     logger.close()
@@ -202,7 +221,7 @@ def test_a_torn_tail_is_cut_back_to_the_last_whole_frame(logs: pathlib.Path, tai
     with (logs / "0.log").open("ab") as file:
         file.write(tail)
 
-    reopened = EntryLogger(logs, 1 << 20)
+    reopened = logger_at(logs, 1 << 20)
     assert (logs / "0.log").stat().st_size == intact
     assert reopened.write_offset == intact
     assert reopened.read_runs([whole_run(location, entries)]) == entries
@@ -210,7 +229,7 @@ def test_a_torn_tail_is_cut_back_to_the_last_whole_frame(logs: pathlib.Path, tai
 
 
 def test_a_frame_cut_short_anywhere_is_cut_off(logs: pathlib.Path) -> None:
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     logger.append(3, 0, [b"first" * 10])
     intact = logger.write_offset
     logger.append(3, 1, [b"second" * 10, b"third" * 10])
@@ -223,7 +242,7 @@ def test_a_frame_cut_short_anywhere_is_cut_off(logs: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("where", ["payload", "length", "first-entry-id"])
 def test_a_frame_with_a_flipped_byte_fails_its_crc(logs: pathlib.Path, where: str) -> None:
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     logger.append(3, 0, [b"first"])
     second = logger.append(3, 1, [b"second", b"third"])
     logger.close()
@@ -242,7 +261,7 @@ def test_a_frame_with_a_flipped_byte_fails_its_crc(logs: pathlib.Path, where: st
 def test_lengths_that_do_not_add_up_to_the_payload_bytes_make_a_frame_invalid(
     logs: pathlib.Path,
 ) -> None:
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     logger.append(3, 0, [b"ab", b"cd"])
     logger.close()
     path = logs / "0.log"
@@ -254,10 +273,10 @@ def test_lengths_that_do_not_add_up_to_the_payload_bytes_make_a_frame_invalid(
 
 
 def test_reading_outside_the_logs_is_a_storage_fault(logs: pathlib.Path) -> None:
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     logger.append(1, 0, [b"x"])
     logger.close()
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     with pytest.raises(StorageFaultError):
         logger.read_runs([EntryRun(9, 0, [1])])
     with pytest.raises(StorageFaultError):
@@ -268,7 +287,7 @@ def test_reading_outside_the_logs_is_a_storage_fault(logs: pathlib.Path) -> None
 def test_unsynced_descriptors_are_handed_out_once_and_can_be_given_back(
     logs: pathlib.Path,
 ) -> None:
-    logger = EntryLogger(logs, 1 << 20)
+    logger = logger_at(logs, 1 << 20)
     logger.append(1, 0, [b"x"])
     fds = logger.take_unsynced()
     assert len(fds) == 2  # the log and, for the new file, its directory
@@ -286,14 +305,14 @@ def test_logs_of_the_old_one_record_per_entry_format_are_refused_not_cut(
     old_record = struct.pack(">QqII", 1, 0, 3, 12345) + b"abc"
     (logs / "0.log").write_bytes(old_record)
     with pytest.raises(ValueError, match="older brokerlab"):
-        EntryLogger(logs, 1 << 20)
+        logger_at(logs, 1 << 20)
     assert (logs / "0.log").read_bytes() == old_record
     (logs / FORMAT_FILE).write_bytes(b"something else\n")
     with pytest.raises(ValueError, match="unknown format"):
-        EntryLogger(logs, 1 << 20)
+        logger_at(logs, 1 << 20)
 
 
 def test_a_new_log_directory_is_marked_with_its_format(logs: pathlib.Path) -> None:
-    EntryLogger(logs, 1 << 20).close()
+    logger_at(logs, 1 << 20).close()
     assert (logs / FORMAT_FILE).read_bytes() == FORMAT
-    EntryLogger(logs, 1 << 20).close()  # and reopens
+    logger_at(logs, 1 << 20).close()  # and reopens

@@ -67,7 +67,10 @@ class BenchConfig:
     warmup_requests: int  # unmeasured requests sent to each server first
     messages_per_request: int = 100
     message_bytes: int = 1024
-    producers: int = 4  # concurrent producer tasks (one pooled connection each)
+    #: concurrent producer tasks (one pooled connection each), one request in flight
+    #: each: a Pulsar producer likewise keeps several batches pending. With 4, the
+    #: broker's loop idled whenever all of them waited on the same storage write.
+    producers: int = 16
     receiver_queue_size: int = 1000
     max_poll_messages: int = 1000
     poll_timeout_ms: int = 1000

@@ -20,8 +20,9 @@ committer: the loop copies a group's frames into the log's aligned buffer, the w
 thread runs only the O_DIRECT pwrite (GIL released), and the loop indexes the group
 (none) or hands fsync and a synced index write to the writer thread (always, batch).
 In none, groups are not held back: what arrives while one write is out goes with the
-next. Measured here, direct writes cost the loop less than a third of what filling
-page-cache pages did, and the thread does no Python work the loop would wait for.
+next. Measured here (16 concurrent adds of 100 x 1 KiB entries, syncMode=none), an add
+cost the loop 25-30 us with direct I/O and 260-280 us through the page cache, and the
+thread does no Python work the loop would wait for.
 
 Without direct I/O: in none, frames are written (one pwritev each) and indexed at once
 on the loop; in always/batch each group goes to the writer thread, where its frames are

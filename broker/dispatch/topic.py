@@ -46,7 +46,7 @@ class PersistentTopic:
     async def publish(self, entries: Sequence[bytes]) -> Position:
         """Store entries durably; the position of the first one."""
         first = await self.ledger.add_entries(entries)
-        nbytes = sum(len(entry) for entry in entries)
+        nbytes = sum(map(len, entries))
         self.msg_in.add(len(entries))
         self.bytes_in.add(nbytes)
         self.totals.produced += len(entries)

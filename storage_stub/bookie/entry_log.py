@@ -85,15 +85,25 @@ def lengths_struct(count: int) -> struct.Struct:
 
 
 class Frame:
-    """One add call's entries, ready to write: ``header`` is the whole frame header
-    (CRC filled in) and its tail ``header[FRAME_HEADER_SIZE:]`` the raw lengths, which
-    the location index stores as they are.
+    """One add call's entries, ready to write: ``header`` is the whole frame header and
+    its tail ``header[FRAME_HEADER_SIZE:]`` the raw lengths, which the location index
+    stores as they are. The CRC is filled in by ``seal`` (one pass over the payloads,
+    ISA-L, about 0.05 us per KiB), which the page-cache path calls before writing; the
+    direct path computes it over the frame's copy in its buffer instead (one call
+    instead of one per payload) and leaves ``header`` unsealed.
 
-    Building one costs one pass over the payloads for the CRC (ISA-L, about 0.05 us per
-    KiB) and one header allocation: no payload is copied.
+    Building one costs one header allocation: no payload is copied.
     """
 
-    __slots__ = ("count", "entries", "first_entry_id", "header", "ledger_id", "payload_bytes")
+    __slots__ = (
+        "count",
+        "entries",
+        "first_entry_id",
+        "header",
+        "ledger_id",
+        "payload_bytes",
+        "sealed",
+    )
 
     def __init__(self, ledger_id: int, first_entry_id: int, entries: Sequence[bytes]) -> None:
         count = len(entries)
@@ -104,16 +114,23 @@ class Frame:
         header = bytearray(FRAME_HEADER_SIZE + LENGTH_SIZE * count)
         _FIXED.pack_into(header, 0, 0, ledger_id, first_entry_id, count, payload_bytes)
         lengths_struct(count).pack_into(header, FRAME_HEADER_SIZE, *lengths)
-        crc = crc32(memoryview(header)[_CRC.size :])
-        for payload in entries:
-            crc = crc32(payload, crc)
-        _CRC.pack_into(header, 0, crc)
         self.ledger_id = ledger_id
         self.first_entry_id = first_entry_id
         self.count = count
         self.payload_bytes = payload_bytes
         self.header = header
         self.entries = entries
+        self.sealed = False
+
+    def seal(self) -> None:
+        """Fill in the header's CRC (over everything after it). Idempotent."""
+        if self.sealed:
+            return
+        crc = crc32(memoryview(self.header)[_CRC.size :])
+        for payload in self.entries:
+            crc = crc32(payload, crc)
+        _CRC.pack_into(self.header, 0, crc)
+        self.sealed = True
 
     @property
     def size(self) -> int:
@@ -482,12 +499,17 @@ class EntryLogger:
         position = len(tail)
         locations: list[FrameLocation] = []
         log_id = self._current_id
-        for index in range(first, taken):
-            frame = frames[index]
-            locations.append(FrameLocation(log_id, start + position))
-            data = b"".join((frame.header, *frame.entries))
-            buffer[position : position + len(data)] = data
-            position += len(data)
+        with memoryview(buffer) as view:
+            for index in range(first, taken):
+                frame = frames[index]
+                locations.append(FrameLocation(log_id, start + position))
+                data = b"".join((frame.header, *frame.entries))
+                end_of_frame = position + len(data)
+                buffer[position:end_of_frame] = data
+                if not frame.sealed:
+                    crc = crc32(view[position + _CRC.size : end_of_frame])
+                    _CRC.pack_into(buffer, position, crc)
+                position = end_of_frame
         buffer[position:length] = _ZEROS[: length - position]
         return DirectWrite(self._direct_fd, buffer, start, length, end, locations)
 
@@ -523,6 +545,7 @@ class EntryLogger:
         return buffer
 
     def _write_frame(self, frame: Frame, offset: int, size: int) -> None:
+        frame.seal()
         fd = self._current_fd
         try:
             written = 0

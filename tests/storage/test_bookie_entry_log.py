@@ -94,6 +94,7 @@ def test_a_frame_holds_its_ids_count_lengths_and_a_crc_over_everything_after_it(
 ) -> None:
     entries = [b"one", b"three"]
     frame = Frame(9, 40, entries)
+    frame.seal()
     header = bytes(frame.header)
     crc, ledger_id, first, count, payload_bytes = struct.unpack_from(">IQqIQ", header)
     assert (ledger_id, first, count, payload_bytes) == (9, 40, 2, 8)

@@ -352,8 +352,10 @@ class EntryLogger:
 
     def _open_direct(self) -> None:
         """Open the current log a second time for O_DIRECT writes (the first descriptor
-        serves reads, truncation and fsync) and load its partly written last block.
-        Turns direct I/O off for good where the file system refuses O_DIRECT."""
+        serves reads, truncation and fsync), load its partly written last block and
+        write that block back as a probe (the same bytes; zeros after them, cut off
+        again). Turns direct I/O off for good where the file system refuses O_DIRECT or
+        its alignment."""
         if self._direct_fd >= 0:
             os.close(self._direct_fd)
             self._direct_fd = -1
@@ -368,8 +370,26 @@ class EntryLogger:
             self.direct_io = False
             return
         partial = self._write_offset % DIRECT_IO_ALIGNMENT
+        start = self._write_offset - partial
         if partial:
-            self._tail = os.pread(self._current_fd, partial, self._write_offset - partial)
+            self._tail = os.pread(self._current_fd, partial, start)
+        size = os.fstat(self._current_fd).st_size
+        probe = self._aligned_buffer(DIRECT_IO_ALIGNMENT)
+        probe[:partial] = self._tail
+        probe[partial:DIRECT_IO_ALIGNMENT] = _ZEROS[: DIRECT_IO_ALIGNMENT - partial]
+        try:
+            with memoryview(probe) as view:
+                os.pwrite(self._direct_fd, view[:DIRECT_IO_ALIGNMENT], start)
+        except OSError as error:
+            if error.errno != errno.EINVAL:
+                raise
+            os.close(self._direct_fd)
+            self._direct_fd = -1
+            self._tail = b""
+            self.direct_io = False
+            return
+        if start + DIRECT_IO_ALIGNMENT > size:
+            os.ftruncate(self._current_fd, size)  # the probe's zeros grew the file
 
     def _trim_preallocation(self) -> None:
         """Give back the unused preallocated tail of the current log."""

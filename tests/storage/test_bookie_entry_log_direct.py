@@ -165,3 +165,33 @@ def test_a_file_system_refusing_o_direct_gets_the_page_cache_path(
     with pytest.raises(ValueError):
         logger.plan_direct([frame])
     logger.close()
+
+
+def test_a_file_system_refusing_the_alignment_gets_the_page_cache_path(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some file systems open O_DIRECT files but refuse 4 KiB-aligned writes to them: the
+    probe write at open finds out before any frame depends on it."""
+    direct_fds: set[int] = set()
+    real_open, real_pwrite = os.open, os.pwrite
+
+    def tracking_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        fd = real_open(path, flags, *args, **kwargs)
+        if flags & os.O_DIRECT:
+            direct_fds.add(fd)
+        return fd
+
+    def refusing_pwrite(fd: int, data: Any, offset: int) -> int:
+        if fd in direct_fds:
+            raise OSError(errno.EINVAL, "alignment refused")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "open", tracking_open)
+    monkeypatch.setattr(os, "pwrite", refusing_pwrite)
+    logger = EntryLogger(tmp_path, 1 << 20, direct_io=True)
+    assert direct_fds and not logger.direct_io
+    frame = Frame(1, 0, [b"written through the page cache"])
+    [location] = logger.write_group([frame])
+    assert read_back(logger, location, frame) == [b"written through the page cache"]
+    logger.close()
+    assert (tmp_path / "0.log").stat().st_size == logger.write_offset

@@ -289,32 +289,16 @@ class DiskBookie:
         return last
 
     def _write_group(self, group: list[_PendingAdd]) -> None:
-        """Writer thread (always/batch): write the group's frames, fsync the entry logs,
-        then index the frames with a WAL-synced write. Cost: one pwritev per frame, one
-        fsync per log written, one index batch."""
+        """Writer thread (always/batch, page cache): write the group's frames, then
+        ``_sync_and_index``. Cost: one pwritev per frame, one fsync per log written, one
+        index batch."""
         log = self._log
-        written = [(add.frame, log.write(add.frame)) for add in group]
-        fds = log.take_unsynced()
-        try:
-            EntryLogger.fsync_all(fds)
-        except BaseException:
-            log.restore_unsynced(fds)
-            raise
-        try:
-            self._index.add_frames(written, sync=True)
-        except Exception as error:
-            raise StorageFaultError("addEntries", f"index write failed: {error}") from error
+        self._sync_and_index([(add.frame, log.write(add.frame)) for add in group])
 
     def _sync_and_index(self, written: list[tuple[Frame, FrameLocation]]) -> None:
-        """Writer thread (always/batch, direct I/O): fsync the entry logs written, then
-        index the frames with a WAL-synced write."""
-        log = self._log
-        fds = log.take_unsynced()
-        try:
-            EntryLogger.fsync_all(fds)
-        except BaseException:
-            log.restore_unsynced(fds)
-            raise
+        """Writer thread (always/batch): fsync the entry logs written, then index the
+        frames with a WAL-synced write."""
+        self._log.sync()
         try:
             self._index.add_frames(written, sync=True)
         except Exception as error:

@@ -66,6 +66,10 @@ _IOV_MAX = 1024
 #: every block size Linux's O_DIRECT asks for on common file systems).
 DIRECT_IO_ALIGNMENT = 4096
 _ZEROS = bytes(DIRECT_IO_ALIGNMENT)
+#: One direct write takes frames up to about this many bytes (a frame larger than this
+#: goes alone); a bigger group is written in several, so the aligned buffer stays small
+#: whatever the number of producers.
+MAX_DIRECT_WRITE_BYTES = 4 * 1024 * 1024
 #: posix_fallocate errors meaning "not supported here": writes then grow the file.
 _NO_FALLOCATE = frozenset((errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL))
 _LENGTHS: dict[int, struct.Struct] = {}
@@ -178,7 +182,10 @@ class DirectWrite:
         with memoryview(self.buffer) as view:
             written = 0
             while written < self.length:
-                written += os.pwrite(self.fd, view[written : self.length], self.start + written)
+                count = os.pwrite(self.fd, view[written : self.length], self.start + written)
+                if count <= 0:
+                    raise OSError(errno.EIO, "direct write made no progress")
+                written += count
 
 
 class EntryRun(NamedTuple):
@@ -473,7 +480,8 @@ class EntryLogger:
 
     def plan_direct(self, frames: Sequence[Frame], first: int = 0) -> DirectWrite:
         """Prepare one O_DIRECT write of ``frames[first:]``, as many of them as the current
-        log takes (rolling to a new log first when not even the first one fits): copy
+        log and MAX_DIRECT_WRITE_BYTES take (rolling to a new log first when not even the
+        first one fits): copy
         them into the reused page-aligned buffer, from the start of the partly written
         last block (its bytes written again, unchanged) to the next block boundary
         (zeros after the last frame, as in a preallocated tail).
@@ -496,6 +504,8 @@ class EntryLogger:
         while taken < count:
             frame = frames[taken]
             size = len(frame.header) + frame.payload_bytes
+            if taken > first and end - offset + size > MAX_DIRECT_WRITE_BYTES:
+                break
             if end > 0 and end + size > self._size_limit:
                 if taken > first:
                     break

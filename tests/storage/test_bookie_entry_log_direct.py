@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage_stub.bookie import StorageFaultError
+from storage_stub.bookie import StorageFaultError, entry_log
 from storage_stub.bookie.entry_log import (
     DIRECT_IO_ALIGNMENT,
     EntryLogger,
@@ -195,3 +195,23 @@ def test_a_file_system_refusing_the_alignment_gets_the_page_cache_path(
     assert read_back(logger, location, frame) == [b"written through the page cache"]
     logger.close()
     assert (tmp_path / "0.log").stat().st_size == logger.write_offset
+
+
+def test_a_group_larger_than_one_direct_write_goes_out_in_several(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(entry_log, "MAX_DIRECT_WRITE_BYTES", 3 * DIRECT_IO_ALIGNMENT)
+    logger = EntryLogger(tmp_path, 1 << 20, direct_io=True)
+    frames = [Frame(1, i, [bytes([i]) * 5000]) for i in range(5)]
+    planned = []
+    while (first := sum(len(write.locations) for write in planned)) < len(frames):
+        write = logger.plan_direct(frames, first)
+        assert len(write.locations) <= 2  # two 5 KiB frames fit 12 KiB, three do not
+        write.execute()
+        logger.finish_direct(write)
+        planned.append(write)
+    assert [len(write.locations) for write in planned] == [2, 2, 1]
+    locations = [location for write in planned for location in write.locations]
+    for location, frame in zip(locations, frames, strict=True):
+        assert read_back(logger, location, frame) == list(frame.entries)
+    logger.close()

@@ -10,7 +10,7 @@ import asyncio
 import math
 import random
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Self
 
 from storage_stub.bookie.api import OPERATIONS
 
@@ -144,17 +144,18 @@ class LatencyModel:
         distributions: Mapping[str, LatencyDistribution | None] | None = None,
         *,
         seed: int | None = None,
+        operations: tuple[str, ...] = OPERATIONS,
     ) -> None:
         self._rng = random.Random(seed)
         self._distributions: dict[str, LatencyDistribution] = {}
         for op, distribution in (distributions or {}).items():
-            if op not in OPERATIONS:
-                raise ValueError(f"unknown storage operation {op!r}")
+            if op not in operations:
+                raise ValueError(f"unknown storage operation {op!r}; expected one of {operations}")
             if distribution is not None:
                 self._distributions[op] = distribution
 
     @classmethod
-    def from_specs(cls, specs: Mapping[str, str], *, seed: int | None = None) -> LatencyModel:
+    def from_specs(cls, specs: Mapping[str, str], *, seed: int | None = None) -> Self:
         """Build from ``{operation: spec}``."""
         return cls({op: parse_latency_spec(spec) for op, spec in specs.items()}, seed=seed)
 

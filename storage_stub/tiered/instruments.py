@@ -1,18 +1,17 @@
 """Latency model, fault injector and counters of the object store's operations.
 
-The bookie's LatencyModel and FaultInjector accept only the bookie's operations, so the
-object store has its own two, built from the same parts: latency specs parsed by
-``parse_latency_spec``, rules kept as ``FaultRule``, failures raised as StorageFaultError.
+The bookie's LatencyModel and FaultInjector, told the object store's operations:
+latency specs parsed by ``parse_latency_spec``, rules kept as ``FaultRule``, failures
+raised as StorageFaultError.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from storage_stub.bookie.faults import FaultInjector
-from storage_stub.bookie.latency import LatencyDistribution, parse_latency_spec
+from storage_stub.bookie.latency import LatencyDistribution, LatencyModel
 from storage_stub.tiered.api import OBJECT_OPERATIONS
 
 if TYPE_CHECKING:
@@ -25,24 +24,19 @@ OBJECT_LATENCY_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_operation(op: str) -> None:
-    if op not in OBJECT_OPERATIONS:
-        raise ValueError(f"unknown object operation {op!r}; expected one of {OBJECT_OPERATIONS}")
+class ObjectLatencyModel(LatencyModel):
+    """The bookie's latency model over the object store's operations
+    (``OBJECT_OPERATIONS``): a delay per operation, seedable."""
 
+    __slots__ = ()
 
-class ObjectLatencyModel:
-    """A delay per object operation. ``delay`` costs one dict lookup when it has none."""
-
-    __slots__ = ("_distributions", "_rng")
-
-    def __init__(self, specs: dict[str, str] | None = None, *, seed: int | None = None) -> None:
-        self._rng = random.Random(seed)
-        self._distributions: dict[str, LatencyDistribution] = {}
-        for op, spec in (specs or {}).items():
-            _check_operation(op)
-            distribution = parse_latency_spec(spec)
-            if distribution is not None:
-                self._distributions[op] = distribution
+    def __init__(
+        self,
+        distributions: Mapping[str, LatencyDistribution | None] | None = None,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(distributions, seed=seed, operations=OBJECT_OPERATIONS)
 
     @classmethod
     def from_config(cls, config: StorageConfig, *, seed: int | None = None) -> ObjectLatencyModel:
@@ -51,20 +45,7 @@ class ObjectLatencyModel:
             for field, ops in OBJECT_LATENCY_FIELDS.items()
             for op in ops
         }
-        return cls(specs, seed=seed)
-
-    async def delay(self, op: str) -> None:
-        """Wait the next drawn delay of ``op``; returns without suspending when it is zero."""
-        distribution = self._distributions.get(op)
-        if distribution is None:
-            return
-        ms = distribution.sample_ms(self._rng)
-        if ms > 0:
-            await asyncio.sleep(ms / 1000.0)
-
-    def snapshot(self) -> dict[str, str]:
-        """``{operation: spec}`` for operations with a delay."""
-        return {op: repr(d) for op, d in self._distributions.items()}
+        return cls.from_specs(specs, seed=seed)
 
 
 class ObjectFaultInjector(FaultInjector):

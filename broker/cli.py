@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
 import pathlib
 import signal
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 import uvloop
 from aiohttp import web
 
+from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from broker.config import load_broker_config, load_storage_config
 from broker.http.app import Settings, create_app
 from storage_stub.confparse import ConfigError
@@ -53,13 +55,32 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("name", choices=["http", "cache", "cursors", "lac", "tiered"])
     bench.add_argument("--quick", action="store_true", help="seconds, not minutes (CI)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
+    designs = commands.add_parser(
+        "designs", help="list the cache designs (managedLedgerCacheImplementation values)"
+    )
+    designs.add_argument("--json", action="store_true", help="print one JSON object")
     from loadgen.cli import add_commands
 
-    add_commands(commands)
+    add_commands(commands, design_names())
     from pipeline.cli import add_command
 
     add_command(commands)
     return parser
+
+
+def design_names() -> list[str]:
+    """The registered cache designs, the default (live) one first."""
+    return [DEFAULT_DESIGN, *(name for name in DESIGNS if name != DEFAULT_DESIGN)]
+
+
+def print_designs(as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({name: DESIGNS[name].summary for name in design_names()}))
+        return 0
+    for name in design_names():
+        default = " (default)" if name == DEFAULT_DESIGN else ""
+        print(f"{name:<10} {DESIGNS[name].summary}{default}")
+    return 0
 
 
 def _default_conf(given: pathlib.Path | None, file_name: str) -> pathlib.Path | None:
@@ -149,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loadgen.cli import run_command
 
         return run_command(args)
+    if args.command == "designs":
+        return print_designs(args.json)
     if args.command == "bench":
         from broker.bench import run_bench
 

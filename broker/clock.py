@@ -53,3 +53,21 @@ class ManualClock:
         if monotonic_ns > self._mono_ns:
             self._wall_ms += (monotonic_ns - self._mono_ns) // 1_000_000
             self._mono_ns = monotonic_ns
+
+
+class EventClock:
+    """The time of the cache event being handled. The event stream sets it once per
+    event (from the broker's clock, or from a trace's ``ts_ns`` in a replay), so every
+    design reads the same instant for the same event, live, as a shadow or replayed."""
+
+    __slots__ = ("now_ns",)
+
+    def __init__(self, now_ns: int = 0) -> None:
+        self.now_ns = now_ns
+
+    def monotonic_ns(self) -> int:
+        return self.now_ns
+
+    def wall_ms(self) -> int:
+        """Not a wall clock: the designs only measure ages."""
+        return self.now_ns // 1_000_000

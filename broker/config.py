@@ -8,15 +8,13 @@ documents every key; ``tests/config`` keeps the file and these defaults in step.
 
 from __future__ import annotations
 
-import functools
 import pathlib
-from collections.abc import Callable, Mapping
-from typing import Literal
+from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from broker.cache.config import CacheConfig
-from broker.ledger.cache_policy import CachePolicy, LegacyPolicy, Pip430Policy, SegmentedPolicy
+from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from storage_stub.config import StorageConfig
 from storage_stub.confparse import load_config
 
@@ -65,14 +63,12 @@ class BrokerConfig(BaseModel):
     #: Broker entry cache size in MiB; 0 disables caching. Pulsar's default is 20% of
     #: the JVM's direct memory with a floor of 64 MB; brokerlab has no JVM, so the floor.
     managedLedgerCacheSizeMB: int = Field(default=64, ge=0)
-    #: brokerlab only: the live cache design: pip430 (PIP-430), legacy (before it),
-    #: segmented (PIP-174's ring).
-    managedLedgerCacheImplementation: Literal["pip430", "legacy", "segmented"] = "pip430"
+    #: brokerlab only: the live cache design, one of ``broker.cache.designs.DESIGNS``:
+    #: pip430 (PIP-430), legacy (before it), segmented (PIP-174's ring).
+    managedLedgerCacheImplementation: str = DEFAULT_DESIGN
     #: brokerlab only: comma-separated designs run as size-only shadows of the live
-    #: cache, or "none".
-    brokerlabShadowCacheImplementations: str = Field(
-        default="none", pattern=r"^(none|(pip430|legacy|segmented)(,(pip430|legacy|segmented))*)$"
-    )
+    #: cache on the same cache events, or "none".
+    brokerlabShadowCacheImplementations: str = "none"
     #: A size eviction frees down to this share of the cache size. Pulsar: same default.
     managedLedgerCacheEvictionWatermark: float = Field(default=0.9, gt=0, lt=1)
     #: Period of the timestamp eviction pass (ms). Pulsar: same default.
@@ -150,9 +146,29 @@ class BrokerConfig(BaseModel):
     #: brokerlab only: files waiting for the writer before new events are dropped.
     brokerlabTraceMaxPendingFiles: int = Field(default=4, ge=1)
 
+    @field_validator("managedLedgerCacheImplementation")
+    @classmethod
+    def _registered_design(cls, value: str) -> str:
+        if value not in DESIGNS:
+            raise ValueError(f"one of {', '.join(DESIGNS)}")
+        return value
+
+    @field_validator("brokerlabShadowCacheImplementations")
+    @classmethod
+    def _registered_designs(cls, value: str) -> str:
+        if value != "none":
+            unknown = [name for name in value.split(",") if name not in DESIGNS]
+            if unknown:
+                raise ValueError(
+                    f"'none' or a comma-separated list of {', '.join(DESIGNS)}; "
+                    f"unknown: {', '.join(repr(name) for name in unknown)}"
+                )
+        return value
+
 
 def cache_config(config: BrokerConfig) -> CacheConfig:
-    """The cache's view of broker.conf."""
+    """The cache designs' view of broker.conf: the cache settings and the ledger-side
+    rules' settings."""
     continue_ms = config.managedLedgerContinueCachingAddedEntriesAfterLastActiveCursorLeavesMillis
     return CacheConfig(
         max_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024,
@@ -166,6 +182,14 @@ def cache_config(config: BrokerConfig) -> CacheConfig:
         extend_ttl_of_recently_accessed=config.managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed,
         copy_entries=config.managedLedgerCacheCopyEntries,
         continue_caching_after_last_cursor_ms=None if continue_ms < 0 else continue_ms,
+        cache_eviction_by_mark_deleted_position=config.cacheEvictionByMarkDeletedPosition,
+        cursor_backlogged_threshold=config.managedLedgerCursorBackloggedThreshold,
+        min_backlog_cursors_for_caching=config.managedLedgerMinimumBacklogCursorsForCaching,
+        min_backlog_entries_for_caching=config.managedLedgerMinimumBacklogEntriesForCaching,
+        max_backlog_between_cursors_for_caching=(
+            config.managedLedgerMaxBacklogBetweenCursorsForCaching
+        ),
+        segments=config.managedLedgerCacheSegments,
     )
 
 
@@ -173,23 +197,6 @@ def shadow_designs(config: BrokerConfig) -> list[str]:
     """The designs of brokerlabShadowCacheImplementations, in order."""
     value = config.brokerlabShadowCacheImplementations
     return [] if value == "none" else value.split(",")
-
-
-def cache_policy_factory(config: BrokerConfig) -> Callable[[], CachePolicy]:
-    """A factory of the ledger-side cache policy of the live design."""
-    design = config.managedLedgerCacheImplementation
-    if design == "segmented":
-        return SegmentedPolicy
-    if design == "legacy":
-        return functools.partial(
-            LegacyPolicy,
-            by_mark_delete=config.cacheEvictionByMarkDeletedPosition,
-            backlogged_threshold=config.managedLedgerCursorBackloggedThreshold,
-            min_backlog_cursors=config.managedLedgerMinimumBacklogCursorsForCaching,
-            min_backlog_entries=config.managedLedgerMinimumBacklogEntriesForCaching,
-            max_backlog_between=config.managedLedgerMaxBacklogBetweenCursorsForCaching,
-        )
-    return Pip430Policy
 
 
 def load_broker_config(

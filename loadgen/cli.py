@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import uvloop
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-DESIGNS = ("pip430", "legacy", "segmented")
 DEMO_SCENARIO = "demo"
 
 
@@ -57,8 +57,10 @@ def _broker_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_commands(commands: Any) -> None:
-    """Register the three subcommands on the broker CLI's subparsers."""
+def add_commands(commands: Any, designs: Sequence[str]) -> None:
+    """Register the three subcommands on the broker CLI's subparsers. ``designs``: the
+    broker's registered cache designs, live design first (the broker CLI hands them over:
+    the load generator never imports the broker)."""
     scenarios = ", ".join(preset_names())
     loadgen = commands.add_parser(
         "loadgen",
@@ -91,14 +93,14 @@ def add_commands(commands: Any) -> None:
     compare.add_argument("--scenario", required=True, metavar="NAME|FILE")
     compare.add_argument(
         "--implementations",
-        default=",".join(DESIGNS),
-        help=f"comma-separated designs (default {','.join(DESIGNS)})",
+        default=",".join(designs),
+        help=f"comma-separated designs (default {','.join(designs)})",
     )
     _broker_arguments(compare)
     compare.add_argument("--duration", type=_positive, metavar="S", help="scale each run to S s")
     compare.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
     compare.add_argument("--no-progress", action="store_true", help="no live progress line")
-    compare.set_defaults(handler=_compare)
+    compare.set_defaults(handler=_compare, designs=tuple(designs))
 
     demo = commands.add_parser(
         "demo",
@@ -112,7 +114,7 @@ def add_commands(commands: Any) -> None:
         help="keep the broker and its dashboard up after the run, until Ctrl-C",
     )
     demo.add_argument("--no-progress", action="store_true", help="no live progress line")
-    demo.set_defaults(handler=_demo)
+    demo.set_defaults(handler=_demo, designs=tuple(designs))
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -168,11 +170,11 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
 
     scenario = load_scenario(args.scenario)
     designs = [name.strip() for name in args.implementations.split(",") if name.strip()]
-    unknown = [name for name in designs if name not in DESIGNS]
+    unknown = [name for name in designs if name not in args.designs]
     if unknown or not designs:
         raise ScenarioError(
             f"--implementations: unknown design(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(DESIGNS)}"
+            f"choose from {', '.join(args.designs)}"
         )
     out = args.out or default_out_dir(f"compare-{scenario.name}")
     runs = []
@@ -221,7 +223,7 @@ def rank(runs: list[dict[str, Any]]) -> str:
 def _demo(args: argparse.Namespace, console: Console) -> int:
     scenario = load_scenario(DEMO_SCENARIO)
     out = args.out or default_out_dir("demo")
-    live, shadows = DESIGNS[0], ",".join(DESIGNS[1:])
+    live, shadows = args.designs[0], ",".join(args.designs[1:])
 
     def ready(url: str) -> None:
         console.print(
@@ -256,7 +258,11 @@ def _design_table(results: dict[str, Any]) -> Table:
     from loadgen.plots import percent
 
     cache = results["cache"]
-    table = Table(title="cache designs on the same reads (shadows are size-only replicas)")
+    table = Table(
+        title="cache designs on the same cache events",
+        caption="a shadow is another design run beside the live one on the same events, "
+        "sizes only: what it would have served (hits) and read from storage (misses)",
+    )
     for column in ("design", "role", "hits", "misses", "hit ratio", "byte hit ratio"):
         table.add_column(column, justify="left" if column in ("design", "role") else "right")
     rows = [(results["broker"]["implementation"], "live", cache)]
@@ -319,9 +325,21 @@ def print_summary(results: dict[str, Any], console: Console) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """For ``python -m loadgen.cli``: the same three commands without the broker CLI."""
+    """For ``python -m loadgen.cli``: the same three commands without the broker CLI,
+    which is asked for its cache designs (``brokerlab designs --json``)."""
+    import json
+    import subprocess
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "designs", "--json"],
+        capture_output=True,
+        check=True,
+        text=True,
+    )
     parser = argparse.ArgumentParser(prog="loadgen")
-    add_commands(parser.add_subparsers(dest="command", required=True))
+    add_commands(
+        parser.add_subparsers(dest="command", required=True), list(json.loads(listed.stdout))
+    )
     return run_command(parser.parse_args(argv))
 
 

@@ -19,6 +19,7 @@ import pathlib
 import time
 from typing import TYPE_CHECKING, Any
 
+from broker.trace.recorder import FORMAT
 from pipeline import jobs, reference
 from pipeline.replay import DESIGNS
 from pipeline.trace_io import read_json
@@ -33,7 +34,22 @@ class AnalyzeOptions:
     out_uri: str
     master: str = "local[*]"
     sizes: list[int] | None = None
-    designs: tuple[str, ...] = DESIGNS
+    designs: tuple[str, ...] = tuple(DESIGNS)
+
+
+class TraceFormatError(ValueError):
+    """The trace was recorded in a format this brokerlab cannot replay."""
+
+
+def trace_settings(meta: dict[str, Any], uri: str) -> dict[str, Any]:
+    """The live cache settings a trace recorded; TraceFormatError for another format."""
+    found = meta.get("format")
+    if found != FORMAT:
+        raise TraceFormatError(
+            f"{uri}: trace format {found or 1}, this brokerlab replays format {FORMAT} "
+            "(the cache event stream); record the trace again with this brokerlab"
+        )
+    return dict(meta["settings"])
 
 
 def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
@@ -41,21 +57,18 @@ def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
     started = time.monotonic()
     trace = jobs.load_trace(spark, options.trace_uri)
     meta = read_json(options.trace_uri, "trace-meta.json")
-    settings = {k: v for k, v in meta.items() if k not in ("implementation", "segments")}
-    segments = int(meta.get("segments", 0))
+    settings = trace_settings(meta, options.trace_uri)
     working_set = jobs.working_set_bytes(trace)
     sizes = sorted(set(options.sizes or jobs.default_sizes(working_set)))
     cells = [
-        jobs.Cell(options.trace_uri, design, size, settings, segments, live=False)
+        jobs.Cell(options.trace_uri, design, size, settings, live=False)
         for design in options.designs
         for size in sizes
     ]
     live_design = meta.get("implementation")
     live_size = settings.get("max_size_bytes")
     if live_design in DESIGNS and live_size:
-        cells.append(
-            jobs.Cell(options.trace_uri, live_design, live_size, settings, segments, live=True)
-        )
+        cells.append(jobs.Cell(options.trace_uri, live_design, live_size, settings, live=True))
     sweep_started = time.monotonic()
     rows = jobs.sweep(spark, cells)
     sweep_seconds = time.monotonic() - sweep_started

@@ -62,16 +62,16 @@ def add_command(commands: Any) -> None:
     analyze.add_argument(
         "--implementations",
         type=_designs,
-        default=DESIGNS,
+        default=tuple(DESIGNS),
         help=f"comma-separated designs (default {','.join(DESIGNS)})",
     )
     analyze.set_defaults(analyze=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.analyze import AnalyzeOptions, analyze
+    from pipeline.analyze import AnalyzeOptions, TraceFormatError, analyze, trace_settings
     from pipeline.spark import SparkMissing, spark_session
-    from pipeline.trace_io import parquet_files
+    from pipeline.trace_io import parquet_files, read_json
 
     try:
         files = parquet_files(args.trace, "trace-")
@@ -80,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not files:
         print(f"brokerlab analyze: no trace-*.parquet files in {args.trace}", file=sys.stderr)
+        return 2
+    try:
+        trace_settings(read_json(args.trace, "trace-meta.json"), args.trace)
+    except TraceFormatError as error:
+        print(f"brokerlab analyze: {error}", file=sys.stderr)
         return 2
     try:
         spark = spark_session(args.master)

@@ -28,11 +28,30 @@ def load_trace(spark: SparkSession, uri: str) -> DataFrame:
     return spark.read.option("pathGlobFilter", "trace-*.parquet").parquet(uri)
 
 
+def reads_with_sizes(trace: DataFrame) -> DataFrame:
+    """The ``read`` rows, each with its entry's size: a read the live design missed has
+    none in its row, so it comes from the entry's ``add`` or ``fill`` rows."""
+    from pyspark.sql import functions as F
+
+    keys = ["topic", "ledger", "entry"]
+    sizes = (
+        trace.where(F.col("kind").isin("add", "fill") & F.col("size").isNotNull())
+        .groupBy(*keys)
+        .agg(F.max("size").alias("known_size"))
+    )
+    reads = trace.where(F.col("kind") == "read")
+    return (
+        reads.join(sizes, keys, "left")
+        .withColumn("size", F.coalesce(F.col("size"), F.col("known_size")))
+        .drop("known_size")
+    )
+
+
 def working_set_bytes(trace: DataFrame) -> int:
     """Bytes of the distinct entries read."""
     from pyspark.sql import functions as F
 
-    reads = trace.where(F.col("kind") == "read").select("topic", "ledger", "entry", "size")
+    reads = reads_with_sizes(trace).select("topic", "ledger", "entry", "size")
     distinct = reads.dropDuplicates(["topic", "ledger", "entry"])
     total = distinct.agg(F.sum("size").alias("bytes")).first()
     return int(total["bytes"] or 0) if total is not None else 0
@@ -59,7 +78,7 @@ def trace_statistics(trace: DataFrame) -> dict[str, DataFrame]:
     adds = trace.where(F.col("kind") == "add").select(
         "topic", "ledger", "entry", F.col("ts_ns").alias("added_ns")
     )
-    reads = trace.where(F.col("kind") == "read")
+    reads = reads_with_sizes(trace)
     joined = reads.join(adds, ["topic", "ledger", "entry"], "left")
     pattern = (
         F.when(F.col("replay"), F.lit("replay"))
@@ -114,14 +133,13 @@ class Cell:
     design: str
     size_bytes: int
     settings: dict[str, Any]
-    segments: int
     live: bool
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
     """Runs on a Spark worker: stream the trace, replay it, return one result row."""
     settings = CacheConfig(**cell.settings)
-    spec = ReplaySpec(cell.design, cell.size_bytes, settings, cell.segments, cell.live)
+    spec = ReplaySpec(cell.design, cell.size_bytes, settings, cell.live)
     result = replay(iter_rows(cell.trace_uri, "trace-"), spec)
     return result.as_row()
 
@@ -140,7 +158,9 @@ def next_reads(trace: DataFrame, out_uri: str) -> str:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    accesses = trace.where(F.col("kind").isin("add", "read")).select(
+    columns = ["seq", "kind", "topic", "ledger", "entry", "size"]
+    adds = trace.where(F.col("kind") == "add").select(*columns)
+    accesses = adds.unionByName(reads_with_sizes(trace).select(*columns)).select(
         "seq",
         "kind",
         F.xxhash64("topic", "ledger", "entry").alias("key"),

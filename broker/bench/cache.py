@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from broker.cache import CacheConfig, create_entry_cache_manager
+from broker.cache import DESIGNS, CacheConfig, design
+from broker.cache.entry import CachedEntry
 from broker.clock import ManualClock
 
-DESIGNS = ("pip430", "legacy", "segmented")
 ENTRY_SIZE = 100
 EVICTED_ENTRIES = 10_000
 FEW_LEDGERS, MANY_LEDGERS = 100, 100_000
@@ -39,36 +39,39 @@ def _timed(action: Callable[[], object]) -> float:
         gc.enable()
 
 
-def _manager(design: str, max_bytes: int, clock: ManualClock) -> Any:
-    config = CacheConfig(max_size_bytes=max_bytes, eviction_watermark=0.5)
-    return create_entry_cache_manager(design, config, clock, segments=4)
+def _manager(name: str, max_bytes: int, clock: ManualClock) -> Any:
+    config = CacheConfig(max_size_bytes=max_bytes, eviction_watermark=0.5, segments=4)
+    return design(name).create(config, clock).manager
 
 
-def _operations(design: str, count: int) -> dict[str, float]:
-    """Inserts, gets (tailing, one entry at a time) and evictions per second."""
+def _operations(name: str, count: int) -> dict[str, float]:
+    """Inserts and gets (tailing: one entry per call, the worst case) and evictions per
+    second."""
     clock = ManualClock()
     # the ring gets exactly room for one batch, so the second batch must rotate it
-    room = count * ENTRY_SIZE * (1 if design == "segmented" else 4)
-    manager = _manager(design, room, clock)
+    room = count * ENTRY_SIZE * (1 if name == "segmented" else 4)
+    manager = _manager(name, room, clock)
     cache = manager.get_entry_cache("persistent://bench/ns/t")
-    payload = b"x" * ENTRY_SIZE
+    payloads = [b"x" * ENTRY_SIZE]
+    sizes = [ENTRY_SIZE]
     insert = cache.insert
-    get = cache.get
+    get_range = cache.get_range
 
     def inserts() -> None:
         for entry_id in range(count):
-            insert(1, entry_id, payload, 1)
+            insert(1, entry_id, payloads, sizes, 1)
 
     def gets() -> None:
+        hits: list[CachedEntry] = []
         for entry_id in range(count):
-            get(1, entry_id)
+            get_range(1, entry_id, entry_id, hits)
 
     insert_s = _timed(inserts)
     get_s = _timed(gets)
     evictable = manager.size
-    if design == "segmented":
+    if name == "segmented":
         # the ring evicts by rotating: time inserts that each clear old segments' entries
-        evict_s = _timed(lambda: [insert(2, i, payload, 0) for i in range(count)])
+        evict_s = _timed(lambda: [insert(2, i, payloads, sizes, 0) for i in range(count)])
         evicted = manager.counters.evicted_size
     else:
         clock.advance_ms(10_000)
@@ -81,25 +84,26 @@ def _operations(design: str, count: int) -> dict[str, float]:
     }
 
 
-def _spread(design: str, ledgers: int, clock: ManualClock) -> Any:
+def _spread(name: str, ledgers: int, clock: ManualClock) -> Any:
     """A cache holding the same number of entries whatever ``ledgers`` is (two per ledger
     at the most ledgers), spread round robin over ``ledgers`` topics, oldest first."""
     total = 2 * MANY_LEDGERS
-    manager = _manager(design, total * ENTRY_SIZE * 4, clock)
+    manager = _manager(name, total * ENTRY_SIZE * 4, clock)
     caches = [manager.get_entry_cache(f"persistent://bench/ns/t{i}") for i in range(ledgers)]
+    sizes = [ENTRY_SIZE]
     for n in range(total):
-        caches[n % ledgers].insert(n % ledgers, n // ledgers, None, 0, size=ENTRY_SIZE)
+        caches[n % ledgers].insert(n % ledgers, n // ledgers, None, sizes, 0)
     return manager
 
 
-def _size_eviction_seconds(design: str, ledgers: int) -> float:
-    manager = _spread(design, ledgers, ManualClock())
+def _size_eviction_seconds(name: str, ledgers: int) -> float:
+    manager = _spread(name, ledgers, ManualClock())
     return _timed(lambda: manager.evict_entries(EVICTED_ENTRIES * ENTRY_SIZE))
 
 
-def _idle_tick_seconds(design: str, ledgers: int, ticks: int) -> float:
+def _idle_tick_seconds(name: str, ledgers: int, ticks: int) -> float:
     clock = ManualClock()
-    manager = _spread(design, ledgers, clock)
+    manager = _spread(name, ledgers, clock)
 
     def tick() -> None:
         for _ in range(ticks):
@@ -112,16 +116,16 @@ def measure(quick: bool) -> dict[str, Any]:
     count = 50_000 if quick else 300_000
     ticks = 20 if quick else 100
     results: dict[str, Any] = {}
-    for design in DESIGNS:
-        row: dict[str, Any] = _operations(design, count)
-        if design != "segmented":  # the ring has neither a size pass nor a timestamp pass
-            few = _size_eviction_seconds(design, FEW_LEDGERS)
-            many = _size_eviction_seconds(design, MANY_LEDGERS)
+    for name in DESIGNS:
+        row: dict[str, Any] = _operations(name, count)
+        if name != "segmented":  # the ring has neither a size pass nor a timestamp pass
+            few = _size_eviction_seconds(name, FEW_LEDGERS)
+            many = _size_eviction_seconds(name, MANY_LEDGERS)
             row["size_eviction_ratio"] = many / few
-            tick_few = _idle_tick_seconds(design, FEW_LEDGERS, ticks)
-            tick_many = _idle_tick_seconds(design, MANY_LEDGERS, ticks)
+            tick_few = _idle_tick_seconds(name, FEW_LEDGERS, ticks)
+            tick_many = _idle_tick_seconds(name, MANY_LEDGERS, ticks)
             row["idle_tick_ratio"] = tick_many / tick_few
-        results[design] = row
+        results[name] = row
     return {
         "benchmark": "cache",
         "quick": quick,
@@ -149,11 +153,11 @@ def main(quick: bool = False, as_json: bool = False) -> int:
     header += f"{'size-evict ratio':>17} {'idle-tick ratio':>16}"
     print(header)
     print("-" * len(header))
-    for design, row in result["designs"].items():
+    for name, row in result["designs"].items():
         size_ratio = row.get("size_eviction_ratio")
         tick_ratio = row.get("idle_tick_ratio")
         print(
-            f"{design:<10} {row['insert']:>10,.0f} {row['get']:>10,.0f} {row['evict']:>10,.0f} "
+            f"{name:<10} {row['insert']:>10,.0f} {row['get']:>10,.0f} {row['evict']:>10,.0f} "
             f"{'-' if size_ratio is None else f'{size_ratio:.2f}':>17} "
             f"{'-' if tick_ratio is None else f'{tick_ratio:.2f}':>16}"
         )

@@ -18,19 +18,14 @@ from typing import Any, Protocol
 
 from sortedcontainers import SortedList
 
-from broker.ledger.active_cursor_container import ActiveManagedCursorContainer, CursorCounter
+from broker.cache.active_cursors import ActiveManagedCursorContainer
 
 SIZES = (10, 100, 1_000, 10_000)
 COUNT_RATIO_TARGET = 1.5
 
 
-class BenchCursor:
-    """A cursor as the container sees it: a slot for its group's counter."""
-
-    __slots__ = ("active_counter",)
-
-    def __init__(self) -> None:
-        self.active_counter: CursorCounter | None = None
+#: a cursor as the containers see it: its name (the cache designs key cursors by name)
+BenchCursor = str
 
 
 class Container(Protocol):
@@ -69,7 +64,7 @@ def _filled(
     container: Container = (
         ActiveManagedCursorContainer() if kind == "linked list" else SortedListContainer()
     )
-    handles = [BenchCursor() for _ in range(cursors)]
+    handles = [f"cursor-{index}" for index in range(cursors)]
     positions = [0] * cursors
     for index, handle in enumerate(handles):
         positions[index] = rng.randrange(cursors * 50)

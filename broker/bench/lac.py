@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Any
 
-from broker.cache import DisabledEntryCacheManager
+from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
 from broker.clock import SystemClock
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService, ServiceConfig
@@ -39,9 +39,8 @@ async def _storm(
         )
         storage = await open_storage(config, pathlib.Path(scratch))
         clock = SystemClock()
-        service = BrokerService(
-            ServiceConfig(), storage.bookie, storage.metadata, DisabledEntryCacheManager(), clock
-        )
+        no_cache = create_stream(DEFAULT_DESIGN, CacheConfig(max_size_bytes=0), clock)
+        service = BrokerService(ServiceConfig(), storage.bookie, storage.metadata, no_cache, clock)
         names = [TopicName("bench", "ns", f"t{i}") for i in range(topics)]
         try:
             for name in names:

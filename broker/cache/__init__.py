@@ -1,68 +1,60 @@
-"""Broker entry cache strategies: pure, synchronous, clock injected.
+"""Broker entry cache designs: pure, synchronous, clock injected.
 
-Imports nothing from asyncio, aiohttp or storage: the ledger layer asks the cache first and
-fills misses from storage. The same classes serve the live broker, shadows, tests and replays.
+Imports nothing from asyncio, aiohttp or storage. A design is a whole unit (its cache
+manager and its ledger-side policy, ``unit.py``) registered by name in ``designs.py``;
+the broker drives the live design and its shadows from one stream of cache events
+(``stream.py``), and a replay drives any design from the same events recorded as a trace.
 """
 
+from __future__ import annotations
+
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from broker.cache.api import EntryCache, EntryCacheManager, MissingRange
+from broker.cache.api import CursorCheck, EntryCache, EntryCacheManager, MissingRange
 from broker.cache.config import CacheConfig
-from broker.cache.disabled import DisabledEntryCacheManager
+from broker.cache.designs import DEFAULT_DESIGN, DESIGNS, design
 from broker.cache.entry import CachedEntry
-from broker.cache.legacy import LegacyEntryCacheManager
-from broker.cache.pip430 import Pip430EntryCacheManager
-from broker.cache.segmented import SegmentedEntryCacheManager
-from broker.cache.shadow import ShadowedEntryCacheManager
-from broker.clock import Clock
-
-IMPLEMENTATIONS = ("pip430", "legacy", "segmented")
+from broker.cache.stream import CacheEventStream, TopicEvents, TraceSink
+from broker.cache.unit import Design, DesignInstance, ReadPlan, TopicUnit
+from broker.clock import Clock, EventClock
 
 
-def create_entry_cache_manager(
+def create_stream(
     implementation: str,
     config: CacheConfig,
     clock: Clock,
-    segments: int = 0,
     shadows: Sequence[str] = (),
-) -> EntryCacheManager:
-    """The manager of one design (``managedLedgerCacheImplementation``), with size-only
-    shadows of the designs named in ``shadows``. A zero size gives the disabled cache
-    whatever the design, as in Pulsar."""
-    live = _single(implementation, config, clock, segments)
-    if not shadows:
-        return live
+    trace: Callable[[EventClock], TraceSink] | None = None,
+) -> CacheEventStream:
+    """The broker's cache: the live design (``managedLedgerCacheImplementation``), the
+    designs named in ``shadows`` beside it (sizes only, same settings), and the trace
+    built by ``trace`` on the events' clock. ValueError for an unknown design."""
+    event_clock = EventClock(clock.monotonic_ns())
+    live = design(implementation).create(config, event_clock)
     size_only = dataclasses.replace(config, copy_entries=False)
-    return ShadowedEntryCacheManager(
-        live, {name: _single(name, size_only, clock, segments) for name in shadows}
+    others = [design(name).create(size_only, event_clock) for name in shadows]
+    return CacheEventStream(
+        live, others, clock, event_clock, trace(event_clock) if trace is not None else None
     )
 
 
-def _single(implementation: str, config: CacheConfig, clock: Clock, segments: int) -> Any:
-    if config.max_size_bytes <= 0:
-        return DisabledEntryCacheManager()
-    if implementation == "pip430":
-        return Pip430EntryCacheManager(config, clock)
-    if implementation == "legacy":
-        return LegacyEntryCacheManager(config, clock)
-    if implementation == "segmented":
-        return SegmentedEntryCacheManager(config, clock, segments)
-    raise ValueError(f"unknown cache implementation {implementation!r}; one of {IMPLEMENTATIONS}")
-
-
 __all__ = [
-    "IMPLEMENTATIONS",
+    "DEFAULT_DESIGN",
+    "DESIGNS",
     "CacheConfig",
+    "CacheEventStream",
     "CachedEntry",
-    "DisabledEntryCacheManager",
+    "CursorCheck",
+    "Design",
+    "DesignInstance",
     "EntryCache",
     "EntryCacheManager",
-    "LegacyEntryCacheManager",
     "MissingRange",
-    "Pip430EntryCacheManager",
-    "SegmentedEntryCacheManager",
-    "ShadowedEntryCacheManager",
-    "create_entry_cache_manager",
+    "ReadPlan",
+    "TopicEvents",
+    "TopicUnit",
+    "TraceSink",
+    "create_stream",
+    "design",
 ]

@@ -1,61 +1,16 @@
-"""What the designs share: the per-ledger cache's read-path and accounting plumbing, and
-the manager's registry of per-ledger caches."""
+"""What the cache structures share: payload ownership, and the manager's registry of
+per-ledger caches, counters and stats shape."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import thread_time_ns
 from typing import Any, Generic, TypeVar
 
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
 from broker.cache.stats import CacheCounters
 from broker.clock import Clock
-
-
-class LedgerCacheBase:
-    """The parts of a per-ledger cache every design answers the same way. Subclasses
-    provide ``insert``; ``_counters`` is the manager's."""
-
-    __slots__ = ()
-
-    _name: str
-
-    @property
-    def _counters(self) -> CacheCounters:
-        raise NotImplementedError
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def insert(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        data: bytes | memoryview | None,
-        expected_reads: int,
-        size: int = -1,
-    ) -> CachedEntry | None:
-        raise NotImplementedError
-
-    def insert_from_read(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        data: bytes | memoryview | None,
-        expected_reads: int,
-        size: int = -1,
-    ) -> CachedEntry | None:
-        """Cache an entry the ledger read from storage if a read of it is still expected
-        (``expected_reads`` > 0; the ledger's policy decides), as a write-path insert."""
-        if expected_reads <= 0:
-            return None
-        return self.insert(ledger_id, entry_id, data, expected_reads, size)
-
-    def record_storage_read(self, entries: int, nbytes: int) -> None:
-        counters = self._counters
-        counters.misses += entries
-        counters.miss_bytes += nbytes
 
 
 def owned_payload(data: bytes | memoryview, copy: bool) -> bytes | memoryview:
@@ -68,9 +23,13 @@ C = TypeVar("C")
 
 
 class ManagerBase(Generic[C]):
-    """Per-ledger caches by managed-ledger name, the counters, and the stats shape."""
+    """Per-ledger caches by managed-ledger name, the counters, the stats shape, and the
+    size pass after inserts (Pulsar triggers it on its eviction executor when an insert
+    crosses 0.98 x max; here it runs right after the event that inserted, so a shadow
+    and a replay run it at the same point of the event stream as the live design)."""
 
     implementation = ""
+    shares_pending_reads = True
 
     def __init__(self, config: CacheConfig, clock: Clock, new_cache: Callable[[str], C]) -> None:
         self.config = config
@@ -81,6 +40,7 @@ class ManagerBase(Generic[C]):
         self.evict_listener: Callable[[CachedEntry, str], None] | None = None
         self.disabled = config.max_size_bytes <= 0
         self.copy_entries = config.copy_entries
+        self._trigger = config.trigger_bytes
         self._new_cache = new_cache
         self._caches: dict[str, C] = {}
 
@@ -99,7 +59,38 @@ class ManagerBase(Generic[C]):
     def size(self) -> int:
         return self.counters.size
 
+    def needs_eviction(self) -> bool:
+        """True above 0.98 x max: the size pass has work. O(1)."""
+        return not self.disabled and self.counters.size > self._trigger
+
+    def evict_expired(self) -> int:
+        raise NotImplementedError
+
+    def evict_entries(self, size_to_free: int) -> int:
+        raise NotImplementedError
+
+    def evict_to_watermark(self) -> int:
+        """The size pass, when above the trigger: free down to the watermark. Returns
+        bytes freed."""
+        if not self.needs_eviction():
+            return 0
+        return self.evict_entries(self.counters.size - self.config.watermark_bytes)
+
+    def after_insert(self) -> None:
+        """The size pass if the cache is above its trigger; its CPU time goes to
+        ``eviction_cpu_ns``. O(1) when below the trigger."""
+        if self.counters.size > self._trigger and not self.disabled:
+            started = thread_time_ns()
+            self.evict_to_watermark()
+            self.counters.eviction_cpu_ns += thread_time_ns() - started
+
+    def do_cache_eviction(self) -> None:
+        """One round of the broker's eviction timer: the timestamp pass, then the size
+        pass if still above the trigger. Its CPU time goes to ``eviction_cpu_ns``."""
+        started = thread_time_ns()
+        self.evict_expired()
+        self.evict_to_watermark()
+        self.counters.eviction_cpu_ns += thread_time_ns() - started
+
     def stats(self) -> dict[str, Any]:
-        result = self.counters.snapshot(self.implementation, self.config.max_size_bytes)
-        result["shadows"] = {}
-        return result
+        return self.counters.snapshot(self.implementation, self.config.max_size_bytes)

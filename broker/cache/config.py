@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
-    """Pulsar's names, in Python case. Defaults are Pulsar 5.0's."""
+    """Pulsar's names, in Python case. Defaults are Pulsar 5.0's. Everything a design
+    unit needs, its ledger-side rules included, so a replay can rebuild the live design
+    from a trace's metadata alone."""
 
     #: managedLedgerCacheSizeMB in bytes; 0 disables caching
     max_size_bytes: int = 64 * 1024 * 1024
@@ -28,6 +30,20 @@ class CacheConfig:
     #: managedLedgerContinueCachingAddedEntriesAfterLastActiveCursorLeavesMillis;
     #: None means 2 x the TTL, as in Pulsar
     continue_caching_after_last_cursor_ms: int | None = None
+    #: cacheEvictionByMarkDeletedPosition (legacy rules): invalidate up to the slowest
+    #: mark-delete position instead of the slowest read position
+    cache_eviction_by_mark_deleted_position: bool = False
+    #: managedLedgerCursorBackloggedThreshold (legacy rules): a cursor with this many
+    #: entries to read, or more, is backlogged (not active)
+    cursor_backlogged_threshold: int = 1000
+    #: managedLedgerMinimumBacklogCursorsForCaching (legacy rules); 0: off
+    min_backlog_cursors_for_caching: int = 0
+    #: managedLedgerMinimumBacklogEntriesForCaching (legacy rules)
+    min_backlog_entries_for_caching: int = 1000
+    #: managedLedgerMaxBacklogBetweenCursorsForCaching (legacy rules)
+    max_backlog_between_cursors_for_caching: int = 1000
+    #: brokerlab's managedLedgerCacheSegments (PIP-174 ring); 0: max(2, size / 1 GiB)
+    segments: int = 0
 
     #: eviction starts above this share of max (a Pulsar constant)
     EVICTION_TRIGGER: float = 0.98

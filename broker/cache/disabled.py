@@ -1,43 +1,56 @@
 """The disabled cache: every read goes to storage. Used for ``managedLedgerCacheSizeMB=0``
-and as the baseline a comparison starts from."""
+whatever the design, as Pulsar's ``EntryCacheDisabled``, which reads straight from
+BookKeeper: concurrent readers do not share storage reads."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker.cache.api import MissingRange
-from broker.cache.base import LedgerCacheBase
 from broker.cache.entry import CachedEntry
 from broker.cache.stats import CacheCounters
 
 
-class DisabledEntryCache(LedgerCacheBase):
-    """Holds nothing; every lookup is a miss. All operations O(1)."""
+class DisabledEntryCache:
+    """Holds nothing; every lookup misses. All operations O(1)."""
 
-    __slots__ = ("_name", "_shared")
+    __slots__ = ("_name",)
 
-    def __init__(self, name: str, counters: CacheCounters) -> None:
+    def __init__(self, name: str) -> None:
         self._name = name
-        self._shared = counters
 
     @property
-    def _counters(self) -> CacheCounters:
-        return self._shared
+    def name(self) -> str:
+        return self._name
 
     def insert(
         self,
         ledger_id: int,
+        first: int,
+        datas: Sequence[bytes | memoryview] | None,
+        sizes: Sequence[int],
+        expected_reads: int,
+    ) -> None:
+        pass
+
+    def insert_from_read(
+        self,
+        ledger_id: int,
         entry_id: int,
         data: bytes | memoryview | None,
+        size: int,
         expected_reads: int,
-        size: int = -1,
-    ) -> CachedEntry | None:
-        return None
+    ) -> None:
+        pass
 
     def get_range(
         self, ledger_id: int, first: int, last: int, hits: list[CachedEntry]
     ) -> list[MissingRange]:
         return [(first, last)]
+
+    def mark_read(self, ledger_id: int, entry_id: int) -> None:
+        pass
 
     def add_expected_read(self, ledger_id: int, entry_id: int) -> None:
         pass
@@ -51,32 +64,31 @@ class DisabledEntryCache(LedgerCacheBase):
     def clear(self) -> None:
         pass
 
+    def cached_entries(self) -> list[CachedEntry]:
+        return []
+
 
 class DisabledEntryCacheManager:
-    """Hands out :class:`DisabledEntryCache` instances sharing one set of counters."""
+    """Hands out :class:`DisabledEntryCache` instances; counts misses."""
 
     implementation = "disabled"
+    shares_pending_reads = False
 
     def __init__(self) -> None:
         self.counters = CacheCounters()
-        self._caches: dict[str, DisabledEntryCache] = {}
+        self.evict_listener: Callable[[CachedEntry, str], None] | None = None
 
     def get_entry_cache(self, name: str) -> DisabledEntryCache:
-        cache = self._caches.get(name)
-        if cache is None:
-            cache = self._caches[name] = DisabledEntryCache(name, self.counters)
-        return cache
+        return DisabledEntryCache(name)
 
     def remove_entry_cache(self, name: str) -> None:
-        self._caches.pop(name, None)
+        pass
 
-    def needs_eviction(self) -> bool:
-        return False
+    def after_insert(self) -> None:
+        pass
 
     def do_cache_eviction(self) -> None:
         pass
 
     def stats(self) -> dict[str, Any]:
-        result = self.counters.snapshot(self.implementation, 0)
-        result["shadows"] = {}
-        return result
+        return self.counters.snapshot(self.implementation, 0)

@@ -1,43 +1,59 @@
-"""PIP-430: per-ledger range caches and one broker-wide removal queue.
+"""PIP-430: per-ledger range caches, one broker-wide removal queue, expected read counts.
 
-Every inserted entry joins the tail of a single FIFO queue. Eviction only ever looks at
-the head of that queue, so its cost depends on how many entries it removes, never on how
-many topics or ledgers the broker holds:
+The design as a unit (``broker/cache/unit.py`` drives it from the cache events):
 
-- the timestamp pass (every ``managedLedgerCacheEvictionIntervalMs``) takes expired
-  entries off the head and stops at the first one that has not expired;
-- the size pass (when the cache is over 0.98 x max) takes entries off the head until the
-  cache is back under ``managedLedgerCacheEvictionWatermark`` x max.
+- the structure: :class:`RangeEntryCache` per managed ledger (a dict per ledger id) and
+  :class:`Pip430EntryCacheManager`, whose
+  :class:`~broker.cache.removal_queue.RangeCacheRemovalQueue` holds every cached entry
+  in insertion order; the timestamp pass (every ``managedLedgerCacheEvictionIntervalMs``)
+  and the size pass (above 0.98 x max, down to ``managedLedgerCacheEvictionWatermark``)
+  both run its one eviction loop from the head, so eviction never depends on how many
+  topics the broker holds;
+- the ledger side: :class:`ExpectedReadCounts` (``cacheEvictionByExpectedReadCount=true``,
+  the default). The expected read count of a cached entry starts at
 
-Either pass gives an entry another TTL (requeues it at the tail) instead of removing it
-when (``managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed`` and it was read since the
-last check) or (it has expected reads left and was requeued fewer than
-``managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes``
-times). Entries removed by other means (invalidation) stay in the queue, flagged, and are
-skipped when they reach the head.
+  * the number of active cursors (cursors with consumers) for an added entry; with no
+    active cursor, added entries are still cached (count 0) for
+    ``managedLedgerContinueCachingAddedEntriesAfterLastActiveCursorLeavesMillis`` after
+    the last one left or the topic loaded;
+  * the number of active cursors at or before the reader (the
+    :class:`~broker.cache.active_cursors.ActiveManagedCursorContainer`) for an entry read
+    from storage, evaluated when the storage read completes; 0: not cached;
+
+  goes down by one when the entry is handed to a consumer (the ``released`` event) and up
+  by one when it joins a replay queue (``replay_added``), both in
+  :class:`~broker.cache.unit.TopicUnit`. The removal queue's rule keeps an entry with
+  ``expected_reads >= 1`` for up to
+  ``managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes``
+  more TTLs. No invalidation by cursor position: counts and the queue do that work.
+
+With ``cacheEvictionByExpectedReadCount=false`` the structure stays (removal queue,
+partial range reads) and the ledger side is the pre-PIP-430 rules, as the PIP says ("as
+before"): :class:`~broker.cache.legacy.LegacyRules`, counts 0, no continue-caching grace.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from time import thread_time_ns
+from collections.abc import Sequence
 from typing import Any
 
-from broker.cache.api import MissingRange
-from broker.cache.base import LedgerCacheBase, ManagerBase, owned_payload
+from broker.cache.active_cursors import ActiveManagedCursorContainer
+from broker.cache.api import CursorCheck, MissingRange, Pos
+from broker.cache.base import ManagerBase, owned_payload
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
-from broker.cache.stats import CacheCounters
+from broker.cache.removal_queue import RangeCacheRemovalQueue
 from broker.clock import Clock
 
 
-class RangeEntryCache(LedgerCacheBase):
+class RangeEntryCache:
     """The cached entries of one managed ledger, by ledger id then entry id.
 
     A plain dict per ledger: reads ask for ids (never "the first cached"), and eviction
     names the entry, so nothing on the hot path needs order. Costs (n = cached entries of
-    one ledger): insert, get, evict O(1); get_range over k ids O(k); invalidate up to a
-    position O(n) for that ledger; invalidate a ledger and clear O(entries removed).
+    one ledger): insert, get, evict O(1) per entry; get_range over k ids O(k); invalidate
+    up to a position O(n) for that ledger; invalidate a ledger and clear O(entries
+    removed).
     """
 
     __slots__ = ("_ledgers", "_manager", "_name")
@@ -48,89 +64,69 @@ class RangeEntryCache(LedgerCacheBase):
         self._ledgers: dict[int, dict[int, CachedEntry]] = {}
 
     @property
-    def _counters(self) -> CacheCounters:
-        return self._manager.counters
+    def name(self) -> str:
+        return self._name
 
     def insert(
         self,
         ledger_id: int,
-        entry_id: int,
-        data: bytes | memoryview | None,
+        first: int,
+        datas: Sequence[bytes | memoryview] | None,
+        sizes: Sequence[int],
         expected_reads: int,
-        size: int = -1,
-    ) -> CachedEntry | None:
-        """Cache an entry and return it; a position already cached keeps its first entry
-        and gains ``expected_reads``. ``data`` None caches only ``size`` (shadows)."""
+    ) -> None:
+        """Cache consecutive entries from ``first``; a position already cached keeps its
+        entry and gains ``expected_reads``. O(entries)."""
         manager = self._manager
         if manager.disabled:
-            return None
+            return
         entries = self._ledgers.get(ledger_id)
         if entries is None:
             entries = self._ledgers[ledger_id] = {}
-        else:
+        by_reads = manager.by_expected_reads
+        reads = expected_reads if by_reads else 0
+        now = manager.clock.monotonic_ns()
+        add = manager.queue.add
+        copy = manager.copy_entries
+        added = added_bytes = 0
+        for offset, size in enumerate(sizes):
+            entry_id = first + offset
             existing = entries.get(entry_id)
             if existing is not None:
-                if manager.by_expected_reads:
-                    existing.expected_reads += expected_reads
-                return existing
-        if data is not None:
-            data = owned_payload(data, manager.copy_entries)
-            size = len(data)
-        entry = CachedEntry(
-            self,
-            ledger_id,
-            entry_id,
-            data,
-            size,
-            expected_reads if manager.by_expected_reads else 0,
-            manager.clock.monotonic_ns(),
-        )
-        entries[entry_id] = entry
-        manager.queue.append(entry)
+                existing.expected_reads += reads
+                continue
+            data = None if datas is None else owned_payload(datas[offset], copy)
+            entry = CachedEntry(self, ledger_id, entry_id, data, size, reads, now)
+            entries[entry_id] = entry
+            add(entry)
+            added += 1
+            added_bytes += size
         counters = manager.counters
-        counters.size += size
-        counters.entries += 1
-        counters.inserted += 1
-        return entry
+        counters.size += added_bytes
+        counters.entries += added
+        counters.inserted += added
 
     def insert_from_read(
         self,
         ledger_id: int,
         entry_id: int,
         data: bytes | memoryview | None,
+        size: int,
         expected_reads: int,
-        size: int = -1,
-    ) -> CachedEntry | None:
-        """Cache an entry read from storage when reads are still expected. A position
-        already cached keeps its count: concurrent readers share one storage read, and
-        the first reader's count already includes every cursor at or before it."""
-        if expected_reads <= 0:
-            return None
+    ) -> None:
+        """Cache an entry read from storage. A position already cached keeps its entry
+        and its count (Pulsar's RangeCache refuses the duplicate). O(1)."""
         entries = self._ledgers.get(ledger_id)
-        existing = entries.get(entry_id) if entries is not None else None
-        if existing is not None:
-            return existing
-        return self.insert(ledger_id, entry_id, data, expected_reads, size)
-
-    def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
-        """The cached entry, marked accessed, counted as a hit or a miss. O(1)."""
-        entries = self._ledgers.get(ledger_id)
-        entry = entries.get(entry_id) if entries is not None else None
-        counters = self._manager.counters
-        if entry is None:
-            counters.misses += 1
-            return None
-        entry.accessed = True
-        counters.hits += 1
-        counters.hit_bytes += entry.size
-        return entry
+        if entries is not None and entry_id in entries:
+            return
+        self.insert(ledger_id, entry_id, None if data is None else (data,), (size,), expected_reads)
 
     def get_range(
         self, ledger_id: int, first: int, last: int, hits: list[CachedEntry]
     ) -> list[MissingRange]:
-        """Append cached entries of ``first..last`` to ``hits`` (marked accessed) and
-        return the contiguous missing sub-ranges. Hits are counted here; misses when the
-        ledger reports what it read from storage. O(last - first)."""
+        """Append cached entries of ``first..last`` to ``hits`` (marked accessed), count
+        them as hits, and return the contiguous missing sub-ranges (PIP-430 serves a
+        partly cached range partly from the cache). O(last - first)."""
         entries = self._ledgers.get(ledger_id)
         if entries is None:
             return [(first, last)]
@@ -159,8 +155,16 @@ class RangeEntryCache(LedgerCacheBase):
         counters.hit_bytes += hit_bytes
         return missing
 
+    def mark_read(self, ledger_id: int, entry_id: int) -> None:
+        """One expected read happened (the entry was handed to a consumer). O(1)."""
+        entries = self._ledgers.get(ledger_id)
+        if entries is not None and self._manager.by_expected_reads:
+            entry = entries.get(entry_id)
+            if entry is not None:
+                entry.expected_reads -= 1
+
     def add_expected_read(self, ledger_id: int, entry_id: int) -> None:
-        """One more read is expected for a cached position (it joined a replay queue)."""
+        """One more read is expected (the entry joined a replay queue). O(1)."""
         entries = self._ledgers.get(ledger_id)
         if entries is not None and self._manager.by_expected_reads:
             entry = entries.get(entry_id)
@@ -168,7 +172,7 @@ class RangeEntryCache(LedgerCacheBase):
                 entry.expected_reads += 1
 
     def invalidate_entries(self, ledger_id: int, entry_id: int) -> int:
-        """Drop every entry before ``(ledger_id, entry_id)``; returns how many."""
+        """Drop every entry strictly before ``(ledger_id, entry_id)``; returns how many."""
         removed = 0
         for lid in [lid for lid in self._ledgers if lid < ledger_id]:
             removed += self.invalidate_all_entries(lid)  # counts its own
@@ -196,10 +200,6 @@ class RangeEntryCache(LedgerCacheBase):
         for ledger_id in list(self._ledgers):
             self.invalidate_all_entries(ledger_id)
 
-    def cached_size(self) -> int:
-        """Bytes held by this cache. O(entries): for tests and stats, not hot paths."""
-        return sum(e.size for entries in self._ledgers.values() for e in entries.values())
-
     def cached_entries(self) -> list[CachedEntry]:
         return [
             self._ledgers[lid][eid]
@@ -208,7 +208,8 @@ class RangeEntryCache(LedgerCacheBase):
         ]
 
     def _drop(self, entry: CachedEntry) -> None:
-        """Account an entry already taken out of this cache's maps."""
+        """Account an entry already taken out of this cache's maps; the removal queue
+        skips it when it reaches the head."""
         entry.removed = True
         entry.data = None
         counters = self._manager.counters
@@ -216,7 +217,7 @@ class RangeEntryCache(LedgerCacheBase):
         counters.entries -= 1
 
     def _evict(self, entry: CachedEntry) -> None:
-        """Remove an entry the removal queue chose. O(log n)."""
+        """Remove an entry the removal queue chose. O(1)."""
         entries = self._ledgers[entry.ledger_id]
         del entries[entry.entry_id]
         if not entries:
@@ -225,7 +226,7 @@ class RangeEntryCache(LedgerCacheBase):
 
 
 class Pip430EntryCacheManager(ManagerBase[RangeEntryCache]):
-    """The broker-wide side of PIP-430: the size limit, the removal queue, the passes.
+    """The broker-wide side of PIP-430: the size limit and the removal queue's passes.
 
     Insert, get and requeue are O(1) on the queue; a pass costs O(entries it looks at),
     independent of the number of ledgers.
@@ -235,78 +236,27 @@ class Pip430EntryCacheManager(ManagerBase[RangeEntryCache]):
 
     def __init__(self, config: CacheConfig, clock: Clock) -> None:
         super().__init__(config, clock, lambda name: RangeEntryCache(name, self))
-        self.queue: deque[CachedEntry] = deque()
         self.by_expected_reads = config.eviction_by_expected_read_count
-        self._extend_recently_accessed = config.extend_ttl_of_recently_accessed
-        self._max_requeues = config.extend_ttl_max_times if self.by_expected_reads else 0
-
-    def needs_eviction(self) -> bool:
-        """True above 0.98 x max: the size pass has work."""
-        return not self.disabled and self.counters.size > self.config.trigger_bytes
-
-    def _should_requeue(self, entry: CachedEntry) -> bool:
-        return (self._extend_recently_accessed and entry.accessed) or (
-            entry.expected_reads >= 1 and entry.requeue_count < self._max_requeues
+        self.queue = RangeCacheRemovalQueue(
+            config.extend_ttl_max_times if self.by_expected_reads else 0,
+            config.extend_ttl_of_recently_accessed,
         )
 
     def evict_expired(self) -> int:
-        """The timestamp pass: remove or requeue entries older than the TTL from the head,
-        stop at the first that is not. Returns entries removed."""
-        queue = self.queue
+        """The timestamp pass: entries older than the TTL, from the head. Returns
+        entries removed."""
         now = self.clock.monotonic_ns()
-        cutoff = now - self.config.ttl_ns
-        removed = 0
-        while queue:
-            entry = queue[0]
-            if entry.removed:
-                queue.popleft()
-                continue
-            if entry.timestamp_ns >= cutoff:
-                break
-            queue.popleft()
-            if self._should_requeue(entry):
-                entry.timestamp_ns = now
-                entry.accessed = False
-                entry.requeue_count += 1
-                queue.append(entry)
-            else:
-                entry.cache._evict(entry)
-                removed += 1
-                if self.evict_listener is not None:
-                    self.evict_listener(entry, "ttl")
+        removed, _ = self.queue.evict_before(now - self.config.ttl_ns, now, self.evict_listener)
         self.counters.evicted_ttl += removed
         return removed
 
-    def evict_to_watermark(self) -> int:
-        """The size pass, when above the trigger: free down to the watermark from the head
-        of the queue, requeueing what the rule keeps. Returns bytes freed."""
-        if not self.needs_eviction():
-            return 0
-        to_free = self.counters.size - self.config.watermark_bytes
-        return self.evict_entries(to_free)
-
     def evict_entries(self, size_to_free: int) -> int:
-        """Free at least ``size_to_free`` bytes (or everything) from the head of the
-        queue. Returns bytes freed."""
-        queue = self.queue
-        now = self.clock.monotonic_ns()
-        freed = removed = 0
+        """The size pass: free at least ``size_to_free`` bytes (or everything that may
+        go) from the head of the queue. Returns bytes freed."""
         self.counters.eviction_runs += 1
-        while queue and freed < size_to_free:
-            entry = queue.popleft()
-            if entry.removed:
-                continue
-            if self._should_requeue(entry):
-                entry.timestamp_ns = now
-                entry.accessed = False
-                entry.requeue_count += 1
-                queue.append(entry)
-            else:
-                entry.cache._evict(entry)
-                freed += entry.size
-                removed += 1
-                if self.evict_listener is not None:
-                    self.evict_listener(entry, "size")
+        removed, freed = self.queue.evict_size(
+            size_to_free, self.clock.monotonic_ns(), self.evict_listener
+        )
         self.counters.evicted_size += removed
         return freed
 
@@ -319,10 +269,55 @@ class Pip430EntryCacheManager(ManagerBase[RangeEntryCache]):
         )
         return result
 
-    def do_cache_eviction(self) -> None:
-        """One eviction round as the broker's timer runs it: timestamp pass, then the
-        size pass if still above the trigger. Its CPU time goes to ``eviction_cpu_ns``."""
-        started = thread_time_ns()
-        self.evict_expired()
-        self.evict_to_watermark()
-        self.counters.eviction_cpu_ns += thread_time_ns() - started
+
+class ExpectedReadCounts:
+    """PIP-430's ledger side for one managed ledger (``cacheEvictionByExpectedReadCount``).
+
+    Every consumer that subscribes makes its cursor active (Pulsar 4.1's
+    ``PersistentSubscription.addConsumerInternal``); the last one leaving makes it
+    inactive. The backlog settings and the periodic check do nothing here, as in Pulsar.
+    All operations O(1) except cursor moves, O(nodes passed) in the container.
+    """
+
+    __slots__ = ("_active", "_clock", "_grace_ns", "_idle_since_ns")
+
+    def __init__(self, config: CacheConfig, clock: Clock) -> None:
+        self._clock = clock
+        self._active = ActiveManagedCursorContainer()
+        self._grace_ns = config.continue_caching_ms * 1_000_000
+        #: the last active cursor left, or the topic loaded, at this time
+        self._idle_since_ns = clock.monotonic_ns()
+
+    def added_reads(self) -> int | None:
+        """One expected read per active cursor; with none, count 0 during the grace
+        after the last one left (or the load), else not cached."""
+        active = len(self._active)
+        if active:
+            return active
+        if self._clock.monotonic_ns() - self._idle_since_ns < self._grace_ns:
+            return 0
+        return None
+
+    def storage_read_reads(self, reader: str) -> int:
+        """Active cursors at or before the reader, itself included; 0 for a reader that
+        is not active (its reads are not cached). O(1)."""
+        return self._active.number_at_or_before(reader)
+
+    def activated(
+        self, cursor: str, read_position: Pos, mark_delete: Pos, entries_to_read: int
+    ) -> None:
+        if cursor not in self._active:
+            self._active.add(cursor, read_position)
+
+    def deactivated(self, cursor: str) -> None:
+        if cursor in self._active:
+            self._active.remove(cursor)
+            if not self._active:
+                self._idle_since_ns = self._clock.monotonic_ns()
+
+    def moved(self, cursor: str, read_position: Pos, mark_delete: Pos) -> None:
+        if cursor in self._active:
+            self._active.move(cursor, read_position)
+
+    def checked(self, cursors: Sequence[CursorCheck]) -> None:
+        """Nothing: with expected read counts Pulsar skips the backlog checks."""

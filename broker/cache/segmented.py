@@ -1,29 +1,33 @@
-"""PIP-174: one broker-wide cache of N segments used as a ring.
+"""PIP-174: one broker-wide cache of N segments used as a ring, as its pull request
+(apache/pulsar #15955, ``SharedEntryCacheImpl``) built it.
 
 Entries are written into the current segment; when it is full the next segment becomes
 current and is cleared first, so eviction is a rotation, never a per-topic scan. Only the
-write path inserts (what producers add); reads probe the segments newest first; a range
-read is served whole or not at all.
+write path inserts (what producers add, while the managed ledger has an active cursor:
+the ledger side is :class:`~broker.cache.legacy.LegacyRules`, the managed ledger the ring
+plugged into). Reads probe the segments newest first; a range read is served whole or
+not at all; entries read from storage are not cached, and concurrent readers do not
+share storage reads (the PR read straight from BookKeeper, without Pulsar's
+PendingReadsManager).
+
+As in the PR, invalidation (up to a position, a whole ledger, a topic's clear) and a
+topic's unload do nothing: a segment's index keeps its entries until the segment is
+reused. Ledger ids are never reused, so nothing stale is ever served.
 
 Copy mode (``managedLedgerCacheCopyEntries=true``) writes each payload into the
 segment's preallocated buffer with an index (ledger, entry) -> (offset, size) and copies
 it out on a hit; reference mode keeps the payload objects themselves.
-
-The proposal's per-topic invalidations were no-ops; brokerlab drops the index entries of
-invalidated positions (so a trimmed or deleted ledger is never served) while their space,
-as in the proposal, is reclaimed only when the segment rotates.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from time import thread_time_ns
-from typing import Any
 
 from broker.cache.api import MissingRange
-from broker.cache.base import LedgerCacheBase, ManagerBase
+from broker.cache.base import ManagerBase
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
-from broker.cache.stats import CacheCounters
 from broker.clock import Clock
 
 GIB = 1 << 30
@@ -41,70 +45,56 @@ class SegmentEntry(CachedEntry):
 class Segment:
     """A buffer (copy mode), a fill offset and an index. Clearing is O(entries)."""
 
-    __slots__ = ("buffer", "by_ledger", "index", "used")
+    __slots__ = ("buffer", "index", "used")
 
     def __init__(self, size: int, copy: bool) -> None:
         self.buffer = bytearray(size) if copy else None
         self.index: dict[tuple[int, int], SegmentEntry] = {}
-        self.by_ledger: dict[int, set[int]] = {}
         self.used = 0
 
 
-class SegmentedEntryCache(LedgerCacheBase):
-    """One managed ledger's view of the shared ring. Costs: insert O(1) (a rotation
-    O(entries of the cleared segment)); get O(segments); get_range over k ids
-    O(k x segments) worst case."""
+class SegmentedEntryCache:
+    """One managed ledger's view of the shared ring. Costs: insert O(1) per entry (a
+    rotation O(entries of the cleared segment)); get_range over k ids O(k x segments)
+    worst case."""
 
-    __slots__ = ("_ledgers", "_manager", "_name")
+    __slots__ = ("_manager", "_name")
 
     def __init__(self, name: str, manager: SegmentedEntryCacheManager) -> None:
         self._name = name
         self._manager = manager
-        self._ledgers: set[int] = set()
 
     @property
-    def _counters(self) -> CacheCounters:
-        return self._manager.counters
+    def name(self) -> str:
+        return self._name
 
     def insert(
         self,
         ledger_id: int,
-        entry_id: int,
-        data: bytes | memoryview | None,
+        first: int,
+        datas: Sequence[bytes | memoryview] | None,
+        sizes: Sequence[int],
         expected_reads: int,
-        size: int = -1,
-    ) -> CachedEntry | None:
-        """Write path insert. None when the entry is larger than a segment."""
-        entry = self._manager._insert(self, ledger_id, entry_id, data, size)
-        if entry is not None:
-            self._ledgers.add(ledger_id)
-        return entry
+    ) -> None:
+        """The write path; an entry larger than a segment is not cached."""
+        insert = self._manager._insert
+        for offset, size in enumerate(sizes):
+            insert(self, ledger_id, first + offset, None if datas is None else datas[offset], size)
 
     def insert_from_read(
         self,
         ledger_id: int,
         entry_id: int,
         data: bytes | memoryview | None,
+        size: int,
         expected_reads: int,
-        size: int = -1,
-    ) -> CachedEntry | None:
+    ) -> None:
         """Reads from storage are not cached by this design."""
-        return None
-
-    def get(self, ledger_id: int, entry_id: int) -> CachedEntry | None:
-        entry = self._manager._lookup(ledger_id, entry_id)
-        counters = self._manager.counters
-        if entry is None:
-            counters.misses += 1
-            return None
-        counters.hits += 1
-        counters.hit_bytes += entry.size
-        return self._manager._copy_out(entry)
 
     def get_range(
         self, ledger_id: int, first: int, last: int, hits: list[CachedEntry]
     ) -> list[MissingRange]:
-        """All or nothing, as the proposal's range reads."""
+        """All or nothing, as the PR's range reads."""
         manager = self._manager
         found: list[SegmentEntry] = []
         for entry_id in range(first, last + 1):
@@ -118,51 +108,53 @@ class SegmentedEntryCache(LedgerCacheBase):
         hits.extend(manager._copy_out(e) for e in found)
         return []
 
+    def mark_read(self, ledger_id: int, entry_id: int) -> None:
+        """Expected reads are not tracked by this design."""
+
     def add_expected_read(self, ledger_id: int, entry_id: int) -> None:
-        pass
+        """Expected reads are not tracked by this design."""
 
     def invalidate_entries(self, ledger_id: int, entry_id: int) -> int:
-        removed = 0
-        for lid in [lid for lid in self._ledgers if lid < ledger_id]:
-            removed += self.invalidate_all_entries(lid)  # counts its own
-        dropped = self._manager._drop_where(ledger_id, lambda eid: eid < entry_id)
-        self._manager.counters.evicted_invalidated += dropped
-        return removed + dropped
+        """A no-op, as in the PR: only rotation removes entries."""
+        return 0
 
     def invalidate_all_entries(self, ledger_id: int) -> int:
-        self._ledgers.discard(ledger_id)
-        removed = self._manager._drop_where(ledger_id, lambda eid: True)
-        self._manager.counters.evicted_invalidated += removed
-        return removed
+        """A no-op, as in the PR: only rotation removes entries."""
+        return 0
 
     def clear(self) -> None:
-        for ledger_id in list(self._ledgers):
-            self.invalidate_all_entries(ledger_id)
+        """A no-op, as in the PR: only rotation removes entries."""
 
     def cached_entries(self) -> list[CachedEntry]:
+        """This ledger's entries still in the ring, newest segment's copy of each."""
         manager = self._manager
-        result: list[CachedEntry] = []
+        result: dict[tuple[int, int], CachedEntry] = {}
         for segment in manager.segments:
-            for (lid, _), entry in segment.index.items():
-                if lid in self._ledgers:
-                    result.append(manager._copy_out(entry))
-        return sorted(result, key=lambda e: (e.ledger_id, e.entry_id))
+            for key, entry in segment.index.items():
+                if entry.cache is self and key not in result:
+                    result[key] = manager._copy_out(entry)
+        return [result[key] for key in sorted(result)]
 
 
 class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
     """The ring. Eviction is rotation on insert; there is no timer work at all."""
 
     implementation = "segmented"
+    shares_pending_reads = False
 
-    def __init__(self, config: CacheConfig, clock: Clock, segments: int = 0) -> None:
+    def __init__(self, config: CacheConfig, clock: Clock) -> None:
         super().__init__(config, clock, lambda name: SegmentedEntryCache(name, self))
-        count = segments or max(2, config.max_size_bytes // GIB)
+        count = config.segments or max(2, config.max_size_bytes // GIB)
         self.segment_size = config.max_size_bytes // count if not self.disabled else 0
         self.segments = [
             Segment(self.segment_size, self.copy_entries)
             for _ in range(count if not self.disabled else 0)
         ]
         self.current = 0
+
+    def remove_entry_cache(self, name: str) -> None:
+        """A topic's unload leaves the ring as it is (the PR's ``removeEntryCache``)."""
+        self._caches.pop(name, None)
 
     def needs_eviction(self) -> bool:
         return False
@@ -171,9 +163,12 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
         """The ring has no TTL: nothing expires."""
         return 0
 
-    def evict_to_watermark(self) -> int:
+    def evict_entries(self, size_to_free: int) -> int:
         """The ring never exceeds its segments: there is no size pass."""
         return 0
+
+    def after_insert(self) -> None:
+        """Nothing to do: the ring evicts by rotating when a segment fills."""
 
     def do_cache_eviction(self) -> None:
         """Nothing to do: the ring evicts by rotating when a segment fills."""
@@ -181,7 +176,7 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
     # ------------------------------------------------------------------ internals
 
     def _lookup(self, ledger_id: int, entry_id: int) -> SegmentEntry | None:
-        """Probe the segments newest first."""
+        """Probe the segments newest first. O(segments)."""
         key = (ledger_id, entry_id)
         segments = self.segments
         count = len(segments)
@@ -198,20 +193,18 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
         entry_id: int,
         data: bytes | memoryview | None,
         size: int,
-    ) -> CachedEntry | None:
-        if self.disabled:
-            return None
-        if data is not None:
-            size = len(data)
-        if size > self.segment_size:
-            return None
-        existing = self._lookup(ledger_id, entry_id)
-        if existing is not None:
-            return existing
+    ) -> None:
+        """Write into the current segment (rotating first when it is full); a position
+        already in the current segment is kept (the PR's put-if-absent). O(1)."""
+        if self.disabled or size > self.segment_size:
+            return
         segment = self.segments[self.current]
         if segment.used + size > self.segment_size:
             self._rotate()
             segment = self.segments[self.current]
+        key = (ledger_id, entry_id)
+        if key in segment.index:
+            return
         entry = SegmentEntry(cache, ledger_id, entry_id, None, size, 0, self.clock.monotonic_ns())
         entry.offset = segment.used
         entry.segment = segment
@@ -223,13 +216,11 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
         else:
             entry.data = data
         segment.used += size
-        segment.index[(ledger_id, entry_id)] = entry
-        segment.by_ledger.setdefault(ledger_id, set()).add(entry_id)
+        segment.index[key] = entry
         counters = self.counters
         counters.size += size
         counters.entries += 1
         counters.inserted += 1
-        return entry
 
     def _copy_out(self, entry: SegmentEntry) -> CachedEntry:
         """Copy mode: a fresh entry holding a copy of the bytes; reference mode: as is."""
@@ -262,24 +253,5 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
             if listener is not None:
                 listener(entry, "size")
         segment.index.clear()
-        segment.by_ledger.clear()
         self.counters.eviction_cpu_ns += thread_time_ns() - started
         segment.used = 0
-
-    def _drop_where(self, ledger_id: int, doomed: Any) -> int:
-        removed = 0
-        for segment in self.segments:
-            ids = segment.by_ledger.get(ledger_id)
-            if not ids:
-                continue
-            for eid in [eid for eid in ids if doomed(eid)]:
-                ids.discard(eid)
-                entry = segment.index.pop((ledger_id, eid))
-                entry.removed = True
-                entry.data = None
-                self.counters.size -= entry.size
-                self.counters.entries -= 1
-                removed += 1
-            if not ids:
-                del segment.by_ledger[ledger_id]
-        return removed

@@ -86,15 +86,11 @@ class Consumer:
 
     def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
         """Hand an entry over: into the receiver queue, and pending until acked; the read
-        the cache expected for it has now happened. O(1)."""
-        if entry.cached is not None:
-            entry.cached.mark_read()
-        ledger = self.subscription.cursor.ledger
-        if ledger.trace is not None:
-            position = entry.position
-            ledger.trace.release(
-                ledger.name, self.subscription.name, position.ledger_id, position.entry_id
-            )
+        the cache designs expected for it has now happened (the ``released`` event). O(1)."""
+        position = entry.position
+        self.subscription.cursor.ledger.events.released(
+            self.subscription.name, position.ledger_id, position.entry_id
+        )
         self.queue.append(Delivery(entry, redelivery_count))
         self.pending[entry.position] = NOT_RECEIVED
         nbytes = len(entry.data)

@@ -132,9 +132,7 @@ class Dispatcher(ABC):
             count = min(budget, len(self.replay))
             positions = [self.replay.pop(0) for _ in range(count)]
             try:
-                entries = await self.ledger.read_positions(
-                    positions, self._expected_reads(), self.cursor.name
-                )
+                entries = await self.ledger.read_positions(positions, self.cursor.name)
             except BaseException:
                 self.replay.update(positions)
                 raise
@@ -143,26 +141,17 @@ class Dispatcher(ABC):
             return True
         if not cursor.has_more_entries():
             return False
-        entries = await cursor.read_entries(budget, self._expected_reads())
+        entries = await cursor.read_entries(budget)
         if not entries:
             return False
         self._send(entries)
         return True
 
-    def _expected_reads(self) -> int:
-        """Expected reads for entries this cursor reads from storage (0: not cached),
-        as the cache design's policy says."""
-        return self.ledger.cache_policy.storage_read_reads(self.ledger, self.cursor)
-
     def _replay_later(self, position: Position) -> None:
-        """Queue a position to send again; one more read of it is now expected."""
+        """Queue a position to send again; one more read of it is now expected (the
+        ``replay_added`` event)."""
         self.replay.add(position)
-        ledger = self.ledger
-        ledger.cache.add_expected_read(position.ledger_id, position.entry_id)
-        if ledger.trace is not None:
-            ledger.trace.replay_add(
-                ledger.name, self.cursor.name, position.ledger_id, position.entry_id
-            )
+        self.ledger.events.replay_added(self.cursor.name, position.ledger_id, position.entry_id)
 
     def _redelivery_count(self, position: Position) -> int:
         return self.subscription.redelivery_counts.get(position, 0)

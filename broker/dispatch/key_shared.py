@@ -165,7 +165,7 @@ class KeySharedDispatcher(SharedDispatcher):
                 counts[position] = counts.get(position, 0) + 1
                 redelivered += 1
             self._wait_in_replay(position, slot)
-            self.ledger.cache.add_expected_read(position.ledger_id, position.entry_id)
+            self.ledger.events.replay_added(self.cursor.name, position.ledger_id, position.entry_id)
         self.subscription.msg_redeliver.add(redelivered)
         self.wake()
 
@@ -203,7 +203,7 @@ class KeySharedDispatcher(SharedDispatcher):
                     self._leave_replay(position)
                 slots = {p: self._replay_slot.get(p) for p in chosen}
                 try:
-                    entries = await self.ledger.read_positions(chosen, self._expected_reads())
+                    entries = await self.ledger.read_positions(chosen, self.cursor.name)
                 except BaseException:
                     for position in chosen:
                         self._wait_in_replay(position, slots[position])
@@ -214,7 +214,7 @@ class KeySharedDispatcher(SharedDispatcher):
             return False
         if not self.cursor.has_more_entries():
             return False
-        entries = await self.cursor.read_entries(budget, self._expected_reads())
+        entries = await self.cursor.read_entries(budget)
         if not entries:
             return False
         self._send_keyed(entries, from_replay=False)

@@ -6,11 +6,11 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker.cache.api import EntryCacheManager
+from broker.cache.stream import CacheEventStream
 from broker.clock import Clock
 from broker.dispatch.cache_rates import CacheRates
 from broker.dispatch.consumer import Consumer
@@ -27,7 +27,6 @@ from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic
 from broker.ledger.cache_evictor import CacheEvictor
-from broker.ledger.cache_policy import CachePolicy, Pip430Policy
 from broker.ledger.managed_ledger import (
     LedgerInfo,
     ManagedLedger,
@@ -56,8 +55,6 @@ class ServiceConfig:
     stats_update_frequency_s: int = 10
     maintenance_interval_s: float = 0.5
     cache_eviction_interval_ms: int = 10
-    #: a fresh policy per managed ledger, for the live cache design
-    cache_policy: Callable[[], CachePolicy] = Pip430Policy
     #: managedLedgerOffloadThresholdInBytes: offload closed ledgers of a topic holding
     #: more than this in the bookie; -1: never automatically
     offload_threshold_bytes: int = -1
@@ -97,18 +94,21 @@ class BrokerService:
         config: ServiceConfig,
         bookie: Bookie,
         metadata: MetadataStore,
-        cache_manager: EntryCacheManager,
+        cache: CacheEventStream,
         clock: Clock,
         tiered: TieredStorage | None = None,
         trace: TraceRecorder | None = None,
     ) -> None:
         self.config = config
         self.tiered = tiered
-        #: the access trace every managed ledger records into (None: off)
+        #: the access trace recorder, for its stats (None: off); it records the events
+        #: of ``cache``
         self.trace = trace
         self.bookie = bookie
         self.metadata = metadata
-        self.cache_manager = cache_manager
+        #: the broker's cache: the live design, its shadows and the access trace, fed
+        #: one stream of cache events
+        self.cache = cache
         self.clock = clock
         self.topics: dict[TopicName, PersistentTopic] = {}
         self.consumers: dict[str, Consumer] = {}
@@ -117,10 +117,10 @@ class BrokerService:
         self._closing: dict[TopicName, asyncio.Future[None]] = {}
         self._owner = TaskOwner("broker service")
         self._last_stats_ns = clock.monotonic_ns()
-        self.evictor = CacheEvictor(cache_manager, config.cache_eviction_interval_ms)
+        self.evictor = CacheEvictor(cache, config.cache_eviction_interval_ms)
         self.totals = BrokerTotals()
         self.cache_rates = CacheRates()
-        self.cache_rates.refresh(cache_manager.stats(), 0.0)
+        self.cache_rates.refresh(cache.stats(), 0.0)
 
     def start(self) -> None:
         self._owner.spawn(self._upkeep_loop(), name="broker upkeep")
@@ -168,22 +168,15 @@ class BrokerService:
         ml_name = str(name)
         if not create and await self.metadata.get(metadata_key(ml_name)) is None:
             raise NotFoundError(f"topic {name} not found")
+        events = self.cache.load_topic(ml_name)
         ledger = ManagedLedger(
-            ml_name,
-            self.bookie,
-            self.metadata,
-            self.cache_manager.get_entry_cache(ml_name),
-            self.config.ledger,
-            self.clock,
-            self.evictor.after_insert,
-            self.config.cache_policy(),
+            ml_name, self.bookie, self.metadata, events, self.config.ledger, self.clock
         )
         ledger.tiered = self.tiered
-        ledger.trace = self.trace
         try:
             await ledger.open()
         except BookieError as error:
-            self.cache_manager.remove_entry_cache(ml_name)
+            events.unloaded()
             raise UnavailableError(f"cannot load topic {name}: {error}") from error
         topic = PersistentTopic(name, ledger, self.config.dispatch, self.clock, self.totals)
         self.topics[name] = topic
@@ -208,7 +201,6 @@ class BrokerService:
             for subscription in topic.subscriptions.values():
                 await subscription.close()
             await topic.ledger.delete()
-            self.cache_manager.remove_entry_cache(str(name))
 
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
         """Unload every loaded topic of the namespace as a bundle move would: consumers
@@ -235,7 +227,6 @@ class BrokerService:
                 for consumer in list(subscription.consumers):
                     self.close_consumer(consumer)
             await topic.close()
-            self.cache_manager.remove_entry_cache(str(name))
 
     @contextlib.asynccontextmanager
     async def _closing_topic(self, name: TopicName) -> AsyncIterator[None]:
@@ -335,8 +326,8 @@ class BrokerService:
             self._last_stats_ns = now
             for topic in self.topics.values():
                 topic.refresh_rates(elapsed_s)
-                topic.ledger.cache_policy.refresh(topic.ledger)
-            self.cache_rates.refresh(self.cache_manager.stats(), elapsed_s)
+                topic.check_cursors()
+            self.cache_rates.refresh(self.cache.stats(), elapsed_s)
 
     # ------------------------------------------------------------------ offload
 

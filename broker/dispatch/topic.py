@@ -73,6 +73,17 @@ class PersistentTopic:
         except ConflictError:
             return self.subscriptions[name]
 
+    def check_cursors(self) -> None:
+        """The stats period's check of every cursor (Pulsar's ``checkBackloggedCursors``
+        and ``checkCursorsToCacheEntries``), for the cache designs' rules."""
+        subscriptions = self.subscriptions
+
+        def has_consumers(name: str) -> bool:
+            subscription = subscriptions.get(name)
+            return subscription is not None and bool(subscription.consumers)
+
+        self.ledger.check_cursors(has_consumers)
+
     def subscription(self, name: str) -> Subscription:
         subscription = self.subscriptions.get(name)
         if subscription is None:
@@ -92,18 +103,19 @@ class PersistentTopic:
 
     async def find_position_by_publish_time(self, timestamp_ms: int) -> Position:
         """The first position published at or after ``timestamp_ms`` (the next write
-        position if none): binary search, O(log n) single-entry reads."""
+        position if none): binary search, O(log n) single-entry reads through the cache
+        by no cursor (reader ""), so nothing read is cached for a cursor."""
         ledger = self.ledger
         for info in ledger.ledgers:
             if info.entries == 0:
                 continue
-            last = await ledger.read_entries(Position(info.ledger_id, info.entries - 1), 1)
+            last = await ledger.read_entries(Position(info.ledger_id, info.entries - 1), 1, "")
             if publish_time_of(last[0].data) < timestamp_ms:
                 continue
             low, high = 0, info.entries - 1  # the answer is in low..high
             while low < high:
                 middle = (low + high) // 2
-                probe = await ledger.read_entries(Position(info.ledger_id, middle), 1)
+                probe = await ledger.read_entries(Position(info.ledger_id, middle), 1, "")
                 if publish_time_of(probe[0].data) >= timestamp_ms:
                     high = middle
                 else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import binascii
-import dataclasses
 import logging
 import operator
 import pathlib
@@ -17,13 +16,11 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from broker.cache import create_entry_cache_manager
-from broker.cache.entry import CachedEntry
-from broker.clock import Clock, SystemClock
+from broker.cache import create_stream
+from broker.clock import Clock, EventClock, SystemClock
 from broker.config import (
     BrokerConfig,
     cache_config,
-    cache_policy_factory,
     shadow_designs,
     trace_dir,
 )
@@ -87,13 +84,11 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
         cache_eviction_interval_ms=config.managedLedgerCacheEvictionIntervalMs,
         offload_threshold_bytes=config.managedLedgerOffloadThresholdInBytes,
         offload_deletion_lag_ms=config.managedLedgerOffloadDeletionLagMs,
-        cache_policy=cache_policy_factory(config),
         ledger=ManagedLedgerConfig(
             max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
             max_size_per_ledger_bytes=config.managedLedgerMaxSizePerLedgerMbytes * 1024 * 1024,
             min_rollover_ms=config.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,
             max_rollover_ms=config.managedLedgerMaxLedgerRolloverTimeMinutes * 60_000,
-            continue_caching_ms=cache_config(config).continue_caching_ms,
         ),
         dispatch=DispatchConfig(
             max_read_batch_size=config.dispatcherMaxReadBatchSize,
@@ -111,43 +106,38 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     clock = app[CLOCK]
     storage = await open_storage(settings.storage, settings.data_dir)
-    cache_manager = create_entry_cache_manager(
-        settings.broker.managedLedgerCacheImplementation,
-        cache_config(settings.broker),
-        clock,
-        settings.broker.managedLedgerCacheSegments,
-        shadow_designs(settings.broker),
-    )
+    broker = settings.broker
+    settings_of_cache = cache_config(broker)
     trace: TraceRecorder | None = None
-    directory = trace_dir(settings.broker)
-    if directory is not None:
-        from broker.trace.recorder import TraceRecorder  # pyarrow loads only when tracing
+    directory = trace_dir(broker)
 
+    def recorder(event_clock: EventClock) -> TraceRecorder:
+        nonlocal trace
+        # pyarrow loads only when tracing
+        from broker.trace.recorder import TraceRecorder, trace_meta
+
+        assert directory is not None
         trace = TraceRecorder(
             pathlib.Path(directory),
-            clock,
-            settings.broker.brokerlabTraceRollEvents,
-            settings.broker.brokerlabTraceMaxPendingFiles,
-            meta={
-                "implementation": settings.broker.managedLedgerCacheImplementation,
-                "segments": settings.broker.managedLedgerCacheSegments,
-                **dataclasses.asdict(cache_config(settings.broker)),
-            },
+            event_clock,
+            broker.brokerlabTraceRollEvents,
+            broker.brokerlabTraceMaxPendingFiles,
+            meta=trace_meta(broker.managedLedgerCacheImplementation, settings_of_cache),
         )
-    if trace is not None:
-        recorder = trace
-        live = getattr(cache_manager, "live", cache_manager)
+        return trace
 
-        def evicted(entry: CachedEntry, reason: str) -> None:
-            recorder.evict(entry.cache.name, entry.ledger_id, entry.entry_id, entry.size, reason)
-
-        if hasattr(live, "evict_listener"):
-            live.evict_listener = evicted
+    cache = create_stream(
+        broker.managedLedgerCacheImplementation,
+        settings_of_cache,
+        clock,
+        shadow_designs(broker),
+        recorder if directory is not None else None,
+    )
     service = BrokerService(
-        service_config(settings.broker),
+        service_config(broker),
         storage.bookie,
         storage.metadata,
-        cache_manager,
+        cache,
         clock,
         storage.tiered,
         trace,
@@ -537,7 +527,7 @@ async def health(request: web.Request) -> web.Response:
 
 @routes.get("/admin/v2/broker-stats/cache")
 async def cache_stats(request: web.Request) -> web.Response:
-    return _json(_service(request).cache_manager.stats())
+    return _json(_service(request).cache.stats())
 
 
 @routes.get("/admin/v2/broker-stats/storage")
@@ -574,7 +564,7 @@ async def dashboard_data(request: web.Request) -> web.Response:
     """One snapshot of the counters the dashboard charts; the page computes the rates."""
     service = _service(request)
     settings = request.app[SETTINGS]
-    cache = service.cache_manager.stats()
+    cache = service.cache.stats()
     loads = service.topic_loads()
     top = sorted(loads, key=lambda load: load.backlog, reverse=True)[:TOP_TOPICS]
     totals = service.totals

@@ -69,7 +69,7 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         service = self._service
-        cache = service.cache_manager.stats()
+        cache = service.cache.stats()
         yield from self._pulsar_cache(cache)
         yield from self._cache(cache)
         yield from self._storage_metrics()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from broker.cache.designs import DESIGNS
 from storage_stub.bookie.api import OPERATIONS
 
 Json = dict[str, Any]
@@ -542,12 +543,18 @@ def _broker_schemas() -> Json:
         "default": 0.0,
     }
     cache = {
-        "implementation": _string("managedLedgerCacheImplementation (pip430, legacy, segmented)."),
+        "implementation": _string(
+            f"managedLedgerCacheImplementation ({', '.join(DESIGNS)}; disabled at size 0)."
+        ),
         "maxSizeBytes": _integer("Configured cache size.", minimum=0),
         "sizeBytes": _integer("Bytes cached now.", minimum=0),
         "entries": _integer("Entries cached now.", minimum=0),
-        "hits": _integer("Reads served from the cache.", minimum=0),
-        "misses": _integer("Reads that went to storage.", minimum=0),
+        "hits": _integer("Entries served from the cache.", minimum=0),
+        "misses": _integer(
+            "Entries read from storage for reads, one per entry each storage read fetches; a "
+            "reader that waits for a storage read another reader started counts neither.",
+            minimum=0,
+        ),
         "hitBytes": _integer("Bytes served from the cache.", minimum=0),
         "missBytes": _integer("Bytes read from storage.", minimum=0),
         "inserted": _integer("Entries inserted.", minimum=0),
@@ -563,7 +570,9 @@ def _broker_schemas() -> Json:
             "Cached entries a cursor is still expected to read (PIP-430).", minimum=0
         ),
         "shadows": _map_of(
-            "Shadow caches by name.",
+            "Shadows by design name: each another design run beside the live one on the same "
+            "cache events, sizes only; its hits are what it would have served, its misses "
+            "what it would have read from storage.",
             _counters("One shadow cache.", {"hits": "Hits.", "misses": "Misses."}),
         ),
     }

@@ -11,7 +11,6 @@ from collections.abc import Iterable
 
 import orjson
 
-from broker.cache.entry import CachedEntry
 from broker.ledger.position import Position
 
 # version, publish time ms, event time ms, key length (NO_KEY: none), properties length
@@ -22,16 +21,13 @@ HEADER_SIZE = _HEADER.size
 
 
 class Entry:
-    """A stored entry read back from the ledger. ``data`` is the encoded message;
-    ``cached`` is what the entry cache holds for it, if anything, so dispatch can count
-    the read on it without a lookup."""
+    """A stored entry read back from the ledger. ``data`` is the encoded message."""
 
-    __slots__ = ("cached", "data", "position")
+    __slots__ = ("data", "position")
 
-    def __init__(self, position: Position, data: bytes, cached: CachedEntry | None = None) -> None:
+    def __init__(self, position: Position, data: bytes) -> None:
         self.position = position
         self.data = data
-        self.cached = cached
 
     def __repr__(self) -> str:
         return f"Entry({self.position}, {len(self.data)} bytes)"

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 
 import orjson
 
-from broker.ledger.active_cursor_container import CursorCounter
 from broker.ledger.entry import Entry
 from broker.ledger.managed_ledger import ManagedLedger, cursor_key_prefix
 from broker.ledger.position import Position
@@ -30,7 +29,6 @@ class ManagedCursor:
         "_persist_lock",
         "_persisted_version",
         "_read_position",
-        "active_counter",
         "individually_deleted",
         "ledger",
         "mark_delete_position",
@@ -45,8 +43,6 @@ class ManagedCursor:
         self.individually_deleted = PositionRangeSet()
         self._read_position = ledger.next_position(mark_delete)
         self.messages_consumed_counter = 0
-        #: set by the ledger's active cursor container while this cursor is active
-        self.active_counter: CursorCounter | None = None
         self._persist_lock = asyncio.Lock()
         self._dirty_version = 0
         self._persisted_version = 0
@@ -55,15 +51,14 @@ class ManagedCursor:
 
     @property
     def read_position(self) -> Position:
-        """The next entry to dispatch. Setting it keeps the ledger's active cursor
-        container in order (O(distance moved) when this cursor is active)."""
+        """The next entry to dispatch. Setting it tells the topic's cache events."""
         return self._read_position
 
     @read_position.setter
     def read_position(self, position: Position) -> None:
         if position != self._read_position:
             self._read_position = position
-            self.ledger.active_container_moved(self)
+            self.ledger.cursor_moved(self)
 
     @property
     def key(self) -> str:
@@ -94,7 +89,7 @@ class ManagedCursor:
         cursor = cls(ledger, name, Position(*state["markDelete"]))
         cursor.individually_deleted = PositionRangeSet.from_ranges(state["individuallyDeleted"])
         cursor.messages_consumed_counter = int(state["consumed"])
-        cursor._advance_mark_delete()
+        cursor._advance_mark_delete(moved=False)
         return cursor
 
     async def delete(self) -> None:
@@ -140,7 +135,7 @@ class ManagedCursor:
                 added += 1
         if added:
             self.messages_consumed_counter += added
-            self._advance_mark_delete()
+            self._advance_mark_delete(moved=False)
         return added
 
     def acknowledge_cumulative(self, position: Position) -> int:
@@ -158,8 +153,10 @@ class ManagedCursor:
         self.messages_consumed_counter += before - after
         return before - after
 
-    def _advance_mark_delete(self) -> None:
-        """Move mark-delete over individually deleted ranges that now follow it."""
+    def _advance_mark_delete(self, moved: bool = True) -> None:
+        """Move mark-delete over individually deleted ranges that now follow it, and the
+        read position past it; tell the cache events once if either moved (``moved``:
+        the caller already moved mark-delete)."""
         ledger = self.ledger
         deleted = self.individually_deleted
         mark_delete = self.mark_delete_position
@@ -171,10 +168,13 @@ class ManagedCursor:
                     break
                 mark_delete = Position(following.ledger_id, end)
                 deleted.remove_up_to(mark_delete)
+                moved = True
             self.mark_delete_position = mark_delete
-        if self.read_position <= mark_delete:
-            self.read_position = ledger.next_position(mark_delete)
-        ledger.cache_policy.cursor_moved(ledger, self)
+        if self._read_position <= mark_delete:
+            self._read_position = ledger.next_position(mark_delete)
+            moved = True
+        if moved:
+            ledger.cursor_moved(self)
 
     def backlog(self) -> int:
         """Confirmed entries not yet acknowledged. O(#ledgers)."""
@@ -185,32 +185,32 @@ class ManagedCursor:
     # ------------------------------------------------------------------ reads
 
     def entries_to_read(self) -> int:
-        """Confirmed entries at or after the read position. O(#ledgers)."""
+        """Confirmed entries at or after the read position, not acknowledged (Pulsar's
+        ``ManagedCursor.getNumberOfEntries``). O(#ledgers + deleted ranges after it)."""
         ledger = self.ledger
-        return ledger.number_of_entries_after(ledger.previous_position(self.read_position))
+        read_position = self._read_position
+        after = ledger.number_of_entries_after(ledger.previous_position(read_position))
+        return after - self.individually_deleted.count_from(read_position)
 
     def has_more_entries(self) -> bool:
         position = self.ledger.normalize(self.read_position)
         self.read_position = position
         return self.ledger.is_readable(position)
 
-    async def read_entries(self, max_entries: int, expected_reads: int = 0) -> list[Entry]:
+    async def read_entries(self, max_entries: int) -> list[Entry]:
         """Read up to ``max_entries`` unacknowledged entries from the read position and
         move past them. Reads stay within one ledger per storage call."""
         ledger = self.ledger
         result: list[Entry] = []
         while len(result) < max_entries and self.has_more_entries():
             start = self.read_position
-            entries = await ledger.read_entries(
-                start, max_entries - len(result), expected_reads, self.name
-            )
+            entries = await ledger.read_entries(start, max_entries - len(result), self.name)
             if not entries:
                 break
             if self.read_position != start:
                 # a rewind or reset happened while reading: drop this batch
                 continue
             self.read_position = ledger.next_position(entries[-1].position)
-            ledger.cache_policy.cursor_moved(ledger, self)
             deleted = self.individually_deleted
             mark_delete = self.mark_delete_position
             for entry in entries:
@@ -230,5 +230,6 @@ class ManagedCursor:
         position = self.ledger.normalize(position)
         self.mark_delete_position = self.ledger.previous_position(position)
         self.individually_deleted = PositionRangeSet()
-        self.read_position = position
+        self._read_position = position
+        self.ledger.cursor_moved(self)
         await self.persist()

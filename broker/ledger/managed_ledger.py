@@ -1,7 +1,10 @@
 """ManagedLedger: a topic's log as a sequence of bookie ledgers, with its cursors.
 
-The one read path of the broker lives here: ask the entry cache first, read the missing
-sub-ranges from storage, insert what was read into the cache.
+The one read path of the broker lives here: the topic's cache events answer a read with
+the live design's hits, the ranges to read from storage, and the ranges to wait for
+from storage reads already in flight; what storage returns goes back as ``filled``.
+Every change the cache designs care about (adds, reads, trims, close) is an event on
+the topic's :class:`~broker.cache.stream.TopicEvents`.
 """
 
 from __future__ import annotations
@@ -16,21 +19,18 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from broker.cache.api import EntryCache
-from broker.cache.entry import CachedEntry
+from broker.cache.api import CursorCheck
+from broker.cache.stream import TopicEvents
 from broker.clock import Clock
-from broker.ledger.active_cursor_container import ActiveManagedCursorContainer
-from broker.ledger.cache_policy import CachePolicy, Pip430Policy
 from broker.ledger.entry import Entry
 from broker.ledger.offload import TieredStorage, offset_of, stream_id_of
-from broker.ledger.pending_reads import PendingReads
+from broker.ledger.pending_reads import PendingRead, PendingReads
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import Bookie, MetadataStore
 
 if TYPE_CHECKING:
     from broker.ledger.managed_cursor import ManagedCursor
-    from broker.trace.recorder import TraceRecorder
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +48,6 @@ class ManagedLedgerConfig:
     max_size_per_ledger_bytes: int = 2048 * 1024 * 1024
     min_rollover_ms: int = 10 * 60_000
     max_rollover_ms: int = 240 * 60_000
-    #: keep caching added entries this long after the last active cursor left (and
-    #: after the ledger opens); managedLedgerContinueCachingAddedEntries...Millis
-    continue_caching_ms: int = 2000
-
-
-def _no_eviction() -> None:
-    pass
 
 
 class LedgerInfo:
@@ -124,18 +117,15 @@ class ManagedLedger:
         name: str,
         bookie: Bookie,
         metadata: MetadataStore,
-        cache: EntryCache,
+        events: TopicEvents,
         config: ManagedLedgerConfig,
         clock: Clock,
-        after_cache_insert: Callable[[], None] = _no_eviction,
-        cache_policy: CachePolicy | None = None,
     ) -> None:
         self.name = name
-        self.after_cache_insert = after_cache_insert
-        self.cache_policy: CachePolicy = cache_policy or Pip430Policy()
         self.bookie = bookie
         self.metadata = metadata
-        self.cache = cache
+        #: the topic's cache events: the live cache design, its shadows, the trace
+        self.events = events
         self.config = config
         self.clock = clock
         self._ledgers: dict[int, LedgerInfo] = {}
@@ -144,11 +134,6 @@ class ManagedLedger:
         self.last_confirmed = Position(-1, -1)
         self.entries_added_counter = 0
         self.cursors: dict[str, ManagedCursor] = {}
-        #: cursors with connected consumers: they will read what is added
-        self.active_cursors: set[ManagedCursor] = set()
-        #: the same cursors ordered by read position, for O(1) at-or-before counts
-        self.active_container = ActiveManagedCursorContainer()
-        self._no_active_cursor_since_ns = clock.monotonic_ns()
         # first entry id -> (last entry id, bytes) of adds complete but not yet contiguous
         self._completed: dict[int, tuple[int, int]] = {}
         self._listeners: list[Callable[[], None]] = []
@@ -160,12 +145,12 @@ class ManagedLedger:
         self._tasks = TaskOwner(f"managed ledger {name}")
         self._metadata_lock = asyncio.Lock()
         self._closed = False
-        self.pending_reads = PendingReads(self._read_storage, self._tasks)
+        self.pending_reads = PendingReads(
+            self._read_storage, self._tasks, events.filled, events.fill_failed
+        )
         #: the tiered store offloaded ledgers are read from (None: no tiered storage)
         self.tiered: TieredStorage | None = None
         self.stream_id = stream_id_of(name)
-        #: the access trace recorder (None: tracing is off, the default)
-        self.trace: TraceRecorder | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -234,9 +219,7 @@ class ManagedLedger:
                 await self.bookie.delete_ledger(current.ledger_id)
             else:
                 await self._persist_metadata()
-        self.cache.clear()
-        if self.trace is not None:
-            self.trace.invalidate(self.name, -1, None, None)
+        self.events.unloaded()
 
     async def delete(self) -> None:
         """Delete every ledger, every cursor and the metadata of this managed ledger."""
@@ -286,17 +269,7 @@ class ManagedLedger:
                 self._drained.set()
         first = last - len(entries) + 1
         ledger_id = info.ledger_id
-        expected_reads = self.cache_policy.added_entry_reads(self)
-        if expected_reads is not None:
-            cache = self.cache
-            for offset, data in enumerate(entries):
-                cache.insert(ledger_id, first + offset, data, expected_reads)
-            self.after_cache_insert()
-        trace = self.trace
-        if trace is not None:
-            active = len(self.active_cursors)
-            for offset, data in enumerate(entries):
-                trace.add(self.name, ledger_id, first + offset, len(data), active, expected_reads)
+        self.events.added(ledger_id, first, entries)
         self._complete(info, first, last, sum(map(len, entries)))
         if self._rollover is None and not self._closed and self._is_full(info):
             self._tasks.spawn(self._roll_over(), name=f"rollover {self.name}")
@@ -322,37 +295,37 @@ class ManagedLedger:
         for listener in self._listeners:
             listener()
 
-    def caching_added_entries(self) -> bool:
-        """Added entries are cached while a cursor is active, and for the configured
-        while after the last one left (or the ledger opened)."""
-        if self.active_cursors:
-            return True
-        idle_ns = self.clock.monotonic_ns() - self._no_active_cursor_since_ns
-        return idle_ns < self.config.continue_caching_ms * 1_000_000
+    # the cursor events: none once the ledger is closed (its cache units are gone)
 
     def activate_cursor(self, cursor: ManagedCursor) -> None:
-        """The cursor has consumers: it will read what is added."""
-        if cursor not in self.active_cursors:
-            self.active_cursors.add(cursor)
-            self.active_container.add(cursor, cursor.read_position)
-            if self.trace is not None:
-                self.trace.cursor_active(self.name, cursor.name, True)
-        self.cache_policy.cursor_moved(self, None)
+        """A consumer subscribed on ``cursor`` (each time one does)."""
+        if not self._closed:
+            self.events.activated(
+                cursor.name,
+                cursor.read_position,
+                cursor.mark_delete_position,
+                cursor.entries_to_read(),
+            )
 
     def deactivate_cursor(self, cursor: ManagedCursor) -> None:
-        if cursor in self.active_cursors:
-            self.active_cursors.discard(cursor)
-            self.active_container.remove(cursor)
-            if self.trace is not None:
-                self.trace.cursor_active(self.name, cursor.name, False)
-        if not self.active_cursors:
-            self._no_active_cursor_since_ns = self.clock.monotonic_ns()
-        self.cache_policy.cursor_moved(self, None)
+        """``cursor`` lost its last consumer, or was deleted."""
+        if not self._closed:
+            self.events.deactivated(cursor.name)
 
-    def active_container_moved(self, cursor: ManagedCursor) -> None:
-        """``cursor``'s read position changed; reorder it if it is active."""
-        if cursor in self.active_cursors:
-            self.active_container.move(cursor, cursor.read_position)
+    def cursor_moved(self, cursor: ManagedCursor) -> None:
+        """``cursor``'s read or mark-delete position changed. O(1) here."""
+        if not self._closed:
+            self.events.moved(cursor.name, cursor.read_position, cursor.mark_delete_position)
+
+    def check_cursors(self, has_consumers: Callable[[str], bool]) -> None:
+        """The periodic check of every cursor (the stats period): consumers, entries to
+        read, backlog. O(#cursors x #ledgers)."""
+        self.events.checked(
+            [
+                CursorCheck(name, has_consumers(name), cursor.entries_to_read(), cursor.backlog())
+                for name, cursor in self.cursors.items()
+            ]
+        )
 
     def _is_full(self, info: LedgerInfo, pending_entries: int = 0) -> bool:
         """Pulsar's rule: over the entry or size quota and older than the minimum rollover
@@ -508,24 +481,20 @@ class ManagedLedger:
 
     # ------------------------------------------------------------------ reads
 
-    async def read_entries(
-        self, start: Position, max_entries: int, expected_reads: int = 0, reader: str = ""
-    ) -> list[Entry]:
-        """Read up to ``max_entries`` confirmed entries from ``start`` within its ledger:
-        cache first, storage for the missing sub-ranges (which are then cached with
-        ``expected_reads``). Empty if nothing is readable at ``start``."""
+    async def read_entries(self, start: Position, max_entries: int, reader: str) -> list[Entry]:
+        """Read up to ``max_entries`` confirmed entries from ``start`` within its ledger
+        for the cursor ``reader``. Empty if nothing is readable at ``start``."""
         info = self._ledgers.get(start.ledger_id)
         if info is None or start.entry_id >= info.entries or max_entries <= 0:
             return []
         first = max(start.entry_id, 0)
         last = min(first + max_entries - 1, info.entries - 1)
-        return await self._read_range(info.ledger_id, first, last, expected_reads, reader)
+        return await self._read_range(info.ledger_id, first, last, reader, False)
 
-    async def read_positions(
-        self, positions: Iterable[Position], expected_reads: int = 0, reader: str = ""
-    ) -> list[Entry]:
-        """Read the given positions (sorted) through the same cache-first path, one
-        storage read per contiguous run. Positions that no longer exist are skipped."""
+    async def read_positions(self, positions: Iterable[Position], reader: str) -> list[Entry]:
+        """Read the given positions (sorted) for ``reader``'s replay queue through the
+        same path, one range read per contiguous run. Positions that no longer exist are
+        skipped."""
         result: list[Entry] = []
         run_ledger = -1
         run_first = run_last = 0
@@ -536,85 +505,37 @@ class ManagedLedger:
                 run_last = entry_id
                 continue
             if run_ledger >= 0:
-                result += await self._read_range(
-                    run_ledger, run_first, run_last, expected_reads, reader, replay=True
-                )
+                result += await self._read_range(run_ledger, run_first, run_last, reader, True)
             run_ledger, run_first, run_last = ledger_id, entry_id, entry_id
         if run_ledger >= 0:
-            result += await self._read_range(
-                run_ledger, run_first, run_last, expected_reads, reader, replay=True
-            )
+            result += await self._read_range(run_ledger, run_first, run_last, reader, True)
         return result
 
     async def _read_range(
-        self,
-        ledger_id: int,
-        first: int,
-        last: int,
-        expected_reads: int,
-        reader: str = "",
-        replay: bool = False,
+        self, ledger_id: int, first: int, last: int, reader: str, replay: bool
     ) -> list[Entry]:
-        cache = self.cache
-        hits: list[CachedEntry] = []
-        missing = cache.get_range(ledger_id, first, last, hits)
+        """One range read: the live design's hits now, its own storage reads started,
+        reads in flight joined; entries in order."""
+        plan = self.events.read(reader, ledger_id, first, last, replay)
         # take the payloads of the hits now: eviction may drop them while we await storage
-        served = [Entry(Position(ledger_id, c.entry_id), c.data, c) for c in hits]  # type: ignore[arg-type]
-        if not missing:
-            if self.trace is not None:
-                self._trace_read(reader, ledger_id, first, last, served, {}, -1, replay)
+        served = [Entry(Position(ledger_id, c.entry_id), c.data) for c in plan.hits]  # type: ignore[arg-type]
+        if not plan.own and not plan.joined:
             return served
-        fetched: dict[int, Entry] = {}
-        for miss_first, miss_last in missing:
-            datas = await self.pending_reads.read(ledger_id, miss_first, miss_last)
-            nbytes = 0
-            for offset, data in enumerate(datas):
-                entry_id = miss_first + offset
-                nbytes += len(data)
-                cached = cache.insert_from_read(ledger_id, entry_id, data, expected_reads)
-                fetched[entry_id] = Entry(Position(ledger_id, entry_id), data, cached)
-            cache.record_storage_read(len(datas), nbytes)
-            if expected_reads > 0:
-                self.after_cache_insert()
-        if self.trace is not None:
-            self._trace_read(
-                reader, ledger_id, first, last, served, fetched, expected_reads, replay
+        parts: list[tuple[int, int, PendingRead]] = []
+        for own_first, own_last in plan.own:
+            parts.append(
+                (own_first, own_last, self.pending_reads.start(ledger_id, own_first, own_last))
             )
-        if not served:
-            return list(fetched.values())
-        for entry in served:
-            fetched[entry.position.entry_id] = entry
-        return [fetched[eid] for eid in range(first, last + 1)]
-
-    def _trace_read(
-        self,
-        reader: str,
-        ledger_id: int,
-        first: int,
-        last: int,
-        served: list[Entry],
-        fetched: dict[int, Entry],
-        expected_reads: int,
-        replay: bool,
-    ) -> None:
-        """One trace row per entry of a range read, in entry order, each naming the
-        range's last entry, so a replay asks its cache for the same range at once."""
-        trace = self.trace
-        assert trace is not None
-        hit = {entry.position.entry_id: entry for entry in served}
-        name = self.name
-        for entry_id in range(first, last + 1):
-            entry = hit.get(entry_id)
-            if entry is not None:
-                size = entry.cached.size if entry.cached is not None else len(entry.data)
-                trace.read(name, reader, ledger_id, entry_id, size, True, -1, replay, last)
-                continue
-            entry = fetched.get(entry_id)
-            if entry is not None:
-                trace.read(
-                    name, reader, ledger_id, entry_id, len(entry.data), False,
-                    expected_reads, replay, last,
-                )  # fmt: skip
+        for joined_first, joined_last in plan.joined:
+            parts += self.pending_reads.covering(ledger_id, joined_first, joined_last)
+        fetched: dict[int, Entry] = {entry.position.entry_id: entry for entry in served}
+        for part_first, part_last, pending in parts:
+            datas = await asyncio.shield(pending.future)
+            offset = part_first - pending.first
+            for entry_id in range(part_first, part_last + 1):
+                fetched[entry_id] = Entry(Position(ledger_id, entry_id), datas[offset])
+                offset += 1
+        return [fetched[entry_id] for entry_id in range(first, last + 1)]
 
     async def _read_storage(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         """Entries from the bookie, or from the tiered store once the ledger is
@@ -724,9 +645,7 @@ class ManagedLedger:
         await self._persist_metadata()
         for lid in doomed:
             await self.bookie.delete_ledger(lid)
-            self.cache.invalidate_all_entries(lid)
-            if self.trace is not None:
-                self.trace.invalidate(self.name, lid, None, None)
+            self.events.trimmed(lid)
         return doomed
 
     def _forget_ledger(self, ledger_id: int) -> None:

@@ -1,12 +1,17 @@
-"""Concurrent storage reads of one ledger share work: a read whose range overlaps reads
-already in flight waits for those and reads only the gaps, so one bookie read serves
-every waiter (Pulsar's PendingReadsManager does this for the same reason: many cursors
-catching up over the same entries at once)."""
+"""The storage reads of a managed ledger in flight, as futures of their entries.
+
+Which ranges a reader fetches itself and which it waits for is the live cache design's
+decision (``TopicUnit.read``: Pulsar's PendingReadsManager lives in its entry cache, and
+not every design shares reads); this class starts the reads the design asked for, tells
+the topic's cache events when each completes (``filled``) or fails (``fill_failed``)
+before anyone waiting sees the result, and finds the reads in flight a joining reader
+waits for.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from broker.tasks import TaskOwner
 
@@ -21,65 +26,65 @@ class PendingRead:
 
 
 ReadFunction = Callable[[int, int, int], Awaitable[list[bytes]]]
+Filled = Callable[[int, int, Sequence[bytes]], None]
+Failed = Callable[[int, int, int], None]
 
 
 class PendingReads:
-    """Per ledger, the storage reads in flight. ``read`` costs O(p) in the p reads in
-    flight on that ledger, plus the storage reads of the gaps."""
+    """Per ledger id, the storage reads in flight. ``start`` O(1); ``covering`` O(p) in
+    the p reads in flight on that ledger."""
 
-    __slots__ = ("_inflight", "_owner", "_read", "shared_entries")
+    __slots__ = ("_failed", "_filled", "_inflight", "_owner", "_read")
 
-    def __init__(self, read: ReadFunction, owner: TaskOwner) -> None:
+    def __init__(
+        self, read: ReadFunction, owner: TaskOwner, filled: Filled, failed: Failed
+    ) -> None:
         self._read = read
         self._owner = owner
+        self._filled = filled
+        self._failed = failed
         self._inflight: dict[int, list[PendingRead]] = {}
-        #: entries served by a read another caller started
-        self.shared_entries = 0
 
-    async def read(self, ledger_id: int, first: int, last: int) -> list[bytes]:
-        """Entries ``first..last`` of ``ledger_id``, joining overlapping reads in flight."""
-        plan: list[tuple[int, int, PendingRead]] = []
-        own: list[PendingRead] = []
-        position = first
-        for pending in sorted(self._inflight.get(ledger_id, ()), key=lambda p: p.first):
-            if pending.last < position or pending.first > last:
-                continue
-            if pending.first > position:
-                own.append(self._start(ledger_id, position, pending.first - 1))
-                plan.append((position, pending.first - 1, own[-1]))
-            end = min(last, pending.last)
-            plan.append((max(position, pending.first), end, pending))
-            self.shared_entries += end - max(position, pending.first) + 1
-            position = end + 1
-            if position > last:
-                break
-        if position <= last:
-            own.append(self._start(ledger_id, position, last))
-            plan.append((position, last, own[-1]))
-        result: list[bytes] = []
-        for start, end, pending in plan:
-            datas = await asyncio.shield(pending.future)
-            offset = start - pending.first
-            result += datas[offset : offset + end - start + 1]
-        return result
-
-    def _start(self, ledger_id: int, first: int, last: int) -> PendingRead:
+    def start(self, ledger_id: int, first: int, last: int) -> PendingRead:
+        """Read ``first..last`` from storage in a task owned by the ledger."""
         pending = PendingRead(first, last, asyncio.get_running_loop().create_future())
         self._inflight.setdefault(ledger_id, []).append(pending)
         self._owner.spawn(self._run(ledger_id, pending), name=f"read {ledger_id}:{first}-{last}")
         return pending
 
+    def covering(self, ledger_id: int, first: int, last: int) -> list[tuple[int, int, PendingRead]]:
+        """The reads in flight that hold ``first..last``, as (first, last, read) parts in
+        order. RuntimeError if an entry is not being read: the design said it was."""
+        parts: list[tuple[int, int, PendingRead]] = []
+        position = first
+        for pending in sorted(self._inflight.get(ledger_id, ()), key=lambda p: p.first):
+            if pending.last < position or pending.first > position:
+                continue
+            end = min(last, pending.last)
+            parts.append((position, end, pending))
+            position = end + 1
+            if position > last:
+                return parts
+        raise RuntimeError(
+            f"entries {ledger_id}:{position}..{last} are not being read, yet the cache "
+            "design waits for them"
+        )
+
     async def _run(self, ledger_id: int, pending: PendingRead) -> None:
         try:
             datas = await self._read(ledger_id, pending.first, pending.last)
-        except asyncio.CancelledError:
-            pending.future.cancel()
-            raise
-        except Exception as error:
+        except BaseException as error:
+            self._failed(ledger_id, pending.first, pending.last)
+            if isinstance(error, asyncio.CancelledError):
+                pending.future.cancel()
+                raise
             pending.future.set_exception(error)
             pending.future.exception()  # retrieved here; waiters re-raise it
         else:
-            pending.future.set_result(datas)
+            try:
+                self._filled(ledger_id, pending.first, datas)
+            finally:
+                pending.future.set_result(datas)
         finally:
             waiting = self._inflight[ledger_id]
             waiting.remove(pending)

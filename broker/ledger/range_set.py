@@ -88,6 +88,19 @@ class PositionRangeSet:
             ranges[(key[0], position[1] + 1)] = end
             return
 
+    def count_from(self, position: Position) -> int:
+        """How many positions are at or after ``position``. O(log r + ranges after it)."""
+        ranges = self._ranges
+        index = ranges.bisect_right(position)
+        total = 0
+        if index:
+            (ledger_id, _), last = ranges.peekitem(index - 1)
+            if ledger_id == position[0] and last >= position[1]:
+                total += last - position[1] + 1
+        for key in ranges.islice(index):
+            total += ranges[key] - key[1] + 1
+        return total
+
     def ranges(self) -> Iterator[tuple[int, int, int]]:
         """(ledger id, first, last) for every range, in order."""
         for (ledger_id, first), last in self._ranges.items():

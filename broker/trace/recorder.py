@@ -1,33 +1,43 @@
-"""Access traces: what the broker's cache was asked, as Parquet files that a replay can
-drive any cache design with. The format is documented in ``docs/trace-format.md``.
+"""Access traces: the cache event stream of a broker (``broker/cache/stream.py``) as
+Parquet files, which a replay feeds back to any cache design. The format is documented
+in ``docs/trace-format.md``.
 
-The hot path appends to column lists (no per-event objects beyond the values); every
-``roll_events`` events the lists are handed to one writer thread that writes a Parquet
-file (``trace-000001.parquet``, written under a temporary name and renamed, so readers
-never see half a file). The buffer is bounded: while ``max_pending_files`` files wait
-for the writer, new events are dropped and counted in ``dropped``, never silently.
+The hot path extends column lists in bulk (one call per column per event, whatever the
+number of entries it names); every ``roll_events`` rows the lists are handed to one
+writer thread that writes a Parquet file (``trace-000001.parquet``, written under a
+temporary name and renamed, so readers never see half a file). The buffer is bounded:
+while ``max_pending_files`` files wait for the writer, new events are dropped and
+counted in ``dropped``, never silently.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import logging
 import os
 import pathlib
 import threading
+from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from broker.cache.api import CursorCheck, Pos
+from broker.cache.config import CacheConfig
 from broker.clock import Clock
 
 log = logging.getLogger(__name__)
 
 META_FILE = "trace-meta.json"
+#: the trace format; a replay refuses other versions
+FORMAT = 2
 KINDS = (
-    "add", "read", "release", "replay_add", "invalidate", "evict", "activate", "deactivate",
+    "load", "unload", "add", "read", "fill", "fill_failed", "release", "replay_add",
+    "activate", "deactivate", "move", "check", "trim", "tick", "evict",
 )  # fmt: skip
 
 SCHEMA = pa.schema(
@@ -35,20 +45,35 @@ SCHEMA = pa.schema(
         pa.field("seq", pa.int64(), nullable=False),
         pa.field("ts_ns", pa.int64(), nullable=False),
         pa.field("kind", pa.dictionary(pa.int8(), pa.string()), nullable=False),
-        pa.field("topic", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("topic", pa.dictionary(pa.int32(), pa.string())),
         pa.field("subscription", pa.dictionary(pa.int32(), pa.string())),
         pa.field("ledger", pa.int64()),
         pa.field("entry", pa.int64()),
         pa.field("last_entry", pa.int64()),
         pa.field("size", pa.int32()),
         pa.field("hit", pa.bool_()),
-        pa.field("expected_reads", pa.int32()),
-        pa.field("active_cursors", pa.int32()),
         pa.field("replay", pa.bool_()),
+        pa.field("md_ledger", pa.int64()),
+        pa.field("md_entry", pa.int64()),
+        pa.field("entries_to_read", pa.int64()),
+        pa.field("backlog", pa.int64()),
+        pa.field("has_consumers", pa.bool_()),
         pa.field("reason", pa.dictionary(pa.int8(), pa.string())),
     ]
 )
 COLUMNS = tuple(field.name for field in SCHEMA)
+#: the columns an event may set (``seq``, ``ts_ns``, ``kind`` and ``topic`` are always set)
+_OPTIONAL = COLUMNS[4:]
+
+
+def trace_meta(implementation: str, settings: CacheConfig) -> dict[str, Any]:
+    """What ``trace-meta.json`` records: the format, the live design and its settings,
+    so a replay can rebuild the live design at the live size."""
+    return {
+        "format": FORMAT,
+        "implementation": implementation,
+        "settings": dataclasses.asdict(settings),
+    }
 
 
 class TraceRecorder:
@@ -107,112 +132,135 @@ class TraceRecorder:
     def directory(self) -> pathlib.Path:
         return self._directory
 
-    def _append(
-        self,
-        kind: str,
-        topic: str,
-        subscription: str | None,
-        ledger: int | None,
-        entry: int | None,
-        last_entry: int | None,
-        size: int | None,
-        hit: bool | None,
-        expected_reads: int | None,
-        active_cursors: int | None,
-        replay: bool | None,
-        reason: str | None = None,
-    ) -> None:
+    def _rows(self, kind: str, count: int, topic: str | None, **values: Any) -> None:
+        """Append ``count`` rows of ``kind``: each named column takes a sequence of
+        ``count`` values or one value for every row; the others are null. O(count) in C
+        loops, a few Python calls per event."""
         if self.closed or self._pending >= self._max_pending:
-            self.dropped += 1
+            self.dropped += count
             return
         columns = self._columns
-        columns["seq"].append(self._seq)
-        columns["ts_ns"].append(self._clock.monotonic_ns() - self._origin_ns)
-        columns["kind"].append(kind)
-        columns["topic"].append(topic)
-        columns["subscription"].append(subscription)
-        columns["ledger"].append(ledger)
-        columns["entry"].append(entry)
-        columns["last_entry"].append(last_entry)
-        columns["size"].append(size)
-        columns["hit"].append(hit)
-        columns["expected_reads"].append(expected_reads)
-        columns["active_cursors"].append(active_cursors)
-        columns["replay"].append(replay)
-        columns["reason"].append(reason)
-        self._seq += 1
-        self.events += 1
-        self._count += 1
+        columns["seq"].extend(range(self._seq, self._seq + count))
+        columns["ts_ns"].extend(repeat(self._clock.monotonic_ns() - self._origin_ns, count))
+        columns["kind"].extend(repeat(kind, count))
+        columns["topic"].extend(repeat(topic, count))
+        for name in _OPTIONAL:
+            value = values.get(name)
+            if isinstance(value, (list, range, tuple)):
+                columns[name].extend(value)
+            else:
+                columns[name].extend(repeat(value, count))
+        self._seq += count
+        self.events += count
+        self._count += count
         if self._count >= self._roll:
             self.flush()
 
     # ----------------------------------------------------------------- the events
+    # One method per cache event (``broker.cache.stream.TraceSink``).
 
-    def add(
-        self,
-        topic: str,
-        ledger: int,
-        entry: int,
-        size: int,
-        active_cursors: int,
-        expected_reads: int | None,
-    ) -> None:
-        """An entry was added; ``expected_reads`` None: the live design did not cache it."""
-        self._append(
-            "add", topic, None, ledger, entry, None, size, None, expected_reads,
-            active_cursors, None,
+    def load(self, topic: str) -> None:
+        self._rows("load", 1, topic)
+
+    def unload(self, topic: str) -> None:
+        self._rows("unload", 1, topic)
+
+    def add(self, topic: str, ledger: int, first: int, sizes: Sequence[int]) -> None:
+        count = len(sizes)
+        entries = range(first, first + count)
+        self._rows(
+            "add", count, topic, ledger=ledger, entry=entries, last_entry=first + count - 1,
+            size=list(sizes),
         )  # fmt: skip
 
     def read(
         self,
         topic: str,
-        subscription: str,
+        reader: str,
         ledger: int,
-        entry: int,
-        size: int,
-        hit: bool,
-        expected_reads: int,
+        first: int,
+        last: int,
         replay: bool,
-        last_entry: int,
+        hits: dict[int, int],
     ) -> None:
-        """A reader asked for an entry: a hit, or a miss read from storage and offered to
-        the cache with ``expected_reads``; ``replay``: from the replay queue;
-        ``last_entry``: the last entry of the range it was read with (the rows of one
-        range read are consecutive, in entry order)."""
-        self._append(
-            "read", topic, subscription, ledger, entry, last_entry, size, hit,
-            expected_reads, None, replay,
+        """One row per entry of the range, each naming the range's last entry; a hit
+        carries its size (the live design held it), a miss none."""
+        entries = range(first, last + 1)
+        self._rows(
+            "read",
+            last - first + 1,
+            topic,
+            subscription=reader,
+            ledger=ledger,
+            entry=entries,
+            last_entry=last,
+            size=[hits.get(entry) for entry in entries],
+            hit=[entry in hits for entry in entries],
+            replay=replay,
+        )
+
+    def fill(self, topic: str, ledger: int, first: int, sizes: Sequence[int]) -> None:
+        count = len(sizes)
+        entries = range(first, first + count)
+        self._rows(
+            "fill", count, topic, ledger=ledger, entry=entries, last_entry=first + count - 1,
+            size=list(sizes),
         )  # fmt: skip
 
-    def release(self, topic: str, subscription: str, ledger: int, entry: int) -> None:
-        """An entry was handed to a consumer: one expected read happened."""
-        self._append(
-            "release", topic, subscription, ledger, entry, None, None, None, None, None, None
+    def fill_failed(self, topic: str, ledger: int, first: int, last: int) -> None:
+        self._rows("fill_failed", 1, topic, ledger=ledger, entry=first, last_entry=last)
+
+    def release(self, topic: str, reader: str, ledger: int, entry: int) -> None:
+        self._rows("release", 1, topic, subscription=reader, ledger=ledger, entry=entry)
+
+    def replay_add(self, topic: str, reader: str, ledger: int, entry: int) -> None:
+        self._rows("replay_add", 1, topic, subscription=reader, ledger=ledger, entry=entry)
+
+    def activate(
+        self, topic: str, cursor: str, read: Pos, mark_delete: Pos, entries_to_read: int
+    ) -> None:
+        self._rows(
+            "activate", 1, topic, subscription=cursor, ledger=read[0], entry=read[1],
+            md_ledger=mark_delete[0], md_entry=mark_delete[1], entries_to_read=entries_to_read,
+        )  # fmt: skip
+
+    def deactivate(self, topic: str, cursor: str) -> None:
+        self._rows("deactivate", 1, topic, subscription=cursor)
+
+    def move(self, topic: str, cursor: str, read: Pos, mark_delete: Pos) -> None:
+        self._rows(
+            "move", 1, topic, subscription=cursor, ledger=read[0], entry=read[1],
+            md_ledger=mark_delete[0], md_entry=mark_delete[1],
+        )  # fmt: skip
+
+    def check(self, topic: str, cursors: Sequence[CursorCheck]) -> None:
+        """One row per cursor; ``entry`` numbers them and ``last_entry`` names the last,
+        so a replay hands the check to a design whole."""
+        count = len(cursors)
+        if not count:
+            return
+        self._rows(
+            "check",
+            count,
+            topic,
+            subscription=[check.name for check in cursors],
+            has_consumers=[check.has_consumers for check in cursors],
+            entries_to_read=[check.entries_to_read for check in cursors],
+            backlog=[check.backlog for check in cursors],
+            entry=range(count),
+            last_entry=count - 1,
         )
 
-    def replay_add(self, topic: str, subscription: str, ledger: int, entry: int) -> None:
-        """An entry went back to a subscription's replay queue (one more expected read)."""
-        self._append(
-            "replay_add", topic, subscription, ledger, entry, None, None, None, None, None, None
-        )
+    def trim(self, topic: str, ledger: int) -> None:
+        self._rows("trim", 1, topic, ledger=ledger)
 
-    def invalidate(self, topic: str, ledger: int, first: int | None, last: int | None) -> None:
-        """Entries ``first..last`` of ``ledger`` left the cache because no reader needs
-        them (None, None: the whole ledger; ledger -1: the whole topic, unloaded)."""
-        self._append("invalidate", topic, None, ledger, first, last, None, None, None, None, None)
+    def tick(self) -> None:
+        self._rows("tick", 1, None)
 
     def evict(self, topic: str, ledger: int, entry: int, size: int, reason: str) -> None:
         """The live design evicted an entry (``reason``: ttl or size). Replays recompute
         evictions for each design; these rows show what the live one did."""
-        self._append(
-            "evict", topic, None, ledger, entry, None, size, None, None, None, None, reason
-        )
-
-    def cursor_active(self, topic: str, subscription: str, active: bool) -> None:
-        self._append(
-            "activate" if active else "deactivate", topic, subscription, None, None, None,
-            None, None, None, None, None,
-        )  # fmt: skip
+        self._rows("evict", 1, topic, ledger=ledger, entry=entry, size=size, reason=reason)
 
     # ---------------------------------------------------------------- files
 

@@ -5,26 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from broker.cache import create_entry_cache_manager
+from broker.cache import DESIGNS, design
 from broker.cache.config import CacheConfig
 from broker.clock import ManualClock
 
 ENTRIES = 20_000
 
 
-@pytest.mark.parametrize("design", ["pip430", "legacy", "segmented"])
-def test_eviction_cpu_grows_only_when_entries_are_evicted(design: str) -> None:
+@pytest.mark.parametrize("name", list(DESIGNS))
+def test_eviction_cpu_grows_only_when_entries_are_evicted(name: str) -> None:
     clock = ManualClock()
-    manager = create_entry_cache_manager(
-        design,
-        CacheConfig(max_size_bytes=ENTRIES * 10, eviction_time_threshold_ms=1000),
-        clock,
-        segments=4,
-    )
+    config = CacheConfig(max_size_bytes=ENTRIES * 10, eviction_time_threshold_ms=1000, segments=4)
+    manager = design(name).create(config, clock).manager
     cache = manager.get_entry_cache("persistent://t/ns/a")
     # Less than one segment of the ring (a quarter of the size).
     for entry_id in range(ENTRIES // 5):
-        cache.insert(1, entry_id, None, 0, size=10)
+        cache.insert(1, entry_id, None, [10], 0)
     before = manager.stats()
     # Reads and inserts below the limit are not eviction work.
     assert before["evictionCpuSeconds"] == 0
@@ -32,7 +28,7 @@ def test_eviction_cpu_grows_only_when_entries_are_evicted(design: str) -> None:
 
     clock.advance_ms(5000)
     for entry_id in range(ENTRIES // 5, ENTRIES * 2):
-        cache.insert(1, entry_id, None, 0, size=10)
+        cache.insert(1, entry_id, None, [10], 0)
     manager.do_cache_eviction()
     after = manager.stats()
     assert after["evicted"]["ttl"] + after["evicted"]["size"] > 0

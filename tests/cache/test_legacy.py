@@ -8,6 +8,7 @@ from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
 from broker.cache.legacy import LegacyEntryCacheManager, LegacyRangeEntryCache
 from broker.clock import ManualClock
+from tests.cache.entries import put
 
 
 def make(
@@ -20,7 +21,7 @@ def make(
 
 def fill(cache: LegacyRangeEntryCache, size: int, entry_size: int = 10) -> None:
     for entry_id in range(size // entry_size):
-        cache.insert(1, entry_id, None, 0, size=entry_size)
+        put(cache, 1, entry_id, None, 0, size=entry_size)
 
 
 def test_default_policy_takes_the_largest_caches_holding_half_and_frees_proportionally() -> None:
@@ -54,12 +55,12 @@ def test_one_dominant_cache_pays_for_everyone() -> None:
 def test_timestamp_loop_stops_at_the_first_newer_entry_even_if_older_ones_follow() -> None:
     manager, clock = make()
     cache = manager.get_entry_cache("t")
-    cache.insert(1, 0, b"old", 0)
+    put(cache, 1, 0, b"old", 0)
     clock.advance_ms(500)
-    cache.insert(1, 1, b"newer", 0)
+    put(cache, 1, 1, b"newer", 0)
     clock.advance_ms(600)
     # a replayed entry inserted late, at a lower position than what is cached
-    cache.insert(0, 5, b"late", 0)
+    put(cache, 0, 5, b"late", 0)
     clock.advance_ms(500)
     # cutoff = now - 1000 ms: "old" (1600 ms) and "newer" (1100 ms) are expired, "late"
     # (500 ms) is not, and it sits at the lowest position: the loop stops right there
@@ -71,8 +72,8 @@ def test_inserts_are_refused_once_the_cache_is_full() -> None:
     manager, _ = make(max_size=100)
     cache = manager.get_entry_cache("t")
     for entry_id in range(10):
-        assert cache.insert(1, entry_id, b"0123456789", 0) is not None
-    assert cache.insert(1, 10, b"x", 0) is None
+        assert put(cache, 1, entry_id, b"0123456789", 0) is not None
+    assert put(cache, 1, 10, b"x", 0) is None
     assert manager.size == 100 and manager.needs_eviction()
 
 
@@ -80,7 +81,7 @@ def test_range_reads_are_all_or_nothing() -> None:
     manager, _ = make()
     cache = manager.get_entry_cache("t")
     for entry_id in (0, 1, 2, 4):
-        cache.insert(3, entry_id, b"e", 0)
+        put(cache, 3, entry_id, b"e", 0)
     hits: list[CachedEntry] = []
     assert cache.get_range(3, 0, 4, hits) == [(0, 4)] and hits == []
     assert manager.counters.hits == 0
@@ -92,10 +93,10 @@ def test_a_second_insert_of_a_cached_position_is_not_inserted() -> None:
     # EntryCacheManagerTest.doubleInsert
     manager, _ = make(max_size=10, watermark=0.8)
     cache = manager.get_entry_cache("t")
-    cache.insert(1, 1, b"abcd", 0)
-    first = cache.insert(1, 0, b"xyz", 0)
+    put(cache, 1, 1, b"abcd", 0)
+    first = put(cache, 1, 0, b"xyz", 0)
     assert manager.size == 7
-    assert cache.insert(1, 0, b"other", 0) is first
+    assert put(cache, 1, 0, b"other", 0) is first
     assert manager.size == 7 and manager.counters.inserted == 2
 
 
@@ -104,7 +105,7 @@ def test_invalidation_up_to_a_position_spans_ledgers() -> None:
     cache = manager.get_entry_cache("t")
     for ledger_id in (1, 2):
         for entry_id in range(3):
-            cache.insert(ledger_id, entry_id, b"x", 0)
+            put(cache, ledger_id, entry_id, b"x", 0)
     assert cache.invalidate_entries(2, 1) == 4
     assert [(e.ledger_id, e.entry_id) for e in cache.cached_entries()] == [(2, 1), (2, 2)]
     assert manager.counters.evicted_invalidated == 4 and manager.size == 2

@@ -9,6 +9,7 @@ from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
 from broker.cache.pip430 import Pip430EntryCacheManager, RangeEntryCache
 from broker.clock import ManualClock
+from tests.cache.entries import cached_ids, put, read_one
 
 TTL_MS = 1000
 
@@ -36,16 +37,12 @@ def make(
 def three_entries(cache: RangeEntryCache) -> list[CachedEntry]:
     """Pulsar's size-pass fixture: e1 40 B accessed, e2 50 B with 3 expected reads,
     e3 30 B with none, inserted in that order."""
-    e1 = cache.insert(1, 1, None, 0, size=40)
-    e2 = cache.insert(1, 2, None, 3, size=50)
-    e3 = cache.insert(1, 3, None, 0, size=30)
+    e1 = put(cache, 1, 1, None, 0, size=40)
+    e2 = put(cache, 1, 2, None, 3, size=50)
+    e3 = put(cache, 1, 3, None, 0, size=30)
     assert e1 and e2 and e3
-    assert cache.get(1, 1) is e1  # accessed
+    assert read_one(cache, 1, 1) is e1  # accessed
     return [e1, e2, e3]
-
-
-def cached_ids(cache: RangeEntryCache) -> list[int]:
-    return [e.entry_id for e in cache.cached_entries()]
 
 
 def test_size_pass_freeing_everything_requeues_once_then_removes_all() -> None:
@@ -74,7 +71,7 @@ def test_size_pass_keeps_the_entry_with_expected_reads_longest() -> None:
 
 def test_timestamp_pass_requeues_expected_reads_up_to_the_limit_then_removes() -> None:
     manager, cache, clock = make(max_requeues=1, extend_recently_accessed=False)
-    entry = cache.insert(1, 0, b"payload", 2)
+    entry = put(cache, 1, 0, b"payload", 2)
     assert entry is not None
     clock.advance_ms(TTL_MS + 1)
     assert manager.evict_expired() == 0
@@ -88,8 +85,8 @@ def test_timestamp_pass_requeues_expected_reads_up_to_the_limit_then_removes() -
 
 def test_timestamp_pass_extends_recently_accessed_entries_like_an_lru() -> None:
     manager, cache, clock = make(max_requeues=0, extend_recently_accessed=True)
-    entry = cache.insert(1, 0, b"x", 0)
-    assert entry is not None and cache.get(1, 0) is entry
+    entry = put(cache, 1, 0, b"x", 0)
+    assert entry is not None and read_one(cache, 1, 0) is entry
     clock.advance_ms(TTL_MS + 1)
     assert manager.evict_expired() == 0
     assert not entry.accessed and entry.requeue_count == 1
@@ -102,8 +99,8 @@ def test_recently_accessed_entries_are_not_extended_by_default_as_in_pulsar_5() 
     clock = ManualClock()
     manager = Pip430EntryCacheManager(CacheConfig(eviction_time_threshold_ms=TTL_MS), clock)
     cache = manager.get_entry_cache("t")
-    cache.insert(1, 0, b"x", 0)
-    cache.get(1, 0)
+    put(cache, 1, 0, b"x", 0)
+    read_one(cache, 1, 0)
     clock.advance_ms(TTL_MS + 1)
     assert manager.evict_expired() == 1
 
@@ -112,9 +109,9 @@ def test_timestamp_pass_stops_at_the_first_unexpired_entry() -> None:
     # RangeCacheTest: "1", "22", "333" older than the cutoff, "4444" newer
     manager, cache, clock = make()
     for entry_id, payload in enumerate([b"1", b"22", b"333"]):
-        cache.insert(1, entry_id, payload, 0)
+        put(cache, 1, entry_id, payload, 0)
     clock.advance_ms(TTL_MS + 1)
-    cache.insert(1, 3, b"4444", 0)
+    put(cache, 1, 3, b"4444", 0)
     assert manager.evict_expired() == 3
     assert manager.size == 4 and cached_ids(cache) == [3]
 
@@ -122,10 +119,10 @@ def test_timestamp_pass_stops_at_the_first_unexpired_entry() -> None:
 def test_entries_removed_elsewhere_are_skipped_by_the_passes() -> None:
     manager, cache, clock = make()
     for entry_id in range(5):
-        cache.insert(1, entry_id, b"ab", 0)
+        put(cache, 1, entry_id, b"ab", 0)
     assert cache.invalidate_entries(1, 3) == 3
     assert manager.counters.evicted_invalidated == 3
-    assert cache.get(1, 0) is None and cache.get(1, 2) is None
+    assert read_one(cache, 1, 0) is None and read_one(cache, 1, 2) is None
     clock.advance_ms(TTL_MS + 1)
     assert manager.evict_expired() == 2, "only the two still cached are counted"
     assert len(manager.queue) == 0 and manager.size == 0
@@ -134,10 +131,10 @@ def test_entries_removed_elsewhere_are_skipped_by_the_passes() -> None:
 def test_a_second_insert_keeps_the_first_and_adds_its_expected_reads() -> None:
     # EntryCacheManagerTest.doubleInsert: max 10 B, watermark 0.8
     manager, cache, _ = make(max_size=10, watermark=0.8)
-    cache.insert(1, 1, b"abcd", 1)
-    first = cache.insert(1, 0, b"xyz", 2)
+    put(cache, 1, 1, b"abcd", 1)
+    first = put(cache, 1, 0, b"xyz", 2)
     assert manager.size == 7
-    again = cache.insert(1, 0, b"other", 3)
+    again = put(cache, 1, 0, b"other", 3)
     assert again is first and first is not None
     assert first.data == b"xyz" and first.expected_reads == 5
     assert manager.size == 7 and manager.counters.inserted == 2
@@ -146,10 +143,10 @@ def test_a_second_insert_keeps_the_first_and_adds_its_expected_reads() -> None:
 def test_size_pass_triggers_above_98_percent_and_frees_to_the_watermark() -> None:
     manager, cache, _ = make(max_size=1000, watermark=0.5, max_requeues=0)
     for entry_id in range(98):
-        cache.insert(1, entry_id, b"0123456789", 0)
+        put(cache, 1, entry_id, b"0123456789", 0)
     assert manager.size == 980 and not manager.needs_eviction()
     assert manager.evict_to_watermark() == 0
-    cache.insert(1, 98, b"0123456789", 0)
+    put(cache, 1, 98, b"0123456789", 0)
     assert manager.needs_eviction()
     freed = manager.evict_to_watermark()
     assert manager.size <= 500 and freed == 990 - manager.size
@@ -159,7 +156,7 @@ def test_size_pass_triggers_above_98_percent_and_frees_to_the_watermark() -> Non
 def test_get_range_returns_hits_and_the_contiguous_missing_ranges() -> None:
     manager, cache, _ = make()
     for entry_id in (2, 3, 7, 9):
-        cache.insert(5, entry_id, b"e%d" % entry_id, 0)
+        put(cache, 5, entry_id, b"e%d" % entry_id, 0)
     hits: list[CachedEntry] = []
     missing = cache.get_range(5, 0, 10, hits)
     assert [h.entry_id for h in hits] == [2, 3, 7, 9]
@@ -172,7 +169,7 @@ def test_get_range_returns_hits_and_the_contiguous_missing_ranges() -> None:
 
 def test_disabled_at_size_zero() -> None:
     manager, cache, _ = make(max_size=0)
-    assert cache.insert(1, 0, b"x", 1) is None
+    assert put(cache, 1, 0, b"x", 1) is None
     assert cache.get_range(1, 0, 0, []) == [(0, 0)]
     assert manager.size == 0 and not manager.needs_eviction()
 
@@ -183,7 +180,7 @@ def test_copy_mode_owns_payloads_and_view_mode_keeps_the_view(copy: bool) -> Non
     manager = Pip430EntryCacheManager(CacheConfig(copy_entries=copy), clock)
     cache = manager.get_entry_cache("t")
     buffer = bytearray(b"0123456789")
-    entry = cache.insert(1, 0, memoryview(buffer)[2:5], 1)
+    entry = put(cache, 1, 0, memoryview(buffer)[2:5], 1)
     assert entry is not None and entry.size == 3
     buffer[2:5] = b"XYZ"
     assert bytes(entry.data or b"") == (b"234" if copy else b"XYZ")
@@ -192,12 +189,12 @@ def test_copy_mode_owns_payloads_and_view_mode_keeps_the_view(copy: bool) -> Non
 
 def test_expected_reads_count_down_on_reads_and_up_on_replays() -> None:
     manager, cache, _ = make(max_requeues=5)
-    entry = cache.insert(1, 0, b"x", 2)
+    entry = put(cache, 1, 0, b"x", 2)
     assert entry is not None
-    entry.mark_read()
+    cache.mark_read(1, 0)
     cache.add_expected_read(1, 0)
-    entry.mark_read()
-    entry.mark_read()
+    cache.mark_read(1, 0)
+    cache.mark_read(1, 0)
     assert entry.expected_reads == 0
     assert manager.evict_entries(1) == 1, "no expected reads left: removed, not requeued"
 
@@ -206,6 +203,6 @@ def test_expected_read_counts_are_ignored_when_the_strategy_is_off() -> None:
     clock = ManualClock()
     manager = Pip430EntryCacheManager(CacheConfig(eviction_by_expected_read_count=False), clock)
     cache = manager.get_entry_cache("t")
-    entry = cache.insert(1, 0, b"x", 5)
+    entry = put(cache, 1, 0, b"x", 5)
     assert entry is not None and entry.expected_reads == 0
     assert manager.evict_entries(1) == 1

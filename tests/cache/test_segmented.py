@@ -9,11 +9,12 @@ from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
 from broker.cache.segmented import GIB, SegmentedEntryCacheManager
 from broker.clock import ManualClock
+from tests.cache.entries import put, read_one
 
 
 def make(size: int = 300, segments: int = 3, copy: bool = False) -> SegmentedEntryCacheManager:
-    config = CacheConfig(max_size_bytes=size, copy_entries=copy)
-    return SegmentedEntryCacheManager(config, ManualClock(), segments=segments)
+    config = CacheConfig(max_size_bytes=size, copy_entries=copy, segments=segments)
+    return SegmentedEntryCacheManager(config, ManualClock())
 
 
 def test_default_segment_count_follows_the_proposal() -> None:
@@ -32,12 +33,12 @@ def test_a_full_ring_rotates_and_clears_the_oldest_segment(copy: bool) -> None:
     manager = make(copy=copy)  # 3 segments of 100 bytes
     cache = manager.get_entry_cache("t")
     for entry_id in range(30):  # 10 entries of 10 bytes fill a segment
-        cache.insert(1, entry_id, b"%010d" % entry_id, 0)
+        put(cache, 1, entry_id, b"%010d" % entry_id, 0)
     assert manager.size == 300 and manager.counters.evicted_size == 0
-    cache.insert(1, 30, b"0123456789", 0)
+    put(cache, 1, 30, b"0123456789", 0)
     assert manager.counters.evicted_size == 10, "segment 0 (entries 0-9) was cleared"
-    assert cache.get(1, 5) is None
-    hit = cache.get(1, 15)
+    assert read_one(cache, 1, 5) is None
+    hit = read_one(cache, 1, 15)
     assert hit is not None and hit.data == b"%010d" % 15
     assert manager.size == 210
 
@@ -47,8 +48,8 @@ def test_copy_mode_serves_copies_and_reference_mode_the_inserted_object() -> Non
     for copy in (True, False):
         manager = make(copy=copy)
         cache = manager.get_entry_cache("t")
-        cache.insert(1, 0, payload, 0)
-        hit = cache.get(1, 0)
+        put(cache, 1, 0, payload, 0)
+        hit = read_one(cache, 1, 0)
         assert hit is not None and hit.data == payload
         assert (hit.data is payload) == (not copy)
         if copy:
@@ -60,7 +61,7 @@ def test_range_reads_are_all_or_nothing_across_segments() -> None:
     manager = make()
     cache = manager.get_entry_cache("t")
     for entry_id in range(15):  # spans segments 0 and 1
-        cache.insert(2, entry_id, b"0123456789", 0)
+        put(cache, 2, entry_id, b"0123456789", 0)
     hits: list[CachedEntry] = []
     assert cache.get_range(2, 5, 14, hits) == [] and len(hits) == 10
     hits.clear()
@@ -70,23 +71,31 @@ def test_range_reads_are_all_or_nothing_across_segments() -> None:
 def test_only_the_write_path_inserts() -> None:
     manager = make()
     cache = manager.get_entry_cache("t")
-    assert cache.insert_from_read(1, 0, b"read", 3) is None
-    assert manager.size == 0
+    cache.insert_from_read(1, 0, b"read", 4, 3)
+    assert manager.size == 0 and cache.cached_entries() == []
 
 
 def test_an_entry_larger_than_a_segment_is_not_cached() -> None:
     manager = make()
     cache = manager.get_entry_cache("t")
-    assert cache.insert(1, 0, b"x" * 101, 0) is None
+    assert put(cache, 1, 0, b"x" * 101, 0) is None
     assert manager.size == 0
 
 
-def test_invalidated_positions_are_never_served_though_space_waits_for_rotation() -> None:
+def test_invalidation_and_unload_leave_the_ring_as_it_is_as_in_the_pr() -> None:
+    """PIP-174's PR (apache/pulsar #15955): invalidateEntries, invalidateAllEntries and
+    clear are no-ops and removeEntryCache leaves the segments alone; only rotation
+    removes entries. Ledger ids are never reused, so nothing stale is served."""
     manager = make()
     cache = manager.get_entry_cache("t")
     for entry_id in range(5):
-        cache.insert(1, entry_id, b"0123456789", 0)
-    cache.insert(2, 0, b"0123456789", 0)
-    assert cache.invalidate_entries(2, 0) == 5
-    assert cache.get(1, 4) is None and cache.get(2, 0) is not None
-    assert manager.size == 10 and manager.segments[0].used == 60
+        put(cache, 1, entry_id, b"0123456789", 0)
+    put(cache, 2, 0, b"0123456789", 0)
+    assert cache.invalidate_entries(2, 0) == 0
+    assert cache.invalidate_all_entries(1) == 0
+    cache.clear()
+    assert read_one(cache, 1, 4) is not None and read_one(cache, 2, 0) is not None
+    manager.remove_entry_cache("t")
+    reloaded = manager.get_entry_cache("t")
+    assert read_one(reloaded, 1, 0) is not None, "a topic loaded again finds its entries"
+    assert manager.size == 60 and manager.counters.evicted_invalidated == 0

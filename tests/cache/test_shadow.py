@@ -1,30 +1,98 @@
-"""Shadow caches count the reads the live cache counts, even when readers overlap."""
+"""A shadow of design Y is Y: run beside any live design X on X's cache events, it counts
+what Y counts when Y runs live on the same workload, its own ledger-side rules included.
+
+The workload of the issue that found shadows reporting the live design's numbers:
+tailing readers, then, after an unload, three catch-up readers per topic, in lock step
+(they share storage reads) or staggered (the later ones find what the first one read,
+if the design cached it). No evictions (the cache is large and the timer is not run), so
+the counts are exact, not approximate.
+
+Lock step needs a live design that goes to storage too: a shadow learns how long its
+design's storage read lasts from the live design's storage read of the same entries.
+When the live design serves the range from memory (the ring keeps its segments across
+the unload), there is no storage wait in the live run, the readers do not overlap, and
+a shadow sees them one after another (see ``broker/cache/unit.py``).
+"""
 
 from __future__ import annotations
 
-from broker.cache import create_entry_cache_manager
-from broker.cache.config import CacheConfig
-from broker.cache.entry import CachedEntry
+import itertools
+
+import pytest
+
+from broker.cache import DESIGNS, CacheConfig, TopicEvents, create_stream
 from broker.clock import ManualClock
 
+L1, L2 = 3, 4  # the ledger before and after the unload
+BATCH = 10
+PAYLOAD = b"p" * 100
+READERS = ("a", "b", "c")
 
-def test_two_readers_missing_the_same_entry_are_two_misses_in_every_shadow() -> None:
-    """Two cursors ask for an entry nobody holds; the ledger reads it once from storage
-    (its reads are deduplicated) and hands it to both. Live counts two misses; so must
-    each shadow, or the designs would be compared on different reads."""
-    manager = create_entry_cache_manager(
-        "pip430", CacheConfig(max_size_bytes=1 << 20), ManualClock(), shadows=["legacy"]
-    )
-    cache = manager.get_entry_cache("persistent://t/ns/a")
-    for _ in range(2):  # both readers look before the storage read completes
-        hits: list[CachedEntry] = []
-        assert cache.get_range(1, 0, 0, hits) == [(0, 0)]
-    for _ in range(2):  # the shared storage read completes: each reader offers the entry
-        cache.insert_from_read(1, 0, b"x" * 100, 1)
-        cache.record_storage_read(1, 100)
-    stats = manager.stats()
-    assert stats["misses"] == 2
-    assert stats["shadows"]["legacy"]["misses"] == 2
-    assert stats["shadows"]["legacy"]["hits"] + stats["shadows"]["legacy"]["misses"] == (
-        stats["hits"] + stats["misses"]
-    )
+
+def _read_together(events: TopicEvents, ledger: int, first: int, last: int) -> None:
+    """Every reader asks for the range before any storage read completes."""
+    plans = [events.read(reader, ledger, first, last, False) for reader in READERS]
+    for plan in plans:
+        for own_first, own_last in plan.own:
+            events.filled(ledger, own_first, [PAYLOAD] * (own_last - own_first + 1))
+    for reader in READERS:
+        for entry in range(first, last + 1):
+            events.released(reader, ledger, entry)
+        events.moved(reader, (ledger, last + 1), (ledger, last))
+
+
+def _read_alone(events: TopicEvents, reader: str, ledger: int, first: int, last: int) -> None:
+    plan = events.read(reader, ledger, first, last, False)
+    for own_first, own_last in plan.own:
+        events.filled(ledger, own_first, [PAYLOAD] * (own_last - own_first + 1))
+    for entry in range(first, last + 1):
+        events.released(reader, ledger, entry)
+    events.moved(reader, (ledger, last + 1), (ledger, last))
+
+
+def workload(live: str, shadows: list[str], lock_step: bool) -> dict[str, dict[str, int]]:
+    stream = create_stream(live, CacheConfig(max_size_bytes=1 << 30), ManualClock(), shadows)
+    name = "persistent://t/ns/shadowed"
+    events = stream.load_topic(name)
+    for reader in READERS:
+        events.activated(reader, (L1, 0), (L1, -1), 0)
+    for first in range(0, 50, BATCH):  # tailing: each batch read as soon as it is added
+        events.added(L1, first, [PAYLOAD] * BATCH)
+        _read_together(events, L1, first, first + BATCH - 1)
+    events.added(L2, 0, [PAYLOAD] * 60)  # produced while nobody reads... after the unload
+    events.unloaded()
+    events = stream.load_topic(name)
+    for reader in READERS:
+        events.activated(reader, (L2, 0), (L2, -1), 60)
+    for first in range(0, 60, BATCH):
+        if lock_step and first < 30:  # catch-up in lock step: shared storage reads
+            _read_together(events, L2, first, first + BATCH - 1)
+            continue
+        for reader in READERS:  # staggered: a reads, then b, then c
+            _read_alone(events, reader, L2, first, first + BATCH - 1)
+    stats = stream.stats()
+    result = {live: {"hits": stats["hits"], "misses": stats["misses"]}}
+    for shadow, counters in stats["shadows"].items():
+        result[shadow] = {"hits": counters["hits"], "misses": counters["misses"]}
+    return result
+
+
+@pytest.mark.parametrize("lock_step", [True, False])
+def test_the_designs_differ_on_this_workload(lock_step: bool) -> None:
+    alone = {design: workload(design, [], lock_step)[design] for design in DESIGNS}
+    assert len({(c["hits"], c["misses"]) for c in alone.values()}) == len(DESIGNS)
+
+
+@pytest.mark.parametrize(("live", "shadow"), list(itertools.permutations(DESIGNS, 2)))
+def test_a_shadow_counts_what_its_design_counts_live(live: str, shadow: str) -> None:
+    assert workload(live, [shadow], False)[shadow] == workload(shadow, [], False)[shadow]
+
+
+@pytest.mark.parametrize(
+    ("live", "shadow"),
+    [pair for pair in itertools.permutations(DESIGNS, 2) if pair[0] != "segmented"],
+)
+def test_readers_sharing_storage_reads_count_in_a_shadow_as_in_its_design(
+    live: str, shadow: str
+) -> None:
+    assert workload(live, [shadow], True)[shadow] == workload(shadow, [], True)[shadow]

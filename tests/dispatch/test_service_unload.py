@@ -8,7 +8,7 @@ import asyncio
 
 import orjson
 
-from broker.cache import DisabledEntryCacheManager
+from broker.cache import DEFAULT_DESIGN, CacheConfig, CacheEventStream, create_stream
 from broker.clock import ManualClock
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService, ServiceConfig
@@ -18,6 +18,10 @@ from broker.ledger.position import Position
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 
 TOPIC = TopicName("t", "ns", "reloaded")
+
+
+def _no_cache() -> CacheEventStream:
+    return create_stream(DEFAULT_DESIGN, CacheConfig(max_size_bytes=0), ManualClock())
 
 
 class GatedCloseBookie(InMemoryBookie):
@@ -36,9 +40,7 @@ class GatedCloseBookie(InMemoryBookie):
 
 async def test_a_reload_during_an_unload_waits_and_keeps_acknowledged_messages() -> None:
     bookie, metadata = GatedCloseBookie(), InMemoryMetadataStore()
-    service = BrokerService(
-        ServiceConfig(), bookie, metadata, DisabledEntryCacheManager(), ManualClock()
-    )
+    service = BrokerService(ServiceConfig(), bookie, metadata, _no_cache(), ManualClock())
     topic = await service.get_topic(TOPIC, create=True)
     await topic.create_subscription("s", "earliest")
     await topic.publish([encode_message(b"before", 0)])
@@ -59,7 +61,7 @@ async def test_a_reload_during_an_unload_waits_and_keeps_acknowledged_messages()
         str(TOPIC),
         bookie,
         metadata,
-        DisabledEntryCacheManager().get_entry_cache("x"),
+        _no_cache().load_topic("x"),
         ManagedLedgerConfig(),
         ManualClock(),
     )

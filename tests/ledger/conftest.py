@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from broker.cache import DisabledEntryCacheManager
+from broker.cache import DEFAULT_DESIGN, CacheConfig, CacheEventStream, create_stream
 from broker.clock import ManualClock
 from broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerConfig
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
@@ -18,7 +18,13 @@ class Stores:
         self.bookie = InMemoryBookie()
         self.metadata = InMemoryMetadataStore()
         self.clock = ManualClock()
-        self.cache_manager = DisabledEntryCacheManager()
+        #: no cache unless a test picks a design: most tests are about the ledger
+        self.cache = create_stream(DEFAULT_DESIGN, CacheConfig(max_size_bytes=0), self.clock)
+
+    def use_design(self, name: str, config: CacheConfig | None = None) -> CacheEventStream:
+        """Ledgers opened from now on run the cache design ``name`` (live, no shadows)."""
+        self.cache = create_stream(name, config or CacheConfig(), self.clock)
+        return self.cache
 
 
 @pytest.fixture
@@ -37,7 +43,7 @@ def open_ledger(stores: Stores) -> OpenLedger:
             name,
             stores.bookie,
             stores.metadata,
-            stores.cache_manager.get_entry_cache(name),
+            stores.cache.load_topic(name),
             ManagedLedgerConfig(max_entries_per_ledger=max_entries, min_rollover_ms=0),
             stores.clock,
         )

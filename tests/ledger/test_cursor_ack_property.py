@@ -9,7 +9,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.cache import DisabledEntryCacheManager
+from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
 from broker.clock import ManualClock
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerConfig
@@ -26,14 +26,14 @@ def acks(entries: int) -> st.SearchStrategy[list[Ack]]:
 
 async def _scenario(entries: int, per_ledger: int, operations: list[Ack]) -> None:
     bookie, metadata = InMemoryBookie(), InMemoryMetadataStore()
-    cache = DisabledEntryCacheManager()
+    cache = create_stream(DEFAULT_DESIGN, CacheConfig(max_size_bytes=0), ManualClock())
 
     async def open_ledger() -> ManagedLedger:
         ledger = ManagedLedger(
             "persistent://t/ns/prop",
             bookie,
             metadata,
-            cache.get_entry_cache("prop"),
+            cache.load_topic("persistent://t/ns/prop"),
             ManagedLedgerConfig(max_entries_per_ledger=per_ledger, min_rollover_ms=0),
             ManualClock(),
         )

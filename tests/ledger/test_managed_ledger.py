@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from broker.cache.config import CacheConfig
-from broker.cache.pip430 import Pip430EntryCacheManager
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
 from storage_stub.bookie.memory import InMemoryBookie
@@ -83,27 +81,50 @@ async def test_a_crashed_owner_ledger_is_recovered_at_its_last_entry(
     assert position.ledger_id > ledger.last_confirmed.ledger_id
 
 
+class RecordingBookie(InMemoryBookie):
+    """The in-memory bookie, recording the ranges read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[int, int]] = []
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        self.reads.append((first, last))
+        return await super().read_entries(ledger_id, first, last)
+
+
+#: past PIP-430's continue-caching grace of a freshly loaded topic (2 x the 1 s TTL)
+AFTER_GRACE_MS = 2_500
+
+
 async def test_reads_ask_the_cache_first_and_storage_only_for_the_gaps(
     stores: Stores, open_ledger: OpenLedger
 ) -> None:
+    bookie = RecordingBookie()
+    stores.bookie = bookie
+    cache = stores.use_design("pip430")
     ledger = await open_ledger()
+    stores.clock.advance_ms(AFTER_GRACE_MS)  # adds are not cached: nobody reads them
     first = await ledger.add_entries([b"e%d" % i for i in range(10)])
-    manager = Pip430EntryCacheManager(CacheConfig(), stores.clock)
-    cache = manager.get_entry_cache(ledger.name)
-    ledger.cache = cache
-    for entry_id in (2, 3, 7):
-        cache.insert(first.ledger_id, entry_id, b"e%d" % entry_id, 1)
-    entries = await ledger.read_entries(Position(first.ledger_id, 0), 10, expected_reads=2)
+    lid = first.ledger_id
+    # "r" reads 2-3 and 7 from storage; they are cached for the one active reader
+    ledger.events.activated("r", (lid, 0), (lid, -1), 10)
+    await ledger.read_entries(Position(lid, 2), 2, "r")
+    await ledger.read_entries(Position(lid, 7), 1, "r")
+    ledger.events.activated("s", (lid, 0), (lid, -1), 10)
+    entries = await ledger.read_entries(Position(lid, 0), 10, "s")
     assert [e.data for e in entries] == [b"e%d" % i for i in range(10)]
     assert [e.position.entry_id for e in entries] == list(range(10))
-    # three gaps (0-1, 4-6, 8-9): 7 entries from storage, 3 from the cache
-    assert (manager.counters.misses, manager.counters.hits) == (7, 3)
-    assert all(e.cached is not None for e in entries), "every entry read is now cached"
-    assert [e.cached.expected_reads for e in entries if e.cached] == [2, 2, 1, 1, 2, 2, 2, 1, 2, 2]
-    # a second read touches storage no more
-    again = await ledger.read_entries(Position(first.ledger_id, 0), 10)
+    # three gaps (0-1, 4-6, 8-9) went to storage, three entries came from the cache
+    assert bookie.reads == [(2, 3), (7, 7), (0, 1), (4, 6), (8, 9)]
+    counters = cache.live.manager.counters
+    assert (counters.misses, counters.hits) == (3 + 7, 3)
+    cached = cache.live.units[ledger.name].cache.cached_entries()
+    # both readers are at or before the gaps: two expected reads; the first three kept one
+    assert [e.expected_reads for e in cached] == [2, 2, 1, 1, 2, 2, 2, 1, 2, 2]
+    again = await ledger.read_entries(Position(lid, 0), 10, "s")
     assert [e.data for e in again] == [e.data for e in entries]
-    assert (manager.counters.misses, manager.counters.hits) == (7, 13)
+    assert (counters.misses, counters.hits) == (10, 13), "the second read touches no storage"
 
 
 class SlowReadBookie(InMemoryBookie):
@@ -125,16 +146,16 @@ async def test_hits_evicted_while_the_gaps_are_read_are_still_served(
 ) -> None:
     slow = SlowReadBookie()
     stores.bookie = slow
+    cache = stores.use_design("pip430")
     ledger = await open_ledger()
-    first = await ledger.add_entries([b"e%d" % i for i in range(4)])
-    manager = Pip430EntryCacheManager(CacheConfig(), stores.clock)
-    ledger.cache = manager.get_entry_cache(ledger.name)
-    ledger.cache.insert(first.ledger_id, 0, b"e0", 0)
-    ledger.cache.insert(first.ledger_id, 1, b"e1", 0)
-    read = asyncio.create_task(ledger.read_entries(Position(first.ledger_id, 0), 4))
+    first = await ledger.add_entries([b"e0", b"e1"])  # cached: the topic just loaded
+    stores.clock.advance_ms(AFTER_GRACE_MS)
+    await ledger.add_entries([b"e2", b"e3"])  # not cached
+    read = asyncio.create_task(ledger.read_entries(Position(first.ledger_id, 0), 4, "r"))
     await asyncio.sleep(0)  # the read has taken its hits and waits for entries 2-3
-    manager.evict_entries(10**9)
-    assert manager.size == 0
+    manager = cache.live.manager
+    manager.evict_entries(10**9)  # type: ignore[attr-defined]
+    assert manager.counters.size == 0
     slow.gate.set()
     assert [e.data for e in await read] == [b"e0", b"e1", b"e2", b"e3"]
 
@@ -154,21 +175,28 @@ async def test_a_start_or_reset_position_past_the_end_is_clamped_to_the_next_wri
     assert cursor.backlog() == 1
 
 
-async def test_readers_sharing_one_storage_read_do_not_double_expected_reads(
+async def test_readers_sharing_one_storage_read_count_one_miss_and_one_expected_read_each(
     stores: Stores, open_ledger: OpenLedger
 ) -> None:
     slow = SlowReadBookie()
     stores.bookie = slow
+    cache = stores.use_design("pip430")
     ledger = await open_ledger()
     first = await ledger.add_entries([b"e%d" % i for i in range(5)])
-    manager = Pip430EntryCacheManager(CacheConfig(), stores.clock)
-    ledger.cache = manager.get_entry_cache(ledger.name)
-    start = Position(first.ledger_id, 0)
-    reads = [asyncio.create_task(ledger.read_entries(start, 5, expected_reads=2)) for _ in range(2)]
+    lid = first.ledger_id
+    cache.live.units[ledger.name].cache.clear()  # the entries must come from storage
+    for reader in ("a", "b"):
+        ledger.events.activated(reader, (lid, 0), (lid, -1), 5)
+    start = Position(lid, 0)
+    reads = [asyncio.create_task(ledger.read_entries(start, 5, reader)) for reader in ("a", "b")]
     await asyncio.sleep(0)
     slow.gate.set()
     for task in reads:
         assert len(await task) == 5
     assert slow.reads == 1, "one storage read served both"
-    cached = manager.get_entry_cache(ledger.name).cached_entries()
-    assert [e.expected_reads for e in cached] == [2] * 5
+    counters = cache.live.manager.counters
+    # Pulsar counts the miss once, in the read that went to storage; the reader that
+    # waited for it counts neither a hit nor a miss
+    assert (counters.misses, counters.hits) == (5, 0)
+    cached = cache.live.units[ledger.name].cache.cached_entries()
+    assert [e.expected_reads for e in cached] == [2] * 5, "two readers at or before: 2, not 4"

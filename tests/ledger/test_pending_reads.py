@@ -1,4 +1,7 @@
-"""Concurrent catch-up reads of overlapping ranges share one storage read."""
+"""Concurrent reads of overlapping ranges share storage reads when the live design says
+so (PIP-430 and the legacy cache, as Pulsar's PendingReadsManager), and not otherwise
+(PIP-174's ring reads straight from storage); either way ``misses`` is the number of
+entries read from storage."""
 
 from __future__ import annotations
 
@@ -6,10 +9,12 @@ import asyncio
 
 import pytest
 
-from broker.ledger.pending_reads import PendingReads
-from broker.tasks import TaskOwner
+from broker.cache import CacheEventStream
+from broker.ledger.managed_ledger import ManagedLedger
+from broker.ledger.position import Position
 from storage_stub.bookie.api import StorageFaultError
 from storage_stub.bookie.memory import InMemoryBookie
+from tests.ledger.conftest import OpenLedger, Stores
 
 
 class RecordingBookie(InMemoryBookie):
@@ -29,42 +34,82 @@ class RecordingBookie(InMemoryBookie):
         return await super().read_entries(ledger_id, first, last)
 
 
-async def make() -> tuple[RecordingBookie, PendingReads, TaskOwner, int]:
+async def _ledger(
+    stores: Stores, open_ledger: OpenLedger, design: str
+) -> tuple[RecordingBookie, CacheEventStream, ManagedLedger, int]:
     bookie = RecordingBookie()
-    ledger_id = await bookie.create_ledger()
-    await bookie.add_entries(ledger_id, [b"e%d" % i for i in range(20)])
-    owner = TaskOwner("test")
-    return bookie, PendingReads(bookie.read_entries, owner), owner, ledger_id
+    stores.bookie = bookie
+    cache = stores.use_design(design)
+    ledger = await open_ledger()
+    stores.clock.advance_ms(2_500)  # past the continue-caching grace: adds not cached
+    first = await ledger.add_entries([b"e%d" % i for i in range(20)])
+    return bookie, cache, ledger, first.ledger_id
 
 
-async def test_overlapping_reads_in_flight_share_one_storage_read() -> None:
-    bookie, reads, owner, ledger_id = await make()
-    first = asyncio.create_task(reads.read(ledger_id, 0, 9))
-    await asyncio.sleep(0)  # let the first read start
-    second = asyncio.create_task(reads.read(ledger_id, 5, 14))
-    inside = asyncio.create_task(reads.read(ledger_id, 2, 3))
+async def _three_overlapping_reads(
+    bookie: RecordingBookie, ledger: ManagedLedger, lid: int
+) -> list[list[bytes]]:
+    def read(first: int, count: int, reader: str) -> asyncio.Task[list[bytes]]:
+        async def data() -> list[bytes]:
+            return [e.data for e in await ledger.read_entries(Position(lid, first), count, reader)]
+
+        return asyncio.create_task(data())
+
+    first = read(0, 10, "a")
+    await asyncio.sleep(0)  # the first read is in flight
+    second = read(5, 10, "b")
+    inside = read(2, 2, "c")
     await asyncio.sleep(0)
     bookie.release.set()
-    assert await first == [b"e%d" % i for i in range(10)]
-    assert await second == [b"e%d" % i for i in range(5, 15)]
-    assert await inside == [b"e2", b"e3"]
+    return [await first, await second, await inside]
+
+
+@pytest.mark.parametrize("design", ["pip430", "legacy"])
+async def test_overlapping_reads_in_flight_share_one_storage_read(
+    stores: Stores, open_ledger: OpenLedger, design: str
+) -> None:
+    bookie, cache, ledger, lid = await _ledger(stores, open_ledger, design)
+    results = await _three_overlapping_reads(bookie, ledger, lid)
+    assert results == [
+        [b"e%d" % i for i in range(10)],
+        [b"e%d" % i for i in range(5, 15)],
+        [b"e2", b"e3"],
+    ]
     assert bookie.reads == [(0, 9), (10, 14)], "only the gap 10-14 was read again"
-    assert reads.shared_entries == 5 + 2
-    await owner.close()
+    counters = cache.live.manager.counters
+    assert (counters.misses, counters.hits) == (15, 0), "one miss per entry read from storage"
+    assert cache.live.units[ledger.name].reads_in_flight == 0
 
 
-async def test_a_failed_shared_read_fails_every_waiter_and_is_forgotten() -> None:
-    bookie, reads, owner, ledger_id = await make()
+async def test_the_ring_reads_every_reader_s_range_from_storage(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    bookie, cache, ledger, lid = await _ledger(stores, open_ledger, "segmented")
+    await _three_overlapping_reads(bookie, ledger, lid)
+    assert bookie.reads == [(0, 9), (5, 14), (2, 3)]
+    counters = cache.live.manager.counters
+    assert (counters.misses, counters.hits) == (10 + 10 + 2, 0)
+    assert cache.live.units[ledger.name].reads_in_flight == 0
+
+
+async def test_a_failed_shared_read_fails_every_waiter_and_counts_nothing(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    bookie, cache, ledger, lid = await _ledger(stores, open_ledger, "pip430")
     bookie.fail = True
-    first = asyncio.create_task(reads.read(ledger_id, 0, 4))
+    start = Position(lid, 0)
+    first = asyncio.create_task(ledger.read_entries(start, 5, "a"))
     await asyncio.sleep(0)
-    second = asyncio.create_task(reads.read(ledger_id, 0, 4))
+    second = asyncio.create_task(ledger.read_entries(start, 5, "b"))
     await asyncio.sleep(0)
     bookie.release.set()
     for task in (first, second):
         with pytest.raises(StorageFaultError):
             await task
+    counters = cache.live.manager.counters
+    assert (counters.misses, counters.hits) == (0, 0)
+    assert cache.live.units[ledger.name].reads_in_flight == 0, "the failed read is forgotten"
     bookie.fail = False
-    assert await reads.read(ledger_id, 0, 1) == [b"e0", b"e1"]
+    assert [e.data for e in await ledger.read_entries(start, 2, "a")] == [b"e0", b"e1"]
     assert bookie.reads == [(0, 4), (0, 1)]
-    await owner.close()
+    assert counters.misses == 2

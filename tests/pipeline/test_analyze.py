@@ -57,7 +57,9 @@ def test_the_bound_is_at_least_every_design_at_every_size(summary: dict[str, Any
             continue
         best = bound[row["size_bytes"]]
         assert best["hits"] >= row["hits"], (row["design"], row["size_bytes"])
-        assert best["hits"] + best["misses"] == row["hits"] + row["misses"]
+        # the bound counts every read; a design counts neither hit nor miss for a read
+        # that waits for another reader's storage read
+        assert best["hits"] + best["misses"] >= row["hits"] + row["misses"]
 
 
 def test_the_removal_queue_design_does_not_lose_hits_as_the_cache_grows(
@@ -79,7 +81,7 @@ def test_replaying_the_live_design_at_the_live_size_reproduces_the_live_hits(
     _, live = recorded
     (replayed,) = [row for row in summary["sweep"] if row["live"]]
     assert replayed["design"] == "pip430" and replayed["size_bytes"] == 1 << 20
-    assert replayed["hits"] == pytest.approx(live["hits"], rel=0.01)
+    assert (replayed["hits"], replayed["misses"]) == (live["hits"], live["misses"])
 
 
 def test_the_references_run_on_the_same_reads_under_the_bound(summary: dict[str, Any]) -> None:
@@ -95,11 +97,13 @@ def test_the_references_run_on_the_same_reads_under_the_bound(summary: dict[str,
 def test_the_statistics_account_for_every_read(summary: dict[str, Any]) -> None:
     patterns = summary["statistics"]["patterns"]
     assert {row["subscription"] for row in patterns} == {"fast", "slow"}
-    first = summary["sweep"][0]
-    assert sum(row["reads"] for row in patterns) == first["hits"] + first["misses"]
+    bound = summary["bound"][0]
+    reads = bound["hits"] + bound["misses"]
+    assert sum(row["reads"] for row in patterns) == reads
+    assert all(row["bytes"] > 0 for row in patterns), "every read has its entry's size"
     reuse = summary["statistics"]["reuse"]
     # every entry is read by two subscriptions: one reuse per entry
-    assert sum(row["reads"] for row in reuse) == (first["hits"] + first["misses"]) // 2
+    assert sum(row["reads"] for row in reuse) == reads // 2
     ranked = [item["meanHitRatio"] for item in summary["ranking"]]
     assert ranked == sorted(ranked, reverse=True) and len(ranked) == 3
 

@@ -10,13 +10,15 @@ from tests.conftest import in_process_broker
 TOPIC = "public/default/replayed"
 
 
-async def record(trace_dir: pathlib.Path, design: str) -> dict[str, Any]:
+async def record(trace_dir: pathlib.Path, design: str, shadows: str = "none") -> dict[str, Any]:
     """A tailing subscription and one that catches up in bursts (consumer connected
-    every tenth round), over a 1 MiB cache: hits, misses, evictions, invalidations."""
+    every tenth round), over a 1 MiB cache: hits, misses, evictions, invalidations.
+    Returns the cache stats (the shadows' under ``shadows``)."""
     async with in_process_broker(
         brokerlabTraceDir=str(trace_dir),
         managedLedgerCacheSizeMB=1,
         managedLedgerCacheImplementation=design,
+        brokerlabShadowCacheImplementations=shadows,
     ) as client:
         fast = await client.subscribe(
             TOPIC, "fast", subscriptionType="Shared", subscriptionInitialPosition="Earliest"

@@ -1,5 +1,5 @@
-"""The access trace: Parquet files of what the cache was asked, rolled, bounded (drops
-counted, never silent), and complete enough to tell what each read was."""
+"""The access trace: the cache event stream as Parquet files, rolled, bounded (drops
+counted, never silent), and complete enough to replay every design."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from broker.clock import ManualClock
-from broker.trace.recorder import TraceRecorder, read_trace
+from broker.trace.recorder import FORMAT, TraceRecorder, read_meta, read_trace
 from tests.conftest import in_process_broker
 
 
@@ -18,7 +18,7 @@ def test_files_roll_every_n_events_and_read_back_in_order(tmp_path: pathlib.Path
     recorder = TraceRecorder(tmp_path, clock, roll_events=3)
     for entry in range(7):
         clock.advance_ms(1)
-        recorder.add("t", 5, entry, 100 + entry, active_cursors=2, expected_reads=2)
+        recorder.add("t", 5, entry, [100 + entry])
     recorder.close()
     files = sorted(p.name for p in tmp_path.glob("trace-*.parquet"))
     assert files == ["trace-000001.parquet", "trace-000002.parquet", "trace-000003.parquet"]
@@ -27,7 +27,7 @@ def test_files_roll_every_n_events_and_read_back_in_order(tmp_path: pathlib.Path
     assert [row["seq"] for row in table] == list(range(7))
     assert [row["ts_ns"] for row in table] == [(n + 1) * 1_000_000 for n in range(7)]
     assert {row["kind"] for row in table} == {"add"}
-    assert table[4]["size"] == 104 and table[4]["active_cursors"] == 2
+    assert table[4]["size"] == 104 and table[4]["last_entry"] == 4
     assert recorder.stats()["files"] == 3 and recorder.stats()["dropped"] == 0
     # no half-written files are left behind
     assert not list(tmp_path.glob("*.partial"))
@@ -55,7 +55,7 @@ def test_a_bad_roll_size_is_refused(tmp_path: pathlib.Path) -> None:
         TraceRecorder(tmp_path, ManualClock(), roll_events=0)
 
 
-async def test_a_live_broker_records_adds_reads_and_releases(tmp_path: pathlib.Path) -> None:
+async def test_a_live_broker_records_its_cache_events(tmp_path: pathlib.Path) -> None:
     trace_dir = tmp_path / "trace"
     topic = "public/default/traced"
     async with in_process_broker(brokerlabTraceDir=str(trace_dir)) as client:
@@ -69,29 +69,37 @@ async def test_a_live_broker_records_adds_reads_and_releases(tmp_path: pathlib.P
         status, stats = await client.request("GET", "/admin/v2/broker-stats/trace")
         assert status == 200 and stats["enabled"] is True and stats["dropped"] == 0
         status, cache = await client.request("GET", "/admin/v2/broker-stats/cache")
+    assert read_meta(trace_dir)["format"] == FORMAT
     rows = read_trace(trace_dir).to_pylist()
     by_kind: dict[str, list[dict]] = {}
     for row in rows:
         by_kind.setdefault(row["kind"], []).append(row)
+    topic_name = f"persistent://{topic}"
+    assert [r["topic"] for r in by_kind["load"]] == [topic_name]
     adds = by_kind["add"]
     assert len(adds) == 50
-    assert all(row["topic"] == f"persistent://{topic}" for row in adds)
-    assert all(row["active_cursors"] == 1 and row["expected_reads"] == 1 for row in adds)
+    assert all(row["topic"] == topic_name and row["size"] > 0 for row in adds)
     reads = by_kind["read"]
     assert sorted((r["ledger"], r["entry"]) for r in reads) == sorted(
         (a["ledger"], a["entry"]) for a in adds
     )
     assert {r["subscription"] for r in reads} == {"sub"}
-    # the trace's hits and misses are the cache's
+    # the trace's hits and storage reads are the cache's hits and misses
     assert sum(r["hit"] for r in reads) == cache["hits"]
-    assert sum(not r["hit"] for r in reads) == cache["misses"]
+    assert len(by_kind.get("fill", [])) == cache["misses"]
+    assert all(r["size"] is not None for r in reads if r["hit"])
     assert len(by_kind["release"]) == 50
     assert [r["subscription"] for r in by_kind["activate"]] == ["sub"]
+    moves = [r for r in by_kind["move"] if r["subscription"] == "sub"]
+    last = adds[-1]
+    assert (moves[-1]["md_ledger"], moves[-1]["md_entry"]) == (last["ledger"], last["entry"])
+    assert by_kind["tick"], "the eviction timer's rounds are events too"
     # events are in time order
     assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
+    assert [r["ts_ns"] for r in rows] == sorted(r["ts_ns"] for r in rows)
     # every eviction of the live design is a row, with its reason
     evictions = by_kind.get("evict", [])
     assert len(evictions) == cache["evicted"]["ttl"] + cache["evicted"]["size"]
     assert {r["reason"] for r in evictions} <= {"ttl", "size"}
-    # the broker closed the topic on shutdown: its cache was dropped
-    assert any(r["ledger"] == -1 for r in by_kind["invalidate"])
+    # the broker closed the topic on shutdown
+    assert [r["topic"] for r in by_kind["unload"]] == [topic_name]

@@ -3,25 +3,21 @@ position, answering "how many cursors are at or before this one" in O(1).
 
 A doubly linked list sorted by position (head = slowest). Cursors at the same position
 form a group that shares one counter object holding the number of cursors at or before
-that position, so a count query is one attribute read. Moving a cursor adjusts the
-counters of the groups it passes, so add, remove and move cost O(distance moved) in
-nodes; the list is walked from the end nearest to where the work is.
+that position, so a count query is one map lookup and one attribute read. Moving a cursor
+adjusts the counters of the groups it passes, so add, remove and move cost O(distance
+moved) in nodes; the list is walked from the end nearest to where the work is.
 
 The same design as Pulsar's ActiveManagedCursorContainerImpl (PIP-430), written for
-brokerlab; positions are anything ordered (``Position`` tuples in the broker).
+brokerlab. Cursors are keys (the designs use cursor names); positions are anything
+ordered (``(ledger id, entry id)`` tuples). PIP-430's expected read counts ask it for the
+readers at or before a reader (``broker/cache/pip430.py``); the legacy rules use it for
+the slowest active reader (``broker/cache/legacy.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Protocol
-
-
-class TrackedCursor(Protocol):
-    """What the container needs of a cursor: a slot to hold its group's counter, so a
-    count query reads two attributes and hashes nothing."""
-
-    active_counter: CursorCounter | None
+from collections.abc import Hashable, Iterator
+from typing import Any
 
 
 class CursorCounter:
@@ -36,7 +32,7 @@ class CursorCounter:
 class _Node:
     __slots__ = ("counter", "cursor", "next", "position", "prev")
 
-    def __init__(self, cursor: TrackedCursor, position: Any) -> None:
+    def __init__(self, cursor: Hashable, position: Any) -> None:
         self.cursor = cursor
         self.position = position
         self.counter = CursorCounter(0)
@@ -54,15 +50,15 @@ class ActiveManagedCursorContainer:
     def __init__(self) -> None:
         self._head: _Node | None = None
         self._tail: _Node | None = None
-        self._nodes: dict[TrackedCursor, _Node] = {}
+        self._nodes: dict[Hashable, _Node] = {}
 
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def __contains__(self, cursor: TrackedCursor) -> bool:
+    def __contains__(self, cursor: Hashable) -> bool:
         return cursor in self._nodes
 
-    def __iter__(self) -> Iterator[TrackedCursor]:
+    def __iter__(self) -> Iterator[Hashable]:
         node = self._head
         while node is not None:
             yield node.cursor
@@ -72,18 +68,18 @@ class ActiveManagedCursorContainer:
         """Position of the slowest cursor, None when empty. O(1)."""
         return self._head.position if self._head is not None else None
 
-    def position_of(self, cursor: TrackedCursor) -> Any:
+    def position_of(self, cursor: Hashable) -> Any:
         return self._nodes[cursor].position
 
-    def number_at_or_before(self, cursor: TrackedCursor) -> int:
+    def number_at_or_before(self, cursor: Hashable) -> int:
         """Cursors at the same position as ``cursor`` or before it (itself included);
         0 for a cursor not tracked. O(1)."""
-        counter = cursor.active_counter
-        return counter.value if counter is not None else 0
+        node = self._nodes.get(cursor)
+        return node.counter.value if node is not None else 0
 
     # ------------------------------------------------------------------ updates
 
-    def add(self, cursor: TrackedCursor, position: Any) -> None:
+    def add(self, cursor: Hashable, position: Any) -> None:
         """Track ``cursor`` at ``position``. O(distance from the tail)."""
         if cursor in self._nodes:
             raise ValueError(f"cursor {cursor!r} is already tracked")
@@ -100,10 +96,9 @@ class ActiveManagedCursorContainer:
             after = after.prev
         self._link_after(node, after)
 
-    def remove(self, cursor: TrackedCursor) -> None:
+    def remove(self, cursor: Hashable) -> None:
         """Stop tracking ``cursor``. O(distance to the tail)."""
         node = self._nodes.pop(cursor)
-        cursor.active_counter = None
         # every group from this one on loses one cursor at-or-before
         current = node.next
         last_counter: CursorCounter | None = node.counter
@@ -115,7 +110,7 @@ class ActiveManagedCursorContainer:
             current = current.next
         self._unlink(node)
 
-    def move(self, cursor: TrackedCursor, position: Any) -> None:
+    def move(self, cursor: Hashable, position: Any) -> None:
         """Move ``cursor`` to ``position``. O(nodes between the two positions)."""
         node = self._nodes[cursor]
         old = node.position
@@ -180,7 +175,6 @@ class ActiveManagedCursorContainer:
                 node.counter.value += 1
         else:
             node.counter = CursorCounter((prev.counter.value if prev is not None else 0) + 1)
-        node.cursor.active_counter = node.counter
 
     def _unlink(self, node: _Node) -> None:
         if node.prev is None:
@@ -215,7 +209,7 @@ class ActiveManagedCursorContainer:
         assert seen == len(self._nodes), "map and list disagree"
         node = self._head
         while node is not None:
-            assert node.cursor.active_counter is node.counter, "stale cursor counter"
+            assert self._nodes.get(node.cursor) is node, "map names another node"
             expected = sum(1 for p in positions if p <= node.position)
             assert node.counter.value == expected, (
                 f"count at {node.position}: {node.counter.value} != {expected}"

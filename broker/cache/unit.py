@@ -1,0 +1,305 @@
+"""A design as a whole unit, driven by cache events.
+
+:class:`DesignInstance` is one running design: its broker-wide
+:class:`~broker.cache.api.EntryCacheManager` and a :class:`TopicUnit` per loaded topic.
+A :class:`TopicUnit` pairs the topic's :class:`~broker.cache.api.EntryCache` (what is
+held) with the design's :class:`~broker.cache.api.TopicPolicy` (the ledger-side rules)
+and answers every cache event of the topic the same way wherever it runs: live in the
+broker (with payloads), as a shadow beside another live design, in a test, or in a
+replay of a recorded trace (sizes only). The events and their order are the contract;
+``broker/cache/stream.py`` produces them, ``docs/trace-format.md`` lists them.
+
+Reads, as Pulsar counts them (``RangeEntryCacheImpl`` with ``PendingReadsManager``):
+
+- ``read``: the reader asks for ``first..last``; cached entries are hits, counted now.
+  Each missing entry either joins a storage read of it already in flight in *this*
+  design (the reader then counts nothing for it), or starts one, owned by this reader.
+  A design that does not share storage reads (the PIP-174 ring, the disabled cache)
+  starts one per reader.
+- ``filled``: entries arrived from storage. Every storage read of an entry counts one
+  miss, so ``misses`` is the number of entries read from storage; the entry is then
+  offered to the cache with the expected reads the policy gives its owning reader at
+  completion (PIP-430: active cursors at or before it).
+
+A shadow or a replay has no storage of its own: an entry it misses that the live design
+had (``available``, the live hits of the same read) is "read" at once; one the live design
+is reading too completes when the live design's storage read does. So a shadow misses
+exactly when its design would have gone to storage, on the live design's reads.
+
+``released`` (the entry was handed to a consumer) counts one expected read down and
+``replay_added`` one up, on the entry the design holds at that position (PIP-430's
+``EntryReadCountHandler``, ``broker/cache/pip430.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from broker.cache.api import (
+    CursorCheck,
+    EntryCache,
+    EntryCacheManager,
+    MissingRange,
+    Pos,
+    TopicPolicy,
+)
+from broker.cache.config import CacheConfig
+from broker.cache.disabled import DisabledEntryCacheManager
+from broker.cache.entry import CachedEntry
+from broker.clock import Clock
+
+
+class PendingEntry:
+    """An entry this design is reading from storage: the reader that started the read,
+    and how many readers' reads of it go to storage (1 when reads are shared)."""
+
+    __slots__ = ("reader", "reads")
+
+    def __init__(self, reader: str) -> None:
+        self.reader = reader
+        self.reads = 1
+
+
+class ReadPlan:
+    """A design's answer to one range read: the hits (in entry order), the ranges its
+    own storage reads fetch, and the ranges it waits for from reads in flight."""
+
+    __slots__ = ("hits", "joined", "own")
+
+    def __init__(self, hits: list[CachedEntry]) -> None:
+        self.hits = hits
+        self.own: list[MissingRange] = []
+        self.joined: list[MissingRange] = []
+
+
+class TopicUnit:
+    """One design's view of one topic: its entry cache and its ledger-side policy, and
+    the storage reads of the topic in flight in this design. Costs: ``read`` O(range)
+    plus the cache's lookup; ``filled`` O(entries) plus inserts; ``released`` and
+    ``replay_added`` O(1); cursor events as the policy states."""
+
+    __slots__ = ("_pending", "_shares", "cache", "counters", "manager", "policy")
+
+    def __init__(self, manager: EntryCacheManager, cache: EntryCache, policy: TopicPolicy) -> None:
+        self.manager = manager
+        self.cache = cache
+        self.policy = policy
+        self.counters = manager.counters
+        self._shares = manager.shares_pending_reads
+        self._pending: dict[Pos, PendingEntry] = {}
+
+    # ------------------------------------------------------------------ entries
+
+    def added(
+        self,
+        ledger_id: int,
+        first: int,
+        datas: Sequence[bytes | memoryview] | None,
+        sizes: Sequence[int],
+    ) -> None:
+        """Entries ``first..`` were stored: cached if the policy says so."""
+        reads = self.policy.added_reads()
+        if reads is None:
+            return
+        self.cache.insert(ledger_id, first, datas, sizes, reads)
+        self.manager.after_insert()
+
+    def read(
+        self,
+        reader: str,
+        ledger_id: int,
+        first: int,
+        last: int,
+        available: dict[int, int] | None = None,
+    ) -> ReadPlan:
+        """``reader`` asks for ``first..last``. ``available``: sizes of entries whose
+        data is already at hand (a shadow's view of the live hits), read at once when
+        missed here."""
+        plan = ReadPlan([])
+        missing = self.cache.get_range(ledger_id, first, last, plan.hits)
+        if not missing:
+            return plan
+        pending = self._pending
+        shares = self._shares
+        completed = False
+        for miss_first, miss_last in missing:
+            run_first = run_last = -1
+            run_joined = False
+            for entry_id in range(miss_first, miss_last + 1):
+                if available is not None:
+                    size = available.get(entry_id)
+                    if size is not None:
+                        self._complete(reader, ledger_id, entry_id, None, size, 1)
+                        completed = True
+                        continue
+                key = (ledger_id, entry_id)
+                waiting = pending.get(key)
+                if waiting is None:
+                    pending[key] = PendingEntry(reader)
+                    joined = False
+                elif shares:
+                    joined = True
+                else:
+                    waiting.reads += 1
+                    joined = False
+                if run_first >= 0 and (joined != run_joined or entry_id != run_last + 1):
+                    (plan.joined if run_joined else plan.own).append((run_first, run_last))
+                    run_first = -1
+                if run_first < 0:
+                    run_first, run_joined = entry_id, joined
+                run_last = entry_id
+            if run_first >= 0:
+                (plan.joined if run_joined else plan.own).append((run_first, run_last))
+        if completed:
+            self.manager.after_insert()
+        return plan
+
+    def filled(
+        self,
+        ledger_id: int,
+        first: int,
+        datas: Sequence[bytes | memoryview] | None,
+        sizes: Sequence[int],
+    ) -> None:
+        """Entries ``first..`` arrived from storage: each one this design was reading
+        counts its misses and is offered to the cache."""
+        pending = self._pending
+        if not pending:
+            return
+        completed = False
+        for offset, size in enumerate(sizes):
+            entry_id = first + offset
+            waiting = pending.pop((ledger_id, entry_id), None)
+            if waiting is None:
+                continue
+            data = None if datas is None else datas[offset]
+            self._complete(waiting.reader, ledger_id, entry_id, data, size, waiting.reads)
+            completed = True
+        if completed:
+            self.manager.after_insert()
+
+    def fill_failed(self, ledger_id: int, first: int, last: int) -> None:
+        """The storage read of ``first..last`` failed: nothing arrives, nothing counts."""
+        pending = self._pending
+        for entry_id in range(first, last + 1):
+            pending.pop((ledger_id, entry_id), None)
+
+    def _complete(
+        self,
+        reader: str,
+        ledger_id: int,
+        entry_id: int,
+        data: bytes | memoryview | None,
+        size: int,
+        reads: int,
+    ) -> None:
+        counters = self.counters
+        counters.misses += reads
+        counters.miss_bytes += size * reads
+        expected = self.policy.storage_read_reads(reader)
+        if expected > 0:
+            self.cache.insert_from_read(ledger_id, entry_id, data, size, expected)
+
+    def released(self, ledger_id: int, entry_id: int) -> None:
+        """The entry was handed to a consumer: one expected read happened. O(1)."""
+        self.cache.mark_read(ledger_id, entry_id)
+
+    def replay_added(self, ledger_id: int, entry_id: int) -> None:
+        """The entry joined a replay queue: one more read is expected. O(1)."""
+        self.cache.add_expected_read(ledger_id, entry_id)
+
+    def trimmed(self, ledger_id: int) -> None:
+        """Every cursor consumed the ledger and it was deleted."""
+        self.cache.invalidate_all_entries(ledger_id)
+
+    # ------------------------------------------------------------------ cursors
+
+    def activated(
+        self, cursor: str, read_position: Pos, mark_delete: Pos, entries_to_read: int
+    ) -> None:
+        self.policy.activated(cursor, read_position, mark_delete, entries_to_read)
+
+    def deactivated(self, cursor: str) -> None:
+        self.policy.deactivated(cursor)
+
+    def moved(self, cursor: str, read_position: Pos, mark_delete: Pos) -> None:
+        self.policy.moved(cursor, read_position, mark_delete)
+
+    def checked(self, cursors: Sequence[CursorCheck]) -> None:
+        self.policy.checked(cursors)
+
+    @property
+    def reads_in_flight(self) -> int:
+        """Entries this design is reading from storage now (tests, stats)."""
+        return len(self._pending)
+
+
+ManagerFactory = Callable[[CacheConfig, Clock], EntryCacheManager]
+PolicyFactory = Callable[[CacheConfig, Clock, EntryCache], TopicPolicy]
+
+
+@dataclass(frozen=True)
+class Design:
+    """A registered design: how to build its manager and its per-topic policy."""
+
+    name: str
+    #: one line for users: what the design is
+    summary: str
+    manager: ManagerFactory
+    policy: PolicyFactory
+
+    def create(self, config: CacheConfig, clock: Clock) -> DesignInstance:
+        """A running instance; a zero size gives the disabled cache, as in Pulsar."""
+        return DesignInstance(self, config, clock)
+
+
+class DesignInstance:
+    """One running design: its cache manager and the unit of every loaded topic."""
+
+    __slots__ = ("clock", "config", "design", "manager", "units")
+
+    def __init__(self, design: Design, config: CacheConfig, clock: Clock) -> None:
+        self.design = design
+        self.config = config
+        self.clock = clock
+        self.manager: EntryCacheManager = (
+            DisabledEntryCacheManager()
+            if config.max_size_bytes <= 0
+            else design.manager(config, clock)
+        )
+        self.units: dict[str, TopicUnit] = {}
+
+    @property
+    def name(self) -> str:
+        return self.design.name
+
+    def load(self, topic: str) -> TopicUnit:
+        """The topic was loaded: a fresh unit (PIP-430's continue-caching grace starts)."""
+        cache = self.manager.get_entry_cache(topic)
+        unit = TopicUnit(self.manager, cache, self.design.policy(self.config, self.clock, cache))
+        self.units[topic] = unit
+        return unit
+
+    def unit(self, topic: str) -> TopicUnit:
+        """The loaded topic's unit, loading it if needed (a trace with dropped rows)."""
+        unit = self.units.get(topic)
+        return unit if unit is not None else self.load(topic)
+
+    def unload(self, topic: str, unit: TopicUnit | None = None) -> None:
+        """The topic was unloaded, closed or deleted: its unit (``unit``, if given, and
+        only if it is still the loaded one) goes; its cache goes as the design does it
+        (the ring keeps its segments)."""
+        loaded = self.units.get(topic)
+        if loaded is None or (unit is not None and loaded is not unit):
+            return
+        del self.units[topic]
+        self.manager.remove_entry_cache(topic)
+
+    def tick(self) -> None:
+        """One round of the broker's eviction timer."""
+        self.manager.do_cache_eviction()
+
+    def stats(self) -> dict[str, Any]:
+        return self.manager.stats()

@@ -110,3 +110,12 @@ async def test_shadows_count_what_their_own_designs_would_have_done(
     legacy, ring = shadows["legacy"], shadows["segmented"]  # type: ignore[index]
     assert (legacy["hits"], legacy["misses"]) == (2 * len(ids), 2 * len(ids))
     assert (ring["hits"], ring["misses"]) == (4 * len(ids), 0)
+
+
+async def test_the_dashboard_says_what_a_shadow_is(live_broker: LiveBroker) -> None:
+    client = await live_broker()
+    async with client.session.get(f"{client.base_url}/dashboard") as response:
+        assert response.status == 200
+        page = " ".join((await response.text()).split())
+    sentence = "a shadow is another cache design run beside the live one on the same cache events"
+    assert sentence in page

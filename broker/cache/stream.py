@@ -138,7 +138,17 @@ class TopicEvents:
     trace. Each event costs its live cost, plus the same on every shadow, plus a trace
     row per entry when tracing."""
 
-    __slots__ = ("_clock", "_source", "_stream", "_trace", "live", "name", "shadows")
+    __slots__ = (
+        "_clock",
+        "_mark_read",
+        "_shadow_mark_reads",
+        "_source",
+        "_stream",
+        "_trace",
+        "live",
+        "name",
+        "shadows",
+    )
 
     def __init__(
         self, stream: CacheEventStream, name: str, live: TopicUnit, shadows: list[TopicUnit]
@@ -150,6 +160,9 @@ class TopicEvents:
         self._trace = stream.trace
         self._clock = stream.clock
         self._source = stream._source
+        # released is the one event per entry handed over: bound once
+        self._mark_read = live.cache.mark_read
+        self._shadow_mark_reads = [shadow.cache.mark_read for shadow in shadows]
 
     def added(self, ledger_id: int, first: int, datas: Sequence[bytes]) -> None:
         self._clock.now_ns = self._source.monotonic_ns()
@@ -194,9 +207,9 @@ class TopicEvents:
         if self._trace is not None:
             self._clock.now_ns = self._source.monotonic_ns()
             self._trace.release(self.name, reader, ledger_id, entry_id)
-        self.live.cache.mark_read(ledger_id, entry_id)
-        for shadow in self.shadows:
-            shadow.cache.mark_read(ledger_id, entry_id)
+        self._mark_read(ledger_id, entry_id)
+        for mark_read in self._shadow_mark_reads:
+            mark_read(ledger_id, entry_id)
 
     def replay_added(self, reader: str, ledger_id: int, entry_id: int) -> None:
         if self._trace is not None:

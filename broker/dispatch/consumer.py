@@ -36,6 +36,7 @@ class Consumer:
 
     __slots__ = (
         "_available",
+        "_released",
         "ack_timeout_ms",
         "bytes_out",
         "closed",
@@ -66,6 +67,8 @@ class Consumer:
         self.consumer_id = consumer_id
         self.name = name
         self.subscription = subscription
+        #: the topic's cache event for an entry handed over (the ledger is the topic's)
+        self._released = subscription.cursor.ledger.events.released
         self.receiver_queue_size = receiver_queue_size
         self.priority_level = priority_level
         self.ack_timeout_ms = ack_timeout_ms
@@ -88,9 +91,7 @@ class Consumer:
         """Hand an entry over: into the receiver queue, and pending until acked; the read
         the cache designs expected for it has now happened (the ``released`` event). O(1)."""
         position = entry.position
-        self.subscription.cursor.ledger.events.released(
-            self.subscription.name, position.ledger_id, position.entry_id
-        )
+        self._released(self.subscription.name, position.ledger_id, position.entry_id)
         self.queue.append(Delivery(entry, redelivery_count))
         self.pending[entry.position] = NOT_RECEIVED
         nbytes = len(entry.data)

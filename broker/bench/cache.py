@@ -44,12 +44,18 @@ def _manager(name: str, max_bytes: int, clock: ManualClock) -> Any:
     return design(name).create(config, clock).manager
 
 
+def _has_passes(name: str) -> bool:
+    """Whether the design evicts with timestamp and size passes (the ring rotates)."""
+    return bool(_manager(name, 1 << 20, ManualClock()).has_eviction_passes)
+
+
 def _operations(name: str, count: int) -> dict[str, float]:
     """Inserts and gets (tailing: one entry per call, the worst case) and evictions per
     second."""
     clock = ManualClock()
+    passes = _has_passes(name)
     # the ring gets exactly room for one batch, so the second batch must rotate it
-    room = count * ENTRY_SIZE * (1 if name == "segmented" else 4)
+    room = count * ENTRY_SIZE * (4 if passes else 1)
     manager = _manager(name, room, clock)
     cache = manager.get_entry_cache("persistent://bench/ns/t")
     payloads = [b"x" * ENTRY_SIZE]
@@ -69,7 +75,7 @@ def _operations(name: str, count: int) -> dict[str, float]:
     insert_s = _timed(inserts)
     get_s = _timed(gets)
     evictable = manager.size
-    if name == "segmented":
+    if not passes:
         # the ring evicts by rotating: time inserts that each clear old segments' entries
         evict_s = _timed(lambda: [insert(2, i, payloads, sizes, 0) for i in range(count)])
         evicted = manager.counters.evicted_size
@@ -118,7 +124,7 @@ def measure(quick: bool) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name in DESIGNS:
         row: dict[str, Any] = _operations(name, count)
-        if name != "segmented":  # the ring has neither a size pass nor a timestamp pass
+        if _has_passes(name):  # the ring has neither a size pass nor a timestamp pass
             few = _size_eviction_seconds(name, FEW_LEDGERS)
             many = _size_eviction_seconds(name, MANY_LEDGERS)
             row["size_eviction_ratio"] = many / few

@@ -30,6 +30,9 @@ class ManagerBase(Generic[C]):
 
     implementation = ""
     shares_pending_reads = True
+    #: False for a design that evicts only by overwriting (the ring): no timestamp or
+    #: size pass
+    has_eviction_passes = True
 
     def __init__(self, config: CacheConfig, clock: Clock, new_cache: Callable[[str], C]) -> None:
         self.config = config

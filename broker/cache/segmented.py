@@ -141,6 +141,7 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
 
     implementation = "segmented"
     shares_pending_reads = False
+    has_eviction_passes = False
 
     def __init__(self, config: CacheConfig, clock: Clock) -> None:
         super().__init__(config, clock, lambda name: SegmentedEntryCache(name, self))

@@ -120,7 +120,9 @@ class BrokerCollector(Collector):
             "brokerlab_cache_hits", "Entries read from the cache.", labels=labels
         )
         misses = CounterMetricFamily(
-            "brokerlab_cache_misses", "Entries not in the cache.", labels=labels
+            "brokerlab_cache_misses",
+            "Entries read from storage for reads (a read that waits for another's counts none).",
+            labels=labels,
         )
         hit_bytes = CounterMetricFamily(
             "brokerlab_cache_hit_bytes", "Bytes read from the cache.", labels=labels

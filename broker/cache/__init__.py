@@ -31,7 +31,7 @@ def create_stream(
     designs named in ``shadows`` beside it (sizes only, same settings), and the trace
     built by ``trace`` on the events' clock. ValueError for an unknown design."""
     event_clock = EventClock(clock.monotonic_ns())
-    live = design(implementation).create(config, event_clock)
+    live = design(implementation).create(config, event_clock, live=True)
     size_only = dataclasses.replace(config, copy_entries=False)
     others = [design(name).create(size_only, event_clock) for name in shadows]
     return CacheEventStream(

@@ -119,16 +119,14 @@ class EntryCacheManager(Protocol):
 class CursorCheck:
     """One cursor as the broker's periodic check sees it (the stats period)."""
 
-    __slots__ = ("backlog", "entries_to_read", "has_consumers", "name")
+    __slots__ = ("entries_to_read", "has_consumers", "name")
 
-    def __init__(self, name: str, has_consumers: bool, entries_to_read: int, backlog: int) -> None:
+    def __init__(self, name: str, has_consumers: bool, entries_to_read: int) -> None:
         self.name = name
         self.has_consumers = has_consumers
         #: entries from the read position to the end, not acknowledged (Pulsar's
-        #: ``ManagedCursor.getNumberOfEntries``)
+        #: ``ManagedCursor.getNumberOfEntries``, what both of its checks compare)
         self.entries_to_read = entries_to_read
-        #: entries not acknowledged (``getNumberOfEntriesInBacklog``)
-        self.backlog = backlog
 
 
 class TopicPolicy(Protocol):

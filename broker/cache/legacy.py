@@ -243,8 +243,8 @@ class LegacyRules:
     - *Storage reads* are cached only for cursors the backlog-caching rule chose at the
       last check (``checkCursorsToCacheEntries``; off with
       ``managedLedgerMinimumBacklogCursorsForCaching=0``, the default): a cursor with at
-      least ``managedLedgerMinimumBacklogEntriesForCaching`` of backlog is chosen when at
-      least that many cursors (itself included) have backlogs within
+      least ``managedLedgerMinimumBacklogEntriesForCaching`` entries to read is chosen
+      when at least that many *other* cursors have entries to read within
       ``managedLedgerMaxBacklogBetweenCursorsForCaching`` of its own. O(#cursors^2), as
       in Pulsar.
     - *Invalidation* (``invalidateEntriesUpToSlowestReaderPosition``): when the slowest
@@ -310,16 +310,17 @@ class LegacyRules:
         if config.min_backlog_cursors_for_caching < 1:
             self._cache_reads = frozenset()
             return
-        backlogs = [check.backlog for check in cursors]
         chosen = set()
         for check in cursors:
-            backlog = check.backlog
+            backlog = check.entries_to_read
             if backlog < config.min_backlog_entries_for_caching:
                 continue
             close = sum(
                 1
-                for other in backlogs
-                if abs(other - backlog) <= config.max_backlog_between_cursors_for_caching
+                for other in cursors
+                if other is not check
+                and abs(other.entries_to_read - backlog)
+                <= config.max_backlog_between_cursors_for_caching
             )
             if close >= config.min_backlog_cursors_for_caching:
                 chosen.add(check.name)

@@ -275,7 +275,9 @@ class ExpectedReadCounts:
 
     Every consumer that subscribes makes its cursor active (Pulsar 4.1's
     ``PersistentSubscription.addConsumerInternal``); the last one leaving makes it
-    inactive. The backlog settings and the periodic check do nothing here, as in Pulsar.
+    inactive. The backlog settings and the periodic check do nothing here, as in Pulsar,
+    and cursors are ordered by read position: Pulsar's BrokerService turns
+    ``cacheEvictionByMarkDeletedPosition`` off in this mode.
     All operations O(1) except cursor moves, O(nodes passed) in the container.
     """
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from broker.cache.api import (
@@ -53,13 +54,14 @@ from broker.clock import Clock
 
 class PendingEntry:
     """An entry this design is reading from storage: the reader that started the read,
-    and how many readers' reads of it go to storage (1 when reads are shared)."""
+    and how many storage reads of it are outstanding (1 when reads are shared). Never
+    changed once made, so one object can stand for every entry of a range."""
 
     __slots__ = ("reader", "reads")
 
-    def __init__(self, reader: str) -> None:
+    def __init__(self, reader: str, reads: int = 1) -> None:
         self.reader = reader
-        self.reads = 1
+        self.reads = reads
 
 
 class ReadPlan:
@@ -78,17 +80,29 @@ class TopicUnit:
     """One design's view of one topic: its entry cache and its ledger-side policy, and
     the storage reads of the topic in flight in this design. Costs: ``read`` O(range)
     plus the cache's lookup; ``filled`` O(entries) plus inserts; ``released`` and
-    ``replay_added`` O(1); cursor events as the policy states."""
+    ``replay_added`` O(1); cursor events as the policy states.
 
-    __slots__ = ("_pending", "_shares", "cache", "counters", "manager", "policy")
+    ``live``: the ``filled`` and ``fill_failed`` events are this design's own storage
+    reads, one event per read (the live design, or a replay of it). A shadow's storage
+    reads of an entry all complete with the live design's first read of it."""
 
-    def __init__(self, manager: EntryCacheManager, cache: EntryCache, policy: TopicPolicy) -> None:
+    __slots__ = ("_pending", "_shares", "cache", "counters", "live", "manager", "policy")
+
+    def __init__(
+        self,
+        manager: EntryCacheManager,
+        cache: EntryCache,
+        policy: TopicPolicy,
+        live: bool = False,
+    ) -> None:
         self.manager = manager
         self.cache = cache
         self.policy = policy
+        self.live = live
         self.counters = manager.counters
         self._shares = manager.shares_pending_reads
-        self._pending: dict[Pos, PendingEntry] = {}
+        #: ledger id -> entry id -> the storage read of it in flight
+        self._pending: dict[int, dict[int, PendingEntry]] = {}
 
     # ------------------------------------------------------------------ entries
 
@@ -115,35 +129,44 @@ class TopicUnit:
         available: dict[int, int] | None = None,
     ) -> ReadPlan:
         """``reader`` asks for ``first..last``. ``available``: sizes of entries whose
-        data is already at hand (a shadow's view of the live hits), read at once when
-        missed here."""
+        data is already at hand (a shadow's view of the live hits): one this design
+        misses and is not already reading is read at once."""
         plan = ReadPlan([])
         missing = self.cache.get_range(ledger_id, first, last, plan.hits)
         if not missing:
             return plan
-        pending = self._pending
+        pending = self._pending.get(ledger_id)
+        if pending is None:
+            pending = self._pending[ledger_id] = {}
+        if not pending and not available:
+            # nothing in flight here: every missing range is this reader's own read
+            mine = PendingEntry(reader)
+            for miss_first, miss_last in missing:
+                pending.update(zip(range(miss_first, miss_last + 1), repeat(mine)))
+            plan.own = missing
+            return plan
         shares = self._shares
+        mine = PendingEntry(reader)
         completed = False
+        waiting: PendingEntry | None
         for miss_first, miss_last in missing:
             run_first = run_last = -1
             run_joined = False
             for entry_id in range(miss_first, miss_last + 1):
-                if available is not None:
-                    size = available.get(entry_id)
+                waiting = pending.get(entry_id)
+                if waiting is not None and shares:
+                    joined = True
+                else:
+                    size = available.get(entry_id) if available else None
                     if size is not None:
                         self._complete(reader, ledger_id, entry_id, None, size, 1)
                         completed = True
                         continue
-                key = (ledger_id, entry_id)
-                waiting = pending.get(key)
-                if waiting is None:
-                    pending[key] = PendingEntry(reader)
                     joined = False
-                elif shares:
-                    joined = True
-                else:
-                    waiting.reads += 1
-                    joined = False
+                    if waiting is None:
+                        pending[entry_id] = mine
+                    else:  # another storage read of the same entry (no sharing)
+                        pending[entry_id] = PendingEntry(waiting.reader, waiting.reads + 1)
                 if run_first >= 0 and (joined != run_joined or entry_id != run_last + 1):
                     (plan.joined if run_joined else plan.own).append((run_first, run_last))
                     run_first = -1
@@ -164,27 +187,52 @@ class TopicUnit:
         sizes: Sequence[int],
     ) -> None:
         """Entries ``first..`` arrived from storage: each one this design was reading
-        counts its misses and is offered to the cache."""
-        pending = self._pending
+        counts its misses (one per storage read of it that this completes) and is
+        offered to the cache with the expected reads its reader gets now."""
+        pending = self._pending.get(ledger_id)
         if not pending:
             return
-        completed = False
+        one_read = self.live
+        misses = miss_bytes = 0
+        expected_of: dict[str, int] = {}
+        storage_read_reads = self.policy.storage_read_reads
+        insert = self.cache.insert_from_read
         for offset, size in enumerate(sizes):
             entry_id = first + offset
-            waiting = pending.pop((ledger_id, entry_id), None)
+            waiting = pending.pop(entry_id, None)
             if waiting is None:
                 continue
-            data = None if datas is None else datas[offset]
-            self._complete(waiting.reader, ledger_id, entry_id, data, size, waiting.reads)
-            completed = True
-        if completed:
+            reads = waiting.reads
+            if one_read and reads > 1:  # other storage reads of it are still out
+                pending[entry_id] = PendingEntry(waiting.reader, reads - 1)
+                reads = 1
+            misses += reads
+            miss_bytes += size * reads
+            reader = waiting.reader
+            expected = expected_of.get(reader)
+            if expected is None:
+                expected = expected_of[reader] = storage_read_reads(reader)
+            if expected > 0:
+                insert(
+                    ledger_id, entry_id, None if datas is None else datas[offset], size, expected
+                )
+        if misses:
+            counters = self.counters
+            counters.misses += misses
+            counters.miss_bytes += miss_bytes
             self.manager.after_insert()
 
     def fill_failed(self, ledger_id: int, first: int, last: int) -> None:
-        """The storage read of ``first..last`` failed: nothing arrives, nothing counts."""
-        pending = self._pending
+        """The storage read of ``first..last`` failed: nothing arrives, nothing counts.
+        The live design forgets that one read; a shadow's reads of those entries end."""
+        pending = self._pending.get(ledger_id)
+        if not pending:
+            return
+        one_read = self.live
         for entry_id in range(first, last + 1):
-            pending.pop((ledger_id, entry_id), None)
+            waiting = pending.pop(entry_id, None)
+            if waiting is not None and one_read and waiting.reads > 1:
+                pending[entry_id] = PendingEntry(waiting.reader, waiting.reads - 1)
 
     def _complete(
         self,
@@ -233,7 +281,7 @@ class TopicUnit:
     @property
     def reads_in_flight(self) -> int:
         """Entries this design is reading from storage now (tests, stats)."""
-        return len(self._pending)
+        return sum(len(entries) for entries in self._pending.values())
 
 
 ManagerFactory = Callable[[CacheConfig, Clock], EntryCacheManager]
@@ -250,20 +298,24 @@ class Design:
     manager: ManagerFactory
     policy: PolicyFactory
 
-    def create(self, config: CacheConfig, clock: Clock) -> DesignInstance:
-        """A running instance; a zero size gives the disabled cache, as in Pulsar."""
-        return DesignInstance(self, config, clock)
+    def create(self, config: CacheConfig, clock: Clock, live: bool = False) -> DesignInstance:
+        """A running instance; a zero size gives the disabled cache, as in Pulsar.
+        ``live``: its storage reads are the ``filled`` events (see :class:`TopicUnit`)."""
+        return DesignInstance(self, config, clock, live)
 
 
 class DesignInstance:
     """One running design: its cache manager and the unit of every loaded topic."""
 
-    __slots__ = ("clock", "config", "design", "manager", "units")
+    __slots__ = ("clock", "config", "design", "live", "manager", "units")
 
-    def __init__(self, design: Design, config: CacheConfig, clock: Clock) -> None:
+    def __init__(
+        self, design: Design, config: CacheConfig, clock: Clock, live: bool = False
+    ) -> None:
         self.design = design
         self.config = config
         self.clock = clock
+        self.live = live
         self.manager: EntryCacheManager = (
             DisabledEntryCacheManager()
             if config.max_size_bytes <= 0
@@ -278,7 +330,8 @@ class DesignInstance:
     def load(self, topic: str) -> TopicUnit:
         """The topic was loaded: a fresh unit (PIP-430's continue-caching grace starts)."""
         cache = self.manager.get_entry_cache(topic)
-        unit = TopicUnit(self.manager, cache, self.design.policy(self.config, self.clock, cache))
+        policy = self.design.policy(self.config, self.clock, cache)
+        unit = TopicUnit(self.manager, cache, policy, self.live)
         self.units[topic] = unit
         return unit
 

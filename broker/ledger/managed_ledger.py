@@ -318,14 +318,15 @@ class ManagedLedger:
             self.events.moved(cursor.name, cursor.read_position, cursor.mark_delete_position)
 
     def check_cursors(self, has_consumers: Callable[[str], bool]) -> None:
-        """The periodic check of every cursor (the stats period): consumers, entries to
-        read, backlog. O(#cursors x #ledgers)."""
-        self.events.checked(
-            [
-                CursorCheck(name, has_consumers(name), cursor.entries_to_read(), cursor.backlog())
-                for name, cursor in self.cursors.items()
-            ]
-        )
+        """The periodic check of every cursor (the stats period): consumers and entries
+        to read. O(#cursors x #ledgers)."""
+        if not self._closed:
+            self.events.checked(
+                [
+                    CursorCheck(name, has_consumers(name), cursor.entries_to_read())
+                    for name, cursor in self.cursors.items()
+                ]
+            )
 
     def _is_full(self, info: LedgerInfo, pending_entries: int = 0) -> bool:
         """Pulsar's rule: over the entry or size quota and older than the minimum rollover
@@ -515,7 +516,9 @@ class ManagedLedger:
         self, ledger_id: int, first: int, last: int, reader: str, replay: bool
     ) -> list[Entry]:
         """One range read: the live design's hits now, its own storage reads started,
-        reads in flight joined; entries in order."""
+        reads in flight joined; entries in order. ManagedLedgerError once closed."""
+        if self._closed:
+            raise ManagedLedgerError(f"managed ledger {self.name} is closed")
         plan = self.events.read(reader, ledger_id, first, last, replay)
         # take the payloads of the hits now: eviction may drop them while we await storage
         served = [Entry(Position(ledger_id, c.entry_id), c.data) for c in plan.hits]  # type: ignore[arg-type]
@@ -645,7 +648,8 @@ class ManagedLedger:
         await self._persist_metadata()
         for lid in doomed:
             await self.bookie.delete_ledger(lid)
-            self.events.trimmed(lid)
+            if not self._closed:  # a close meanwhile has unloaded the designs' units
+                self.events.trimmed(lid)
         return doomed
 
     def _forget_ledger(self, ledger_id: int) -> None:

@@ -11,6 +11,7 @@ waits for.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 
 from broker.tasks import TaskOwner
@@ -45,11 +46,20 @@ class PendingReads:
         self._failed = failed
         self._inflight: dict[int, list[PendingRead]] = {}
 
+    def __len__(self) -> int:
+        """Storage reads in flight. O(ledgers)."""
+        return sum(len(reads) for reads in self._inflight.values())
+
     def start(self, ledger_id: int, first: int, last: int) -> PendingRead:
-        """Read ``first..last`` from storage in a task owned by the ledger."""
+        """Read ``first..last`` from storage in a task owned by the ledger; when it ends
+        (read, failed, or cancelled before or while reading) the events hear of it
+        first, then the waiters."""
         pending = PendingRead(first, last, asyncio.get_running_loop().create_future())
+        task = self._owner.spawn(
+            self._run(ledger_id, first, last), name=f"read {ledger_id}:{first}-{last}"
+        )
         self._inflight.setdefault(ledger_id, []).append(pending)
-        self._owner.spawn(self._run(ledger_id, pending), name=f"read {ledger_id}:{first}-{last}")
+        task.add_done_callback(functools.partial(self._finished, ledger_id, pending))
         return pending
 
     def covering(self, ledger_id: int, first: int, last: int) -> list[tuple[int, int, PendingRead]]:
@@ -70,23 +80,30 @@ class PendingReads:
             "design waits for them"
         )
 
-    async def _run(self, ledger_id: int, pending: PendingRead) -> None:
+    async def _run(self, ledger_id: int, first: int, last: int) -> list[bytes] | Exception:
+        """The storage read; a failure is the result (a storage fault is not a bug)."""
         try:
-            datas = await self._read(ledger_id, pending.first, pending.last)
-        except BaseException as error:
+            return await self._read(ledger_id, first, last)
+        except Exception as error:
+            return error
+
+    def _finished(
+        self, ledger_id: int, pending: PendingRead, task: asyncio.Task[list[bytes] | Exception]
+    ) -> None:
+        waiting = self._inflight[ledger_id]
+        waiting.remove(pending)
+        if not waiting:
+            del self._inflight[ledger_id]
+        outcome = None if task.cancelled() else task.result()
+        if not isinstance(outcome, list):
             self._failed(ledger_id, pending.first, pending.last)
-            if isinstance(error, asyncio.CancelledError):
+            if outcome is None:
                 pending.future.cancel()
-                raise
-            pending.future.set_exception(error)
-            pending.future.exception()  # retrieved here; waiters re-raise it
-        else:
-            try:
-                self._filled(ledger_id, pending.first, datas)
-            finally:
-                pending.future.set_result(datas)
+            else:
+                pending.future.set_exception(outcome)
+                pending.future.exception()  # retrieved here; waiters re-raise it
+            return
+        try:
+            self._filled(ledger_id, pending.first, outcome)
         finally:
-            waiting = self._inflight[ledger_id]
-            waiting.remove(pending)
-            if not waiting:
-                del self._inflight[ledger_id]
+            pending.future.set_result(outcome)

@@ -56,7 +56,6 @@ SCHEMA = pa.schema(
         pa.field("md_ledger", pa.int64()),
         pa.field("md_entry", pa.int64()),
         pa.field("entries_to_read", pa.int64()),
-        pa.field("backlog", pa.int64()),
         pa.field("has_consumers", pa.bool_()),
         pa.field("reason", pa.dictionary(pa.int8(), pa.string())),
     ]
@@ -156,7 +155,7 @@ class TraceRecorder:
             return
         (
             seq, ts_ns, kinds, topics, subscriptions, ledgers, entries, last_entries, sizes,
-            hits, replays, md_ledgers, md_entries, to_read, backlogs, consumers, reasons,
+            hits, replays, md_ledgers, md_entries, to_read, consumers, reasons,
         ) = self._lists  # fmt: skip
         seq.append(self._seq)
         ts_ns.append(self._clock.monotonic_ns() - self._origin_ns)
@@ -172,7 +171,6 @@ class TraceRecorder:
         md_ledgers.append(md_ledger)
         md_entries.append(md_entry)
         to_read.append(entries_to_read)
-        backlogs.append(None)
         consumers.append(None)
         reasons.append(reason)
         self._seq += 1
@@ -283,9 +281,11 @@ class TraceRecorder:
 
     def check(self, topic: str, cursors: Sequence[CursorCheck]) -> None:
         """One row per cursor; ``entry`` numbers them and ``last_entry`` names the last,
-        so a replay hands the check to a design whole."""
+        so a replay hands the check to a design whole. A topic with no cursor gets one
+        row with no subscription: the check still happened."""
         count = len(cursors)
         if not count:
+            self._row("check", topic, None, None, 0, 0)
             return
         self._rows(
             "check",
@@ -294,7 +294,6 @@ class TraceRecorder:
             subscription=[check.name for check in cursors],
             has_consumers=[check.has_consumers for check in cursors],
             entries_to_read=[check.entries_to_read for check in cursors],
-            backlog=[check.backlog for check in cursors],
             entry=range(count),
             last_entry=count - 1,
         )

@@ -96,3 +96,36 @@ def test_readers_sharing_storage_reads_count_in_a_shadow_as_in_its_design(
     live: str, shadow: str
 ) -> None:
     assert workload(live, [shadow], True)[shadow] == workload(shadow, [], True)[shadow]
+
+
+def _all_or_nothing_reread(live: str, shadows: list[str]) -> dict[str, tuple[int, int]]:
+    """The live design holds entry 1 but rereads 0..1 whole (all-or-nothing), while a
+    second reader asks for entry 1 alone before that storage read completes."""
+    clock = ManualClock()
+    stream = create_stream(live, CacheConfig(), clock, shadows)
+    events = stream.load_topic("persistent://t/ns/reread")
+    clock.advance_ms(3_000)  # past PIP-430's continue-caching grace
+    events.added(L1, 0, [PAYLOAD])  # nobody active: cached by no design
+    events.activated("c", (L1, 0), (L1, -1), 0)
+    events.added(L1, 1, [PAYLOAD])  # cached by every design
+    events.released("c", L1, 1)  # PIP-430 expects no more reads of it
+    clock.advance_ms(3_000)
+    stream.tick()  # PIP-430's TTL evicts it; the ring has no TTL
+    plans = [events.read("a", L1, 0, 1, False), events.read("b", L1, 1, 1, False)]
+    for plan in plans:
+        for own_first, own_last in plan.own:
+            events.filled(L1, own_first, [PAYLOAD] * (own_last - own_first + 1))
+    stats = stream.stats()
+    counts = {live: (stats["hits"], stats["misses"])}
+    for name, shadow in stats["shadows"].items():
+        counts[name] = (shadow["hits"], shadow["misses"])
+    return counts
+
+
+def test_a_shadow_joins_its_own_storage_read_of_an_entry_the_live_design_holds() -> None:
+    """PIP-430 (shadow) is reading entry 1 for the first reader when the second asks: it
+    waits for that read, as PIP-430 live does, though the ring (live) holds the entry."""
+    assert (
+        _all_or_nothing_reread("segmented", ["pip430"])["pip430"]
+        == (_all_or_nothing_reread("pip430", [])["pip430"])
+    )

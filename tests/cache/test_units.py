@@ -165,37 +165,47 @@ def test_legacy_rechecks_backlogged_cursors_at_the_check_not_when_they_move() ->
     move(events, "tail", 20)
     move(events, "lagging", 2)
     assert held(events) == list(range(2, 20)), "lagging is 18 behind yet still active"
-    events.checked([CursorCheck("tail", True, 0, 0), CursorCheck("lagging", True, 18, 18)])
+    events.checked([CursorCheck("tail", True, 0), CursorCheck("lagging", True, 18)])
     assert held(events) == [], "the check made it backlogged; tail has read everything"
     events.deactivated("tail")
     move(events, "lagging", 19)  # caught up, but only a check says so
     add(events, 20, 1)
     assert held(events) == [], "no active cursor until the next check"
-    events.checked([CursorCheck("tail", False, 1, 1), CursorCheck("lagging", True, 1, 1)])
+    events.checked([CursorCheck("tail", False, 1), CursorCheck("lagging", True, 1)])
     add(events, 21, 1)
     assert held(events) == [21]
     move(events, "lagging", 22)
     assert held(events) == [], "active again: the slowest-reader rule counts it"
 
 
-def test_legacy_caches_storage_reads_only_for_cursors_the_backlog_rule_chose() -> None:
+@pytest.mark.parametrize(("min_cursors", "chosen"), [(1, [0, 1, 2, 3]), (2, [])])
+def test_legacy_caches_storage_reads_only_for_cursors_the_backlog_rule_chose(
+    min_cursors: int, chosen: list[int]
+) -> None:
+    """checkCursorsToCacheEntries: a cursor with at least 5 entries to read is chosen when
+    at least ``min_cursors`` *other* cursors are within 3 entries of it."""
     _, events, _ = topic(
         "legacy",
-        min_backlog_cursors_for_caching=2,
+        min_backlog_cursors_for_caching=min_cursors,
         min_backlog_entries_for_caching=5,
         max_backlog_between_cursors_for_caching=3,
     )
     add(events, 0, 20)
     events.checked(
-        [
-            CursorCheck("a", True, 20, 20),
-            CursorCheck("b", True, 18, 18),
-            CursorCheck("lone", True, 7, 7),
-        ]
+        [CursorCheck("a", True, 20), CursorCheck("b", True, 18), CursorCheck("lone", True, 7)]
     )
     read(events, "a", 0, 1)
+    read(events, "b", 2, 3)
     read(events, "lone", 13, 13)
-    assert held(events) == [0, 1], "lone's backlog is 11 away from the others"
+    assert held(events) == chosen, "a and b have one close cursor each; lone none"
+
+
+def test_legacy_a_cursor_alone_is_not_chosen_for_backlog_caching() -> None:
+    _, events, _ = topic("legacy", min_backlog_cursors_for_caching=1)
+    add(events, 0, 5)
+    events.checked([CursorCheck("alone", True, 5000)])
+    read(events, "alone", 0, 4)
+    assert held(events) == []
 
 
 # ------------------------------------------------ PIP-430 without expected read counts

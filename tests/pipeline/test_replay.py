@@ -9,9 +9,10 @@ import pathlib
 
 import pytest
 
-from broker.cache import DESIGNS
+from broker.cache import DESIGNS, CursorCheck, create_stream
 from broker.cache.config import CacheConfig
-from broker.trace.recorder import read_meta, read_trace
+from broker.clock import EventClock, ManualClock
+from broker.trace.recorder import TraceRecorder, read_meta, read_trace
 from pipeline.analyze import trace_settings
 from pipeline.replay import ReplaySpec, replay
 from pipeline.trace_io import rows_of
@@ -69,3 +70,33 @@ def test_a_trace_of_another_format_is_refused_with_a_clear_message() -> None:
 
     with pytest.raises(TraceFormatError, match="record the trace again"):
         trace_settings({"implementation": "pip430", "max_size_bytes": 1}, "old-trace")
+
+
+def test_a_check_of_a_topic_without_cursors_is_replayed(tmp_path: pathlib.Path) -> None:
+    """The legacy backlog-caching choice is reset by a check that finds no cursor; the
+    trace must say that check happened, or a replay keeps caching for the old choice."""
+    config = CacheConfig(min_backlog_cursors_for_caching=1, min_backlog_entries_for_caching=1)
+    clock = ManualClock()
+    recorders: list[TraceRecorder] = []
+
+    def recorder(event_clock: EventClock) -> TraceRecorder:
+        recorders.append(TraceRecorder(tmp_path, event_clock))
+        return recorders[0]
+
+    stream = create_stream("legacy", config, clock, trace=recorder)
+    events = stream.load_topic("persistent://t/ns/checked")
+    events.added(3, 0, [b"x" * 10] * 5)
+    events.checked([CursorCheck("s", False, 5), CursorCheck("t", False, 5)])  # both chosen
+    events.checked([])  # both deleted since
+    for _ in range(2):  # "s" is back and reads twice before the next check
+        plan = events.read("s", 3, 0, 4, False)
+        for first, last in plan.own:
+            events.filled(3, first, [b"x" * 10] * (last - first + 1))
+    recorders[0].close()
+    live = stream.stats()
+    assert (live["hits"], live["misses"]) == (0, 10), "nothing chosen: reads not cached"
+    again = replay(
+        rows_of(read_trace(tmp_path).to_batches()),
+        ReplaySpec("legacy", config.max_size_bytes, config, live=True),
+    )
+    assert (again.hits, again.misses) == (live["hits"], live["misses"])

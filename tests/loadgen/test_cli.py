@@ -82,19 +82,32 @@ def test_demo_prints_the_dashboard_and_the_designs_side_by_side(
 def test_loadgen_trace_records_the_started_brokers_access_trace(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from broker.trace.recorder import read_trace
+    from broker.cache.config import CacheConfig
+    from broker.trace.recorder import read_meta, read_trace
+    from pipeline.replay import ReplaySpec, replay
+    from pipeline.trace_io import rows_of
 
     out = tmp_path / "run"
-    args = ["loadgen", "--scenario", "tailing-fanout", "--duration", "3", "--out", str(out)]
+    args = ["loadgen", "--scenario", "catchup", "--duration", "4", "--out", str(out)]
     assert main([*args, "--trace", "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["trace"]["enabled"] is True and results["trace"]["dropped"] == 0
-    rows = read_trace(out / "trace")
-    kinds = rows.column("kind").to_pylist()
+    table = read_trace(out / "trace")
+    rows = table.to_pylist()
+    kinds = [row["kind"] for row in rows]
     # the broker stopped after the run, so the files hold at least what it had recorded
     assert len(kinds) >= results["trace"]["events"] > 0
     assert kinds.count("add") >= results["totals"]["publishedMessages"]
     assert "trace:" in capsys.readouterr().err
+    # the replay of the live design at the live size counts what the broker counted
+    meta = read_meta(out / "trace")
+    settings = CacheConfig(**meta["settings"])
+    spec = ReplaySpec(meta["implementation"], settings.max_size_bytes, settings, live=True)
+    result = replay(rows_of(table.to_batches()), spec)
+    hits = sum(1 for row in rows if row["kind"] == "read" and row["hit"])
+    misses = kinds.count("fill")
+    assert misses > 0, "the catch-up read from storage"
+    assert (result.hits, result.misses) == (hits, misses)
 
 
 def test_trace_needs_a_broker_of_its_own(capsys: pytest.CaptureFixture[str]) -> None:

@@ -83,19 +83,20 @@ class RangeEntryCache:
         entries = self._ledgers.get(ledger_id)
         if entries is None:
             entries = self._ledgers[ledger_id] = {}
-        by_reads = manager.by_expected_reads
-        reads = expected_reads if by_reads else 0
+        reads = expected_reads if manager.by_expected_reads else 0
         now = manager.clock.monotonic_ns()
         add = manager.queue.add
         copy = manager.copy_entries
         added = added_bytes = 0
+        data: bytes | memoryview | None = None
         for offset, size in enumerate(sizes):
             entry_id = first + offset
             existing = entries.get(entry_id)
             if existing is not None:
                 existing.expected_reads += reads
                 continue
-            data = None if datas is None else owned_payload(datas[offset], copy)
+            if datas is not None:
+                data = owned_payload(datas[offset], True) if copy else datas[offset]
             entry = CachedEntry(self, ledger_id, entry_id, data, size, reads, now)
             entries[entry_id] = entry
             add(entry)

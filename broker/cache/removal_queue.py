@@ -46,10 +46,13 @@ EvictListener = Callable[[CachedEntry, str], None]
 class RangeCacheRemovalQueue:
     """The broker-wide FIFO of cached entries and its eviction loop."""
 
-    __slots__ = ("_cutoff_ns", "_extend_accessed", "_max_requeues", "_queue", "_to_free")
+    __slots__ = ("_cutoff_ns", "_extend_accessed", "_max_requeues", "_queue", "_to_free", "add")
 
     def __init__(self, max_requeues: int, extend_recently_accessed: bool) -> None:
         self._queue: deque[CachedEntry] = deque()
+        #: an entry was cached: it joins the tail. O(1). (The deque's own append: one
+        #: call per cached entry, on the insert path.)
+        self.add = self._queue.append
         self._max_requeues = max_requeues
         self._extend_accessed = extend_recently_accessed
         self._cutoff_ns = 0
@@ -61,10 +64,6 @@ class RangeCacheRemovalQueue:
 
     def __iter__(self) -> Iterator[CachedEntry]:
         return iter(self._queue)
-
-    def add(self, entry: CachedEntry) -> None:
-        """An entry was cached: it joins the tail. O(1)."""
-        self._queue.append(entry)
 
     def should_requeue(self, entry: CachedEntry) -> bool:
         """Whether the entry gets another TTL instead of eviction. O(1)."""

@@ -9,7 +9,9 @@ class CachedEntry:
     """One cached entry: its payload (None in size-only shadows and replays), its size,
     and the bookkeeping eviction needs. ``expected_reads`` is Pulsar's expected read
     count: the cursors still expected to read this entry (it may go negative, as in
-    Pulsar; only ``>= 1`` counts as remaining reads)."""
+    Pulsar; only ``>= 1`` counts as remaining reads). PIP-430 sets it
+    (``broker/cache/pip430.py``), the ``released`` and ``replay_added`` events move it
+    (``broker/cache/unit.py``), the removal queue reads it (``removal_queue.py``)."""
 
     __slots__ = (
         "accessed",
@@ -44,14 +46,6 @@ class CachedEntry:
         self.accessed = False
         self.requeue_count = 0
         self.removed = False
-
-    def mark_read(self) -> None:
-        """A cursor read this entry (the dispatcher handed it over). O(1)."""
-        self.expected_reads -= 1
-
-    def add_expected_read(self) -> None:
-        """One more read is expected (the entry joined a replay queue). O(1)."""
-        self.expected_reads += 1
 
     def __repr__(self) -> str:
         return (

@@ -92,10 +92,6 @@ class CacheEventStream:
 
             live.manager.evict_listener = evicted
 
-    @property
-    def implementation(self) -> str:
-        return self.live.manager.implementation
-
     def stamp(self) -> None:
         """The designs' clock reads the broker's clock, once for the event at hand."""
         self.clock.now_ns = self._source.monotonic_ns()

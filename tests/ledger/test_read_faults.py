@@ -95,15 +95,23 @@ async def _ledger(
 UNSHARED = [("segmented", None), ("pip430", 0)]  # the ring, and any design at size 0
 
 
+async def _two_held_reads(
+    bookie: GatedBookie, ledger: ManagedLedger, lid: int
+) -> tuple[asyncio.Task[list[Any]], asyncio.Task[list[Any]]]:
+    """Two readers of entries 0..4, each one's storage read held at its own gate."""
+    bookie.hold = True
+    first = asyncio.create_task(ledger.read_entries(Position(lid, 0), 5, "a"))
+    second = asyncio.create_task(ledger.read_entries(Position(lid, 0), 5, "b"))
+    await bookie.gates_at_least(2)
+    return first, second
+
+
 @pytest.mark.parametrize(("design", "size"), UNSHARED)
 async def test_unshared_reads_count_the_reads_that_returned_when_one_fails(
     stores: Stores, open_ledger: OpenLedger, design: str, size: int | None
 ) -> None:
     bookie, cache, _, ledger, lid = await _ledger(stores, open_ledger, design, size)
-    bookie.hold = True
-    first = asyncio.create_task(ledger.read_entries(Position(lid, 0), 5, "a"))
-    second = asyncio.create_task(ledger.read_entries(Position(lid, 0), 5, "b"))
-    await bookie.gates_at_least(2)
+    first, second = await _two_held_reads(bookie, ledger, lid)
     bookie.gates[0].set_exception(StorageFaultError("readEntries"))
     with pytest.raises(StorageFaultError):
         await first
@@ -117,10 +125,7 @@ async def test_unshared_reads_count_the_reads_that_returned_when_a_close_cancels
     stores: Stores, open_ledger: OpenLedger, design: str, size: int | None
 ) -> None:
     bookie, cache, _, ledger, lid = await _ledger(stores, open_ledger, design, size)
-    bookie.hold = True
-    first = asyncio.create_task(ledger.read_entries(Position(lid, 0), 5, "a"))
-    second = asyncio.create_task(ledger.read_entries(Position(lid, 0), 5, "b"))
-    await bookie.gates_at_least(2)
+    first, second = await _two_held_reads(bookie, ledger, lid)
     bookie.gates[0].set_result(None)
     assert len(await first) == 5
     await ledger.close()  # cancels the second storage read

@@ -50,7 +50,9 @@ from broker.ledger.entry import decode_message, encode_message, encode_payloads
 from broker.ledger.managed_ledger import ManagedLedgerConfig
 from storage_stub.bookie import Storage, open_storage
 from storage_stub.bookie.api import OPERATIONS
+from storage_stub.bookie.faults import FaultInjector
 from storage_stub.config import StorageConfig
+from storage_stub.tiered.api import OBJECT_OPERATIONS
 
 if TYPE_CHECKING:
     from broker.trace.recorder import TraceRecorder
@@ -605,10 +607,20 @@ async def openapi(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- fault injection
 
 
+#: every operation a fault can be set on: the bookie's and metadata's, then the tiered
+#: object store's
+FAULT_OPERATIONS: tuple[str, ...] = OPERATIONS + OBJECT_OPERATIONS
+
+
+def _fault_injectors(storage: Storage) -> tuple[FaultInjector, FaultInjector]:
+    """The bookie's injector and the object store's."""
+    return storage.faults, storage.tiered.store.object_store.faults
+
+
 @routes.put("/admin/v2/brokerlab/faults")
 async def set_fault(request: web.Request) -> web.Response:
     body = await json_object(request)
-    operation = field_choice(body, "operation", "", OPERATIONS)
+    operation = field_choice(body, "operation", "", FAULT_OPERATIONS)
     error_rate = body.get("errorRate", 0.0)
     delay_ms = body.get("delayMs", 0.0)
     for field, value, maximum in (("errorRate", error_rate, 1), ("delayMs", delay_ms, 600_000)):
@@ -616,8 +628,10 @@ async def set_fault(request: web.Request) -> web.Response:
             raise InvalidRequestError(f"{field} must be a number")
         if not 0 <= value <= maximum:
             raise InvalidRequestError(f"{field} must be within 0..{maximum}, got {value}")
+    bookie_faults, object_faults = _fault_injectors(request.app[STORAGE])
+    injector = object_faults if operation in OBJECT_OPERATIONS else bookie_faults
     try:
-        request.app[STORAGE].faults.set(operation, float(error_rate), float(delay_ms))
+        injector.set(operation, float(error_rate), float(delay_ms))
     except ValueError as error:
         raise InvalidRequestError(str(error)) from None
     return _no_content()
@@ -625,10 +639,12 @@ async def set_fault(request: web.Request) -> web.Response:
 
 @routes.delete("/admin/v2/brokerlab/faults")
 async def clear_faults(request: web.Request) -> web.Response:
-    request.app[STORAGE].faults.clear()
+    for injector in _fault_injectors(request.app[STORAGE]):
+        injector.clear()
     return _no_content()
 
 
 @routes.get("/admin/v2/brokerlab/faults")
 async def get_faults(request: web.Request) -> web.Response:
-    return _json(request.app[STORAGE].faults.snapshot())
+    bookie_faults, object_faults = _fault_injectors(request.app[STORAGE])
+    return _json(bookie_faults.snapshot() | object_faults.snapshot())

@@ -13,6 +13,7 @@ from typing import Any
 
 from broker.cache.designs import DESIGNS
 from storage_stub.bookie.api import OPERATIONS
+from storage_stub.tiered.api import OBJECT_OPERATIONS
 
 Json = dict[str, Any]
 
@@ -622,7 +623,7 @@ def _broker_schemas() -> Json:
         "FaultSetting": _object(
             "The injected fault of one storage operation.",
             {
-                "operation": _enum("Storage operation.", list(OPERATIONS)),
+                "operation": _enum("Storage operation.", [*OPERATIONS, *OBJECT_OPERATIONS]),
                 "errorRate": error_rate,
                 "delayMs": fault_delay,
             },
@@ -630,7 +631,7 @@ def _broker_schemas() -> Json:
         ),
         "FaultSettings": _object(
             "One key per storage operation that has a setting.",
-            {operation: _schema("FaultState") for operation in OPERATIONS},
+            {operation: _schema("FaultState") for operation in (*OPERATIONS, *OBJECT_OPERATIONS)},
             additional=False,
         ),
         "FaultState": _object(

@@ -89,6 +89,11 @@ class Dispatcher(ABC):
         """These positions were acknowledged (Key_Shared releases their keys); nothing
         to do for the other types."""
 
+    @abstractmethod
+    def unacknowledged_again(self, positions: list[Position]) -> None:
+        """An ack of ``positions`` failed after some were taken back from their consumer
+        (the cursor skipped them meanwhile as acknowledged): deliver those again."""
+
     def reset(self) -> None:
         """The cursor was reset: take back everything handed out, forget the replay."""
         for consumer in self.consumers:
@@ -199,6 +204,14 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             self.subscription.msg_redeliver.add(redelivered)
         self._rewind(consumer, count_redelivery=positions is None)
 
+    def unacknowledged_again(self, positions: list[Position]) -> None:
+        # read again from the first unacknowledged entry, as a redelivery does
+        active = self.active_consumer()
+        if active is None:
+            self.cursor.rewind()
+        else:
+            self._rewind(active, count_redelivery=False)
+
     def _rewind(self, consumer: Consumer, count_redelivery: bool) -> None:
         """Take back everything handed to ``consumer`` and read again from the first
         unacknowledged entry; positions the client had seen count one redelivery."""
@@ -260,6 +273,17 @@ class SharedDispatcher(Dispatcher):
         for position in chosen:
             del consumer.pending[position]
         self._to_replay(chosen, unseen)
+
+    def unacknowledged_again(self, positions: list[Position]) -> None:
+        """O(k x consumers) for k positions."""
+        held = [consumer.pending for consumer in self.consumers]
+        lost = [
+            position
+            for position in positions
+            if position not in self.replay and not any(position in pending for pending in held)
+        ]
+        if lost:
+            self._to_replay(lost, set(lost))
 
     def _to_replay(self, positions: list[Position], unseen: set[Position]) -> None:
         """Queue positions for redelivery; those the client had seen count one more."""

@@ -133,7 +133,11 @@ class BrokerService:
             self.close_consumer(consumer)
         for name in list(self.topics):
             topic = self.topics.pop(name)
-            await topic.close()
+            try:
+                await topic.close()
+            except BookieError as error:
+                # a full disk, say: the next owner recovers the ledger from its metadata
+                log.warning("topic %s did not close cleanly: %s", name, error)
 
     # ------------------------------------------------------------------ topics
 

@@ -99,11 +99,12 @@ class Subscription:
     async def acknowledge(
         self, consumer: Consumer, positions: list[Position], cumulative: bool
     ) -> None:
-        """Acknowledge positions pending for ``consumer`` (others are ignored) and make
-        the cursor durable before returning."""
+        """Acknowledge positions pending for ``consumer`` (others are ignored); returns
+        once the cursor is durable. The cursor skips them at once, but they stay pending
+        for the consumer until then: if the write fails the ack had no effect (the
+        cursor takes it back, the consumer still holds them, a retry writes it)."""
         cursor = self.cursor
         pending = consumer.pending
-        counts = self.redelivery_counts
         if cumulative:
             if self.type in ("Shared", "Key_Shared"):
                 raise InvalidRequestError(
@@ -112,23 +113,30 @@ class Subscription:
             upto = max(positions)
             if upto not in pending:
                 return
-            for position in [p for p in pending if p <= upto]:
-                del pending[position]
-                counts.pop(position, None)
+            mine = [p for p in pending if p <= upto]
             cursor.acknowledge_cumulative(upto)
         else:
             mine = [position for position in positions if position in pending]
             if not mine:
                 return
-            for position in mine:
-                del pending[position]
-                counts.pop(position, None)
             cursor.acknowledge(mine)
-            if self.dispatcher is not None:
-                self.dispatcher.acknowledged(mine)
+        try:
+            await cursor.persist()
+        except BaseException:
+            if self.dispatcher is not None and any(p not in pending for p in mine):
+                self.dispatcher.unacknowledged_again(mine)
+            raise
+        if cumulative:
+            mine = [p for p in pending if p <= upto]  # with any handed out meanwhile
+        counts = self.redelivery_counts
+        for position in mine:
+            # a redelivery or a close meanwhile may have taken it back already
+            if pending.pop(position, None) is not None:
+                counts.pop(position, None)
         if self.dispatcher is not None:
+            if not cumulative:
+                self.dispatcher.acknowledged(mine)
             self.dispatcher.wake()
-        await cursor.persist()
 
     def negative_acknowledge(self, consumer: Consumer, positions: list[Position]) -> None:
         """Redeliver ``positions`` after the consumer's nack delay, one redelivery more."""
@@ -173,12 +181,12 @@ class Subscription:
             self._redeliver(consumer, expired)
 
     async def reset_cursor(self, position: Position) -> None:
-        """Move the cursor to ``position``; what consumers hold is taken back."""
+        """Move the cursor to ``position`` once that is durable; then what consumers
+        hold is taken back. A failed reset changes nothing."""
+        await self.cursor.reset(position)
+        self.redelivery_counts.clear()
         if self.dispatcher is not None:
             self.dispatcher.reset()
-        self.redelivery_counts.clear()
-        await self.cursor.reset(position)
-        if self.dispatcher is not None:
             self.dispatcher.wake()
 
     def backlog(self) -> int:

@@ -97,9 +97,10 @@ class PersistentTopic:
                 raise PreconditionFailedError(
                     f"subscription {name} has {len(subscription.consumers)} connected consumers"
                 )
+            # the record first: a failed delete leaves the subscription as it was
+            await subscription.cursor.delete()
             del self.subscriptions[name]
             await subscription.close()
-            await subscription.cursor.delete()
 
     async def find_position_by_publish_time(self, timestamp_ms: int) -> Position:
         """The first position published at or after ``timestamp_ms`` (the next write

@@ -5,6 +5,13 @@ individually deleted positions after it (out-of-order acks), and the read positi
 next entry to dispatch). Mark-delete and individual deletes are persisted on every
 acknowledgement before it is reported done; the read position is not: a recovered
 cursor reads again from just after its mark-delete position, as in Pulsar.
+
+An acknowledgement is applied in memory at once (dispatch must not hand the entry out
+again meanwhile) and reported done only once a metadata write that includes it is
+durable. A write that fails takes back every change it carried: the state returns to
+the last durable one, with the changes made after the failed write began applied again
+for the next write. So an ack answered with an error had no effect, and its retry is a
+real change that gets written.
 """
 
 from __future__ import annotations
@@ -19,16 +26,38 @@ from broker.ledger.managed_ledger import ManagedLedger, cursor_key_prefix
 from broker.ledger.position import Position
 from broker.ledger.range_set import PositionRangeSet
 
+#: an acknowledgement kept until a write includes it: (version, individual positions or
+#: the cumulative position)
+_Change = tuple[int, "list[Position] | Position"]
+
+
+async def _wait_through_cancel(future: asyncio.Future[None]) -> bool:
+    """Wait until ``future`` is done even if the caller is cancelled meanwhile; True if
+    it was (the caller re-raises the cancellation once its own work is settled)."""
+    cancelled = False
+    while not future.done():
+        try:
+            await asyncio.wait((future,))
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
+
 
 class ManagedCursor:
     """A durable cursor. Acknowledgement bookkeeping is synchronous; ``persist`` makes it
-    durable, coalescing concurrent calls into as few metadata writes as possible."""
+    durable, coalescing concurrent calls: at most one write in flight, and every change
+    made meanwhile goes out together in the next one."""
 
     __slots__ = (
-        "_dirty_version",
-        "_persist_lock",
+        "_changes",
+        "_deleted",
+        "_durable",
+        "_next_write",
         "_persisted_version",
         "_read_position",
+        "_version",
+        "_write",
+        "_write_version",
         "individually_deleted",
         "ledger",
         "mark_delete_position",
@@ -43,9 +72,20 @@ class ManagedCursor:
         self.individually_deleted = PositionRangeSet()
         self._read_position = ledger.next_position(mark_delete)
         self.messages_consumed_counter = 0
-        self._persist_lock = asyncio.Lock()
-        self._dirty_version = 0
+        #: bumped by every change of the acknowledgement state
+        self._version = 0
+        #: the version the last successful write carried
         self._persisted_version = 0
+        #: what that write stored: mark-delete, deleted ranges, consumed counter
+        self._durable: tuple[Position, list[tuple[int, int, int]], int] = (mark_delete, [], 0)
+        #: acknowledgements not yet durable, oldest first
+        self._changes: list[_Change] = []
+        #: the write in flight and the version it carries
+        self._write: asyncio.Future[None] | None = None
+        self._write_version = 0
+        #: the write that will carry the changes made while one is in flight
+        self._next_write: asyncio.Future[None] | None = None
+        self._deleted = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -67,7 +107,8 @@ class ManagedCursor:
     @classmethod
     async def create(cls, ledger: ManagedLedger, name: str, start: str | Position) -> ManagedCursor:
         """A new durable cursor whose first entry to read is ``start``: ``"earliest"``,
-        ``"latest"`` (the next entry written) or a position."""
+        ``"latest"`` (the next entry written) or a position. Registered on the ledger
+        only once it is durable."""
         if start == "earliest":
             mark_delete = ledger.previous_position(ledger.first_position())
         elif start == "latest":
@@ -76,7 +117,7 @@ class ManagedCursor:
             assert isinstance(start, Position)
             mark_delete = ledger.previous_position(ledger.normalize(start))
         cursor = cls(ledger, name, mark_delete)
-        await cursor.persist()
+        await ledger.metadata.put(cursor.key, cursor._encode(mark_delete, [], 0))
         ledger.cursors[name] = cursor
         return cursor
 
@@ -87,42 +128,134 @@ class ManagedCursor:
             raise KeyError(name)
         state = orjson.loads(raw)
         cursor = cls(ledger, name, Position(*state["markDelete"]))
-        cursor.individually_deleted = PositionRangeSet.from_ranges(state["individuallyDeleted"])
-        cursor.messages_consumed_counter = int(state["consumed"])
+        ranges = [
+            (int(lid), int(first), int(last)) for lid, first, last in state["individuallyDeleted"]
+        ]
+        cursor._durable = (cursor.mark_delete_position, ranges, int(state["consumed"]))
+        cursor._restore_durable()
         cursor._advance_mark_delete(moved=False)
         return cursor
 
     async def delete(self) -> None:
+        """Delete the cursor's record, then forget it; a failed delete changes nothing.
+        Writes still queued afterwards write nothing."""
+        while self._write is not None or self._next_write is not None:
+            await self._settle()
+        await self.ledger.metadata.delete(self.key)
+        self._deleted = True
         self.ledger.cursors.pop(self.name, None)
         self.ledger.deactivate_cursor(self)
-        async with self._persist_lock:
-            await self.ledger.metadata.delete(self.key)
+
+    async def _settle(self) -> None:
+        """Wait for the write in flight (or the next one) to end, whatever its outcome."""
+        pending = self._write or self._next_write
+        if pending is not None:
+            await asyncio.wait((pending,))
+
+    @staticmethod
+    def _encode(mark_delete: Position, ranges: list[tuple[int, int, int]], consumed: int) -> bytes:
+        return orjson.dumps(
+            {"markDelete": list(mark_delete), "individuallyDeleted": ranges, "consumed": consumed}
+        )
 
     async def persist(self) -> None:
-        """Make the current acknowledgement state durable. Concurrent callers share
-        writes: a caller returns once a write that includes its changes is done."""
-        self._dirty_version += 1
-        wanted = self._dirty_version
-        async with self._persist_lock:
-            if self._persisted_version >= wanted:
-                return
-            version = self._dirty_version
-            state = {
-                "markDelete": list(self.mark_delete_position),
-                "individuallyDeleted": list(self.individually_deleted.ranges()),
-                "consumed": self.messages_consumed_counter,
-            }
-            await self.ledger.metadata.put(self.key, orjson.dumps(state))
+        """Make the acknowledgement state as of now durable. Returns once a write that
+        includes every change made so far is done; raises the storage error if the write
+        that carried them failed (those changes are then taken back). Concurrent callers
+        share writes."""
+        wanted = self._version
+        if self._persisted_version >= wanted:
+            return
+        write = self._write
+        if write is not None and self._write_version >= wanted:
+            await asyncio.shield(write)
+            return
+        if self._next_write is not None:
+            await asyncio.shield(self._next_write)
+            return
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._next_write = mine
+        # this caller writes for everyone who joins ``mine``: a cancellation of it waits
+        # until the write has ended, so that ``mine`` always settles with the truth
+        cancelled = False
+        while self._write is not None:
+            cancelled |= await _wait_through_cancel(self._write)
+        self._next_write = None
+        self._write = mine
+        try:
+            cancelled |= await self._write_now(mine)
+        finally:
+            self._write = None
+        if cancelled:
+            raise asyncio.CancelledError
+        await mine
+
+    async def _write_now(self, done: asyncio.Future[None]) -> bool:
+        """Write the current state; settle ``done`` with the outcome. True if the caller
+        was cancelled meanwhile."""
+        version = self._write_version = self._version
+        mark_delete = self.mark_delete_position
+        ranges = list(self.individually_deleted.ranges())
+        consumed = self.messages_consumed_counter
+        if self._deleted:
+            done.set_result(None)
+            return False
+        put = asyncio.ensure_future(
+            self.ledger.metadata.put(self.key, self._encode(mark_delete, ranges, consumed))
+        )
+        cancelled = await _wait_through_cancel(put)
+        error = put.exception()
+        if error is None:
             self._persisted_version = version
+            self._durable = (mark_delete, ranges, consumed)
+            changes = self._changes
+            while changes and changes[0][0] <= version:
+                changes.pop(0)
+            done.set_result(None)
+        else:
+            self._take_back(version)
+            done.set_exception(error)
+            done.exception()  # the callers re-raise it; nobody else must
+        return cancelled
+
+    def _take_back(self, failed_version: int) -> None:
+        """A write of ``failed_version`` failed: return to the durable state, then apply
+        again the changes made after that write began (the next write carries them)."""
+        later = [change for change in self._changes if change[0] > failed_version]
+        self._changes = later
+        self._restore_durable()
+        for _, change in later:
+            if isinstance(change, Position):
+                self._apply_cumulative(change)
+            else:
+                self._apply_individual(change)
+        self._advance_mark_delete(moved=True)
+
+    def _restore_durable(self) -> None:
+        mark_delete, ranges, consumed = self._durable
+        self.mark_delete_position = mark_delete
+        self.individually_deleted = PositionRangeSet.from_ranges(ranges)
+        self.messages_consumed_counter = consumed
 
     # ------------------------------------------------------------------ acks
 
     def is_acknowledged(self, position: Position) -> bool:
         return position <= self.mark_delete_position or self.individually_deleted.contains(position)
 
-    def acknowledge(self, positions: Iterable[Position]) -> int:
+    def acknowledge(self, positions: list[Position]) -> int:
         """Individual acks; returns how many positions were newly acknowledged.
-        O(k log r) for k positions and r deleted ranges, plus mark-delete movement."""
+        O(k log r) for k positions and r deleted ranges, plus mark-delete movement.
+        Durable once ``persist`` returns; ``positions`` is kept until then (not copied)."""
+        added = self._apply_individual(positions)
+        # nothing new, but some of them may be acknowledged by a change not yet durable:
+        # then this ack stands or falls with that change's write (and is applied again
+        # should that write fail), so it is a change of its own
+        if added or self._changes:
+            self._version += 1
+            self._changes.append((self._version, positions))
+        return added
+
+    def _apply_individual(self, positions: Iterable[Position]) -> int:
         added = 0
         mark_delete = self.mark_delete_position
         deleted = self.individually_deleted
@@ -140,9 +273,17 @@ class ManagedCursor:
 
     def acknowledge_cumulative(self, position: Position) -> int:
         """Acknowledge everything up to and including ``position``; returns how many
-        positions were newly acknowledged."""
+        positions were newly acknowledged. Durable once ``persist`` returns."""
+        acknowledged = self._apply_cumulative(position)
+        if acknowledged >= 0 or self._changes:  # as in ``acknowledge``
+            self._version += 1
+            self._changes.append((self._version, position))
+        return max(acknowledged, 0)
+
+    def _apply_cumulative(self, position: Position) -> int:
+        """-1 when nothing moved."""
         if position <= self.mark_delete_position or not self.ledger.is_readable(position):
-            return 0
+            return -1
         before = self.ledger.number_of_entries_after(self.mark_delete_position) - len(
             self.individually_deleted
         )
@@ -226,10 +367,22 @@ class ManagedCursor:
 
     async def reset(self, position: Position) -> None:
         """Move the cursor so that ``position`` is the next entry read; acknowledgement
-        state is replaced (everything before it acknowledged, nothing after)."""
+        state is replaced (everything before it acknowledged, nothing after). The new
+        state is written first and applied only once durable: a failed reset changes
+        nothing. Acks not yet durable are superseded by it."""
         position = self.ledger.normalize(position)
-        self.mark_delete_position = self.ledger.previous_position(position)
+        mark_delete = self.ledger.previous_position(position)
+        while self._write is not None or self._next_write is not None:
+            await self._settle()
+        if self._deleted:
+            return
+        consumed = self.messages_consumed_counter
+        await self.ledger.metadata.put(self.key, self._encode(mark_delete, [], consumed))
+        self._version += 1
+        self._persisted_version = self._version
+        self._durable = (mark_delete, [], consumed)
+        self._changes.clear()
+        self.mark_delete_position = mark_delete
         self.individually_deleted = PositionRangeSet()
         self._read_position = position
         self.ledger.cursor_moved(self)
-        await self.persist()

@@ -13,8 +13,9 @@ import asyncio
 import bisect
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import TYPE_CHECKING
 
 import orjson
@@ -27,7 +28,7 @@ from broker.ledger.offload import TieredStorage, offset_of, stream_id_of
 from broker.ledger.pending_reads import PendingRead, PendingReads
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
-from storage_stub.bookie.api import Bookie, MetadataStore
+from storage_stub.bookie.api import Bookie, BookieError, MetadataStore
 
 if TYPE_CHECKING:
     from broker.ledger.managed_cursor import ManagedCursor
@@ -82,6 +83,21 @@ class LedgerInfo:
         self.offloaded_ms = offloaded_ms
         #: the bookie's copy was deleted after the offload deletion lag
         self.bookie_deleted = bookie_deleted
+
+    def changed(self, **fields: object) -> LedgerInfo:
+        """A copy with ``fields`` (attribute names) replaced."""
+        copy = LedgerInfo(
+            self.ledger_id,
+            self.entries,
+            self.size,
+            self.created_ms,
+            self.offloaded,
+            self.offloaded_ms,
+            self.bookie_deleted,
+        )
+        for name, value in fields.items():
+            setattr(copy, name, value)
+        return copy
 
     def to_json(self, open_: bool) -> dict[str, object]:
         return {
@@ -191,14 +207,29 @@ class ManagedLedger:
             last_info = self._ledgers[self._ledger_ids[-1]]
             last = await self.bookie.get_last_entry_in_ledger(last_info.ledger_id)
             self.last_confirmed = Position(last_info.ledger_id, last)
-        await self._create_ledger()
-        for ledger_id in empty:
-            await self.bookie.delete_ledger(ledger_id)
         prefix = cursor_key_prefix(self.name)
+        if raw is None:
+            # a new topic: cursor records left behind by a deletion of an earlier topic
+            # of this name (deleted after its own record, the commit point) are not its own
+            for key in await self.metadata.keys_with_prefix(prefix):
+                await self.metadata.delete(key)
+            await self._create_ledger()
+        else:
+            try:
+                await self._create_ledger()
+            except BookieError as error:
+                # a topic that exists still serves reads (a full disk makes the bookie
+                # read-only); adds try to create a ledger again
+                log.warning("topic %s: no ledger for writes yet: %s", self.name, error)
+            else:
+                await self._delete_ledgers(empty)  # the list just written no longer names them
         for key in await self.metadata.keys_with_prefix(prefix):
             cursor = await ManagedCursor.recover(self, key[len(prefix) :])
             self.cursors[cursor.name] = cursor
-        await self.trim_consumed_ledgers()
+        try:
+            await self.trim_consumed_ledgers()
+        except BookieError as error:
+            log.warning("topic %s: trimming at load failed, will retry: %s", self.name, error)
 
     async def close(self) -> None:
         """Stop accepting writes, wait for adds in flight, close the current ledger."""
@@ -209,29 +240,47 @@ class ManagedLedger:
             await asyncio.shield(self._rollover)
         await self._drained.wait()
         await self._tasks.close()
-        current = self._current
-        if current is not None:
-            await self.bookie.close_ledger(current.ledger_id)
-            self._current = None
-            if current.entries == 0:
-                self._forget_ledger(current.ledger_id)
-                await self._persist_metadata()
-                await self.bookie.delete_ledger(current.ledger_id)
-            else:
-                await self._persist_metadata()
-        self.events.unloaded()
+        try:
+            current = self._current
+            if current is not None:
+                await self.bookie.close_ledger(current.ledger_id)
+                if current.entries == 0:
+                    await self._update_metadata(remove=(current.ledger_id,), current=None)
+                    await self._delete_ledgers((current.ledger_id,))
+                else:
+                    await self._update_metadata(current=None)
+        finally:
+            # whatever storage said, the topic is unloaded: a new owner recovers the
+            # ledger from the last metadata written
+            self.events.unloaded()
 
     async def delete(self) -> None:
-        """Delete every ledger, every cursor and the metadata of this managed ledger."""
+        """Delete this managed ledger: close it, then delete its record (the commit
+        point: a failure before it leaves the topic as it was, only unloaded), then,
+        best effort, its cursors' records and its ledgers. A cursor record left behind
+        is removed when a topic of the same name is created; a ledger left behind is
+        unreachable."""
         await self.close()
-        for cursor in list(self.cursors.values()):
-            await cursor.delete()
-        self.cursors.clear()
         await self.metadata.delete(metadata_key(self.name))
-        for ledger_id in self._ledger_ids:
-            await self.bookie.delete_ledger(ledger_id)
+        cursors = list(self.cursors.values())
+        self.cursors.clear()
+        try:
+            for cursor in cursors:
+                await self.metadata.delete(cursor.key)
+        except BookieError as error:
+            log.warning("topic %s deleted; a cursor record stays behind: %s", self.name, error)
+        await self._delete_ledgers(self._ledger_ids)
         self._ledgers.clear()
         self._ledger_ids.clear()
+
+    async def _delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
+        """Delete bookie ledgers no metadata names any more, best effort (one left
+        behind is unreachable, only its space is lost)."""
+        for ledger_id in list(ledger_ids):
+            try:
+                await self.bookie.delete_ledger(ledger_id)
+            except BookieError as error:
+                log.warning("topic %s: ledger %d left behind: %s", self.name, ledger_id, error)
 
     @property
     def closed(self) -> bool:
@@ -272,7 +321,7 @@ class ManagedLedger:
         self.events.added(ledger_id, first, entries)
         self._complete(info, first, last, sum(map(len, entries)))
         if self._rollover is None and not self._closed and self._is_full(info):
-            self._tasks.spawn(self._roll_over(), name=f"rollover {self.name}")
+            self._tasks.spawn(self._roll_over_in_background(), name=f"rollover {self.name}")
         return Position(ledger_id, first)
 
     def _complete(self, info: LedgerInfo, first: int, last: int, nbytes: int) -> None:
@@ -363,28 +412,75 @@ class ManagedLedger:
                 await self.bookie.close_ledger(old.ledger_id)
                 self._current = None
             await self._create_ledger()
+        except BaseException as error:
+            # the adds waiting for this rollover fail with it; the next add tries again
+            future.set_exception(error)
+            future.exception()  # retrieved: the waiters re-raise it
+            raise
+        else:
+            future.set_result(None)
         finally:
             self._rollover = None
-            future.set_result(None)
+
+    async def _roll_over_in_background(self) -> None:
+        """The rollover an add that filled the ledger starts: a storage failure is
+        logged, and the next add tries again."""
+        try:
+            await self._roll_over()
+        except BookieError as error:
+            log.warning("topic %s: rollover failed, the next add retries: %s", self.name, error)
 
     async def _create_ledger(self) -> None:
+        """Create a ledger and make it the current one once the topic's metadata names
+        it (as Pulsar's managed ledger does): entries added to a ledger the metadata
+        does not name would be lost by a crash. On failure the new ledger is deleted."""
         ledger_id = await self.bookie.create_ledger()
         info = LedgerInfo(ledger_id, 0, 0, self.clock.wall_ms())
-        self._ledgers[ledger_id] = info
-        self._ledger_ids.append(ledger_id)
-        self._current = info
+        try:
+            await self._update_metadata(add=info, current=info)
+        except BaseException:
+            await self._delete_ledgers((ledger_id,))
+            raise
         if self.last_confirmed.ledger_id < 0:
             self.last_confirmed = Position(ledger_id, -1)
-        await self._persist_metadata()
 
-    async def _persist_metadata(self) -> None:
+    async def _update_metadata(
+        self,
+        *,
+        add: LedgerInfo | None = None,
+        remove: Collection[int] = (),
+        changes: Mapping[int, Mapping[str, object]] | None = None,
+        current: LedgerInfo | EllipsisType | None = ...,
+    ) -> None:
+        """Write the ledger list as it is after this change (``add`` a ledger,
+        ``remove`` some, ``changes`` of fields by ledger id, a new ``current`` ledger),
+        and apply the change in memory only once the write is durable: a failed write
+        changes nothing. Writes are serialized. O(#ledgers)."""
         async with self._metadata_lock:
-            current = self._current
-            ledgers = [
-                self._ledgers[lid].to_json(open_=current is not None and lid == current.ledger_id)
-                for lid in self._ledger_ids
-            ]
-            await self.metadata.put(metadata_key(self.name), orjson.dumps({"ledgers": ledgers}))
+            new_current = self._current if current is ... else current
+            open_id = -1 if new_current is None else new_current.ledger_id
+            changes = changes or {}
+            records = []
+            for lid in self._ledger_ids:
+                if lid in remove:
+                    continue
+                info = self._ledgers[lid]
+                if lid in changes:
+                    info = info.changed(**changes[lid])
+                records.append(info.to_json(open_=lid == open_id))
+            if add is not None:
+                records.append(add.to_json(open_=add.ledger_id == open_id))
+            await self.metadata.put(metadata_key(self.name), orjson.dumps({"ledgers": records}))
+            for lid in remove:
+                self._forget_ledger(lid)
+            for lid, fields in changes.items():
+                changed = self._ledgers.get(lid)  # None: trimmed meanwhile
+                for name, value in fields.items() if changed is not None else ():
+                    setattr(changed, name, value)
+            if add is not None:
+                self._ledgers[add.ledger_id] = add
+                self._ledger_ids.append(add.ledger_id)
+            self._current = new_current
 
     # ------------------------------------------------------------------ listeners
 
@@ -591,10 +687,9 @@ class ManagedLedger:
     async def mark_offloaded(self, infos: list[LedgerInfo]) -> None:
         """The ledgers are in the tiered store now: reads go there from here on."""
         now = self.clock.wall_ms()
-        for info in infos:
-            info.offloaded = True
-            info.offloaded_ms = now
-        await self._persist_metadata()
+        await self._update_metadata(
+            changes={info.ledger_id: {"offloaded": True, "offloaded_ms": now} for info in infos}
+        )
 
     async def delete_offloaded_from_bookie(self, lag_ms: int) -> int:
         """Delete the bookie copies of ledgers offloaded at least ``lag_ms`` ago."""
@@ -604,12 +699,11 @@ class ManagedLedger:
             for info in self._ledgers.values()
             if info.offloaded and not info.bookie_deleted and now - info.offloaded_ms >= lag_ms
         ]
-        for info in doomed:
-            info.bookie_deleted = True
         if doomed:
-            await self._persist_metadata()
-            for info in doomed:
-                await self.bookie.delete_ledger(info.ledger_id)
+            await self._update_metadata(
+                changes={info.ledger_id: {"bookie_deleted": True} for info in doomed}
+            )
+            await self._delete_ledgers(info.ledger_id for info in doomed)
         return len(doomed)
 
     def first_not_offloaded(self) -> Position:
@@ -643,13 +737,11 @@ class ManagedLedger:
                 doomed.append(lid)
         if not doomed:
             return []
+        await self._update_metadata(remove=doomed)
         for lid in doomed:
-            self._forget_ledger(lid)
-        await self._persist_metadata()
-        for lid in doomed:
-            await self.bookie.delete_ledger(lid)
             if not self._closed:  # a close meanwhile has unloaded the designs' units
                 self.events.trimmed(lid)
+        await self._delete_ledgers(doomed)
         return doomed
 
     def _forget_ledger(self, ledger_id: int) -> None:

@@ -230,7 +230,12 @@ class BrokerService:
             for subscription in topic.subscriptions.values():
                 for consumer in list(subscription.consumers):
                     self.close_consumer(consumer)
-            await topic.close()
+            try:
+                await topic.close()
+            except BookieError as error:
+                # the topic is unloaded all the same: the next load recovers its ledger
+                # as a new owner does after a crash
+                log.warning("topic %s unloaded without closing its ledger: %s", name, error)
 
     @contextlib.asynccontextmanager
     async def _closing_topic(self, name: TopicName) -> AsyncIterator[None]:

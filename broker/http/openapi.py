@@ -678,7 +678,7 @@ def _produce_routes() -> list[tuple[str, str, Json]]:
             404: _NO_TOPIC,
             413: _BODY_TOO_LARGE + " Or a payload over maxMessageSize, or more than "
             "maxMessagesPerProduceRequest messages. Nothing is stored.",
-            503: "Storage fault or timeout; nothing is stored.",
+            503: "Storage fault or timeout, or the bookie is read-only; nothing is stored.",
         },
     )
     return [("post", "/topics" + _TOPIC, produce)]
@@ -838,7 +838,8 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
                     **message_ids_errors,
                     400: message_ids_errors[400] + " Unknown ackType; Cumulative on Shared "
                     "or Key_Shared.",
-                    503: "Storage fault or timeout; nothing of the ack was applied.",
+                    503: "Storage fault or timeout; nothing of the ack was applied: the "
+                    "messages stay held by the consumer, and a retry records it.",
                 },
             ),
         ),
@@ -923,7 +924,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                     400: f"{_BAD_TOPIC}; force not true or false.",
                     404: _UNKNOWN_TOPIC,
                     412: "Consumers are connected and force is not true.",
-                    503: "Storage fault or timeout; the deletion did not complete.",
+                    503: "Storage fault or timeout; nothing was deleted (the topic was unloaded).",
                 },
             ),
         ),
@@ -1009,10 +1010,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "would: consumers are closed (unacked messages return to the replay queue), "
                 "cache entries are dropped, the next request reloads the topic from storage.",
                 success=(204, _no_content("Unloaded.")),
-                errors={
-                    400: "Bad tenant or namespace name.",
-                    503: "Storage fault or timeout; the unload did not complete.",
-                },
+                errors={400: "Bad tenant or namespace name."},
             ),
         ),
     ]

@@ -27,6 +27,8 @@ class FlakyMetadata(InMemoryMetadataStore):
         self.failing = False
         self.plan: list[bool] = []
         self.puts = 0
+        #: deletes of keys with this prefix fail
+        self.failing_deletes = "\0"
 
     def _fails(self) -> bool:
         return self.failing or (self.plan.pop(0) if self.plan else False)
@@ -40,7 +42,7 @@ class FlakyMetadata(InMemoryMetadataStore):
 
     async def delete(self, key: str) -> None:
         await asyncio.sleep(0)
-        if self._fails():
+        if self._fails() or key.startswith(self.failing_deletes):
             raise StorageFaultError("metadataDelete")
         await super().delete(key)
 
@@ -191,6 +193,22 @@ async def test_failed_reset_and_subscription_delete_change_nothing(
     assert (await open_ledger()).cursors["s"].backlog() == 3
     await cursor.delete()
     assert "s" not in (await open_ledger()).cursors
+
+
+async def test_a_deleted_topic_whose_cursor_records_stay_behind_does_not_pass_them_on(
+    stores: Stores, flaky: FlakyMetadata, open_ledger: OpenLedger
+) -> None:
+    ledger = await open_ledger()
+    await ManagedCursor.create(ledger, "old", "earliest")
+    await ledger.add_entries([b"a"])
+    flaky.failing_deletes = "cursor/"
+    await ledger.delete()  # done at the topic's record; the cursor's stays behind
+    assert await stores.metadata.get(metadata_key(ledger.name)) is None
+    assert await stores.metadata.keys_with_prefix("cursor/") != []
+    flaky.failing_deletes = "\0"
+    again = await open_ledger()
+    assert again.cursors == {}
+    assert await stores.metadata.keys_with_prefix("cursor/") == []
 
 
 # one round: acks started together (a list of (cumulative?, index)); the plan says which

@@ -57,6 +57,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(STATUS.get(type(error), 500), error.code, str(error))
     except (BookieError, ManagedLedgerError) as error:
         return error_response(503, "unavailable", f"storage unavailable: {error}")
+    except OSError as error:
+        # the storage stub turns its I/O errors into BookieErrors; this is the net under
+        # it: an I/O error is the storage's, never an internal error
+        log.warning("I/O error on %s %s: %s", request.method, request.path, error)
+        return error_response(503, "unavailable", f"storage I/O error: {error}")
     except web.HTTPRequestEntityTooLarge as error:
         return error_response(413, "too-large", f"request body too large: {error.text}")
     except web.RequestPayloadError:

@@ -49,7 +49,7 @@ from broker.http.parsing import (
 from broker.ledger.entry import decode_message, encode_message, encode_payloads
 from broker.ledger.managed_ledger import ManagedLedgerConfig
 from storage_stub.bookie import Storage, open_storage
-from storage_stub.bookie.api import OPERATIONS
+from storage_stub.bookie.api import OPERATIONS, BookieError
 from storage_stub.bookie.faults import FaultInjector
 from storage_stub.config import StorageConfig
 from storage_stub.tiered.api import OBJECT_OPERATIONS
@@ -156,8 +156,14 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        await service.close()
-        await storage.close()
+        try:
+            await service.close()
+        finally:
+            try:
+                await storage.close()
+            except (BookieError, OSError) as error:
+                # a full disk, say: what was acknowledged is durable already
+                log.warning("storage did not close cleanly: %s", error)
         if trace is not None:
             # the last file is written off the event loop
             await asyncio.get_running_loop().run_in_executor(None, trace.close)

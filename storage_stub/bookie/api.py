@@ -7,6 +7,7 @@ Entry ids are contiguous: after ``add_entries`` returns ``last``, entries ``0..l
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -54,6 +55,23 @@ class StorageFaultError(BookieError):
     def __init__(self, operation: str, detail: str = "injected fault") -> None:
         super().__init__(f"storage operation {operation} failed: {detail}")
         self.operation = operation
+        self.detail = detail
+
+
+class NoSpaceError(StorageFaultError):
+    """A write failed because the file system is full (ENOSPC, or a quota): nothing
+    changed."""
+
+
+#: errno values meaning the file system is full.
+NO_SPACE_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT))
+
+
+def os_fault(operation: str, what: str, error: OSError) -> StorageFaultError:
+    """The StorageFaultError of a failed file operation (NoSpaceError for a full disk)."""
+    if error.errno in NO_SPACE_ERRNOS:
+        return NoSpaceError(operation, f"{what} failed: {error}")
+    return StorageFaultError(operation, f"{what} failed: {error}")
 
 
 @dataclass(slots=True)

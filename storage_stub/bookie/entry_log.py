@@ -25,9 +25,13 @@ Two write paths give the same file contents:
 
 A written frame survives a process kill, and is durable only after ``sync``. Files grow
 in preallocated steps of up to PREALLOCATE_BYTES, so a write does not pay for growing the
-file; ``close`` trims the unused preallocation (and the direct path's padding). The
-location index, not the log, says which frames were acknowledged; recovery only cuts the
-newest log back to its last valid frame.
+file; ``close`` trims the unused preallocation (and the direct path's padding). A step
+never takes more than ``preallocation_budget``, which its owner sets so that
+preallocation never fills the disk: with no budget left a write grows the file by itself,
+and a fallocate that fails gives back what it took. The location index, not the log, says
+which frames were acknowledged; recovery only cuts the newest log back to its last valid
+frame. Failed writes, rolls and fsyncs raise StorageFaultError (NoSpaceError when the
+disk is full).
 
 Blocking file I/O throughout: ``Frame`` building, reads and the direct path's copy run
 on the event loop; page-cache writes in sync modes always and batch, direct pwrites and
@@ -47,7 +51,7 @@ from typing import NamedTuple, NoReturn
 
 from isal.isal_zlib import crc32
 
-from storage_stub.bookie.api import StorageFaultError
+from storage_stub.bookie.api import NO_SPACE_ERRNOS, StorageFaultError, os_fault
 
 _CRC = struct.Struct(">I")
 _FIXED = struct.Struct(">IQqIQ")  # crc, ledger id, first entry id, count, payload bytes
@@ -263,9 +267,11 @@ class EntryLogger:
         "_fds",
         "_size_limit",
         "_tail",
+        "_unprobed",
         "_unsynced",
         "_write_offset",
         "direct_io",
+        "preallocation_budget",
     )
 
     def __init__(self, directory: pathlib.Path, size_limit: int, direct_io: bool = False) -> None:
@@ -286,6 +292,11 @@ class EntryLogger:
         self._fds: dict[int, int] = {}
         self._unsynced: set[int] = set()
         self._broken: OSError | None = None
+        #: the direct-I/O probe found no block to write (a full disk): O_DIRECT is trusted
+        #: until the first direct write, which turns it off if the file system refuses it
+        self._unprobed = False
+        #: bytes preallocation may still take (None: no limit); set by the owner
+        self.preallocation_budget: int | None = None
         self._directory_fd = -1
         directory.mkdir(parents=True, exist_ok=True)
         self._directory_fd = os.open(directory, os.O_RDONLY)
@@ -367,6 +378,7 @@ class EntryLogger:
             os.close(self._direct_fd)
             self._direct_fd = -1
         self._tail = b""
+        self._unprobed = False
         if not self.direct_io:
             return
         try:
@@ -388,15 +400,25 @@ class EntryLogger:
             with memoryview(probe) as view:
                 os.pwrite(self._direct_fd, view[:DIRECT_IO_ALIGNMENT], start)
         except OSError as error:
-            if error.errno != errno.EINVAL:
+            if error.errno in NO_SPACE_ERRNOS:
+                # A full disk has no block for the probe (a start-up on a full disk).
+                self._unprobed = True
+            elif error.errno != errno.EINVAL:
                 raise
-            os.close(self._direct_fd)
-            self._direct_fd = -1
-            self._tail = b""
-            self.direct_io = False
-            return
+            else:
+                self._stop_direct()
+                return
         if start + DIRECT_IO_ALIGNMENT > size:
             os.ftruncate(self._current_fd, size)  # the probe's zeros grew the file
+
+    def _stop_direct(self) -> None:
+        """Write through the page cache from now on (the file system refuses O_DIRECT)."""
+        if self._direct_fd >= 0:
+            os.close(self._direct_fd)
+            self._direct_fd = -1
+        self._tail = b""
+        self._unprobed = False
+        self.direct_io = False
 
     def _trim_preallocation(self) -> None:
         """Give back the unused preallocated tail of the current log."""
@@ -407,16 +429,33 @@ class EntryLogger:
 
     def _preallocate(self, end: int) -> None:
         """Make sure the current log has blocks up to ``end``: one fallocate of up to
-        PREALLOCATE_BYTES (never past the size limit unless one frame needs it)."""
+        PREALLOCATE_BYTES (never past the size limit unless one frame needs it) and never
+        more than ``preallocation_budget``; when that leaves less than ``end``, no
+        fallocate: the write grows the file by itself. Cost: an fstat and a fallocate."""
         start = self._allocated
         target = max(end, min(start + PREALLOCATE_BYTES, self._size_limit))
+        budget = self.preallocation_budget
+        if budget is not None and target - start > budget:
+            target = start + budget
+            if target < end:
+                self._allocated = end  # what the write itself allocates
+                return
         fallocate = getattr(os, "posix_fallocate", None)
         if fallocate is not None:
+            fd = self._current_fd
+            size = os.fstat(fd).st_size
             try:
-                fallocate(self._current_fd, start, target - start)
+                fallocate(fd, start, target - start)
             except OSError as error:
                 if error.errno not in _NO_FALLOCATE:
-                    return  # no room, say: the write itself will tell
+                    # No room, say: ext4 keeps the blocks (and the size) a failed
+                    # fallocate got, so give them back; the write itself will tell.
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, size)
+                    self.preallocation_budget = 0
+                    return
+        if budget is not None:
+            self.preallocation_budget = budget - (target - start)
         self._allocated = target
 
     @property
@@ -446,7 +485,7 @@ class EntryLogger:
             try:
                 self._start_log(self._current_id + 1)
             except OSError as error:
-                raise StorageFaultError("addEntries", f"cannot roll entry log: {error}") from None
+                raise os_fault("addEntries", "rolling the entry log", error) from None
         offset = self._write_offset
         if offset + size > self._allocated:
             self._preallocate(offset + size)
@@ -512,9 +551,7 @@ class EntryLogger:
                 try:
                     self._start_log(self._current_id + 1)
                 except OSError as error:
-                    raise StorageFaultError(
-                        "addEntries", f"cannot roll entry log: {error}"
-                    ) from None
+                    raise os_fault("addEntries", "rolling the entry log", error) from None
                 offset = end = 0
             end += size
             taken += 1
@@ -550,17 +587,20 @@ class EntryLogger:
         self._tail = write.buffer[relative_end - kept : relative_end]
         self._write_offset = write.end
         self._unsynced.add(self._current_fd)
+        self._unprobed = False
 
     def abandon_direct(self, write: DirectWrite, error: OSError) -> NoReturn:
         """After ``write.execute()`` raised ``error``: cut the log back to where the write
-        began and raise StorageFaultError."""
+        began and raise StorageFaultError (NoSpaceError for a full disk)."""
         offset = self._write_offset
         try:
             os.ftruncate(self._current_fd, offset)
             self._allocated = offset
         except OSError as truncate_error:
             self._broken = truncate_error
-        raise StorageFaultError("addEntries", f"entry log write failed: {error}") from None
+        if error.errno == errno.EINVAL and self._unprobed:
+            self._stop_direct()  # the probe could not run; the file system refuses O_DIRECT
+        raise os_fault("addEntries", "entry log write", error) from None
 
     def _aligned_buffer(self, size: int) -> mmap.mmap:
         """A page-aligned buffer of at least ``size`` bytes, kept for the next write."""
@@ -592,7 +632,7 @@ class EntryLogger:
                 self._allocated = offset
             except OSError as truncate_error:
                 self._broken = truncate_error
-            raise StorageFaultError("addEntries", f"entry log write failed: {error}") from None
+            raise os_fault("addEntries", "entry log write", error) from None
 
     def _fd(self, log_id: int) -> int:
         fd = self._fds.get(log_id)
@@ -664,10 +704,14 @@ class EntryLogger:
             os.fsync(fd)
 
     def sync(self) -> None:
-        """Blocking: make every written frame durable."""
+        """Blocking: make every written frame durable. StorageFaultError (NoSpaceError for
+        a full disk) if an fsync fails; its descriptors stay due for the next sync."""
         fds = self.take_unsynced()
         try:
             self.fsync_all(fds)
+        except OSError as error:
+            self.restore_unsynced(fds)
+            raise os_fault("addEntries", "entry log fsync", error) from None
         except BaseException:
             self.restore_unsynced(fds)
             raise

@@ -4,11 +4,13 @@ instrumented wrapper every tiered-store call goes through."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pathlib
 import re
 from typing import TYPE_CHECKING
 
+from storage_stub.bookie.api import os_fault
 from storage_stub.tiered.api import NoSuchObjectError, ObjectStore
 from storage_stub.tiered.instruments import (
     ObjectFaultInjector,
@@ -60,7 +62,8 @@ class InMemoryObjectStore:
 class DiskObjectStore:
     """One file per object under ``directory``, written to a temporary name, fsynced and
     renamed into place (a crash leaves the old object or the new one, never half of one).
-    File I/O runs in a worker thread."""
+    File I/O runs in a worker thread. A failed file operation raises StorageFaultError
+    (NoSpaceError on a full disk; a failed put removes its temporary file)."""
 
     __slots__ = ("_directory",)
 
@@ -81,11 +84,16 @@ class DiskObjectStore:
     @staticmethod
     def _put(path: pathlib.Path, data: bytes) -> None:
         temporary = path.with_name(path.name + ".tmp")
-        with open(temporary, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        try:
+            with open(temporary, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
+            raise os_fault("objectPut", f"writing object {path.name}", error) from None
 
     async def get(self, key: str) -> bytes:
         return await asyncio.to_thread(self._read, self._path(key), key, 0, None)
@@ -102,9 +110,14 @@ class DiskObjectStore:
                 return file.read() if end is None else file.read(max(0, end - start))
         except FileNotFoundError:
             raise NoSuchObjectError(key) from None
+        except OSError as error:
+            raise os_fault("objectGet", f"reading object {key}", error) from None
 
     async def delete(self, key: str) -> None:
-        await asyncio.to_thread(self._path(key).unlink, True)
+        try:
+            await asyncio.to_thread(self._path(key).unlink, True)
+        except OSError as error:
+            raise os_fault("objectDelete", f"deleting object {key}", error) from None
 
     async def keys(self) -> list[str]:
         return sorted(

@@ -63,6 +63,18 @@ class NoSpaceError(StorageFaultError):
     changed."""
 
 
+class BookieReadOnlyError(BookieError):
+    """The bookie is read-only: its disk is full (diskUsageThreshold reached, or a write
+    found no space), so new ledgers and adds are refused until space comes back; reads,
+    closes and deletes go on. Nothing was changed; the caller may retry later."""
+
+    def __init__(self, operation: str, reason: str) -> None:
+        super().__init__(f"bookie is read-only, {operation} refused: {reason}")
+        self.operation = operation
+        #: why the bookie is read-only (disk usage and threshold, or the failed write)
+        self.reason = reason
+
+
 #: errno values meaning the file system is full.
 NO_SPACE_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT))
 
@@ -90,14 +102,17 @@ class Bookie(Protocol):
     and is counted; a failed call changes nothing."""
 
     async def create_ledger(self) -> int:
-        """Create an open, empty ledger and return its id (ids increase, never reused)."""
+        """Create an open, empty ledger and return its id (ids increase, never reused).
+
+        BookieReadOnlyError while the bookie is read-only."""
         ...
 
     async def add_entries(self, ledger_id: int, entries: Sequence[bytes]) -> int:
         """Append ``entries`` atomically (all or none) and return the id of the last one.
 
         Returns once the entries are durable under the configured sync mode. Raises
-        LedgerClosedError on a closed ledger, NoSuchLedgerError, StorageFaultError.
+        LedgerClosedError on a closed ledger, NoSuchLedgerError, StorageFaultError,
+        BookieReadOnlyError while the bookie is read-only.
         """
         ...
 

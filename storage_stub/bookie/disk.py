@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import pathlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
-
-from rocksdict import Rdict
 
 from storage_stub.bookie.api import (
     BookieError,
@@ -62,7 +61,10 @@ from storage_stub.bookie.group_commit import GroupCommitter
 from storage_stub.bookie.ledger_metadata import LedgerMetadataIndex
 from storage_stub.bookie.location_index import EntryLocationIndex
 from storage_stub.bookie.read_cache import ReadCache
+from storage_stub.bookie.rocks import RocksDatabase
 from storage_stub.config import StorageConfig
+
+log = logging.getLogger(__name__)
 
 
 class _DiskLedger:
@@ -169,7 +171,7 @@ class DiskBookie:
         cls,
         config: StorageConfig,
         data_dir: pathlib.Path,
-        metadata_db: Rdict,
+        metadata_db: RocksDatabase,
         counters: OpCounters | None = None,
     ) -> DiskBookie:
         """Open the bookie on ``data_dir`` (created if missing), using the shared metadata
@@ -190,7 +192,7 @@ class DiskBookie:
 
     @staticmethod
     def _open_parts(
-        config: StorageConfig, data_dir: pathlib.Path, metadata_db: Rdict
+        config: StorageConfig, data_dir: pathlib.Path, metadata_db: RocksDatabase
     ) -> tuple[EntryLogger, EntryLocationIndex, LedgerMetadataIndex, dict[int, _DiskLedger]]:
         log = EntryLogger(
             data_dir / "entrylogs", config.logSizeLimit, config.dbStorage_directIOEntryLogger
@@ -272,10 +274,7 @@ class DiskBookie:
         committer = self._committer
         if committer is None:
             location = self._log.write(frame)
-            try:
-                self._index.add_frames(((frame, location),), sync=False)
-            except Exception as error:
-                raise StorageFaultError("addEntries", f"index write failed: {error}") from error
+            self._index.add_frames(((frame, location),), sync=False)
             ledger.next_entry_id = last + 1
             metadata = ledger.metadata
             metadata.last_entry_id = last
@@ -299,10 +298,7 @@ class DiskBookie:
         """Writer thread (always/batch): fsync the entry logs written, then index the
         frames with a WAL-synced write."""
         self._log.sync()
-        try:
-            self._index.add_frames(written, sync=True)
-        except Exception as error:
-            raise StorageFaultError("addEntries", f"index write failed: {error}") from error
+        self._index.add_frames(written, sync=True)
 
     async def _commit_direct(self, group: list[_PendingAdd]) -> None:
         """Direct I/O: the loop copies the group into the aligned buffer, the writer
@@ -326,10 +322,7 @@ class DiskBookie:
         if self._sync:
             await self._in_writer(functools.partial(self._sync_and_index, written))
             return
-        try:
-            self._index.add_frames(written, sync=False)
-        except Exception as error:
-            raise StorageFaultError("addEntries", f"index write failed: {error}") from error
+        self._index.add_frames(written, sync=False)
 
     async def _commit(self, group: list[_PendingAdd]) -> None:
         """Commit a group (one writer-thread hop, or the direct I/O path); then confirm
@@ -461,14 +454,18 @@ class DiskBookie:
         return replace(self._ledger(ledger_id, "getLastEntry").metadata)
 
     async def close(self) -> None:
-        """Commit pending adds, fsync the logs, close the files and the index."""
+        """Commit pending adds, fsync the logs, close the files and the index. On a full
+        disk what fails is logged, and every file is released."""
         if self._closed:
             return
         self._closed = True
         try:
             if self._committer is not None:
                 await self._committer.close()
-            await self._in_writer(self._log.sync)
+            try:
+                await self._in_writer(self._log.sync)
+            except StorageFaultError as error:
+                log.error("closing the bookie: %s", error)
         finally:
             self._executor.shutdown(wait=True)
             self._index.close()

@@ -10,6 +10,9 @@ RocksMetadataStore; each owner keeps to its own first key byte:
   ids never repeat across restarts (ids of failed creations are skipped, not reused).
 
 Writes block (and fsync the WAL when ``sync``): the bookie runs synced ones on a thread.
+A RocksDB failure raises StorageFaultError naming the bookie operation (NoSpaceError for
+a full disk, BookieReadOnlyError while the database is open read-only); a failed write
+leaves the database failed until it is reopened (see rocks.RocksDatabase).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import struct
 from rocksdict import Rdict, WriteBatch
 
 from storage_stub.bookie.api import LedgerMetadata
-from storage_stub.bookie.rocks import write_options
+from storage_stub.bookie.rocks import RocksDatabase, write_options
 
 LEDGER_PREFIX = b"L"
 NEXT_LEDGER_ID_KEY = b"N"
@@ -40,13 +43,22 @@ class LedgerMetadataIndex:
     write each. ``load_all``: one scan, O(ledgers).
     """
 
-    __slots__ = ("_db", "_next_ledger_id")
+    __slots__ = ("_next_ledger_id", "_rocks")
 
-    def __init__(self, db: Rdict) -> None:
+    def __init__(self, db: RocksDatabase | Rdict) -> None:
         """Use the shared metadata database ``db`` (not owned: the caller closes it)."""
-        self._db = db
-        stored = db.get(NEXT_LEDGER_ID_KEY)
+        self._rocks = (
+            db if isinstance(db, RocksDatabase) else RocksDatabase.wrapping(db, name="metadata")
+        )
+        try:
+            stored = self._rocks.db.get(NEXT_LEDGER_ID_KEY)
+        except Exception as error:
+            raise self._rocks.fault("open", "reading the next ledger id", error) from None
         self._next_ledger_id = 0 if stored is None else _ID.unpack(stored)[0]
+
+    @property
+    def database(self) -> RocksDatabase:
+        return self._rocks
 
     @property
     def next_ledger_id(self) -> int:
@@ -80,22 +92,45 @@ class LedgerMetadataIndex:
         batch = WriteBatch(raw_mode=True)
         batch.put(_key(metadata.ledger_id), self.encode(metadata))
         batch.put(NEXT_LEDGER_ID_KEY, _ID.pack(metadata.ledger_id + 1))
-        self._db.write(batch, _SYNC if sync else _NO_SYNC)
+        rocks = self._rocks
+        try:
+            rocks.db.write(batch, _SYNC if sync else _NO_SYNC)
+        except Exception as error:
+            raise rocks.write_fault("createLedger", "ledger metadata write", error) from None
 
     def put(self, metadata: LedgerMetadata, *, sync: bool) -> None:
-        self._db.put(_key(metadata.ledger_id), self.encode(metadata), _SYNC if sync else _NO_SYNC)
+        rocks = self._rocks
+        try:
+            rocks.db.put(
+                _key(metadata.ledger_id), self.encode(metadata), _SYNC if sync else _NO_SYNC
+            )
+        except Exception as error:
+            raise rocks.write_fault("closeLedger", "ledger metadata write", error) from None
 
     def get(self, ledger_id: int) -> LedgerMetadata | None:
-        value = self._db.get(_key(ledger_id))
+        try:
+            value = self._rocks.db.get(_key(ledger_id))
+        except Exception as error:
+            raise self._rocks.fault("getLastEntry", "ledger metadata read", error) from None
         return None if value is None else self.decode(ledger_id, value)
 
     def delete(self, ledger_id: int, *, sync: bool) -> None:
-        self._db.delete(_key(ledger_id), _SYNC if sync else _NO_SYNC)
+        rocks = self._rocks
+        try:
+            rocks.db.delete(_key(ledger_id), _SYNC if sync else _NO_SYNC)
+        except Exception as error:
+            raise rocks.write_fault("deleteLedger", "ledger metadata delete", error) from None
 
     def load_all(self) -> dict[int, LedgerMetadata]:
         """Every stored ledger, by id."""
+        try:
+            return self._load_all()
+        except Exception as error:
+            raise self._rocks.fault("open", "loading ledger metadata", error) from None
+
+    def _load_all(self) -> dict[int, LedgerMetadata]:
         ledgers: dict[int, LedgerMetadata] = {}
-        iterator = self._db.iter()
+        iterator = self._rocks.db.iter()
         iterator.seek(LEDGER_PREFIX)
         while iterator.valid():
             key = iterator.key()

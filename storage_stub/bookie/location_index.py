@@ -9,7 +9,9 @@ from the index alone.
 
 Entry e of a ledger is in the frame with the greatest key <= (ledger, e): a floor seek.
 Methods block (RocksDB calls); a synced write also fsyncs the WAL, so the bookie runs
-writes on its writer thread.
+writes on its writer thread. A RocksDB failure raises StorageFaultError (NoSpaceError
+for a full disk) naming the operation; a failed write leaves ``database`` failed until
+it is reopened (see rocks.RocksDatabase).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pathlib
 import struct
 from collections.abc import Iterable
 
-from rocksdict import Rdict, WriteBatch
+from rocksdict import WriteBatch
 
 from storage_stub.bookie.entry_log import (
     EntryRun,
@@ -27,7 +29,7 @@ from storage_stub.bookie.entry_log import (
     lengths_struct,
     payloads_offset,
 )
-from storage_stub.bookie.rocks import open_rocks, write_options
+from storage_stub.bookie.rocks import RocksDatabase, write_options
 
 _KEY = struct.Struct(">QQ")
 _VALUE = struct.Struct(">IQI")  # log id, frame offset, count; the lengths follow
@@ -49,12 +51,18 @@ class EntryLocationIndex:
     ``delete_ledger``: one range tombstone.
     """
 
-    __slots__ = ("_db", "floor_seeks")
+    __slots__ = ("_rocks", "floor_seeks")
 
-    def __init__(self, path: pathlib.Path) -> None:
-        self._db: Rdict = open_rocks(path)
+    def __init__(self, path: pathlib.Path, *, allow_read_only: bool = False) -> None:
+        """Open (creating if missing) the index at ``path``; ``allow_read_only``: open it
+        read-only when the disk is too full to open it read-write (see RocksDatabase)."""
+        self._rocks = RocksDatabase(path, name="location index", allow_read_only=allow_read_only)
         #: Floor seeks made by get_last_entry_in_ledger since open.
         self.floor_seeks = 0
+
+    @property
+    def database(self) -> RocksDatabase:
+        return self._rocks
 
     def add_frames(self, frames: Iterable[tuple[Frame, FrameLocation]], *, sync: bool) -> None:
         """Index every written frame in one atomic batch: O(frames + their entry counts)
@@ -67,7 +75,11 @@ class EntryLocationIndex:
                 pack_key(frame.ledger_id, frame.first_entry_id),
                 pack_value(log_id, offset, frame.count) + frame.raw_lengths,
             )
-        self._db.write(batch, _SYNC if sync else _NO_SYNC)
+        rocks = self._rocks
+        try:
+            rocks.db.write(batch, _SYNC if sync else _NO_SYNC)
+        except Exception as error:
+            raise rocks.write_fault("addEntries", "location index write", error) from None
 
     def find_runs(self, ledger_id: int, first: int, last: int) -> tuple[list[EntryRun], int]:
         """The entries ``first..last`` (first <= last) as runs, one per frame, in order,
@@ -76,8 +88,14 @@ class EntryLocationIndex:
         Cost: one floor seek, one iterator step per further frame, one unpack of each
         frame's lengths.
         """
+        try:
+            return self._find_runs(ledger_id, first, last)
+        except Exception as error:
+            raise self._rocks.fault("readEntries", "location index read", error) from None
+
+    def _find_runs(self, ledger_id: int, first: int, last: int) -> tuple[list[EntryRun], int]:
         runs: list[EntryRun] = []
-        iterator = self._db.iter()
+        iterator = self._rocks.db.iter()
         iterator.seek_for_prev(_KEY.pack(ledger_id, first))
         if not iterator.valid():
             return runs, first
@@ -109,21 +127,32 @@ class EntryLocationIndex:
         """Floor seek: the greatest entry id stored for the ledger, -1 when it has none.
         One RocksDB seek_for_prev to (ledger id, 2^63-1); the frame found holds it last."""
         self.floor_seeks += 1
-        iterator = self._db.iter()
-        iterator.seek_for_prev(_KEY.pack(ledger_id, _MAX_ENTRY_ID))
-        if not iterator.valid():
-            return -1
-        found_ledger_id, frame_first = _KEY.unpack(iterator.key())
+        try:
+            iterator = self._rocks.db.iter()
+            iterator.seek_for_prev(_KEY.pack(ledger_id, _MAX_ENTRY_ID))
+            if not iterator.valid():
+                return -1
+            key = iterator.key()
+            value = iterator.value()
+        except Exception as error:
+            raise self._rocks.fault("getLastEntry", "location index seek", error) from None
+        found_ledger_id, frame_first = _KEY.unpack(key)
         if found_ledger_id != ledger_id:
             return -1
-        count: int = _VALUE.unpack_from(iterator.value())[2]
+        count: int = _VALUE.unpack_from(value)[2]
         return frame_first + count - 1
 
     def ledger_stats(self, ledger_id: int) -> tuple[int, int]:
         """``(entry count, payload bytes)`` of the ledger: a scan, O(entries of the ledger)."""
+        try:
+            return self._ledger_stats(ledger_id)
+        except Exception as error:
+            raise self._rocks.fault("getLastEntry", "location index scan", error) from None
+
+    def _ledger_stats(self, ledger_id: int) -> tuple[int, int]:
         count = 0
         length = 0
-        iterator = self._db.iter()
+        iterator = self._rocks.db.iter()
         iterator.seek(_KEY.pack(ledger_id, 0))
         end = _KEY.pack(ledger_id + 1, 0)
         while iterator.valid():
@@ -138,13 +167,23 @@ class EntryLocationIndex:
 
     def delete_ledger(self, ledger_id: int, *, sync: bool) -> None:
         """Remove every frame location of the ledger with one range delete."""
-        self._db.delete_range(
-            _KEY.pack(ledger_id, 0), _KEY.pack(ledger_id + 1, 0), _SYNC if sync else _NO_SYNC
-        )
+        rocks = self._rocks
+        try:
+            rocks.db.delete_range(
+                _KEY.pack(ledger_id, 0), _KEY.pack(ledger_id + 1, 0), _SYNC if sync else _NO_SYNC
+            )
+        except Exception as error:
+            raise rocks.write_fault("deleteLedger", "location index delete", error) from None
 
     def flush(self) -> None:
         """Blocking: flush the memtable to SST files."""
-        self._db.flush()
+        rocks = self._rocks
+        try:
+            rocks.db.flush()
+        except Exception as error:
+            raise rocks.write_fault("flush", "location index flush", error) from None
 
-    def close(self) -> None:
-        self._db.close()
+    def close(self, *, flush: bool = True) -> None:
+        """Flush (unless ``flush`` is false: a full disk) and close; never raises (a
+        failure is logged: the WAL has every write)."""
+        self._rocks.close(flush=flush)

@@ -3,18 +3,21 @@
 Shares the metadata database with LedgerMetadataIndex; its records are
 ``b"M" + utf-8 key``. UTF-8 byte order is code-point order, so listings come out sorted
 as Python sorts strings.
+
+A RocksDB failure raises StorageFaultError naming the operation with RocksDB's message
+(NoSpaceError for a full disk, BookieReadOnlyError while the database is open
+read-only), and a failed write is reported to the database's ``on_write_failure``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from concurrent.futures import ThreadPoolExecutor
 
 from rocksdict import Rdict
 
 from storage_stub.bookie.api import StorageFaultError
-from storage_stub.bookie.rocks import write_options
+from storage_stub.bookie.rocks import RocksDatabase, write_options
 
 RECORD_PREFIX = b"M"
 _SYNC = write_options(sync=True)
@@ -26,47 +29,79 @@ class RocksMetadataStore:
     (syncMode always/batch) run on the store's own writer thread, one at a time, so
     writes land in call order. ``keys_with_prefix``: one seek + O(k) iteration."""
 
-    __slots__ = ("_closed", "_db", "_executor", "_sync")
+    __slots__ = ("_closed", "_executor", "_rocks", "_sync")
 
-    def __init__(self, db: Rdict, *, sync: bool) -> None:
+    def __init__(self, db: RocksDatabase | Rdict, *, sync: bool) -> None:
         """Use the shared metadata database ``db`` (not owned: the caller closes it)."""
-        self._db = db
+        self._rocks = (
+            db if isinstance(db, RocksDatabase) else RocksDatabase.wrapping(db, name="metadata")
+        )
         self._sync = sync
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metadata-sync")
+        self._rocks.writers.append(self._executor)
         self._closed = False
 
     def _check_open(self, op: str) -> None:
         if self._closed:
             raise StorageFaultError(op, "metadata store is closed")
 
+    def _write_failed(self, op: str, what: str, error: Exception) -> Exception:
+        fault = self._rocks.write_fault(op, what, error)
+        if isinstance(fault, StorageFaultError):
+            self._rocks.report(fault)
+        return fault
+
     async def get(self, key: str) -> bytes | None:
         self._check_open("metadataGet")
-        value: bytes | None = self._db.get(RECORD_PREFIX + key.encode())
+        try:
+            value: bytes | None = self._rocks.db.get(RECORD_PREFIX + key.encode())
+        except Exception as error:
+            raise self._rocks.fault("metadataGet", "metadata read", error) from None
         return value
+
+    # Writer-thread jobs read ``db`` when they run: a reopen may have replaced it.
+    def _put(self, record_key: bytes, value: bytes) -> None:
+        self._rocks.db.put(record_key, value, _SYNC)
+
+    def _delete(self, record_key: bytes) -> None:
+        self._rocks.db.delete(record_key, _SYNC)
 
     async def put(self, key: str, value: bytes) -> None:
         self._check_open("metadataPut")
         record_key = RECORD_PREFIX + key.encode()
-        if self._sync:
-            write = functools.partial(self._db.put, record_key, bytes(value), _SYNC)
-            await asyncio.get_running_loop().run_in_executor(self._executor, write)
-        else:
-            self._db.put(record_key, bytes(value), _NO_SYNC)
+        try:
+            if self._sync:
+                await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._put, record_key, bytes(value)
+                )
+            else:
+                self._rocks.db.put(record_key, bytes(value), _NO_SYNC)
+        except Exception as error:
+            raise self._write_failed("metadataPut", "metadata write", error) from None
 
     async def delete(self, key: str) -> None:
         self._check_open("metadataDelete")
         record_key = RECORD_PREFIX + key.encode()
-        if self._sync:
-            delete = functools.partial(self._db.delete, record_key, _SYNC)
-            await asyncio.get_running_loop().run_in_executor(self._executor, delete)
-        else:
-            self._db.delete(record_key, _NO_SYNC)
+        try:
+            if self._sync:
+                await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._delete, record_key
+                )
+            else:
+                self._rocks.db.delete(record_key, _NO_SYNC)
+        except Exception as error:
+            raise self._write_failed("metadataDelete", "metadata delete", error) from None
 
     async def keys_with_prefix(self, prefix: str) -> list[str]:
         self._check_open("metadataGet")
-        start = RECORD_PREFIX + prefix.encode()
+        try:
+            return self._keys_with_prefix(RECORD_PREFIX + prefix.encode())
+        except Exception as error:
+            raise self._rocks.fault("metadataGet", "metadata listing", error) from None
+
+    def _keys_with_prefix(self, start: bytes) -> list[str]:
         keys: list[str] = []
-        iterator = self._db.iter()
+        iterator = self._rocks.db.iter()
         iterator.seek(start)
         while iterator.valid():
             key = iterator.key()
@@ -77,13 +112,16 @@ class RocksMetadataStore:
         return keys
 
     async def close(self) -> None:
-        """Wait for writes in flight, then stop the writer thread."""
+        """Wait for writes in flight, then stop the writer thread. Never raises for a
+        failed write: the writes' callers were told."""
         if self._closed:
             return
         self._closed = True
         if self._sync:
             await asyncio.get_running_loop().run_in_executor(self._executor, _barrier)
         self._executor.shutdown(wait=True)
+        if self._executor in self._rocks.writers:
+            self._rocks.writers.remove(self._executor)
 
 
 def _barrier() -> None:

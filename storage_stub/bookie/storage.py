@@ -16,7 +16,7 @@ from storage_stub.bookie.latency import LatencyModel
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 from storage_stub.bookie.metadata_store import RocksMetadataStore
 from storage_stub.bookie.read_cache import ReadCache
-from storage_stub.bookie.rocks import open_rocks
+from storage_stub.bookie.rocks import RocksDatabase
 from storage_stub.config import StorageConfig
 from storage_stub.tiered.object_store import open_object_store
 from storage_stub.tiered.persisted import PersistedTieredStore
@@ -91,7 +91,8 @@ class Storage:
 
     async def close(self) -> None:
         """Close the bookie, then the metadata store, then their files (idempotent).
-        Every part is closed even if one fails; the first failure is raised."""
+        Every part is closed even if one fails; the first failure is raised. A full disk
+        is no failure here: the disk parts log what they cannot flush and let go."""
         closers, self._closers = self._closers, []
         first_error: BaseException | None = None
         for close in closers:
@@ -128,7 +129,7 @@ async def open_storage(
     else:
         if data_dir is None:
             raise ValueError("storageMode=disk needs a data directory")
-        metadata_db = await asyncio.to_thread(open_rocks, data_dir / "metadata")
+        metadata_db = await asyncio.to_thread(RocksDatabase, data_dir / "metadata", name="metadata")
         try:
             disk_bookie = await DiskBookie.open(config, data_dir, metadata_db, counters)
         except BaseException:

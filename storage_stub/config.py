@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class StorageConfig(BaseModel):
@@ -40,6 +40,24 @@ class StorageConfig(BaseModel):
     dbStorage_readAheadCacheMaxSizeMb: int = Field(default=0, ge=0)
     #: entries of the same ledger read ahead after a read miss (BookKeeper's default).
     dbStorage_readAheadCacheBatchSize: int = Field(default=100, ge=0)
+
+    # --- disk usage (BookKeeper's LedgerDirsMonitor; disk mode only) ---
+    #: usage of the data directory's file system (1 - available / total, as BookKeeper's
+    #: DiskChecker) at which the bookie turns read-only: new ledgers and adds are refused,
+    #: reads, closes and deletes go on (BookKeeper's key and default).
+    diskUsageThreshold: float = Field(default=0.95, gt=0, le=1)
+    #: usage past which each check logs a warning (BookKeeper's key and default).
+    diskUsageWarnThreshold: float = Field(default=0.90, gt=0, le=1)
+    #: a read-only bookie turns writable again once usage falls below this low-water mark
+    #: (BookKeeper's key; its default is diskUsageThreshold, so no hysteresis).
+    diskUsageLwmThreshold: float = Field(default=0.95, gt=0, le=1)
+    #: milliseconds between disk usage checks; a write that finds no space triggers one at
+    #: once (BookKeeper's key and default).
+    diskCheckInterval: int = Field(default=10000, gt=0)
+    #: true: a full disk makes the bookie read-only, and writable again by itself once
+    #: space returns. false: BookKeeper shuts the bookie down instead; here adds and new
+    #: ledgers fail (StorageFaultError) until a restart. BookKeeper's key and default.
+    readOnlyModeEnabled: bool = True
 
     # --- tiered store (AutoMQ-style stream set objects on a stub S3) ---
     #: latency model of object gets (whole and ranged) and of object puts and deletes.
@@ -78,3 +96,18 @@ class StorageConfig(BaseModel):
 
         parse_latency_spec(spec)
         return spec
+
+    @model_validator(mode="after")
+    def _check_disk_thresholds(self) -> StorageConfig:
+        # As BookKeeper's DiskChecker and LedgerDirsMonitor validate them.
+        if self.diskUsageWarnThreshold > self.diskUsageThreshold:
+            raise ValueError(
+                f"diskUsageWarnThreshold ({self.diskUsageWarnThreshold}) must not exceed "
+                f"diskUsageThreshold ({self.diskUsageThreshold})"
+            )
+        if self.diskUsageLwmThreshold > self.diskUsageThreshold:
+            raise ValueError(
+                f"diskUsageLwmThreshold ({self.diskUsageLwmThreshold}) must not exceed "
+                f"diskUsageThreshold ({self.diskUsageThreshold})"
+            )
+        return self

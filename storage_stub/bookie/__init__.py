@@ -1,24 +1,28 @@
 """The stub bookie: ledgers of entries on disk (entry logs + RocksDB) or in memory.
 
 One class per storage concern, as in BookKeeper's ``ldb`` package: EntryLogger,
-EntryLocationIndex, LedgerMetadataIndex, RocksMetadataStore, GroupCommitter, composed
-by DiskBookie; InMemoryBookie for tests; the LatencyModel, FaultInjector and OpCounters
-every call goes through (InstrumentedBookie). ``open_storage`` builds all of it.
+EntryLocationIndex, LedgerMetadataIndex, RocksMetadataStore, GroupCommitter and the
+DiskUsageMonitor (a full disk makes the bookie read-only), composed by DiskBookie;
+InMemoryBookie for tests; the LatencyModel, FaultInjector and OpCounters every call goes
+through (InstrumentedBookie). ``open_storage`` builds all of it.
 """
 
 from storage_stub.bookie.api import (
     OPERATIONS,
     Bookie,
     BookieError,
+    BookieReadOnlyError,
     LedgerClosedError,
     LedgerMetadata,
     MetadataStore,
+    NoSpaceError,
     NoSuchEntryError,
     NoSuchLedgerError,
     StorageFaultError,
 )
 from storage_stub.bookie.counters import OpCounter, OpCounters
 from storage_stub.bookie.disk import DiskBookie
+from storage_stub.bookie.disk_monitor import DiskUsageMonitor
 from storage_stub.bookie.faults import FaultInjector
 from storage_stub.bookie.instrumented import InstrumentedBookie, InstrumentedMetadataStore
 from storage_stub.bookie.last_entry_cache import LastEntryCache, LastEntryCachingBookie
@@ -31,7 +35,9 @@ __all__ = [
     "OPERATIONS",
     "Bookie",
     "BookieError",
+    "BookieReadOnlyError",
     "DiskBookie",
+    "DiskUsageMonitor",
     "FaultInjector",
     "InMemoryBookie",
     "InMemoryMetadataStore",
@@ -43,6 +49,7 @@ __all__ = [
     "LedgerClosedError",
     "LedgerMetadata",
     "MetadataStore",
+    "NoSpaceError",
     "NoSuchEntryError",
     "NoSuchLedgerError",
     "OpCounter",

@@ -60,7 +60,18 @@ class StorageFaultError(BookieError):
 
 class NoSpaceError(StorageFaultError):
     """A write failed because the file system is full (ENOSPC, or a quota): nothing
-    changed."""
+    changed. The disk bookie turns read-only when it sees one."""
+
+
+#: errno values meaning the file system is full.
+NO_SPACE_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT))
+
+
+def os_fault(operation: str, what: str, error: OSError) -> StorageFaultError:
+    """The StorageFaultError of a failed file operation (NoSpaceError for a full disk)."""
+    if error.errno in NO_SPACE_ERRNOS:
+        return NoSpaceError(operation, f"{what} failed: {error}")
+    return StorageFaultError(operation, f"{what} failed: {error}")
 
 
 class BookieReadOnlyError(BookieError):
@@ -73,17 +84,6 @@ class BookieReadOnlyError(BookieError):
         self.operation = operation
         #: why the bookie is read-only (disk usage and threshold, or the failed write)
         self.reason = reason
-
-
-#: errno values meaning the file system is full.
-NO_SPACE_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT))
-
-
-def os_fault(operation: str, what: str, error: OSError) -> StorageFaultError:
-    """The StorageFaultError of a failed file operation (NoSpaceError for a full disk)."""
-    if error.errno in NO_SPACE_ERRNOS:
-        return NoSpaceError(operation, f"{what} failed: {error}")
-    return StorageFaultError(operation, f"{what} failed: {error}")
 
 
 @dataclass(slots=True)

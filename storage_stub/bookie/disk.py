@@ -33,6 +33,17 @@ an add returns only after its index write, so reads (which go through the index)
 every acknowledged entry, and after a crash the index is the truth of what was
 acknowledged; the entry logs only lose a torn tail. Groups commit one at a time in
 submission order, so acknowledgements follow entry ids.
+
+A full disk makes the bookie read-only, not broken (see disk_monitor): its
+DiskUsageMonitor checks the file system every ``diskCheckInterval`` and right after a
+write that found no space; while read-only, ``create_ledger`` and ``add_entries`` raise
+BookieReadOnlyError saying why, and reads, floor seeks, closes and deletes go on as far
+as the disk allows. Once space is back the monitor reopens the RocksDB databases that
+failed a write (RocksDB refuses every write after one, and rocksdict has no
+``DB::Resume``) or that could only be opened read-only at start-up, and the same bookie
+takes adds again. Every failure surfaces as a BookieError: StorageFaultError naming the
+operation with the OS or RocksDB message, never a raw exception; ``close`` on a full disk
+logs what fails and releases every file.
 """
 
 from __future__ import annotations
@@ -51,11 +62,14 @@ from storage_stub.bookie.api import (
     BookieError,
     LedgerClosedError,
     LedgerMetadata,
+    NoSpaceError,
     NoSuchEntryError,
     NoSuchLedgerError,
     StorageFaultError,
+    os_fault,
 )
 from storage_stub.bookie.counters import OpCounters
+from storage_stub.bookie.disk_monitor import DiskUsageMonitor, UsageProbe, statvfs_probe
 from storage_stub.bookie.entry_log import EntryLogger, Frame, FrameLocation
 from storage_stub.bookie.group_commit import GroupCommitter
 from storage_stub.bookie.ledger_metadata import LedgerMetadataIndex
@@ -101,7 +115,7 @@ class DiskBookie:
     ``read_entries`` one floor seek plus one iterator step per further frame, and about
     one pread per 256 KiB of nearby entries (page-cache reads).
     ``get_last_entry_in_ledger`` one floor seek. ``last_add_confirmed`` and
-    ``ledger_metadata`` O(1) from memory.
+    ``ledger_metadata`` O(1) from memory. Read-only mode costs an add one attribute check.
     """
 
     __slots__ = (
@@ -113,6 +127,8 @@ class DiskBookie:
         "_ledger_index",
         "_ledgers",
         "_log",
+        "_metadata_db",
+        "_monitor",
         "_read_ahead",
         "_sync",
         "_sync_mode",
@@ -128,12 +144,17 @@ class DiskBookie:
         ledgers: dict[int, _DiskLedger],
         config: StorageConfig,
         counters: OpCounters,
+        probe: UsageProbe,
     ) -> None:
         self._log = log
         self._index = index
         self._ledger_index = ledger_index
+        self._metadata_db = ledger_index.database
         self._ledgers = ledgers
         self._counters = counters
+        self._monitor = DiskUsageMonitor(
+            probe, config, recover=self._recover, set_budget=self._set_preallocation_budget
+        )
         self._sync_mode = config.syncMode
         #: the bookie's read cache, None when dbStorage_readAheadCacheMaxSizeMb is 0
         self.read_cache = (
@@ -144,6 +165,10 @@ class DiskBookie:
         self._read_ahead = config.dbStorage_readAheadCacheBatchSize
         self._sync = config.syncMode != "none"
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bookie-writer")
+        # The writer thread writes both databases: a reopen holds it off.
+        index.database.writers.append(self._executor)
+        self._metadata_db.writers.append(self._executor)
+        self._metadata_db.on_write_failure = self._database_failed
         self._closed = False
         self._committer: GroupCommitter[_PendingAdd] | None = None
         if config.syncMode == "always":
@@ -173,10 +198,16 @@ class DiskBookie:
         data_dir: pathlib.Path,
         metadata_db: RocksDatabase,
         counters: OpCounters | None = None,
+        *,
+        probe: UsageProbe | None = None,
     ) -> DiskBookie:
         """Open the bookie on ``data_dir`` (created if missing), using the shared metadata
         database ``metadata_db`` (not owned). Recovery: cut a torn tail off the newest
-        entry log; for every open ledger read its last entry and size from the index."""
+        entry log; for every open ledger read its last entry and size from the index.
+
+        ``probe`` reports the disk usage (default: statvfs of ``data_dir``). On a full disk
+        the bookie opens read-only (with ``readOnlyModeEnabled``; without it, start-up
+        fails with StorageFaultError, as a BookKeeper bookie does not start)."""
         parts = await asyncio.to_thread(cls._open_parts, config, data_dir, metadata_db)
         bookie = cls(
             log=parts[0],
@@ -185,7 +216,20 @@ class DiskBookie:
             ledgers=parts[3],
             config=config,
             counters=counters if counters is not None else OpCounters(),
+            probe=probe if probe is not None else statvfs_probe(data_dir),
         )
+        monitor = bookie._monitor
+        for database in (bookie._index.database, metadata_db):
+            if database.read_only is not None:
+                monitor.turn_read_only(database.read_only)
+        await monitor.check(periodic=False)
+        if monitor.read_only and not config.readOnlyModeEnabled:
+            reason = monitor.read_only_reason
+            await bookie.close()
+            raise StorageFaultError(
+                "open", f"the disk is full ({reason}) and readOnlyModeEnabled=false"
+            )
+        monitor.start()
         if bookie._committer is not None:
             bookie._committer.start()
         return bookie
@@ -194,11 +238,16 @@ class DiskBookie:
     def _open_parts(
         config: StorageConfig, data_dir: pathlib.Path, metadata_db: RocksDatabase
     ) -> tuple[EntryLogger, EntryLocationIndex, LedgerMetadataIndex, dict[int, _DiskLedger]]:
-        log = EntryLogger(
-            data_dir / "entrylogs", config.logSizeLimit, config.dbStorage_directIOEntryLogger
-        )
         try:
-            index = EntryLocationIndex(data_dir / "index")
+            log = EntryLogger(
+                data_dir / "entrylogs", config.logSizeLimit, config.dbStorage_directIOEntryLogger
+            )
+        except OSError as error:
+            raise os_fault("open", "opening the entry logs", error) from None
+        try:
+            index = EntryLocationIndex(
+                data_dir / "index", allow_read_only=config.readOnlyModeEnabled
+            )
         except BaseException:
             log.close()
             raise
@@ -231,12 +280,43 @@ class DiskBookie:
         """Run a blocking call on the writer thread (FIFO with every other write)."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    async def _write(self, call: Callable[..., None], *args: Any) -> None:
+    async def _write(self, operation: str, call: Callable[..., None], *args: Any) -> None:
         """A metadata write: synced on the writer thread, or plain on the loop (none)."""
-        if self._sync:
-            await self._in_writer(functools.partial(call, *args, sync=True))
-        else:
-            call(*args, sync=False)
+        try:
+            if self._sync:
+                await self._in_writer(functools.partial(call, *args, sync=True))
+            else:
+                call(*args, sync=False)
+        except StorageFaultError as error:
+            raise self._failed(operation, error) from None
+
+    def _failed(self, operation: str, error: StorageFaultError) -> BookieError:
+        """What a failed write raises. A full disk, or a database left failed, turns the
+        bookie read-only first; a refused add or creation then raises the read-only
+        error, which says why."""
+        if not isinstance(error, NoSpaceError) and (
+            self._index.database.writable and self._metadata_db.writable
+        ):
+            return error
+        self._monitor.turn_read_only(f"{error.operation} failed: {error.detail}")
+        if operation in ("addEntries", "createLedger"):
+            return self._monitor.refusal(operation)
+        return error
+
+    def _database_failed(self, error: StorageFaultError) -> None:
+        """The metadata store's write failed (event loop)."""
+        if not self._closed:
+            self._monitor.turn_read_only(f"{error.operation} failed: {error.detail}")
+
+    def _set_preallocation_budget(self, budget: int) -> None:
+        self._log.preallocation_budget = budget
+
+    async def _recover(self) -> None:
+        """Make the databases writable again (the monitor calls this once space is back):
+        resume each one that failed a write or was opened read-only."""
+        for database in (self._index.database, self._metadata_db):
+            if not database.writable:
+                await database.resume()
 
     @staticmethod
     async def _drain(ledger: _DiskLedger) -> None:
@@ -250,6 +330,8 @@ class DiskBookie:
     async def create_ledger(self) -> int:
         if self._closed:
             raise StorageFaultError("createLedger", "bookie is closed")
+        if self._monitor.read_only_reason is not None:
+            raise self._monitor.refusal("createLedger")
         ledger_id = self._ledger_index.allocate_ledger_id()
         metadata = LedgerMetadata(
             ledger_id=ledger_id,
@@ -258,7 +340,7 @@ class DiskBookie:
             length=0,
             created_ms=int(time.time() * 1000),
         )
-        await self._write(self._ledger_index.create, metadata)
+        await self._write("createLedger", self._ledger_index.create, metadata)
         self._ledgers[ledger_id] = _DiskLedger(metadata)
         return ledger_id
 
@@ -266,6 +348,8 @@ class DiskBookie:
         ledger = self._ledger(ledger_id, "addEntries")
         if ledger.metadata.closed or ledger.sealers:
             raise LedgerClosedError(ledger_id)
+        if self._monitor.read_only_reason is not None:
+            raise self._monitor.refusal("addEntries")
         if not entries:
             raise ValueError("add_entries needs at least one entry")
         first = ledger.next_entry_id
@@ -273,8 +357,11 @@ class DiskBookie:
         last = first + frame.count - 1
         committer = self._committer
         if committer is None:
-            location = self._log.write(frame)
-            self._index.add_frames(((frame, location),), sync=False)
+            try:
+                location = self._log.write(frame)
+                self._index.add_frames(((frame, location),), sync=False)
+            except StorageFaultError as error:
+                raise self._failed("addEntries", error) from None
             ledger.next_entry_id = last + 1
             metadata = ledger.metadata
             metadata.last_entry_id = last
@@ -337,6 +424,8 @@ class DiskBookie:
             # the last confirmed entry of each ledger.
             for ledger in self._ledgers.values():
                 ledger.next_entry_id = ledger.metadata.last_entry_id + 1
+            if isinstance(error, StorageFaultError):
+                raise self._failed("addEntries", error) from None
             if isinstance(error, Exception) and not isinstance(error, BookieError):
                 raise StorageFaultError("addEntries", f"commit failed: {error}") from error
             raise
@@ -404,7 +493,7 @@ class DiskBookie:
             await self._drain(ledger)
             if not ledger.metadata.closed:
                 closed = replace(ledger.metadata, closed=True)
-                await self._write(self._ledger_index.put, closed)
+                await self._write("closeLedger", self._ledger_index.put, closed)
                 ledger.metadata = closed
         finally:
             ledger.sealers -= 1
@@ -423,7 +512,7 @@ class DiskBookie:
                 if last != ledger.metadata.last_entry_id:
                     length = self._index.ledger_stats(ledger_id)[1]
                 closed = replace(ledger.metadata, closed=True, last_entry_id=last, length=length)
-                await self._write(self._ledger_index.put, closed)
+                await self._write("closeLedger", self._ledger_index.put, closed)
                 ledger.metadata = closed
                 ledger.next_entry_id = last + 1
         finally:
@@ -442,10 +531,18 @@ class DiskBookie:
             if self._ledgers.get(ledger_id) is not ledger:
                 return
             # Metadata first: once it is gone the ledger is unknown, so locations left
-            # behind by a crash are unreachable (and ids are never reused).
-            await self._write(self._ledger_index.delete, ledger_id)
+            # behind by a crash (or a failed range delete) are unreachable (and ids are
+            # never reused).
+            await self._write("deleteLedger", self._ledger_index.delete, ledger_id)
             del self._ledgers[ledger_id]
-            self._index.delete_ledger(ledger_id, sync=False)
+            try:
+                self._index.delete_ledger(ledger_id, sync=False)
+            except BookieError as error:
+                if isinstance(error, StorageFaultError):
+                    self._failed("deleteLedger", error)
+                log.warning(
+                    "ledger %d deleted; its locations stay in the index: %s", ledger_id, error
+                )
         finally:
             ledger.sealers -= 1
 
@@ -454,12 +551,13 @@ class DiskBookie:
         return replace(self._ledger(ledger_id, "getLastEntry").metadata)
 
     async def close(self) -> None:
-        """Commit pending adds, fsync the logs, close the files and the index. On a full
-        disk what fails is logged, and every file is released."""
+        """Stop the disk monitor, commit pending adds, fsync the logs, close the files and
+        the index. On a full disk what fails is logged, and every file is released."""
         if self._closed:
             return
         self._closed = True
         try:
+            await self._monitor.stop()
             if self._committer is not None:
                 await self._committer.close()
             try:
@@ -468,10 +566,41 @@ class DiskBookie:
                 log.error("closing the bookie: %s", error)
         finally:
             self._executor.shutdown(wait=True)
-            self._index.close()
+            for database in (self._index.database, self._metadata_db):
+                if self._executor in database.writers:
+                    database.writers.remove(self._executor)
+            if self._metadata_db.on_write_failure == self._database_failed:
+                self._metadata_db.on_write_failure = None
+            self._index.close(flush=not self.disk_full())
             self._log.close()
 
+    def disk_full(self) -> bool:
+        """Measure the disk now: is usage at or above diskUsageThreshold? (Closing on a
+        full disk, the databases skip their final flush: it would fail, and RocksDB waits
+        a second after a failed flush.)"""
+        monitor = self._monitor
+        return monitor.measure() >= monitor.threshold
+
     # -- introspection for tests and stats -----------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        """True while adds and new ledgers are refused (a full disk)."""
+        return self._monitor.read_only_reason is not None
+
+    @property
+    def read_only_reason(self) -> str | None:
+        """Why the bookie is read-only (usage and threshold, or the failed write)."""
+        return self._monitor.read_only_reason
+
+    @property
+    def disk_usage(self) -> float:
+        """Usage of the data directory's file system at the last check, 0..1."""
+        return self._monitor.usage
+
+    @property
+    def disk_monitor(self) -> DiskUsageMonitor:
+        return self._monitor
 
     @property
     def sync_mode(self) -> str:

@@ -26,7 +26,7 @@ Two write paths give the same file contents:
 A written frame survives a process kill, and is durable only after ``sync``. Files grow
 in preallocated steps of up to PREALLOCATE_BYTES, so a write does not pay for growing the
 file; ``close`` trims the unused preallocation (and the direct path's padding). A step
-never takes more than ``preallocation_budget``, which its owner sets so that
+never takes more than ``preallocation_budget``, which the bookie's disk monitor sets so that
 preallocation never fills the disk: with no budget left a write grows the file by itself,
 and a fallocate that fails gives back what it took. The location index, not the log, says
 which frames were acknowledged; recovery only cuts the newest log back to its last valid
@@ -295,7 +295,7 @@ class EntryLogger:
         #: the direct-I/O probe found no block to write (a full disk): O_DIRECT is trusted
         #: until the first direct write, which turns it off if the file system refuses it
         self._unprobed = False
-        #: bytes preallocation may still take (None: no limit); set by the owner
+        #: bytes preallocation may still take (None: no limit); set by the disk monitor
         self.preallocation_budget: int | None = None
         self._directory_fd = -1
         directory.mkdir(parents=True, exist_ok=True)

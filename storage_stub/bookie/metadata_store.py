@@ -6,7 +6,10 @@ as Python sorts strings.
 
 A RocksDB failure raises StorageFaultError naming the operation with RocksDB's message
 (NoSpaceError for a full disk, BookieReadOnlyError while the database is open
-read-only), and a failed write is reported to the database's ``on_write_failure``.
+read-only), and a failed write is reported to the database's ``on_write_failure`` (the
+bookie, which turns read-only and checks the disk). The store keeps writing while the
+bookie is read-only: its records are small, and the broker needs them to acknowledge
+messages and to delete ledgers.
 """
 
 from __future__ import annotations

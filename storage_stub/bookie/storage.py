@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from storage_stub.bookie.api import OPERATIONS, Bookie, MetadataStore
 from storage_stub.bookie.counters import OpCounters
 from storage_stub.bookie.disk import DiskBookie
+from storage_stub.bookie.disk_monitor import UsageProbe
 from storage_stub.bookie.faults import FaultInjector
 from storage_stub.bookie.instrumented import InstrumentedBookie, InstrumentedMetadataStore
 from storage_stub.bookie.last_entry_cache import LastEntryCache, LastEntryCachingBookie
@@ -24,10 +25,12 @@ from storage_stub.tiered.persisted import PersistedTieredStore
 
 class Storage:
     """What the broker holds: ``bookie`` and ``metadata`` (every call faulted, delayed and
-    counted), the ``counters``, ``faults`` and ``latency`` behind them, and ``close``."""
+    counted), the ``counters``, ``faults`` and ``latency`` behind them, and ``close``;
+    ``read_only``, ``read_only_reason`` and ``disk_usage`` for the disk bookie's state."""
 
     __slots__ = (
         "_closers",
+        "_disk",
         "bookie",
         "config",
         "counters",
@@ -52,7 +55,9 @@ class Storage:
         read_cache: ReadCache | None,
         tiered: PersistedTieredStore,
         closers: list[Callable[[], Awaitable[None]]],
+        disk: DiskBookie | None = None,
     ) -> None:
+        self._disk = disk
         self.tiered = tiered
         self.last_entry_cache = last_entry_cache
         self.read_cache = read_cache
@@ -64,10 +69,28 @@ class Storage:
         self.latency = latency
         self._closers = closers
 
-    def stats(self) -> dict[str, int]:
+    @property
+    def read_only(self) -> bool:
+        """True while the bookie refuses adds and new ledgers (its disk is full)."""
+        return self._disk is not None and self._disk.read_only
+
+    @property
+    def read_only_reason(self) -> str | None:
+        """Why the bookie is read-only; None while it is writable."""
+        return None if self._disk is None else self._disk.read_only_reason
+
+    @property
+    def disk_usage(self) -> float:
+        """Usage of the data directory's file system at the last check, 0..1 (0 in
+        memory mode)."""
+        return 0.0 if self._disk is None else self._disk.disk_usage
+
+    def stats(self) -> dict[str, float]:
         """Flat bookie counters for ``GET /admin/v2/broker-stats/storage``: the named ones
         of the API, then ``<operation>Calls`` / ``<operation>Errors`` for every operation.
-        ``getFloorCalls`` counts real floor seeks; last-entry cache hits make none."""
+        ``getFloorCalls`` counts real floor seeks; last-entry cache hits make none.
+        ``readOnly`` is 1 while the bookie is read-only; ``diskUsage`` is the usage of the
+        data directory's file system at the last check (0..1; 0 in memory mode)."""
         counters = self.counters
         stats = {
             "readRequests": counters.readEntries.calls,
@@ -87,7 +110,10 @@ class Storage:
             counter = counters.of(op)
             stats[f"{op}Calls"] = counter.calls
             stats[f"{op}Errors"] = counter.errors
-        return stats
+        result: dict[str, float] = dict(stats)
+        result["readOnly"] = int(self.read_only)
+        result["diskUsage"] = round(self.disk_usage, 4)
+        return result
 
     async def close(self) -> None:
         """Close the bookie, then the metadata store, then their files (idempotent).
@@ -110,16 +136,22 @@ async def open_storage(
     data_dir: pathlib.Path | None,
     *,
     seed: int | None = None,
+    disk_usage_probe: UsageProbe | None = None,
 ) -> Storage:
     """Open the storage ``config`` describes. ``disk`` mode keeps everything under
     ``data_dir`` (created if missing) and recovers it; ``memory`` mode ignores it.
-    ``seed`` makes the latency model and fault injector draws reproducible."""
+    ``seed`` makes the latency model and fault injector draws reproducible.
+
+    On a full disk, ``disk`` mode opens read-only (``read_only``) and turns writable by
+    itself once space is back; anything it cannot open raises StorageFaultError.
+    ``disk_usage_probe`` replaces the statvfs of ``data_dir`` (tests)."""
     counters = OpCounters()
     faults = FaultInjector(seed=seed)
     latency = LatencyModel.from_config(config, seed=seed)
     bookie: Bookie
     metadata: MetadataStore
     read_cache: ReadCache | None = None
+    disk_bookie: DiskBookie | None = None
     closers: list[Callable[[], Awaitable[None]]]
     if config.storageMode == "memory":
         memory_bookie = InMemoryBookie(counters)
@@ -129,16 +161,23 @@ async def open_storage(
     else:
         if data_dir is None:
             raise ValueError("storageMode=disk needs a data directory")
-        metadata_db = await asyncio.to_thread(RocksDatabase, data_dir / "metadata", name="metadata")
+        metadata_db = await asyncio.to_thread(
+            RocksDatabase,
+            data_dir / "metadata",
+            name="metadata",
+            allow_read_only=config.readOnlyModeEnabled,
+        )
         try:
-            disk_bookie = await DiskBookie.open(config, data_dir, metadata_db, counters)
+            disk_bookie = await DiskBookie.open(
+                config, data_dir, metadata_db, counters, probe=disk_usage_probe
+            )
         except BaseException:
             metadata_db.close()
             raise
         rocks_metadata = RocksMetadataStore(metadata_db, sync=config.syncMode != "none")
 
         async def close_metadata_db() -> None:
-            metadata_db.close()
+            metadata_db.close(flush=not disk_bookie.disk_full())
 
         bookie, metadata = disk_bookie, rocks_metadata
         read_cache = disk_bookie.read_cache
@@ -164,4 +203,5 @@ async def open_storage(
         read_cache=read_cache,
         tiered=tiered,
         closers=closers,
+        disk=disk_bookie,
     )

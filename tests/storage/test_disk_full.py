@@ -1,0 +1,568 @@
+"""A full disk makes the bookie read-only, not broken (issue #14), on a real small file
+system each test mounts: a 64 MiB loop-mounted ext4 image (``-m 0``: no blocks kept for
+root, so 100% used is when writes fail), or a 64 MiB tmpfs where loop mounts are refused
+(``BROKERLAB_SMALL_FS=tmpfs`` forces it). Needs root; skipped when neither mounts.
+
+The bookie checks its disk every 100 ms here; tests poll with a deadline for what it
+should do by itself, and never assert on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import pathlib
+import shutil
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+
+from storage_stub.bookie import (
+    BookieReadOnlyError,
+    NoSuchLedgerError,
+    Storage,
+    StorageFaultError,
+    open_storage,
+)
+from storage_stub.bookie.disk import DiskBookie
+from storage_stub.bookie.disk_monitor import UsageProbe, statvfs_probe
+from storage_stub.bookie.entry_log import FRAME_HEADER_SIZE, LENGTH_SIZE, EntryLogger, Frame
+from storage_stub.bookie.instrumented import InstrumentedBookie
+from storage_stub.bookie.last_entry_cache import LastEntryCachingBookie
+from storage_stub.config import StorageConfig
+
+T = TypeVar("T")
+MiB = 1024 * 1024
+#: How long the bookie gets to do what it should by itself (it checks every 100 ms).
+DEADLINE_S = 15.0
+
+KINDS: dict[str, dict[str, Any]] = {
+    "always": {"syncMode": "always"},
+    "batch": {"syncMode": "batch", "journalMaxGroupWaitMSec": 1.0},
+    "none-buffered": {"syncMode": "none", "dbStorage_directIOEntryLogger": False},
+}
+
+
+# -- the small file system ---------------------------------------------------------------
+
+
+@dataclass
+class SmallFileSystem:
+    path: pathlib.Path
+    kind: str
+
+    def usage(self) -> float:
+        used, total = statvfs_probe(self.path)()
+        return used / total
+
+    def fill_up(self, name: str = "filler") -> pathlib.Path:
+        """Write a file until the file system has no block left (ENOSPC)."""
+        path = self.path / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for size in (MiB, 64 * 1024, 4096, 1024):
+                chunk = bytes(size)
+                while True:
+                    try:
+                        if os.write(fd, chunk) < size:
+                            break
+                    except OSError as error:
+                        assert error.errno == errno.ENOSPC, error
+                        break
+        finally:
+            os.close(fd)
+        assert self.usage() > 0.99
+        return path
+
+    def fill_to(self, usage: float, name: str = "filler") -> pathlib.Path:
+        """A file of the size that brings the file system to ``usage``."""
+        used, total = statvfs_probe(self.path)()
+        path = self.path / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, max(1, int(usage * total) - used))
+        finally:
+            os.close(fd)
+        return path
+
+    def open_files(self) -> list[str]:
+        """Files of this process open under the mount."""
+        names = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(self.path)):
+                names.append(target)
+        return names
+
+
+def _run(*command: str) -> bool:
+    return subprocess.run(command, capture_output=True, check=False).returncode == 0
+
+
+@contextlib.contextmanager
+def small_file_system(tmp_path: pathlib.Path, size: str) -> Iterator[SmallFileSystem]:
+    """Mount a file system of ``size`` (as ``truncate -s`` takes it) under ``tmp_path``;
+    unmount it at the end, and fail if a file was left open there."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    image = tmp_path / "fs.img"
+    kind = None
+    if os.environ.get("BROKERLAB_SMALL_FS", "ext4") == "ext4" and (
+        shutil.which("mkfs.ext4")
+        and _run("truncate", "-s", size, str(image))
+        and _run("mkfs.ext4", "-q", "-F", "-m", "0", str(image))
+        and _run("mount", "-o", "loop", str(image), str(mount))
+    ):
+        kind = "ext4"
+    elif _run("mount", "-t", "tmpfs", "-o", f"size={size.lower()}", "tmpfs", str(mount)):
+        kind = "tmpfs"
+    if kind is None:
+        image.unlink(missing_ok=True)
+        pytest.skip(
+            "needs a small file system to fill: mounting a loop ext4 image and a tmpfs "
+            "were both refused (mounting needs root)"
+        )
+    try:
+        yield SmallFileSystem(mount, kind)
+    finally:
+        busy = not _run("umount", str(mount))
+        if busy:
+            _run("umount", "-l", str(mount))  # detach anyway, then say so
+        image.unlink(missing_ok=True)
+        assert not busy, f"{mount} was still in use: a file was left open"
+
+
+@pytest.fixture
+def small_fs(tmp_path: pathlib.Path) -> Iterator[SmallFileSystem]:
+    with small_file_system(tmp_path, "64M") as fs:
+        yield fs
+
+
+def config(**settings: Any) -> StorageConfig:
+    return StorageConfig(diskCheckInterval=100, **settings)
+
+
+async def open_on(
+    fs: SmallFileSystem, cfg: StorageConfig, probe: UsageProbe | None = None
+) -> Storage:
+    return await open_storage(cfg, fs.path / "data", seed=7, disk_usage_probe=probe)
+
+
+def disk_bookie(storage: Storage) -> DiskBookie:
+    cached = storage.bookie
+    assert isinstance(cached, LastEntryCachingBookie)
+    instrumented = cached.inner
+    assert isinstance(instrumented, InstrumentedBookie)
+    inner = instrumented.inner
+    assert isinstance(inner, DiskBookie)
+    return inner
+
+
+class HeldProbe:
+    """The real statvfs, except that while held it repeats the last answer: the bookie
+    does not see the disk fill, so a write meets the full disk first."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self._real = statvfs_probe(path)
+        self._held: tuple[int, int] | None = None
+
+    def __call__(self) -> tuple[int, int]:
+        return self._held if self._held is not None else self._real()
+
+    def hold(self) -> None:
+        self._held = self._real()
+
+    def release(self) -> None:
+        self._held = None
+
+
+async def eventually(attempt: Callable[[], Awaitable[T]]) -> T:
+    """``attempt()`` until it returns without a BookieReadOnlyError (or the deadline)."""
+    async with asyncio.timeout(DEADLINE_S):
+        while True:
+            try:
+                return await attempt()
+            except BookieReadOnlyError:
+                await asyncio.sleep(0.01)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` until it holds (or the deadline)."""
+    async with asyncio.timeout(DEADLINE_S):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+
+
+async def add_until_refused(storage: Storage, ledger: int, acked: list[bytes]) -> Exception:
+    """Add entries (appending the acknowledged ones to ``acked``) until one fails."""
+    async with asyncio.timeout(DEADLINE_S):
+        while True:
+            entry = os.urandom(4096)
+            try:
+                await storage.bookie.add_entries(ledger, [entry])
+            except StorageFaultError as error:
+                if "readOnlyModeEnabled=false" not in str(error):
+                    raise
+                return error  # the bookie refuses writes without read-only mode
+            except BookieReadOnlyError as error:
+                return error
+            acked.append(entry)
+            await asyncio.sleep(0.005)
+
+
+async def add_entries(storage: Storage, ledger: int, count: int, acked: list[bytes]) -> None:
+    for _ in range(count):
+        entry = os.urandom(2000)
+        await storage.bookie.add_entries(ledger, [entry])
+        acked.append(entry)
+
+
+async def read_all(storage: Storage, ledger: int) -> list[bytes]:
+    last = await storage.bookie.last_add_confirmed(ledger)
+    return await storage.bookie.read_entries(ledger, 0, last)
+
+
+# -- the scenarios -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_a_full_disk_refuses_adds_serves_everything_else_and_recovers_by_itself(
+    small_fs: SmallFileSystem, kind: str
+) -> None:
+    storage = await open_on(small_fs, config(**KINDS[kind]))
+    try:
+        ledger = await storage.bookie.create_ledger()
+        other = await storage.bookie.create_ledger()
+        acked: list[bytes] = []
+        await add_entries(storage, ledger, 10, acked)
+        await add_entries(storage, other, 1, [])
+        await storage.metadata.put("cursor", b"0")
+
+        filler = small_fs.fill_to(0.97)
+        refused = await add_until_refused(storage, ledger, acked)
+
+        assert isinstance(refused, BookieReadOnlyError)
+        assert "read-only" in str(refused) and "diskUsageThreshold 0.95" in str(refused)
+        assert storage.read_only
+        assert storage.stats()["readOnly"] == 1
+        assert storage.stats()["diskUsage"] >= 0.95
+        with pytest.raises(BookieReadOnlyError):
+            await storage.bookie.create_ledger()
+        assert await read_all(storage, ledger) == acked
+        assert await storage.bookie.get_last_entry_in_ledger(ledger) == len(acked) - 1
+        await storage.metadata.put("cursor", b"1")
+        assert await storage.bookie.close_ledger(other) == 0
+        await storage.bookie.delete_ledger(other)
+        with pytest.raises(NoSuchLedgerError):
+            await storage.bookie.read_entries(other, 0, 0)
+
+        filler.unlink()
+        entry = os.urandom(4096)
+        await eventually(lambda: storage.bookie.add_entries(ledger, [entry]))
+        acked.append(entry)
+
+        assert not storage.read_only
+        assert storage.stats()["readOnly"] == 0
+        await storage.bookie.create_ledger()
+    finally:
+        await storage.close()
+
+    reopened = await open_on(small_fs, config(**KINDS[kind]))
+    try:
+        assert await read_all(reopened, ledger) == acked
+        assert await reopened.metadata.get("cursor") == b"1"
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_rocksdb_out_of_space_is_recovered_once_space_is_back(
+    small_fs: SmallFileSystem, kind: str
+) -> None:
+    probe = HeldProbe(small_fs.path)
+    storage = await open_on(small_fs, config(**KINDS[kind]), probe)
+    try:
+        ledger = await storage.bookie.create_ledger()
+        acked: list[bytes] = []
+        await add_entries(storage, ledger, 10, acked)
+        await storage.metadata.put("cursor", b"0")
+
+        probe.hold()
+        filler = small_fs.fill_up()
+        refused = await add_until_refused(storage, ledger, acked)
+        probe.release()
+
+        # The entry log had preallocated room: the location index's WAL write failed.
+        assert isinstance(refused, BookieReadOnlyError)
+        assert "location index write failed" in str(refused)
+        assert "No space left on device" in str(refused)
+        assert not disk_bookie(storage).index.database.writable
+        with pytest.raises(StorageFaultError, match="metadataPut"):
+            await storage.metadata.put("cursor", b"x" * 100_000)
+        assert await read_all(storage, ledger) == acked
+        assert await storage.metadata.get("cursor") == b"0"
+
+        filler.unlink()
+        entry = os.urandom(4096)
+        await eventually(lambda: storage.bookie.add_entries(ledger, [entry]))
+        acked.append(entry)
+
+        assert disk_bookie(storage).index.database.writable
+        await storage.metadata.put("cursor", b"1")
+        await add_entries(storage, ledger, 5, acked)
+        assert await read_all(storage, ledger) == acked
+    finally:
+        await storage.close()
+
+    reopened = await open_on(small_fs, config(**KINDS[kind]))
+    try:
+        assert await read_all(reopened, ledger) == acked
+        assert await reopened.metadata.get("cursor") == b"1"
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.parametrize("direct_io", [True, False], ids=["direct", "buffered"])
+def test_a_failed_preallocation_gives_back_what_it_took(
+    small_fs: SmallFileSystem, direct_io: bool
+) -> None:
+    logger = EntryLogger(small_fs.path / "entrylogs", 1 << 30, direct_io=direct_io)
+    try:
+        small_fs.fill_to(1.0 - 2 * MiB / statvfs_probe(small_fs.path)()[1])
+        used_before, _ = statvfs_probe(small_fs.path)()
+        frame = Frame(1, 0, [os.urandom(100 * 1024)])
+
+        logger.write(frame)  # its 64 MiB preallocation fails: not even 2 MiB are free
+
+        used_after, _ = statvfs_probe(small_fs.path)()
+        assert used_after - used_before <= frame.size + 4 * 4096
+        log = small_fs.path / "entrylogs" / f"{logger.current_log_id}.log"
+        assert log.stat().st_size <= frame.size + 4096
+    finally:
+        logger.close()
+
+
+@pytest.mark.parametrize("kind", ["batch", "none-buffered"])
+async def test_after_space_is_freed_the_first_produce_grows_the_log_by_what_it_wrote(
+    small_fs: SmallFileSystem, kind: str
+) -> None:
+    cfg = config(**KINDS[kind])
+    storage = await open_on(small_fs, cfg)
+    try:
+        ledger = await storage.bookie.create_ledger()
+        await add_entries(storage, ledger, 3, [])
+        filler = small_fs.fill_up()
+        await add_until_refused(storage, ledger, [])
+    finally:
+        await storage.close()
+    # Space is freed down to just under the threshold (above the warn threshold); the
+    # close gave back the log's preallocated tail, so the filler is cut to the target.
+    filler.unlink()
+    small_fs.fill_to(0.92)
+
+    storage = await open_on(small_fs, cfg)
+    try:
+        assert not storage.read_only
+        logs = list((small_fs.path / "data" / "entrylogs").glob("*.log"))
+        before = sum(path.stat().st_blocks * 512 for path in logs)
+        entry = os.urandom(256 * 1024)
+        await storage.bookie.add_entries(ledger, [entry])
+        after = sum(path.stat().st_blocks * 512 for path in logs)
+
+        frame_bytes = FRAME_HEADER_SIZE + LENGTH_SIZE + len(entry)
+        assert after - before <= frame_bytes + 2 * 4096
+        assert small_fs.usage() < cfg.diskUsageThreshold
+    finally:
+        await storage.close()
+
+
+async def test_preallocation_never_takes_the_disk_to_the_threshold(
+    small_fs: SmallFileSystem,
+) -> None:
+    # 16 MiB logs: a whole preallocation step (16 MiB) fits in the free space but would
+    # take the disk past 95%.
+    cfg = config(syncMode="batch", logSizeLimit=16 * MiB)
+    small_fs.fill_to(0.70)
+    storage = await open_on(small_fs, cfg)
+    try:
+        ledger = await storage.bookie.create_ledger()
+        await add_entries(storage, ledger, 3, [])
+        usage = small_fs.usage()
+
+        assert usage < (0.70 + cfg.diskUsageThreshold) / 2 + 0.02
+        assert not storage.read_only
+    finally:
+        await storage.close()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_start_up_on_a_full_disk_comes_up_read_only_and_serves_reads(
+    small_fs: SmallFileSystem, kind: str
+) -> None:
+    cfg = config(**KINDS[kind])
+    storage = await open_on(small_fs, cfg)
+    try:
+        closed = await storage.bookie.create_ledger()
+        still_open = await storage.bookie.create_ledger()
+        closed_entries: list[bytes] = []
+        open_entries: list[bytes] = []
+        await add_entries(storage, closed, 20, closed_entries)
+        await add_entries(storage, still_open, 7, open_entries)
+        await storage.bookie.close_ledger(closed)
+        await storage.metadata.put("cursor", b"0")
+    finally:
+        await storage.close()
+    filler = small_fs.fill_up()
+
+    storage = await open_on(small_fs, cfg)
+    try:
+        assert storage.read_only
+        assert storage.read_only_reason is not None
+        assert "full" in storage.read_only_reason
+        assert await read_all(storage, closed) == closed_entries
+        assert await read_all(storage, still_open) == open_entries
+        assert await storage.bookie.get_last_entry_in_ledger(still_open) == 6
+        assert await storage.metadata.get("cursor") == b"0"
+        with pytest.raises(BookieReadOnlyError):
+            await storage.bookie.add_entries(still_open, [b"refused"])
+        with pytest.raises(BookieReadOnlyError):
+            await storage.bookie.create_ledger()
+
+        filler.unlink()
+        entry = os.urandom(4096)
+        await eventually(lambda: storage.bookie.add_entries(still_open, [entry]))
+        open_entries.append(entry)
+
+        await storage.metadata.put("cursor", b"1")
+        await storage.bookie.create_ledger()
+    finally:
+        await storage.close()
+
+    reopened = await open_on(small_fs, cfg)
+    try:
+        assert not reopened.read_only
+        assert await read_all(reopened, closed) == closed_entries
+        assert await read_all(reopened, still_open) == open_entries
+        assert await reopened.metadata.get("cursor") == b"1"
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_close_on_a_full_disk_raises_nothing_and_lets_every_file_go(
+    small_fs: SmallFileSystem, kind: str
+) -> None:
+    cfg = config(**KINDS[kind])
+    probe = HeldProbe(small_fs.path)
+    storage = await open_on(small_fs, cfg, probe)
+    acked: list[bytes] = []
+    try:
+        ledger = await storage.bookie.create_ledger()
+        await add_entries(storage, ledger, 10, acked)
+        probe.hold()
+        filler = small_fs.fill_up()
+        await add_until_refused(storage, ledger, acked)  # RocksDB is out of space now
+        probe.release()
+        with pytest.raises(StorageFaultError):
+            await storage.metadata.put("cursor", b"x" * 100_000)
+    finally:
+        await storage.close()
+    await storage.close()  # and again: idempotent
+
+    assert small_fs.open_files() == []
+    filler.unlink()
+    reopened = await open_on(small_fs, cfg)
+    try:
+        assert await read_all(reopened, ledger) == acked
+    finally:
+        await reopened.close()
+
+
+async def test_without_read_only_mode_a_full_disk_stops_adds_until_a_restart(
+    small_fs: SmallFileSystem,
+) -> None:
+    cfg = config(syncMode="batch", readOnlyModeEnabled=False)
+    storage = await open_on(small_fs, cfg)
+    try:
+        ledger = await storage.bookie.create_ledger()
+        acked: list[bytes] = []
+        await add_entries(storage, ledger, 5, acked)
+        filler = small_fs.fill_to(0.97)
+        refused = await add_until_refused(storage, ledger, acked)
+
+        assert type(refused) is StorageFaultError
+        assert "readOnlyModeEnabled=false" in str(refused)
+        assert await read_all(storage, ledger) == acked
+
+        filler.unlink()
+        await until(lambda: storage.disk_usage < 0.5)  # the bookie saw the space come back
+        with pytest.raises(StorageFaultError, match="readOnlyModeEnabled=false"):
+            await storage.bookie.add_entries(ledger, [b"still refused"])
+    finally:
+        await storage.close()
+
+    # A BookKeeper bookie without read-only mode does not start on a full disk.
+    filler = small_fs.fill_up()
+    with pytest.raises(StorageFaultError, match="open"):
+        await open_on(small_fs, cfg)
+    assert small_fs.open_files() == []
+
+    filler.unlink()
+    restarted = await open_on(small_fs, cfg)
+    try:
+        await restarted.bookie.add_entries(ledger, [b"after the restart"])
+        assert await read_all(restarted, ledger) == [*acked, b"after the restart"]
+    finally:
+        await restarted.close()
+
+
+@pytest.mark.slow
+async def test_a_database_rocksdb_recovered_by_itself_is_not_reopened(
+    tmp_path: pathlib.Path,
+) -> None:
+    # RocksDB clears a no-space error by itself once 64 MiB (its write buffer) are free,
+    # retrying every 5 s: on a 256 MiB disk it does, and the bookie only checks that.
+    with small_file_system(tmp_path, "256M") as fs:
+        probe = HeldProbe(fs.path)
+        storage = await open_on(fs, config(syncMode="batch"), probe)
+        try:
+            ledger = await storage.bookie.create_ledger()
+            acked: list[bytes] = []
+            await add_entries(storage, ledger, 10, acked)
+            probe.hold()
+            filler = fs.fill_up()
+            await add_until_refused(storage, ledger, acked)
+            index = disk_bookie(storage).index.database
+            assert not index.writable
+            rocksdb = index.db
+            probe.release()
+            probe.hold()  # the bookie sees the disk full until RocksDB has recovered
+            filler.unlink()
+
+            async with asyncio.timeout(DEADLINE_S):
+                while True:
+                    try:
+                        rocksdb.delete(b"probe")
+                        break
+                    except Exception:  # rocksdict raises a plain Exception
+                        await asyncio.sleep(0.1)
+            probe.release()
+            entry = os.urandom(4096)
+            await eventually(lambda: storage.bookie.add_entries(ledger, [entry]))
+            acked.append(entry)
+
+            assert index.db is rocksdb  # not reopened
+            assert index.writable
+            assert await read_all(storage, ledger) == acked
+        finally:
+            await storage.close()

@@ -218,6 +218,16 @@ class BrokerCollector(Collector):
         )
         for name, documentation, key in counters:
             yield CounterMetricFamily(name, documentation, value=bookie[key])
+        yield _gauge(
+            "brokerlab_bookie_read_only",
+            "1 while the bookie is read-only (disk usage at diskUsageThreshold), else 0.",
+            bookie["readOnly"],
+        )
+        yield _gauge(
+            "brokerlab_bookie_disk_usage_ratio",
+            "Used fraction of the data directory's file system at the last disk check.",
+            bookie["diskUsage"],
+        )
         tiered_counters = (
             ("brokerlab_tiered_object_gets", "Object GETs (whole or ranged).", "objectGets"),
             ("brokerlab_tiered_object_bytes_read", "Bytes of object GETs.", "bytesRead"),

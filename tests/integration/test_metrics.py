@@ -52,6 +52,8 @@ async def test_the_named_series_exist(live_broker: LiveBroker) -> None:
         "brokerlab_storage_read_entries_total",
         "brokerlab_bookie_last_entry_cache_hits_total",
         "brokerlab_bookie_floor_seeks_total",
+        "brokerlab_bookie_read_only",
+        "brokerlab_bookie_disk_usage_ratio",
         "brokerlab_messages_dispatched_total",
         "brokerlab_backlog_messages",
         "brokerlab_replay_queue_messages",

@@ -22,9 +22,10 @@ from collections.abc import Iterable
 import orjson
 
 from broker.ledger.entry import Entry
-from broker.ledger.managed_ledger import ManagedLedger, cursor_key_prefix
+from broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerError, cursor_key_prefix
 from broker.ledger.position import Position
 from broker.ledger.range_set import PositionRangeSet
+from storage_stub.bookie.api import BookieError
 
 #: an acknowledgement kept until a write includes it: (version, individual positions or
 #: the cumulative position)
@@ -340,16 +341,25 @@ class ManagedCursor:
 
     async def read_entries(self, max_entries: int) -> list[Entry]:
         """Read up to ``max_entries`` unacknowledged entries from the read position and
-        move past them. Reads stay within one ledger per storage call."""
+        move past them. Reads stay within one ledger per storage call. A storage error
+        after some entries were read returns those (the read position is just past
+        them); a rewind or reset while reading drops everything read before it."""
         ledger = self.ledger
         result: list[Entry] = []
         while len(result) < max_entries and self.has_more_entries():
             start = self.read_position
-            entries = await ledger.read_entries(start, max_entries - len(result), self.name)
+            try:
+                entries = await ledger.read_entries(start, max_entries - len(result), self.name)
+            except (BookieError, ManagedLedgerError):
+                if result:
+                    return result
+                raise
             if not entries:
                 break
             if self.read_position != start:
-                # a rewind or reset happened while reading: drop this batch
+                # the position moved while reading (a rewind, a reset, an ack past it):
+                # what this call read so far is stale as well; read from the new one
+                result.clear()
                 continue
             self.read_position = ledger.next_position(entries[-1].position)
             deleted = self.individually_deleted

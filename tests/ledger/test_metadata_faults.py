@@ -290,3 +290,63 @@ async def test_an_ack_riding_on_a_failed_write_of_the_same_position_is_applied_a
     # write, which succeeds: both are durable, though the second ack of 0 changed
     # nothing when it was made
     await _ack_rounds(2, [[(False, 0), (False, 1), (False, 0)]], [True])
+
+
+# ---------------------------------------------------------------------- reads across ledgers
+
+
+class ReadGate(InMemoryBookie):
+    """Reads of ``ledger`` fail while ``failing``, or wait on ``gate`` when it is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ledger = -1
+        self.failing = False
+        self.gate: asyncio.Event | None = None
+        self.waiting = asyncio.Event()
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        if ledger_id == self.ledger:
+            if self.failing:
+                raise StorageFaultError("readEntries")
+            if self.gate is not None:
+                self.waiting.set()
+                await self.gate.wait()
+        return await super().read_entries(ledger_id, first, last)
+
+
+async def _two_ledgers(stores: Stores, open_ledger: OpenLedger) -> tuple[ManagedCursor, ReadGate]:
+    bookie = stores.bookie = ReadGate()
+    ledger = await open_ledger(max_entries=3)
+    cursor = await ManagedCursor.create(ledger, "s", "earliest")
+    for i in range(6):
+        await ledger.add_entries([b"m%d" % i])
+        await ledger.maybe_roll_over()
+    bookie.ledger = ledger.ledgers[1].ledger_id
+    return cursor, bookie
+
+
+async def test_a_read_that_fails_on_a_later_ledger_keeps_what_it_read(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    cursor, bookie = await _two_ledgers(stores, open_ledger)
+    bookie.failing = True
+    first = await cursor.read_entries(10)
+    assert [e.data for e in first] == [b"m0", b"m1", b"m2"], "read, so not lost"
+    with pytest.raises(StorageFaultError):
+        await cursor.read_entries(10)
+    bookie.failing = False
+    assert [e.data for e in await cursor.read_entries(10)] == [b"m3", b"m4", b"m5"]
+
+
+async def test_a_rewind_during_a_read_drops_what_the_read_had_before_it(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    cursor, bookie = await _two_ledgers(stores, open_ledger)
+    bookie.gate = asyncio.Event()
+    reading = asyncio.create_task(cursor.read_entries(10))
+    await bookie.waiting.wait()  # m0..m2 read, waiting on the second ledger
+    cursor.rewind()
+    bookie.gate.set()
+    got = [e.data for e in await reading]
+    assert got == [b"m0", b"m1", b"m2", b"m3", b"m4", b"m5"], "each once, in order"

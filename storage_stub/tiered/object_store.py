@@ -120,9 +120,15 @@ class DiskObjectStore:
             raise os_fault("objectDelete", f"deleting object {key}", error) from None
 
     async def keys(self) -> list[str]:
-        return sorted(
-            path.name for path in self._directory.iterdir() if not path.name.endswith(".tmp")
-        )
+        return await asyncio.to_thread(self._keys, self._directory)
+
+    @staticmethod
+    def _keys(directory: pathlib.Path) -> list[str]:
+        try:
+            names = [path.name for path in directory.iterdir()]
+        except OSError as error:
+            raise os_fault("objectGet", f"listing {directory}", error) from None
+        return sorted(name for name in names if not name.endswith(".tmp"))
 
 
 class InstrumentedObjectStore:

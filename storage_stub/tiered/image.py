@@ -5,8 +5,9 @@ never by the ranges it holds (those are in its index block); a stream object (SO
 one stream's range and the image records it. Each stream's start and end offsets are
 stream metadata (AutoMQ keeps them in the stream's range metadata).
 
-The SSO list is copy-on-write: a reader takes ``stream_set_objects`` once and keeps a
-consistent view while uploads and compactions replace it.
+The image is copy-on-write: an upload or compaction builds its ``successor``, makes
+that durable, and only then installs it, so a reader keeps a consistent view and a
+change whose persist fails leaves the installed image untouched.
 """
 
 from __future__ import annotations
@@ -16,10 +17,26 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
+from storage_stub.tiered.api import TieredStorageError
+
+_KEY_PREFIX = "obj-"
+_KEY_DIGITS = 16
+
 
 def object_key(object_id: int) -> str:
     """The object store key of an object (made here, never from user input)."""
-    return f"obj-{object_id:016x}"
+    return f"{_KEY_PREFIX}{object_id:0{_KEY_DIGITS}x}"
+
+
+def object_id_of(key: str) -> int | None:
+    """The object id ``key`` names (``object_key``'s inverse), None for any other key."""
+    if not key.startswith(_KEY_PREFIX):
+        return None
+    try:
+        object_id = int(key[len(_KEY_PREFIX) :], 16)
+    except ValueError:
+        return None
+    return object_id if object_id >= 0 and object_key(object_id) == key else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +145,14 @@ class MetadataImage:
 
     @classmethod
     def from_json(cls, data: bytes) -> MetadataImage:
-        document = json.loads(data)
+        """The image ``to_json`` wrote. TieredStorageError if ``data`` is not one."""
+        try:
+            return cls._from_document(json.loads(data))
+        except (ValueError, KeyError, TypeError, IndexError) as error:
+            raise TieredStorageError(f"the metadata image is corrupt: {error!r}") from None
+
+    @classmethod
+    def _from_document(cls, document: Any) -> MetadataImage:
         image = cls()
         image.next_object_id = int(document["nextObjectId"])
         image.stream_set_objects = StreamSetObjectList(
@@ -143,6 +167,17 @@ class MetadataImage:
             for stream_id, objects in by_stream.items()
         }
         image.streams = {int(row[0]): (int(row[1]), int(row[2])) for row in document["streams"]}
+        return image
+
+    def successor(self) -> MetadataImage:
+        """The image a change starts from: the same objects and streams, version + 1.
+        O(streams): the dicts are copied, their values (tuples) are immutable."""
+        image = MetadataImage()
+        image.stream_set_objects = self.stream_set_objects
+        image.stream_objects = dict(self.stream_objects)
+        image.streams = dict(self.streams)
+        image.next_object_id = self.next_object_id
+        image.version = self.version + 1
         return image
 
     def copy(self) -> MetadataImage:

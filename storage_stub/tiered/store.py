@@ -15,17 +15,25 @@ Costs (object store calls, the unit that matters on S3):
 - ``compact``: one get per merged SSO, one put per new object, one delete per old one.
 
 Writers (upload, compact) are serialised by a lock; reads run alongside them on a
-snapshot of the SSO list and start again if a compaction deletes an object they chose.
+snapshot of the image and start again if a compaction deletes an object they chose.
+
+Durability, in this order: a writer puts its new objects, builds the successor of the
+image, makes it durable (``persist_image``, when given), installs it, and only then
+deletes the objects it no longer names. A crash at any step leaves a durable image whose
+every object exists; a failed step leaves the installed image, range index and filters
+as they were. Objects no durable image names are garbage: ``collect_garbage`` (at open)
+deletes them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from storage_stub.bookie.api import StorageFaultError
+from storage_stub.bookie.api import BookieError
 from storage_stub.config import StorageConfig
 from storage_stub.tiered.api import NoSuchObjectError, ObjectStore
 from storage_stub.tiered.bloom import StreamIdBloomFilters
@@ -42,6 +50,7 @@ from storage_stub.tiered.image import (
     StreamObjectMeta,
     StreamSetObjectList,
     StreamSetObjectMeta,
+    object_id_of,
     object_key,
 )
 from storage_stub.tiered.instruments import ObjectStoreCounters
@@ -53,6 +62,11 @@ from storage_stub.tiered.range_index import MonotonicClock, StreamSetObjectRange
 MAX_U64 = (1 << 64) - 1
 #: A read starts again at most this many times when compactions keep deleting its objects.
 READ_ATTEMPTS = 5
+
+#: Makes an image durable before the store installs it (raises if it could not).
+ImagePersister = Callable[[MetadataImage], Awaitable[None]]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +86,9 @@ class TieredStore:
         "_config",
         "_counters",
         "_image",
+        "_next_object_id",
         "_orphans",
+        "_persist_image",
         "_store",
         "_write_lock",
         "compactions",
@@ -88,10 +104,13 @@ class TieredStore:
         *,
         image: MetadataImage | None = None,
         clock: MonotonicClock | None = None,
+        persist_image: ImagePersister | None = None,
     ) -> None:
         """``object_store``: an InstrumentedObjectStore (its counters feed ``stats()``)
         or a plain store, which gets wrapped with no latency and no faults. ``image``:
-        the objects already stored (say, ``MetadataImage.from_json``); empty if None."""
+        the objects already stored (say, ``MetadataImage.from_json``); empty if None.
+        ``persist_image``: called with every new image before it is installed (None:
+        images live in memory only)."""
         config = config if config is not None else StorageConfig()
         if not isinstance(object_store, InstrumentedObjectStore):
             object_store = InstrumentedObjectStore(object_store)
@@ -99,8 +118,13 @@ class TieredStore:
         self._counters: ObjectStoreCounters = object_store.counters
         self._config = config
         self._image = image if image is not None else MetadataImage()
+        self._persist_image = persist_image
+        #: ids are never handed out twice, not even those of images never installed, so
+        #: deleting an orphan can never hit a live object.
+        self._next_object_id = self._image.next_object_id
         self._write_lock = asyncio.Lock()
-        self._orphans: list[int] = []
+        #: objects no durable or installed image names, to delete (kept on failure)
+        self._orphans: set[int] = set()
         self.locator = StreamSetObjectLocator(
             object_store,
             enabled=config.s3StreamSetObjectRangeIndexEnabled,
@@ -143,13 +167,14 @@ class TieredStore:
         """Write one SSO holding ``ranges`` (stream id, start offset, entries), and
         return its object id. Empty ranges are ignored; ValueError if nothing is left,
         if two ranges of a stream overlap, or if a range starts before its stream's end
-        offset. On failure (StorageFaultError) nothing changes."""
+        offset. The object is put, the new image made durable, then installed; on failure
+        (a BookieError) nothing changes and the object, if written, is deleted."""
         async with self._write_lock:
             data_ranges = self._checked_ranges(ranges)
-            object_id = self._image.allocate_object_id()
+            object_id = self._allocate_object_id()
             data = encode_object(data_ranges)
             await self._store.put(object_key(object_id), data)
-            image = self._image
+            image = self._next_image()
             image.stream_set_objects = StreamSetObjectList(
                 (
                     *image.stream_set_objects.objects,
@@ -160,7 +185,7 @@ class TieredStore:
                 extent = image.streams.get(data_range.stream_id)
                 first = data_range.start_offset if extent is None else extent[0]
                 image.streams[data_range.stream_id] = (first, data_range.end_offset)
-            image.version += 1
+            await self._install(image, written=[object_id])
             return object_id
 
     def _checked_ranges(
@@ -285,8 +310,10 @@ class TieredStore:
         (default ``s3StreamSetObjectMaxNum``); a stream holding at least
         ``split_threshold_bytes`` of the merged data (default
         ``s3StreamSetObjectCompactionStreamSplitSize``) goes to a stream object of its
-        own instead. Removed objects leave the image, their filters and range index
-        entries are dropped, then they are deleted. On failure nothing changes."""
+        own instead. The new objects are put, the new image made durable and installed,
+        the removed objects' filters and range index entries dropped, and only then are
+        they deleted (a failed delete is retried by the next compaction). On failure
+        (a BookieError) nothing changes and the new objects are deleted."""
         config = self._config
         max_count = config.s3StreamSetObjectMaxNum if max_sso_count is None else max_sso_count
         threshold = (
@@ -325,7 +352,7 @@ class TieredStore:
             try:
                 new_stream_objects: list[StreamObjectMeta] = []
                 for stream_ranges in split:
-                    object_id = image.allocate_object_id()
+                    object_id = self._allocate_object_id()
                     data = encode_object(stream_ranges)
                     await self._store.put(object_key(object_id), data)
                     written.append(object_id)
@@ -341,19 +368,24 @@ class TieredStore:
                     )
                 merged_meta: StreamSetObjectMeta | None = None
                 if merged:
-                    object_id = image.allocate_object_id()
+                    object_id = self._allocate_object_id()
                     data = encode_object(merged)
                     await self._store.put(object_key(object_id), data)
                     written.append(object_id)
                     bytes_written += len(data)
                     merged_meta = StreamSetObjectMeta(object_id, victims[0].order_id, len(data))
-            except BaseException:
-                self._orphans.extend(written)
+            except BookieError:
+                await self._discard(written)
                 raise
-            self._commit(victims, merged_meta, new_stream_objects, victim_indexes)
-            self._orphans.extend(meta.object_id for meta in victims)
-            await self._delete_orphans()
+            except BaseException:
+                self._orphans.update(written)  # no image names them yet
+                raise
+            new_image = self._compacted_image(victims, merged_meta, new_stream_objects)
+            await self._install(new_image, written)
+            self._forget_objects(victim_indexes)
+            self._orphans.update(meta.object_id for meta in victims)
             self.compactions += 1
+            await self._delete_orphans()
             return CompactionResult(
                 len(victims),
                 None if merged_meta is None else merged_meta.object_id,
@@ -387,14 +419,13 @@ class TieredStore:
                     stream_ranges.append(RangeData(block.stream_id, block.start_offset, entries))
         return per_stream, indexes
 
-    def _commit(
+    def _compacted_image(
         self,
         victims: Sequence[StreamSetObjectMeta],
         merged: StreamSetObjectMeta | None,
         stream_objects: list[StreamObjectMeta],
-        victim_indexes: list[ObjectIndex],
-    ) -> None:
-        image = self._image
+    ) -> MetadataImage:
+        image = self._next_image()
         remaining = image.stream_set_objects.objects[len(victims) :]
         image.stream_set_objects = StreamSetObjectList(
             remaining if merged is None else (merged, *remaining)
@@ -404,20 +435,77 @@ class TieredStore:
             image.stream_objects[meta.stream_id] = tuple(
                 sorted((*existing, meta), key=lambda so: so.start_offset)
             )
-        image.version += 1
+        return image
+
+    def _forget_objects(self, indexes: list[ObjectIndex]) -> None:
+        """Drop the range index entries and filters of objects that left the image."""
         locator = self.locator
-        for index in victim_indexes:
+        for index in indexes:
             locator.range_index.remove_object(index.object_id, index.ranges())
             locator.forget_object(index.object_id)
 
+    # ------------------------------------------------------------ durability
+
+    def _allocate_object_id(self) -> int:
+        object_id = max(self._next_object_id, self._image.next_object_id)
+        self._next_object_id = object_id + 1
+        return object_id
+
+    def _next_image(self) -> MetadataImage:
+        """The installed image's successor, naming every id handed out so far."""
+        image = self._image.successor()
+        image.next_object_id = max(image.next_object_id, self._next_object_id)
+        return image
+
+    async def _install(self, image: MetadataImage, written: Sequence[int]) -> None:
+        """Make ``image`` durable, then the store's image. If the persist fails with a
+        BookieError (the metadata store wrote nothing), ``written``, the objects only
+        ``image`` names, are deleted; if it is interrupted (cancelled), they are left
+        for ``collect_garbage``, since the write may have landed."""
+        if self._persist_image is not None:
+            try:
+                await self._persist_image(image)
+            except BookieError:
+                await self._discard(written)
+                raise
+        self._image = image
+
+    async def _discard(self, written: Sequence[int]) -> None:
+        """Objects written for a change that failed: delete them, best effort."""
+        self._orphans.update(written)
+        await self._delete_orphans()
+
     async def _delete_orphans(self) -> None:
-        """Delete objects no longer in the image; those that fail wait for next time."""
-        orphans, self._orphans = self._orphans, []
-        for object_id in orphans:
+        """Delete objects no image names; those that fail wait for the next try."""
+        for object_id in sorted(self._orphans):
             try:
                 await self._store.delete(object_key(object_id))
-            except StorageFaultError:
-                self._orphans.append(object_id)
+            except BookieError as error:
+                log.warning("tiered store: unused object %d left for later: %s", object_id, error)
+                continue
+            self._orphans.discard(object_id)
+
+    async def collect_garbage(self) -> int:
+        """Delete every object of the object store the image does not name (written by
+        a change that failed or crashed before its image was durable, or removed by one
+        that crashed before deleting it); returns how many. Those that fail to delete
+        wait for the next compaction. Call it only with an image that is durable (at
+        open): a change in flight elsewhere would lose its objects. One listing, and
+        one delete per garbage object."""
+        async with self._write_lock:
+            named = set(self._image.all_object_ids())
+            garbage = {
+                object_id
+                for object_id in map(object_id_of, await self._store.keys())
+                if object_id is not None and object_id not in named
+            }
+            if not garbage:
+                return 0
+            # an id whose delete fails must never be handed out again
+            self._next_object_id = max(self._next_object_id, max(garbage) + 1)
+            self._orphans.update(garbage)
+            await self._delete_orphans()
+            return len(garbage)
 
     def _is_live_stream_set_object(self, object_id: int) -> bool:
         return self._image.stream_set_objects.position(object_id) is not None

@@ -8,7 +8,8 @@ objects (SOs). A stream's offsets only grow (uploads of a stream never go back),
 may jump (the broker uses ``ledger_id << 32 | entry_id``).
 
 Costs (object store calls, the unit that matters on S3):
-- ``upload``: one put. CPU O(entries + bytes).
+- ``upload``: one put, and one metadata write when persisted. CPU O(entries + bytes).
+  A range the store already holds (a retried upload) costs a read instead.
 - ``read``: per object holding the answer, one index-block get (two if the index is
   larger than 64 KiB) and one ranged get per run of adjacent data blocks; plus the
   index blocks the search loads (see locator.py and ``stats()["indexLoads"]``).
@@ -167,10 +168,18 @@ class TieredStore:
         """Write one SSO holding ``ranges`` (stream id, start offset, entries), and
         return its object id. Empty ranges are ignored; ValueError if nothing is left,
         if two ranges of a stream overlap, or if a range starts before its stream's end
-        offset. The object is put, the new image made durable, then installed; on failure
-        (a BookieError) nothing changes and the object, if written, is deleted."""
+        offset, unless the store holds it already: the same entries at the same offsets
+        (a retry of an upload that was done, its caller told otherwise). Such ranges are
+        left out; if that is all of them, nothing is written and the id returned is of
+        an object holding them. The object is put, the new image made durable, then
+        installed; on failure (a BookieError) nothing changes and the object, if
+        written, is deleted."""
         async with self._write_lock:
-            data_ranges = self._checked_ranges(ranges)
+            data_ranges, holder = await self._not_stored(_data_ranges(ranges))
+            if not data_ranges:
+                assert holder is not None
+                return holder
+            self._check_order(data_ranges)
             object_id = self._allocate_object_id()
             data = encode_object(data_ranges)
             await self._store.put(object_key(object_id), data)
@@ -188,22 +197,31 @@ class TieredStore:
             await self._install(image, written=[object_id])
             return object_id
 
-    def _checked_ranges(
-        self, ranges: Iterable[RangeData | tuple[int, int, Sequence[bytes]]]
-    ) -> list[RangeData]:
-        data_ranges = sorted(
-            (RangeData(int(s), int(o), list(e)) for s, o, e in ranges if len(e) > 0),
-            key=lambda r: (r.stream_id, r.start_offset),
-        )
-        if not data_ranges:
-            raise ValueError("upload: no entries")
+    async def _not_stored(self, data_ranges: list[RangeData]) -> tuple[list[RangeData], int | None]:
+        """``data_ranges`` but those the store holds already, and the id of an object
+        holding the last of those (None if none). One read per range that ends at or
+        before its stream's end offset; none for a range past it (the usual upload)."""
+        fresh: list[RangeData] = []
+        holder: int | None = None
+        for data_range in data_ranges:
+            stream_id = data_range.stream_id
+            start, end = data_range.start_offset, data_range.end_offset
+            stream_end = self._image.stream_end(stream_id)
+            if stream_end is None or end > stream_end:
+                fresh.append(data_range)
+                continue
+            holders: list[int] = []
+            stored = await self._read_once(stream_id, start, end, holders)
+            if stored != list(zip(range(start, end), data_range.entries, strict=True)):
+                fresh.append(data_range)  # different entries: the order check refuses it
+                continue
+            holder = holders[-1]
+        return fresh, holder
+
+    def _check_order(self, data_ranges: list[RangeData]) -> None:
         previous: RangeData | None = None
         for data_range in data_ranges:
             stream_id = data_range.stream_id
-            if not (0 <= stream_id <= MAX_U64 and data_range.start_offset >= 0):
-                raise ValueError(f"upload: stream {stream_id}: ids and offsets must be >= 0")
-            if data_range.end_offset > MAX_U64:
-                raise ValueError(f"upload: stream {stream_id}: offsets exceed 64 bits")
             if previous is not None and previous.stream_id == stream_id:
                 low = previous.end_offset
             else:
@@ -214,7 +232,6 @@ class TieredStore:
                     f" goes back before offset {low}"
                 )
             previous = data_range
-        return data_ranges
 
     # -------------------------------------------------------------------- read
 
@@ -237,8 +254,9 @@ class TieredStore:
         raise AssertionError("unreachable")
 
     async def _read_once(
-        self, stream_id: int, start_offset: int, end_offset: int
+        self, stream_id: int, start_offset: int, end_offset: int, holders: list[int] | None = None
     ) -> list[tuple[int, bytes]]:
+        """One try of ``read``; the ids of the objects it read from go to ``holders``."""
         image = self._image
         extent = image.streams.get(stream_id)
         if extent is None:
@@ -273,6 +291,8 @@ class TieredStore:
             else:
                 break
             result.extend(await self._fetch(index, blocks, offset, end))
+            if holders is not None:
+                holders.append(index.object_id)
             offset = blocks[-1].end_offset
         return result
 
@@ -541,6 +561,24 @@ class TieredStore:
             "compactions": self.compactions,
             "orphanObjects": len(self._orphans),
         }
+
+
+def _data_ranges(ranges: Iterable[RangeData | tuple[int, int, Sequence[bytes]]]) -> list[RangeData]:
+    """The non-empty ranges, sorted by stream and offset. ValueError if none is left or
+    an id or offset is out of bounds."""
+    data_ranges = sorted(
+        (RangeData(int(s), int(o), list(e)) for s, o, e in ranges if len(e) > 0),
+        key=lambda r: (r.stream_id, r.start_offset),
+    )
+    if not data_ranges:
+        raise ValueError("upload: no entries")
+    for data_range in data_ranges:
+        stream_id = data_range.stream_id
+        if not (0 <= stream_id <= MAX_U64 and data_range.start_offset >= 0):
+            raise ValueError(f"upload: stream {stream_id}: ids and offsets must be >= 0")
+        if data_range.end_offset > MAX_U64:
+            raise ValueError(f"upload: stream {stream_id}: offsets exceed 64 bits")
+    return data_ranges
 
 
 def _index_of(object_id: int, key: str, data: bytes) -> ObjectIndex:

@@ -360,3 +360,32 @@ async def test_garbage_a_restart_cannot_delete_never_takes_the_id_of_a_new_objec
     await store.compact(max_sso_count=1)  # deletes the garbage first
     await assert_reads_everything(store, writer)
     await assert_objects_are_the_images(store)
+
+
+async def test_an_upload_retried_after_it_was_done_is_done_without_writing_again(
+    site: Site,
+) -> None:
+    """An offload whose upload was done but whose ledger mark failed (or whose broker was
+    killed before it) uploads the same ledgers again: that is not going back."""
+    store = await site.open()
+    writer = await uploaded(store, ssos=2)
+    done = [(0, writer.offsets(0)[-1] + 1, [b"done-0", b"done-1"]), (1, 1 << 40, [b"done"])]
+    object_id = await store.upload(done)
+    for stream, start, payloads in done:
+        writer.record(stream, start, payloads)
+    image = store.store.image.to_json()
+    puts = store.stats()["objectPuts"]
+
+    assert await store.upload(done) == object_id
+    assert store.store.image.to_json() == image
+    assert store.stats()["objectPuts"] == puts
+
+    await store.compact(max_sso_count=1)  # the entries move to other objects
+    store = await site.restart()
+    assert await store.upload(done) in store.store.image.all_object_ids()
+    new = (2, writer.offsets(2)[-1] + 1, [b"new"])
+    await store.upload([*done, new])  # the new range is written, the others left out
+    writer.record(*new)
+    await assert_reads_everything(store, writer)
+    with pytest.raises(ValueError, match="goes back"):
+        await store.upload([(0, done[0][1], [b"other", b"entries"])])

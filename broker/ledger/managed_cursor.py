@@ -17,7 +17,8 @@ real change that gets written.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
+from typing import Any
 
 import orjson
 
@@ -140,12 +141,35 @@ class ManagedCursor:
     async def delete(self) -> None:
         """Delete the cursor's record, then forget it; a failed delete changes nothing.
         Writes still queued afterwards write nothing."""
-        while self._write is not None or self._next_write is not None:
-            await self._settle()
-        await self.ledger.metadata.delete(self.key)
+        await self._alone(self.ledger.metadata.delete(self.key))
         self._deleted = True
         self.ledger.cursors.pop(self.name, None)
         self.ledger.deactivate_cursor(self)
+
+    async def _alone(self, write: Coroutine[Any, Any, None]) -> None:
+        """Run ``write`` (a put or delete of the record) once no other write is in flight,
+        as the write in flight: an ack meanwhile waits for it, so no older state can land
+        after it. Raises what ``write`` raises."""
+        while self._write is not None or self._next_write is not None:
+            await self._settle()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._write = done
+        self._write_version = self._version
+        task = asyncio.ensure_future(write)
+        try:
+            cancelled = await _wait_through_cancel(task)
+        finally:
+            self._write = None
+        error = task.exception()
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+            done.exception()  # nobody but this caller needs it
+        if cancelled:
+            raise asyncio.CancelledError
+        if error is not None:
+            raise error
 
     async def _settle(self) -> None:
         """Wait for the write in flight (or the next one) to end, whatever its outcome."""
@@ -382,12 +406,12 @@ class ManagedCursor:
         nothing. Acks not yet durable are superseded by it."""
         position = self.ledger.normalize(position)
         mark_delete = self.ledger.previous_position(position)
-        while self._write is not None or self._next_write is not None:
-            await self._settle()
         if self._deleted:
             return
         consumed = self.messages_consumed_counter
-        await self.ledger.metadata.put(self.key, self._encode(mark_delete, [], consumed))
+        await self._alone(
+            self.ledger.metadata.put(self.key, self._encode(mark_delete, [], consumed))
+        )
         self._version += 1
         self._persisted_version = self._version
         self._durable = (mark_delete, [], consumed)

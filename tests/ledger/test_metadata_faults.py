@@ -350,3 +350,51 @@ async def test_a_rewind_during_a_read_drops_what_the_read_had_before_it(
     bookie.gate.set()
     got = [e.data for e in await reading]
     assert got == [b"m0", b"m1", b"m2", b"m3", b"m4", b"m5"], "each once, in order"
+
+
+class GatedMetadata(InMemoryMetadataStore):
+    """Puts and deletes wait on ``gate`` while it is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+        self.waiting = asyncio.Event()
+
+    async def _hold(self) -> None:
+        if self.gate is not None:
+            self.waiting.set()
+            await self.gate.wait()
+
+    async def put(self, key: str, value: bytes) -> None:
+        await self._hold()
+        await super().put(key, value)
+
+    async def delete(self, key: str) -> None:
+        await self._hold()
+        await super().delete(key)
+
+
+@pytest.mark.parametrize("admin", ["reset", "delete"])
+async def test_an_ack_made_while_a_reset_or_delete_is_written_never_lands_after_it(
+    stores: Stores, open_ledger: OpenLedger, admin: str
+) -> None:
+    metadata = stores.metadata = GatedMetadata()
+    ledger = await open_ledger()
+    cursor = await ManagedCursor.create(ledger, "s", "earliest")
+    positions = [await ledger.add_entries([b"m%d" % i]) for i in range(4)]
+    metadata.gate = asyncio.Event()
+    if admin == "reset":
+        running = asyncio.create_task(cursor.reset(positions[3]))
+    else:
+        running = asyncio.create_task(cursor.delete())
+    await metadata.waiting.wait()
+    cursor.acknowledge([positions[0]])
+    acking = asyncio.create_task(cursor.persist())
+    metadata.gate.set()
+    await running
+    await acking
+    recovered = (await open_ledger()).cursors
+    if admin == "reset":
+        assert recovered["s"].mark_delete_position == positions[2], "the reset stands"
+    else:
+        assert "s" not in recovered, "the ack's write did not bring the record back"

@@ -203,9 +203,14 @@ class ManagedLedger:
                 self.entries_added_counter += info.entries
         if self._ledger_ids:
             # a broker taking a topic over asks the bookie for the last entry of its last
-            # ledger (BookKeeper's getLastEntryInLedger: the last-entry cache or a seek)
+            # ledger (BookKeeper's getLastEntryInLedger: the last-entry cache or a seek on
+            # the index); a ledger whose bookie copy was deleted after its offload has
+            # only the count its record keeps (it is closed: that count is final)
             last_info = self._ledgers[self._ledger_ids[-1]]
-            last = await self.bookie.get_last_entry_in_ledger(last_info.ledger_id)
+            if last_info.bookie_deleted:
+                last = last_info.entries - 1
+            else:
+                last = await self.bookie.get_last_entry_in_ledger(last_info.ledger_id)
             self.last_confirmed = Position(last_info.ledger_id, last)
         prefix = cursor_key_prefix(self.name)
         if raw is None:

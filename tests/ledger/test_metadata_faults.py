@@ -398,3 +398,23 @@ async def test_an_ack_made_while_a_reset_or_delete_is_written_never_lands_after_
         assert recovered["s"].mark_delete_position == positions[2], "the reset stands"
     else:
         assert "s" not in recovered, "the ack's write did not bring the record back"
+
+
+async def test_a_topic_whose_last_ledger_left_the_bookie_after_its_offload_loads(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    # a failed rollover, or a close that drops an empty current ledger, can leave an
+    # offloaded ledger last in the list; once its bookie copy is deleted there is
+    # nothing to seek in, and the load must not depend on it
+    ledger = await open_ledger()
+    await ledger.add_entries([b"a", b"b"])
+    await ledger.close()
+    ledger = await open_ledger()
+    offloaded = ledger.offload_candidates()
+    assert [info.entries for info in offloaded] == [2]
+    await ledger.mark_offloaded(offloaded)
+    assert await ledger.delete_offloaded_from_bookie(0) == 1
+    await ledger.close()  # its current ledger is empty: dropped
+    reopened = await open_ledger()
+    assert reopened.last_confirmed == Position(offloaded[0].ledger_id, 1)
+    assert reopened.ledgers[0].bookie_deleted

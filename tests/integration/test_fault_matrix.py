@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from broker.http.app import FAULT_OPERATIONS
 from tests.conftest import BrokerProcessFactory, Client, b64, unb64
 from tests.integration.fault_workload import (
     BROKER_ARGS,
@@ -36,20 +37,7 @@ pytestmark = pytest.mark.slow
 
 #: every operation the faults route injects into: the bookie's, the metadata store's
 #: (a cursor persist is a metadataPut), the tiered object store's
-OPERATIONS = (
-    "createLedger",
-    "addEntries",
-    "readEntries",
-    "getLastEntry",
-    "closeLedger",
-    "deleteLedger",
-    "metadataGet",
-    "metadataPut",
-    "metadataDelete",
-    "objectGet",
-    "objectPut",
-    "objectDelete",
-)
+OPERATIONS = FAULT_OPERATIONS
 
 #: error: half the calls fail among successes, then faults are cleared, the state is
 #: checked live, failed changes are retried, and the broker stops cleanly;

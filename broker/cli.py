@@ -27,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the broker")
     serve.add_argument("--host", help="bind address (default: bindAddress of broker.conf)")
     serve.add_argument("--port", type=int, help="port (default: webServicePort; 0 = any free)")
+    serve.add_argument(
+        "--broker-port",
+        type=int,
+        help="Pulsar binary protocol port (default: brokerServicePort; 0 = off, -1 = any free)",
+    )
     serve.add_argument("--data-dir", type=pathlib.Path, default=pathlib.Path("data"))
     serve.add_argument("--config", type=pathlib.Path, help="broker.conf (default conf/broker.conf)")
     serve.add_argument(
@@ -106,6 +111,8 @@ def load_settings(args: argparse.Namespace) -> Settings:
         broker_overrides["bindAddress"] = args.host
     if args.port is not None:
         broker_overrides["webServicePort"] = args.port
+    if args.broker_port is not None:
+        broker_overrides["brokerServicePort"] = args.broker_port
     broker = load_broker_config(_default_conf(args.config, "broker.conf"), broker_overrides)
     storage = load_storage_config(
         _default_conf(args.storage_config, "storage.conf"), _overrides(args.storage_set)

@@ -37,6 +37,26 @@ class BrokerConfig(BaseModel):
     bindAddress: str = Field(default="127.0.0.1", min_length=1)
     #: HTTP port; 0 picks a free port (tests). Pulsar: same default.
     webServicePort: int = Field(default=8080, ge=0, le=65535)
+    #: Host name or address clients are told to connect to (lookups, the binary
+    #: protocol's LOOKUP); empty: bindAddress. Pulsar: same key (default: the host name).
+    advertisedAddress: str = ""
+    #: Name of the cluster this broker belongs to (admin routes). Pulsar's standalone
+    #: mode names it "standalone".
+    clusterName: str = Field(default="standalone", min_length=1)
+
+    # --- Pulsar binary protocol ---
+    #: TCP port of Pulsar's binary protocol (pulsar://); 0 disables it, -1 picks a free
+    #: port (tests; brokerlab only). Pulsar: same key and default.
+    brokerServicePort: int = Field(default=6650, ge=-1, le=65535)
+    #: Seconds between keep-alive PINGs on a binary connection; a connection that has
+    #: not answered for twice this long is closed. Pulsar: same key and default.
+    keepAliveIntervalSeconds: int = Field(default=30, gt=0)
+    #: Acks of single messages of a batch (ack sets) are kept, so a redelivery of the
+    #: batch sends only the messages not yet acknowledged. Pulsar: same key and default.
+    acknowledgmentAtBatchIndexLevelEnabled: bool = False
+    #: Pulsar's WebSocket API (/ws/v2/...) on the HTTP port. Pulsar's broker default is
+    #: false; its standalone mode, which brokerlab plays, turns it on.
+    webSocketServiceEnabled: bool = True
 
     # --- Produce ---
     #: Produce to a missing topic creates it. Pulsar: same default.
@@ -48,6 +68,15 @@ class BrokerConfig(BaseModel):
     maxHttpRequestBodyBytes: int = Field(default=16777216, gt=0)
     #: brokerlab only: most messages in one produce request.
     maxMessagesPerProduceRequest: int = Field(default=1000, gt=0)
+    #: What a produce or consumer auto-creates: non-partitioned or partitioned (with
+    #: defaultNumPartitions). Pulsar: same key and default.
+    allowAutoTopicCreationType: str = Field(
+        default="non-partitioned", pattern="^(non-partitioned|partitioned)$"
+    )
+    #: Partitions of an auto-created partitioned topic. Pulsar: same key and default.
+    defaultNumPartitions: int = Field(default=1, gt=0)
+    #: Most partitions a partitioned topic may have; 0 = no limit. Pulsar: same.
+    maxNumPartitionsPerPartitionedTopic: int = Field(default=0, ge=0)
 
     # --- Managed ledger: rollover ---
     #: Roll the current ledger over at this many entries (not before the minimum time).

@@ -56,6 +56,8 @@ class BrokerProcess:
     def command(self, port: int) -> list[str]:
         command = [sys.executable, "-m", "broker.cli", "serve", "--host", self.host]
         command += ["--port", str(port), "--data-dir", str(self.data_dir)]
+        # the binary protocol on any free port, so a broker never fights for 6650
+        command += ["--broker-port", "-1"]
         if self.config is not None:
             command += ["--config", str(self.config)]
         if self.storage_config is not None:

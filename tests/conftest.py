@@ -122,7 +122,7 @@ def make_settings(
     storage_overrides = {"storageMode": "memory"} if data_dir is None else {}
     storage_overrides.update(storage or {})
     return Settings(
-        broker=load_broker_config(CONF / "broker.conf", {"webServicePort": 0, **broker}),
+        broker=load_broker_config(CONF / "broker.conf", {"webServicePort": 0, "brokerServicePort": 0, **broker}),
         storage=load_storage_config(CONF / "storage.conf", storage_overrides),
         data_dir=data_dir,
     )
@@ -195,6 +195,8 @@ class BrokerProcess:
             "serve",
             "--port",
             "0",
+            "--broker-port",
+            "-1",
             "--data-dir",
             str(self.data_dir),
             "--config",

@@ -203,6 +203,7 @@ def broker_server(
     label: str, data_dir: pathlib.Path, sync_mode: str, trace_dir: pathlib.Path | None = None
 ) -> ServerProcess:
     argv = [sys.executable, "-m", "broker.cli", "serve", "--host", HOST, "--port", "0"]
+    argv += ["--broker-port", "0"]  # HTTP only
     # A topic caches what is added for 2 x the cache TTL after it loads (Pulsar's grace
     # for consumers about to connect), then not while nobody reads. A produce-only round
     # inside that window paid for caching, later rounds did not; without the grace every

@@ -192,7 +192,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from broker.selfcheck import run_self_check
 
         return uvloop.run(run_self_check(settings))
-    uvloop.run(serve(settings))
+    from broker.dispatch.service import DataFormatError
+
+    try:
+        uvloop.run(serve(settings))
+    except DataFormatError as error:
+        print(f"brokerlab: cannot serve {settings.data_dir}: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

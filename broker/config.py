@@ -38,8 +38,9 @@ class BrokerConfig(BaseModel):
     #: HTTP port; 0 picks a free port (tests). Pulsar: same default.
     webServicePort: int = Field(default=8080, ge=0, le=65535)
     #: Host name or address clients are told to connect to (lookups, the binary
-    #: protocol's LOOKUP); empty: bindAddress. Pulsar: same key (default: the host name).
-    advertisedAddress: str = ""
+    #: protocol's LOOKUP). Pulsar: same key, default the host name; brokerlab's default
+    #: is loopback, as its bindAddress: set it when binding elsewhere.
+    advertisedAddress: str = Field(default="127.0.0.1", min_length=1)
     #: Name of the cluster this broker belongs to (admin routes). Pulsar's standalone
     #: mode names it "standalone".
     clusterName: str = Field(default="standalone", min_length=1)

@@ -56,6 +56,13 @@ class Subscription:
         #: position -> times it was sent again; forgotten once acknowledged
         self.redelivery_counts: dict[Position, int] = {}
         self.msg_redeliver = RateCounter()
+        #: batched entries some of whose messages are acknowledged: position -> bit mask
+        #: of the messages still unacknowledged (Pulsar's ack set: bit i set = message i
+        #: not acked); kept in memory, gone once the entry is acknowledged whole
+        self.ack_sets: dict[Position, int] = {}
+        #: messages in each batched entry an HTTP consumer received (its batch-index
+        #: acks need the size); gone once the entry is acknowledged
+        self.batch_sizes: dict[Position, int] = {}
         self._timers: dict[Consumer, set[asyncio.TimerHandle]] = {}
 
     @property
@@ -129,14 +136,41 @@ class Subscription:
         if cumulative:
             mine = [p for p in pending if p <= upto]  # with any handed out meanwhile
         counts = self.redelivery_counts
+        ack_sets = self.ack_sets
+        sizes = self.batch_sizes
         for position in mine:
             # a redelivery or a close meanwhile may have taken it back already
             if pending.pop(position, None) is not None:
                 counts.pop(position, None)
+            if ack_sets:
+                ack_sets.pop(position, None)
+            if sizes:
+                sizes.pop(position, None)
         if self.dispatcher is not None:
             if not cumulative:
                 self.dispatcher.acknowledged(mine)
             self.dispatcher.wake()
+
+    async def acknowledge_batch_indexes(
+        self, consumer: Consumer, acks: list[tuple[Position, int]]
+    ) -> None:
+        """Acknowledge messages of batched entries pending for ``consumer``: each pair is
+        (entry, mask of the messages still unacknowledged), merged into the entry's ack
+        set as Pulsar's cursor does (AND). An entry left with nothing unacknowledged is
+        acknowledged whole (durably, as :meth:`acknowledge`). O(acks)."""
+        pending = consumer.pending
+        ack_sets = self.ack_sets
+        complete = []
+        for position, remaining in acks:
+            if position not in pending:
+                continue
+            left = ack_sets.get(position, remaining) & remaining
+            if left:
+                ack_sets[position] = left
+            else:
+                complete.append(position)
+        if complete:
+            await self.acknowledge(consumer, complete, cumulative=False)
 
     def negative_acknowledge(self, consumer: Consumer, positions: list[Position]) -> None:
         """Redeliver ``positions`` after the consumer's nack delay, one redelivery more."""
@@ -185,6 +219,7 @@ class Subscription:
         hold is taken back. A failed reset changes nothing."""
         await self.cursor.reset(position)
         self.redelivery_counts.clear()
+        self.ack_sets.clear()
         if self.dispatcher is not None:
             self.dispatcher.reset()
             self.dispatcher.wake()

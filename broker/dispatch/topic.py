@@ -43,13 +43,15 @@ class PersistentTopic:
         self.bytes_in = RateCounter()
         self._admin_lock = asyncio.Lock()
 
-    async def publish(self, entries: Sequence[bytes]) -> Position:
-        """Store entries durably; the position of the first one."""
+    async def publish(self, entries: Sequence[bytes], messages: int = 0) -> Position:
+        """Store entries durably; the position of the first one. ``messages``: how many
+        messages they hold (batched entries hold several; 0: one per entry)."""
         first = await self.ledger.add_entries(entries)
         nbytes = sum(map(len, entries))
-        self.msg_in.add(len(entries))
+        messages = messages or len(entries)
+        self.msg_in.add(messages)
         self.bytes_in.add(nbytes)
-        self.totals.produced += len(entries)
+        self.totals.produced += messages
         self.totals.produced_bytes += nbytes
         return first
 

@@ -111,3 +111,37 @@ def message_ids(
     if len(values) > limit:
         raise InvalidRequestError(f"{name} has more than {limit} ids")
     return [message_id(value, name) for value in values]
+
+
+#: the largest batch index accepted in a message id (Pulsar's batches are far smaller)
+MAX_BATCH_INDEX = 1 << 20
+
+
+def message_ids_with_index(
+    body: dict[str, Any], name: str = "messageIds", limit: int = 100000
+) -> tuple[list[Position], list[tuple[Position, int]]]:
+    """The ids of ``body[name]``: ``L:E`` (a whole entry) or ``L:E:I`` (message I of a
+    batched entry). Returns (entries, (entry, batch index) pairs)."""
+    values = body.get(name)
+    if not isinstance(values, list) or not values:
+        raise InvalidRequestError(
+            f"{name} must be a non-empty list of 'ledgerId:entryId[:batchIndex]' strings"
+        )
+    if len(values) > limit:
+        raise InvalidRequestError(f"{name} has more than {limit} ids")
+    whole: list[Position] = []
+    indexed: list[tuple[Position, int]] = []
+    for value in values:
+        if isinstance(value, str) and value.count(":") == 2:
+            head, _, index_text = value.rpartition(":")
+            index = decimal(index_text)
+            if index is None or index >= MAX_BATCH_INDEX:
+                shown = value if len(value) <= 64 else value[:64] + "..."
+                raise InvalidRequestError(
+                    f"bad message id {shown!r} in {name}: the batch index must be a decimal "
+                    f"integer below {MAX_BATCH_INDEX}"
+                )
+            indexed.append((message_id(head, name), index))
+        else:
+            whole.append(message_id(value, name))
+    return whole, indexed

@@ -44,7 +44,9 @@ message = st.one_of(
 
 
 def whole_request(messages: list[Any], max_size: int, now_ms: int) -> list[bytes]:
-    return _encode_messages({"messages": messages}, CONFIG, now_ms)
+    encoded, batch_size = _encode_messages({"messages": messages}, CONFIG, now_ms)
+    assert batch_size == 0
+    return encoded
 
 
 @settings(max_examples=400, deadline=None)

@@ -1,29 +1,125 @@
-"""Entry encoding: the keyless, property-less fast path writes the same format."""
+"""Entries in Pulsar's format: magic, CRC32C, MessageMetadata, payload; batches inside."""
 
 from __future__ import annotations
 
+import base64
 import struct
 
 import pytest
+from crc32c import crc32c
 
-from broker.ledger.entry import HEADER_SIZE, decode_message, encode_message, publish_time_of
+from broker.ledger.entry import (
+    Entry,
+    EntryFormatError,
+    checksum_ok,
+    decode_message,
+    encode_batch,
+    encode_message,
+    encode_payloads,
+    entry_of,
+    key_of,
+    messages_of,
+    metadata_of,
+    publish_time_of,
+)
+from broker.ledger.position import Position
+from broker.pulsar_api import MessageMetadata
 
 
-@pytest.mark.parametrize("properties", [None, {}])
-def test_a_message_without_key_or_properties_round_trips(
-    properties: dict[str, str] | None,
-) -> None:
-    data = encode_message(b"payload", 1_700_000_000_123, 42, None, properties)
-    assert data[:HEADER_SIZE] == struct.pack("<BqqII", 1, 1_700_000_000_123, 42, 0xFFFFFFFF, 0)
+def test_an_entry_is_framed_as_pulsar_frames_a_send_payload() -> None:
+    data = encode_message(b"payload", 1_700_000_000_123, 42, None, None, "p1", 7)
+    magic, checksum, size = struct.unpack_from(">HII", data)
+    assert magic == 0x0E01
+    assert checksum == crc32c(data[6:])
+    metadata = MessageMetadata.FromString(data[10 : 10 + size])
+    assert (metadata.producer_name, metadata.sequence_id) == ("p1", 7)
+    assert (metadata.publish_time, metadata.event_time) == (1_700_000_000_123, 42)
+    assert not metadata.HasField("num_messages_in_batch")
+    assert data[10 + size :] == b"payload"
     message = decode_message(data)
     assert (message.publish_time, message.event_time, message.key) == (1_700_000_000_123, 42, None)
-    assert (message.properties, message.payload) == ({}, b"payload")
+    assert (message.properties, message.payload, message.batch_index) == ({}, b"payload", -1)
     assert publish_time_of(data) == 1_700_000_000_123
 
 
-def test_key_and_properties_round_trip_next_to_the_fast_path() -> None:
-    data = encode_message(b"", 5, 0, "k\u00e9y", {"a": "b"})
-    message = decode_message(data)
+def test_key_and_properties_round_trip() -> None:
+    message = decode_message(encode_message(b"", 5, 0, "k\u00e9y", {"a": "b"}))
     assert (message.key, message.properties, message.payload) == ("k\u00e9y", {"a": "b"}, b"")
     empty_key = decode_message(encode_message(b"x", 5, 0, "", None))
     assert (empty_key.key, empty_key.payload) == ("", b"x")
+
+
+def test_the_payload_only_path_writes_what_encode_message_writes() -> None:
+    fast = encode_payloads([b"a", b"bc"], 99, first_sequence_id=3)
+    assert fast == [
+        encode_message(b"a", 99, sequence_id=3),
+        encode_message(b"bc", 99, sequence_id=4),
+    ]
+
+
+def test_a_batch_holds_each_message_with_its_own_metadata() -> None:
+    data = encode_batch(
+        [(b"one", "k1", {"p": "1"}, 11), (b"", None, None, 0), (b"three", "k3", None, 0)],
+        1234,
+        "batcher",
+        40,
+    )
+    metadata = metadata_of(data)
+    assert metadata.num_messages_in_batch == 3
+    assert (metadata.partition_key, metadata.sequence_id, metadata.highest_sequence_id) == (
+        "k1",
+        40,
+        42,
+    )
+    assert checksum_ok(data)
+    messages = messages_of(data)
+    assert [m.payload for m in messages] == [b"one", b"", b"three"]
+    assert [m.key for m in messages] == ["k1", None, "k3"]
+    assert [m.batch_index for m in messages] == [0, 1, 2]
+    assert {m.batch_size for m in messages} == {3}
+    assert [m.sequence_id for m in messages] == [40, 41, 42]
+    assert (messages[0].properties, messages[0].event_time) == ({"p": "1"}, 11)
+    assert {m.publish_time for m in messages} == {1234}
+    assert Entry(Position(1, 2), data).messages == 3
+    assert Entry(Position(1, 2), encode_message(b"x", 1)).messages == 1
+
+
+def test_a_corrupted_entry_fails_its_checksum() -> None:
+    data = bytearray(encode_message(b"payload", 5))
+    assert checksum_ok(bytes(data))
+    data[-1] ^= 1
+    assert not checksum_ok(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\x01" * 40, b"\x0e\x01\0\0\0\0\xff\xff\xff\xff", b"\x0e\x01\0\0\0\0\0\0\0\x02\xff\xff"],
+)
+def test_bytes_that_are_not_an_entry_are_refused(data: bytes) -> None:
+    with pytest.raises(EntryFormatError):
+        messages_of(data)
+    assert key_of(data) is None
+
+
+def test_a_batch_whose_messages_run_past_the_entry_is_refused() -> None:
+    data = encode_batch([(b"abc", None, None, 0), (b"def", None, None, 0)], 1)
+    metadata = metadata_of(data)
+    # the batch's metadata over a payload cut two bytes short, with a valid checksum
+    head = metadata.SerializeToString()
+    payload = data[10 + len(head) : -2]
+    size = struct.pack(">I", len(head))
+    truncated = struct.pack(">HI", 0x0E01, crc32c(payload, crc32c(head, crc32c(size)))) + size
+    with pytest.raises(EntryFormatError):
+        messages_of(truncated + head + payload)
+
+
+def test_the_sticky_key_is_resolved_as_pulsar_resolves_it() -> None:
+    assert key_of(encode_message(b"x", 1, key="plain")) == b"plain"
+    no_key = encode_message(b"x", 1, producer_name="prod", sequence_id=9)
+    assert key_of(no_key) == b"prod-9"
+    metadata = MessageMetadata(producer_name="p", sequence_id=1, publish_time=1)
+    metadata.partition_key = base64.b64encode(b"\x00\xff").decode()
+    metadata.partition_key_b64_encoded = True
+    assert key_of(entry_of(metadata.SerializeToString(), b"")) == b"\x00\xff"
+    metadata.ordering_key = b"order"
+    assert key_of(entry_of(metadata.SerializeToString(), b"")) == b"order"

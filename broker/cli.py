@@ -17,7 +17,7 @@ from aiohttp import web
 
 from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from broker.config import load_broker_config, load_storage_config
-from broker.http.app import Settings, create_app
+from broker.http.app import PROTOCOL, Settings, create_app
 from storage_stub.confparse import ConfigError
 
 
@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         help="start, produce, consume, ack, restart over the same data, verify, exit",
     )
     bench = commands.add_parser("bench", help="run a benchmark and print ratios")
-    bench.add_argument("name", choices=["http", "cache", "cursors", "lac", "tiered"])
+    bench.add_argument("name", choices=["http", "cache", "cursors", "lac", "tiered", "wire"])
     bench.add_argument("--quick", action="store_true", help="seconds, not minutes (CI)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     designs = commands.add_parser(
@@ -154,6 +154,9 @@ async def serve(settings: Settings) -> None:
             f" (data: {settings.data_dir}, sync: {settings.storage.syncMode})",
             flush=True,
         )
+        protocol = app.get(PROTOCOL)
+        if protocol is not None:
+            print(f"brokerlab binary protocol on {protocol.service_url}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):

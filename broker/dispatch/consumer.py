@@ -144,3 +144,10 @@ class Consumer:
     def wake_pollers(self) -> None:
         """Release any long poll (the consumer was closed)."""
         self._available.set()
+
+    def detached(self) -> None:
+        """The broker closed this consumer (unload, topic delete, idle): a connected
+        client is told so; an HTTP consumer's next request finds it gone."""
+
+    def active_changed(self, active: bool) -> None:
+        """Failover/Exclusive: this consumer became the active one or stopped being it."""

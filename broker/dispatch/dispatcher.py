@@ -184,14 +184,22 @@ class SingleActiveConsumerDispatcher(Dispatcher):
     def add_consumer(self, consumer: Consumer) -> None:
         before = self.active_consumer()
         super().add_consumer(consumer)
-        if before is not None and self.active_consumer() is not before:
+        active = self.active_consumer()
+        if before is not None and active is not before:
             self._rewind(before, count_redelivery=False)
+            before.active_changed(False)
+        for member in self.consumers:
+            if member is consumer or member is active:
+                member.active_changed(member is active)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         was_active = self.active_consumer() is consumer
         self.consumers.remove(consumer)
         if was_active:
             self._rewind(consumer, count_redelivery=True)
+            active = self.active_consumer()
+            if active is not None:
+                active.active_changed(True)
 
     def redeliver(self, consumer: Consumer, positions: Iterable[Position] | None) -> None:
         if positions is not None:

@@ -231,6 +231,7 @@ class BrokerService:
             )
         for consumer in connected:
             self.close_consumer(consumer)
+        topic.close_producers()
         async with self._closing_topic(name):
             self.topics.pop(name, None)
             for subscription in topic.subscriptions.values():
@@ -261,6 +262,7 @@ class BrokerService:
             for subscription in topic.subscriptions.values():
                 for consumer in list(subscription.consumers):
                     self.close_consumer(consumer)
+            topic.close_producers()
             try:
                 await topic.close()
             except BookieError as error:
@@ -284,14 +286,24 @@ class BrokerService:
     # ------------------------------------------------------------------ consumers
 
     async def create_consumer(
-        self, name: TopicName, subscription_name: str, options: ConsumerOptions
+        self,
+        name: TopicName,
+        subscription_name: str,
+        options: ConsumerOptions,
+        factory: type[Consumer] = Consumer,
+        start: Position | None = None,
     ) -> Consumer:
+        """Attach a new consumer (of class ``factory``: the HTTP consumer, or a front
+        end's own) to the subscription, creating it at ``start`` (else the initial
+        position) if it does not exist."""
         check_subscription_type(options.subscription_type)
         topic = await self.get_topic(name, create=True)
-        start = "earliest" if options.initial_position == "Earliest" else "latest"
-        subscription = await topic.get_or_create_subscription(subscription_name, start)
+        begin: str | Position = start if start is not None else (
+            "earliest" if options.initial_position == "Earliest" else "latest"
+        )  # fmt: skip
+        subscription = await topic.get_or_create_subscription(subscription_name, begin)
         consumer_id = secrets.token_urlsafe(18)
-        consumer = Consumer(
+        consumer = factory(
             consumer_id,
             options.name or f"consumer-{consumer_id[:8]}",
             subscription,
@@ -324,6 +336,7 @@ class BrokerService:
         self.consumers.pop(consumer.consumer_id, None)
         consumer.subscription.remove_consumer(consumer)
         consumer.wake_pollers()
+        consumer.detached()
 
     async def subscription(self, name: TopicName, subscription_name: str) -> Subscription:
         topic = await self.get_topic(name, create=False)

@@ -201,6 +201,11 @@ class Subscription:
     def redeliver_unacknowledged(self, consumer: Consumer) -> None:
         self._redeliver(consumer, None)
 
+    def redeliver_now(self, consumer: Consumer, positions: list[Position]) -> None:
+        """Redeliver ``positions`` of ``consumer`` at once (a client that keeps its own
+        nack delay, as Pulsar's binary clients do)."""
+        self._redeliver(consumer, positions)
+
     def redeliver_timed_out(self, consumer: Consumer, now_ns: int) -> None:
         """Redeliver messages pending longer than the consumer's ack timeout."""
         if consumer.ack_timeout_ms <= 0 or not consumer.pending:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from broker.clock import Clock
 from broker.dispatch.dispatcher import DispatchConfig
@@ -16,6 +16,13 @@ from broker.ledger.entry import publish_time_of
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.managed_ledger import ManagedLedger
 from broker.ledger.position import Position
+
+
+class Producer(Protocol):
+    """A front end's producer attached to a topic (the binary protocol's)."""
+
+    def close_from_broker(self) -> None:
+        """The topic is going (unload, delete): tell the client and stop publishing."""
 
 
 class PersistentTopic:
@@ -41,6 +48,8 @@ class PersistentTopic:
         self.offload_error = ""
         self.msg_in = RateCounter()
         self.bytes_in = RateCounter()
+        #: producers of connected clients (HTTP produce has none)
+        self.producers: set[Producer] = set()
         self._admin_lock = asyncio.Lock()
 
     async def publish(self, entries: Sequence[bytes], messages: int = 0) -> Position:
@@ -55,6 +64,12 @@ class PersistentTopic:
         self.totals.produced_bytes += nbytes
         return first
 
+    def close_producers(self) -> None:
+        """The topic is unloading or being deleted: producers reconnect through lookup."""
+        for producer in list(self.producers):
+            producer.close_from_broker()
+        self.producers.clear()
+
     async def create_subscription(self, name: str, start: str | Position) -> Subscription:
         """A new durable subscription whose first message is ``start``. ConflictError if
         it exists."""
@@ -66,7 +81,7 @@ class PersistentTopic:
             self.subscriptions[name] = subscription
             return subscription
 
-    async def get_or_create_subscription(self, name: str, start: str) -> Subscription:
+    async def get_or_create_subscription(self, name: str, start: str | Position) -> Subscription:
         existing = self.subscriptions.get(name)
         if existing is not None:
             return existing

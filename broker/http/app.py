@@ -61,6 +61,7 @@ from broker.ledger.entry import (
 )
 from broker.ledger.managed_ledger import ManagedLedgerConfig
 from broker.ledger.position import Position
+from broker.protocol.server import ProtocolServer
 from storage_stub.bookie import Storage, open_storage
 from storage_stub.bookie.api import OPERATIONS, BookieError
 from storage_stub.bookie.faults import FaultInjector
@@ -89,6 +90,8 @@ SERVICE = web.AppKey("service", BrokerService)
 STORAGE = web.AppKey("storage", Storage)
 CLOCK = web.AppKey("clock", Clock)
 METRICS = web.AppKey("metrics", BrokerMetrics)
+#: the binary protocol's listener (absent when brokerServicePort is 0)
+PROTOCOL = web.AppKey("protocol", ProtocolServer)
 
 
 def service_config(config: BrokerConfig) -> ServiceConfig:
@@ -187,6 +190,23 @@ async def _broker_context(app: web.Application) -> AsyncIterator[None]:
             await asyncio.get_running_loop().run_in_executor(None, trace.close)
 
 
+async def _protocol_context(app: web.Application) -> AsyncIterator[None]:
+    """Pulsar's binary protocol on brokerServicePort, over the same broker service;
+    closed before the service."""
+    broker = app[SETTINGS].broker
+    port = broker.brokerServicePort
+    if port == 0:
+        yield
+        return
+    server = ProtocolServer(app[SERVICE], broker)
+    await server.start(broker.bindAddress, max(port, 0))
+    app[PROTOCOL] = server
+    try:
+        yield
+    finally:
+        await server.close()
+
+
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
     app = web.Application(
         middlewares=[error_middleware], client_max_size=settings.broker.maxHttpRequestBodyBytes
@@ -194,6 +214,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app.cleanup_ctx.append(_broker_context)
+    app.cleanup_ctx.append(_protocol_context)
     app.add_routes(routes)
     return app
 

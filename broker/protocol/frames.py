@@ -1,0 +1,52 @@
+"""Framing of Pulsar's binary protocol.
+
+Every frame is ``total size (4) | command size (4) | BaseCommand``; SEND and MESSAGE
+frames go on with the entry (``magic 0x0e01 | CRC32C | metadata size | metadata |
+payload``, :mod:`broker.ledger.entry`). Sizes are big-endian; ``total size`` counts
+everything after itself.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from broker.pulsar_api import BaseCommand
+
+SIZES = struct.Struct(">II")
+U32 = struct.Struct(">I")
+#: room for the command and headers around a message of maxMessageSize, as Pulsar's
+#: frame limit (Commands.MESSAGE_SIZE_FRAME_PADDING)
+FRAME_PADDING = 10 * 1024
+
+
+class FrameError(Exception):
+    """A frame that breaks the protocol; the connection is closed with this reason."""
+
+
+def command_frame(command: Any) -> bytes:
+    """A frame carrying only ``command``. O(command size)."""
+    body = command.SerializeToString()
+    return SIZES.pack(len(body) + 4, len(body)) + body
+
+
+def payload_frame_head(command: Any, entry_size: int) -> bytes:
+    """The sizes and command that precede an entry in a SEND or MESSAGE frame."""
+    body = command.SerializeToString()
+    return SIZES.pack(len(body) + 4 + entry_size, len(body)) + body
+
+
+def parse_command(frame: memoryview) -> tuple[Any, int]:
+    """The BaseCommand at the start of ``frame`` (which starts after the total size) and
+    where the rest (the entry of a SEND) begins. FrameError if it does not parse."""
+    if len(frame) < 4:
+        raise FrameError("frame shorter than its command size")
+    size = U32.unpack_from(frame)[0]
+    end = 4 + size
+    if end > len(frame):
+        raise FrameError(f"command size {size} runs past the frame ({len(frame)} bytes)")
+    try:
+        command = BaseCommand.FromString(frame[4:end])
+    except Exception as error:  # protobuf DecodeError, or a required field missing
+        raise FrameError(f"command does not parse: {error}") from None
+    return command, end

@@ -1,0 +1,62 @@
+"""The listener of Pulsar's binary protocol (``brokerServicePort``): same process, same
+event loop and same broker service as the HTTP front end."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from broker.config import BrokerConfig
+from broker.dispatch.names import TopicName
+from broker.dispatch.service import BrokerService
+from broker.protocol.connection import Connection
+from broker.protocol.frames import FRAME_PADDING
+from broker.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+
+class ProtocolServer:
+    """Accepts connections; each is a :class:`Connection`. ``close`` closes them all and
+    waits for their work."""
+
+    def __init__(self, service: BrokerService, config: BrokerConfig) -> None:
+        self.service = service
+        self.config = config
+        self.max_frame = config.maxMessageSize + FRAME_PADDING
+        self.connections: set[Connection] = set()
+        #: what LOOKUP answers: this broker's pulsar:// URL, known once listening
+        self.service_url = ""
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._tasks = TaskOwner("pulsar protocol")
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0: any free port); returns the port."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Connection(self), host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.service_url = f"pulsar://{self.config.advertisedAddress}:{self.port}"
+        return self.port
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        self._tasks.spawn(coro, name=name)
+
+    async def partitions(self, name: TopicName, auto_create: bool) -> int:
+        """PARTITIONED_METADATA: the topic's partitions (0: not partitioned)."""
+        partitions = getattr(self.service, "partitions", None)
+        if partitions is None:  # partitioned topics are landing separately
+            return 0
+        count: int = await partitions.metadata_for_client(name, auto_create)
+        return count
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            connection.abort("broker shutting down")
+        if self._server is not None:
+            await self._server.wait_closed()
+        await self._tasks.close()

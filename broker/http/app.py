@@ -24,6 +24,7 @@ from broker.config import (
     shadow_designs,
     trace_dir,
 )
+from broker.dispatch.consumer import NOT_RECEIVED, Consumer
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import (
     InvalidRequestError,
@@ -523,7 +524,7 @@ async def acknowledge(request: web.Request) -> web.Response:
         for position, index in indexed:
             size = sizes.get(position, 0)
             if index >= size:
-                if size == 0 and index == 0:
+                if size == 0 and index == 0 and _received(consumer, position):
                     whole.append(position)  # message 0 of an unbatched entry: the entry
                 continue  # not a message this consumer was given: ignored, as unknown ids
             everything = (1 << size) - 1
@@ -545,10 +546,21 @@ async def acknowledge(request: web.Request) -> web.Response:
 async def negative_acknowledge(request: web.Request) -> web.Response:
     consumer = _service(request).consumer(request.match_info["consumer_id"])
     whole, indexed = message_ids_with_index(await json_object(request))
-    # a message of a batch: the entry is redelivered (its acked messages are skipped)
-    positions = whole + [position for position, _ in indexed]
-    consumer.subscription.negative_acknowledge(consumer, positions)
+    # a message of a batch: the entry is redelivered (its acked messages are skipped),
+    # once however many of its messages are listed; other indexes are unknown ids
+    positions = dict.fromkeys(whole)
+    sizes = consumer.subscription.batch_sizes
+    for position, index in indexed:
+        if index < sizes.get(position, 0) or (index == 0 and _received(consumer, position)):
+            positions[position] = None
+    consumer.subscription.negative_acknowledge(consumer, list(positions))
     return _no_content()
+
+
+def _received(consumer: Consumer, position: Position) -> bool:
+    """Whether the consumer polled the entry (a batch still in its receiver queue has
+    no known size yet, so ``L:E:0`` cannot tell it from an unbatched entry)."""
+    return consumer.pending.get(position, NOT_RECEIVED) != NOT_RECEIVED
 
 
 @routes.post("/consumers/{consumer_id}/redeliverUnacknowledged")

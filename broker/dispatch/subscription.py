@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine, Iterable
+from typing import TYPE_CHECKING, Any
 
 from broker.clock import Clock
 from broker.dispatch.consumer import NOT_RECEIVED, Consumer
@@ -110,8 +110,20 @@ class Subscription:
         once the cursor is durable. The cursor skips them at once, but they stay pending
         for the consumer until then: if the write fails the ack had no effect (the
         cursor takes it back, the consumer still holds them, a retry writes it)."""
+        finish = self.begin_acknowledge(consumer, positions, cumulative)
+        if finish is not None:
+            await finish
+
+    def begin_acknowledge(
+        self, consumer: Consumer, positions: list[Position], cumulative: bool
+    ) -> Coroutine[Any, Any, None] | None:
+        """The part of :meth:`acknowledge` that takes effect at once (the cursor skips
+        the positions); returns what makes it durable, to await (None: nothing to do).
+        A front end that must apply acks in the order commands arrive (the binary
+        protocol: an ack, then a close) calls this where the command is read."""
         cursor = self.cursor
         pending = consumer.pending
+        upto = None
         if cumulative:
             if self.type in ("Shared", "Key_Shared"):
                 raise InvalidRequestError(
@@ -119,21 +131,28 @@ class Subscription:
                 )
             upto = max(positions)
             if upto not in pending:
-                return
+                return None
             mine = [p for p in pending if p <= upto]
             cursor.acknowledge_cumulative(upto)
         else:
             mine = [position for position in positions if position in pending]
             if not mine:
-                return
+                return None
             cursor.acknowledge(mine)
+        return self._finish_acknowledge(consumer, mine, upto)
+
+    async def _finish_acknowledge(
+        self, consumer: Consumer, mine: list[Position], upto: Position | None
+    ) -> None:
+        cursor = self.cursor
+        pending = consumer.pending
         try:
             await cursor.persist()
         except BaseException:
             if self.dispatcher is not None and any(p not in pending for p in mine):
                 self.dispatcher.unacknowledged_again(mine)
             raise
-        if cumulative:
+        if upto is not None:
             mine = [p for p in pending if p <= upto]  # with any handed out meanwhile
         counts = self.redelivery_counts
         ack_sets = self.ack_sets
@@ -147,7 +166,7 @@ class Subscription:
             if sizes:
                 sizes.pop(position, None)
         if self.dispatcher is not None:
-            if not cumulative:
+            if upto is None:
                 self.dispatcher.acknowledged(mine)
             self.dispatcher.wake()
 
@@ -158,6 +177,14 @@ class Subscription:
         (entry, mask of the messages still unacknowledged), merged into the entry's ack
         set as Pulsar's cursor does (AND). An entry left with nothing unacknowledged is
         acknowledged whole (durably, as :meth:`acknowledge`). O(acks)."""
+        finish = self.begin_acknowledge_batch_indexes(consumer, acks)
+        if finish is not None:
+            await finish
+
+    def begin_acknowledge_batch_indexes(
+        self, consumer: Consumer, acks: list[tuple[Position, int]]
+    ) -> Coroutine[Any, Any, None] | None:
+        """:meth:`acknowledge_batch_indexes` as :meth:`begin_acknowledge` splits it."""
         pending = consumer.pending
         ack_sets = self.ack_sets
         complete = []
@@ -170,7 +197,8 @@ class Subscription:
             else:
                 complete.append(position)
         if complete:
-            await self.acknowledge(consumer, complete, cumulative=False)
+            return self.begin_acknowledge(consumer, complete, cumulative=False)
+        return None
 
     def negative_acknowledge(self, consumer: Consumer, positions: list[Position]) -> None:
         """Redeliver ``positions`` after the consumer's nack delay, one redelivery more."""

@@ -1,0 +1,266 @@
+"""The official Pulsar client drives brokerlab over the binary protocol: produce and
+consume with batching on and off, the four subscription types, acks, nacks, seek."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+
+from tests.protocol.conftest import BrokerFactory, ServedBroker, poll_until
+
+pytestmark = pytest.mark.slow
+
+_topics = itertools.count()
+
+
+def new_topic() -> str:
+    return f"persistent://public/default/client-{next(_topics)}"
+
+
+@pytest.fixture
+def broker(pulsar_broker: BrokerFactory) -> ServedBroker:
+    return pulsar_broker()
+
+
+@pytest.fixture
+def client(broker: ServedBroker) -> Iterator[pulsar.Client]:
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=20)
+    yield client
+    client.close()
+
+
+def produce(
+    client: pulsar.Client, topic: str, count: int, batching: bool, keys: int = 0
+) -> list[str]:
+    producer = client.create_producer(
+        topic, batching_enabled=batching, batching_max_publish_delay_ms=5
+    )
+    sent = []
+    for index in range(count):
+        payload = f"m{index}"
+        key = f"k{index % keys}" if keys else None
+        if key is None:
+            producer.send_async(payload.encode(), None)
+        else:
+            producer.send_async(payload.encode(), None, partition_key=key)
+        sent.append(payload)
+    producer.flush()
+    producer.close()
+    return sent
+
+
+def receive(consumer: pulsar.Consumer, count: int, ack: bool = True) -> list[pulsar.Message]:
+    got = []
+    for _ in range(count):
+        message = consumer.receive(20_000)
+        got.append(message)
+        if ack:
+            consumer.acknowledge(message)
+    return got
+
+
+def nothing_more(consumer: pulsar.Consumer) -> bool:
+    try:
+        consumer.receive(300)
+    except pulsar.Timeout:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
+def test_messages_produced_are_consumed_once_in_order(
+    broker: ServedBroker, client: pulsar.Client, batching: bool
+) -> None:
+    topic = new_topic()
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    sent = produce(client, topic, 200, batching)
+    got = receive(consumer, 200)
+    assert [m.data().decode() for m in got] == sent
+    assert nothing_more(consumer)
+    stats = broker.http(
+        "GET", "/admin/v2/persistent/public/default/" + topic.rsplit("/", 1)[1] + "/internalStats"
+    )
+    if batching:
+        # a batch is one entry: far fewer entries than messages
+        assert stats["numberOfEntries"] < 200
+        assert any(m.message_id().batch_index() >= 1 for m in got)
+    else:
+        assert stats["numberOfEntries"] == 200
+    consumer.close()
+    backlog = broker.http(
+        "GET", "/admin/v2/persistent/public/default/" + topic.rsplit("/", 1)[1] + "/stats"
+    )
+    assert backlog["subscriptions"]["s"]["msgBacklog"] == 0
+
+
+def test_an_exclusive_subscription_refuses_a_second_consumer(client: pulsar.Client) -> None:
+    topic = new_topic()
+    first = client.subscribe(topic, "excl", consumer_type=pulsar.ConsumerType.Exclusive)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "excl", consumer_type=pulsar.ConsumerType.Exclusive)
+    first.close()
+    client.subscribe(topic, "excl", consumer_type=pulsar.ConsumerType.Exclusive).close()
+
+
+def test_failover_switches_to_the_standby_when_the_active_consumer_closes(
+    client: pulsar.Client,
+) -> None:
+    topic = new_topic()
+    kind = pulsar.ConsumerType.Failover
+    first = client.subscribe(topic, "fo", consumer_type=kind, consumer_name="a")
+    second = client.subscribe(topic, "fo", consumer_type=kind, consumer_name="b")
+    sent = produce(client, topic, 20, batching=False)
+    # "a" is active (the lowest name): it gets everything, "b" nothing
+    got = receive(first, 10)
+    assert [m.data().decode() for m in got] == sent[:10]
+    assert nothing_more(second)
+    first.close()
+    rest = receive(second, 10)
+    assert [m.data().decode() for m in rest] == sent[10:]
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
+def test_shared_consumers_split_the_messages_and_lose_none(
+    client: pulsar.Client, batching: bool
+) -> None:
+    topic = new_topic()
+    kind = pulsar.ConsumerType.Shared
+    consumers = [
+        client.subscribe(topic, "sh", consumer_type=kind, receiver_queue_size=10) for _ in range(3)
+    ]
+    sent = produce(client, topic, 300, batching)
+    received: dict[int, list[str]] = defaultdict(list)
+    remaining = set(sent)
+
+    def drain() -> bool:
+        for index, consumer in enumerate(consumers):
+            while True:  # everything this consumer has now
+                try:
+                    message = consumer.receive(20)
+                except pulsar.Timeout:
+                    break
+                payload = message.data().decode()
+                received[index].append(payload)
+                remaining.discard(payload)
+                consumer.acknowledge(message)
+        return not remaining
+
+    poll_until(drain, "every message received by some consumer")
+    everything = [p for got in received.values() for p in got]
+    assert sorted(everything) == sorted(sent)  # none lost, none twice
+    if not batching:
+        # one message per entry: the entries were spread (a batch goes whole to one)
+        assert sum(1 for got in received.values() if got) >= 2
+
+
+def test_shared_redelivers_after_a_nack_and_after_a_close(client: pulsar.Client) -> None:
+    topic = new_topic()
+    kind = pulsar.ConsumerType.Shared
+    first = client.subscribe(topic, "sh", consumer_type=kind, negative_ack_redelivery_delay_ms=100)
+    sent = produce(client, topic, 6, batching=False)
+    got = receive(first, 6, ack=False)
+    first.acknowledge(got[0])
+    first.negative_acknowledge(got[1])
+    again = first.receive(20_000)
+    assert again.data() == got[1].data()
+    assert again.redelivery_count() == 1
+    first.acknowledge(again)
+    # messages 2..5 are unacked: closing hands them to the next consumer
+    first.close()
+    second = client.subscribe(topic, "sh", consumer_type=kind)
+    rest = receive(second, 4)
+    assert sorted(m.data().decode() for m in rest) == sorted(sent[2:])
+    assert nothing_more(second)
+
+
+def test_key_shared_keeps_each_keys_order_while_consumers_join_and_leave(
+    client: pulsar.Client,
+) -> None:
+    topic = new_topic()
+    kind = pulsar.ConsumerType.KeyShared
+    first = client.subscribe(topic, "ks", consumer_type=kind, receiver_queue_size=20)
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_type=pulsar.BatchingType.KeyBased
+    )
+    order: dict[str, list[int]] = defaultdict(list)
+    consumers = [first]
+    total = 400
+
+    def send(start: int, end: int) -> None:
+        for index in range(start, end):
+            producer.send_async(str(index).encode(), None, partition_key=f"key{index % 7}")
+        producer.flush()
+
+    seen: set[int] = set()
+
+    def take(upto: int) -> None:
+        """Receive (and ack) until every message below ``upto`` was seen once."""
+
+        def step() -> bool:
+            for consumer in consumers:
+                while True:
+                    try:
+                        message = consumer.receive(20)
+                    except pulsar.Timeout:
+                        break
+                    number = int(message.data())
+                    order[message.partition_key()].append(number)
+                    seen.add(number)
+                    consumer.acknowledge(message)
+            return seen >= set(range(upto))
+
+        poll_until(step, f"the messages below {upto}")
+
+    send(0, 100)
+    take(100)
+    consumers.append(client.subscribe(topic, "ks", consumer_type=kind, receiver_queue_size=20))
+    send(100, 300)
+    take(300)
+    consumers.pop(0).close()
+    send(300, total)
+    take(total)
+    delivered = {n for values in order.values() for n in values}
+    assert delivered == set(range(total))
+    for key, values in order.items():
+        firsts = list(dict.fromkeys(values))  # a redelivery may repeat; order must hold
+        assert firsts == sorted(firsts), f"{key} out of order"
+
+
+def test_seek_moves_the_subscription_back(client: pulsar.Client) -> None:
+    topic = new_topic()
+    consumer = client.subscribe(topic, "seek", initial_position=pulsar.InitialPosition.Earliest)
+    sent = produce(client, topic, 10, batching=False)
+    got = receive(consumer, 10)
+    consumer.seek(got[3].message_id())
+    again = receive(consumer, 6)
+    assert [m.data().decode() for m in again] == sent[4:] or [
+        m.data().decode() for m in again
+    ] == sent[3:9]
+    consumer.seek(pulsar.MessageId.earliest)
+    assert receive(consumer, 1)[0].data().decode() == sent[0]
+
+
+def test_a_reader_reads_from_a_message_id_and_leaves_no_subscription(
+    broker: ServedBroker, client: pulsar.Client
+) -> None:
+    topic = new_topic()
+    produce(client, topic, 5, batching=False)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert [reader.read_next(20_000).data() for _ in range(5)] == [
+        f"m{i}".encode() for i in range(5)
+    ]
+    assert not reader.has_message_available()
+    reader.close()
+    local = topic.rsplit("/", 1)[1]
+    poll_until(
+        lambda: (
+            not broker.http("GET", f"/admin/v2/persistent/public/default/{local}/stats")[
+                "subscriptions"
+            ]
+        ),
+        "the reader's subscription to go",
+    )

@@ -264,3 +264,37 @@ def test_a_reader_reads_from_a_message_id_and_leaves_no_subscription(
         ),
         "the reader's subscription to go",
     )
+
+
+@pytest.mark.parametrize("broker_keeps_ack_sets", [True, False], ids=["enabled", "disabled"])
+def test_batch_index_acks_redeliver_only_the_unacked_messages_of_a_batch(
+    pulsar_broker: BrokerFactory, broker_keeps_ack_sets: bool
+) -> None:
+    broker = pulsar_broker(acknowledgmentAtBatchIndexLevelEnabled=broker_keeps_ack_sets)
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=20)
+    try:
+        topic = new_topic()
+        kind = pulsar.ConsumerType.Shared
+        first = client.subscribe(topic, "bi", consumer_type=kind, batch_index_ack_enabled=True)
+        producer = client.create_producer(
+            topic, batching_enabled=True, batching_max_publish_delay_ms=60_000
+        )
+        for index in range(10):
+            producer.send_async(f"m{index}".encode(), None)
+        producer.flush()  # the ten messages go as one batch
+        got = receive(first, 10, ack=False)
+        assert {m.message_id().entry_id() for m in got} == {got[0].message_id().entry_id()}
+        for message in got[::2]:
+            first.acknowledge(message)
+        first.close()  # flushes the acks; the unacked messages go back
+        second = client.subscribe(topic, "bi", consumer_type=kind, batch_index_ack_enabled=True)
+        if broker_keeps_ack_sets:
+            again = receive(second, 5)
+            assert [m.data().decode() for m in again] == [f"m{i}" for i in range(1, 10, 2)]
+        else:
+            # no ack sets on the broker: the whole batch comes back, as in Pulsar
+            again = receive(second, 10)
+            assert [m.data().decode() for m in again] == [f"m{i}" for i in range(10)]
+        assert nothing_more(second)
+    finally:
+        client.close()

@@ -27,5 +27,9 @@ def run_bench(name: str, quick: bool = False, as_json: bool = False) -> int:
         from broker.bench.tiered import main as tiered_main
 
         return tiered_main(quick=quick, as_json=as_json)
+    if name == "wire":
+        from broker.bench.wire import main as wire_main
+
+        return wire_main(quick=quick, as_json=as_json)
     print(f"brokerlab bench: unknown benchmark {name!r}", file=sys.stderr)
     return 2

@@ -1,0 +1,124 @@
+"""``brokerlab bench wire --quick --json`` runs end to end: a row for each server and each
+batching mode, with figures that are there, positive and consistent; and the bench tells
+a brokerlab without the binary protocol from one with it by the lines it prints.
+
+Never asserts on timing, nor on the issue's target ratio: only on the report's structure
+and on counts.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from broker.bench import wire
+from broker.bench.wire import BrokerlabServer, find_pulsar_lite
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+
+
+def _measured_row_is_consistent(row: dict[str, Any], messages: int) -> None:
+    assert row["available"] and row["error"] is None, row
+    assert row["messages"] == messages, row
+    assert row["produce_msgs_per_s"] > 0, row
+    assert row["consume_msgs_per_s"] > 0, row
+    assert row["received"] >= messages, row
+    assert row["duplicates"] == row["received"] - messages, row
+    entries = row["entries"]
+    if entries is None:  # reported as n/a
+        assert row["produce_entries_per_s"] is None and row["consume_entries_per_s"] is None
+        return
+    if row["batching"]:
+        assert 0 < entries < messages, row
+    else:
+        assert entries == messages, row
+    assert row["produce_entries_per_s"] > 0 and row["consume_entries_per_s"] > 0, row
+    assert row["msgs_per_entry"] == round(messages / entries, 2), row
+
+
+@pytest.mark.skipif(find_pulsar_lite() is None, reason="pulsar-lite (the reference) not installed")
+def test_bench_wire_quick_measures_brokerlab_and_pulsar_lite_batched_and_not() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "bench", "wire", "--quick", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.stdout, completed.stderr[-3000:]
+    result = json.loads(completed.stdout)
+    assert result["bench"] == "wire" and result["quick"] is True
+    config = result["config"]
+    assert config["host"] == "127.0.0.1"
+    assert config["message_bytes"] == 1024
+    messages = config["messages_per_row"]
+
+    rows = {(row["server"], row["batching"]): row for row in result["rows"]}
+    assert set(rows) == {
+        ("brokerlab", True),
+        ("brokerlab", False),
+        ("reference", True),
+        ("reference", False),
+    }
+    for batching in (True, False):
+        _measured_row_is_consistent(rows[("reference", batching)], messages)
+    assert result["servers"]["reference"]["available"] is True
+    assert result["servers"]["reference"]["service_url"].startswith("pulsar://127.0.0.1:")
+    assert result["target_ratio"] == 0.8
+
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert result["servers"]["brokerlab"]["available"] is True
+    assert result["servers"]["brokerlab"]["service_url"].startswith("pulsar://127.0.0.1:")
+    for batching in (True, False):
+        _measured_row_is_consistent(rows[("brokerlab", batching)], messages)
+        ours, theirs = rows[("brokerlab", batching)], rows[("reference", batching)]
+        ratios = result["ratios"][f"batching_{'on' if batching else 'off'}"]
+        for phase in ("produce", "consume"):
+            key = f"{phase}_msgs_per_s"
+            assert ratios[phase] == round(ours[key] / theirs[key], 4)
+    assert result["produce_ratio"] == result["ratios"]["batching_on"]["produce"]
+    assert result["consume_ratio"] == result["ratios"]["batching_on"]["consume"]
+    assert isinstance(result["meets_target"], bool)  # reported, never required
+
+
+def _fake_brokerlab(tmp_path: pathlib.Path, *lines: str) -> BrokerlabServer:
+    """A BrokerlabServer whose child prints ``lines`` and then waits to be stopped."""
+    server = BrokerlabServer(tmp_path)
+    script = "import sys, time\n" + "".join(f"print({line!r}, flush=True)\n" for line in lines)
+    server.argv = [sys.executable, "-c", script + "time.sleep(60)\n"]
+    return server
+
+
+async def test_a_brokerlab_that_speaks_no_binary_protocol_is_reported_unavailable(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wire, "BINARY_LINE_GRACE_S", 0.2)
+    server = _fake_brokerlab(
+        tmp_path, "brokerlab listening on http://127.0.0.1:8080 (data: d, sync: none)"
+    )
+    try:
+        with pytest.raises(wire.ServerUnavailable, match="no binary protocol"):
+            await server.start()
+    finally:
+        await server.stop()
+
+
+async def test_brokerlab_is_ready_once_it_printed_its_http_and_binary_protocol_lines(
+    tmp_path: pathlib.Path,
+) -> None:
+    server = _fake_brokerlab(
+        tmp_path,
+        "brokerlab binary protocol on pulsar://127.0.0.1:6650",
+        "brokerlab listening on http://127.0.0.1:8080 (data: d, sync: none)",
+    )
+    try:
+        assert await server.start() == "pulsar://127.0.0.1:6650"
+        assert server.url == "http://127.0.0.1:8080"
+    finally:
+        await server.stop()

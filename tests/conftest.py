@@ -122,7 +122,9 @@ def make_settings(
     storage_overrides = {"storageMode": "memory"} if data_dir is None else {}
     storage_overrides.update(storage or {})
     return Settings(
-        broker=load_broker_config(CONF / "broker.conf", {"webServicePort": 0, "brokerServicePort": 0, **broker}),
+        broker=load_broker_config(
+            CONF / "broker.conf", {"webServicePort": 0, "brokerServicePort": 0, **broker}
+        ),
         storage=load_storage_config(CONF / "storage.conf", storage_overrides),
         data_dir=data_dir,
     )

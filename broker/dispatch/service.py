@@ -23,6 +23,8 @@ from broker.dispatch.errors import (
     UnavailableError,
 )
 from broker.dispatch.names import TopicName
+from broker.dispatch.namespaces import NamespaceRegistry
+from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic
@@ -93,6 +95,9 @@ class ServiceConfig:
     offload_deletion_lag_ms: int = 14_400_000
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+    partitions: PartitionsConfig = field(default_factory=PartitionsConfig)
+    #: clusterName: the one cluster of the tenants registry
+    cluster_name: str = "standalone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +157,10 @@ class BrokerService:
         self.totals = BrokerTotals()
         self.cache_rates = CacheRates()
         self.cache_rates.refresh(cache.stats(), 0.0)
+        self.partitions = PartitionedTopics(
+            metadata, config.partitions, self, config.allow_auto_topic_creation
+        )
+        self.namespaces = NamespaceRegistry(metadata, config.cluster_name, self)
 
     def start(self) -> None:
         self._owner.spawn(self._upkeep_loop(), name="broker upkeep")
@@ -189,7 +198,7 @@ class BrokerService:
         future: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name] = future
         try:
-            topic = await self._load(name, create and self.config.allow_auto_topic_creation)
+            topic = await self._load(name, await self.partitions.may_create(name, create))
             future.set_result(topic)
             return topic
         except BaseException as error:
@@ -220,7 +229,10 @@ class BrokerService:
     async def list_topics(self, tenant: str, namespace: str) -> list[str]:
         prefix = metadata_key(f"persistent://{tenant}/{namespace}/")
         keys = await self.metadata.keys_with_prefix(prefix)
-        return [key[len(metadata_key("")) :] for key in keys]
+        stored = [key[len(metadata_key("")) :] for key in keys]
+        # as Pulsar, every partition of a partitioned topic, used yet or not
+        partitions = await self.partitions.partition_names(tenant, namespace)
+        return sorted({*stored, *partitions}) if partitions else stored
 
     async def delete_topic(self, name: TopicName, force: bool) -> None:
         topic = await self.get_topic(name, create=False)

@@ -31,6 +31,7 @@ from broker.dispatch.errors import (
     TooLargeError,
 )
 from broker.dispatch.names import TopicName, check_name_part
+from broker.dispatch.partitions import PartitionsConfig
 from broker.dispatch.service import (
     BrokerService,
     ConsumerOptions,
@@ -118,6 +119,12 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
                 config.keySharedLookAheadMsgInReplayThresholdPerSubscription
             ),
         ),
+        partitions=PartitionsConfig(
+            auto_topic_creation_type=config.allowAutoTopicCreationType,
+            default_num_partitions=config.defaultNumPartitions,
+            max_num_partitions=config.maxNumPartitionsPerPartitionedTopic,
+        ),
+        cluster_name=config.clusterName,
     )
 
 
@@ -217,6 +224,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app.cleanup_ctx.append(_broker_context)
     app.cleanup_ctx.append(_protocol_context)
     app.add_routes(routes)
+    from broker.http import pulsar_admin  # it imports this module's app keys
+
+    app.add_routes(pulsar_admin.routes)
     return app
 
 
@@ -382,17 +392,6 @@ async def produce(request: web.Request) -> web.Response:
 
 
 # ---------------------------------------------------------------------- subscriptions
-
-
-@routes.put(_ADMIN_TOPIC + "/subscription/{subscription}")
-async def create_subscription(request: web.Request) -> web.Response:
-    name = _topic(request)
-    subscription = _subscription_name(request)
-    raw = request.query.get("messageId", "latest")
-    start: Any = raw if raw in ("earliest", "latest") else message_id(raw)
-    topic = await _service(request).get_topic(name, create=True)
-    await topic.create_subscription(subscription, start)
-    return _no_content()
 
 
 @routes.delete(_ADMIN_TOPIC + "/subscription/{subscription}")
@@ -606,13 +605,6 @@ async def topic_stats(request: web.Request) -> web.Response:
 async def topic_internal_stats(request: web.Request) -> web.Response:
     topic = await _service(request).get_topic(_topic(request), create=False)
     return _json(topic.internal_stats())
-
-
-@routes.get(_ADMIN_TOPIC + "/lastMessageId")
-async def last_message_id(request: web.Request) -> web.Response:
-    topic = await _service(request).get_topic(_topic(request), create=False)
-    last = topic.ledger.last_confirmed
-    return _json({"ledgerId": last.ledger_id, "entryId": last.entry_id})
 
 
 @routes.put(_ADMIN_TOPIC + "/offload")

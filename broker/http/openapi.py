@@ -21,6 +21,8 @@ Json = dict[str, Any]
 NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9_.=:-]{1,128}$"
 #: A message id ``"{ledgerId}:{entryId}"``.
 MESSAGE_ID_PATTERN = r"^[0-9]+:[0-9]+$"
+#: A message id that may name message ``I`` of a batched entry: ``"L:E"`` or ``"L:E:I"``.
+BATCH_MESSAGE_ID_PATTERN = r"^[0-9]+:[0-9]+(:[0-9]+)?$"
 #: A managed-ledger position as internalStats shows it: entry id may be -1.
 POSITION_PATTERN = r"^-?[0-9]+:-?[0-9]+$"
 INT32_MAX = 2_147_483_647
@@ -262,9 +264,16 @@ def _message_schemas() -> Json:
         pattern=MESSAGE_ID_PATTERN,
         example="3:17",
     )
+    batch_message_id = _string(
+        "Message id `{ledgerId}:{entryId}`, or `{ledgerId}:{entryId}:{batchIndex}` for "
+        "message batchIndex of a batched entry (batchIndex below 1048576).",
+        pattern=BATCH_MESSAGE_ID_PATTERN,
+        example="3:17:0",
+    )
     properties = _map_of("String properties of the message.", {"type": "string"})
     return {
         "MessageId": message_id,
+        "BatchMessageId": batch_message_id,
         "ProducerMessage": _object(
             "One message to produce.",
             {
@@ -293,13 +302,20 @@ def _message_schemas() -> Json:
                     "maxItems": 1000,
                     "items": _schema("ProducerMessage"),
                 },
+                "batch": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "true: all the messages become one batched entry in "
+                    "Pulsar's format, with ids L:E:0, L:E:1, ...; their payloads together at "
+                    "most maxMessageSize, else 413.",
+                },
             },
             required=["messages"],
         ),
         "MessagePublishResult": _object(
             "The fate of one produced message.",
             {
-                "messageId": _schema("MessageId"),
+                "messageId": _schema("BatchMessageId"),
                 "errorCode": _integer(
                     "0: stored; 1: not stored (storage failure, retry).", minimum=0, maximum=1
                 ),
@@ -315,7 +331,7 @@ def _message_schemas() -> Json:
         "ConsumerMessage": _object(
             "A message handed to a consumer; pending (unacked) until acked.",
             {
-                "messageId": _schema("MessageId"),
+                "messageId": _schema("BatchMessageId"),
                 "payload": _string("Base64 payload.", format="byte"),
                 "key": _string("Present only when the message has a key."),
                 "properties": properties,
@@ -344,16 +360,21 @@ def _message_schemas() -> Json:
         ),
         "MessageIdsRequest": _object(
             "Messages pending for this consumer; other ids are ignored.",
-            {"messageIds": {"type": "array", "minItems": 1, "items": _schema("MessageId")}},
+            {"messageIds": {"type": "array", "minItems": 1, "items": _schema("BatchMessageId")}},
             required=["messageIds"],
         ),
         "AckRequest": _object(
             "Acknowledgement of messages pending for this consumer; other ids are ignored.",
             {
-                "messageIds": {"type": "array", "minItems": 1, "items": _schema("MessageId")},
+                "messageIds": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": _schema("BatchMessageId"),
+                },
                 "ackType": _enum(
-                    "Cumulative acks everything up to the greatest id listed; refused "
-                    "(400) on Shared and Key_Shared.",
+                    "Cumulative acks everything up to the greatest id listed (L:E:I: "
+                    "messages 0..I of that batch and every entry before it); refused (400) on "
+                    "Shared and Key_Shared.",
                     ["Individual", "Cumulative"],
                     default="Individual",
                 ),
@@ -677,7 +698,8 @@ def _produce_routes() -> list[tuple[str, str, Json]]:
             "the wrong type or over its limit; bad base64.",
             404: _NO_TOPIC,
             413: _BODY_TOO_LARGE + " Or a payload over maxMessageSize, or more than "
-            "maxMessagesPerProduceRequest messages. Nothing is stored.",
+            "maxMessagesPerProduceRequest messages, or a batch's payloads over maxMessageSize "
+            "together. Nothing is stored.",
             503: "Storage fault or timeout, or the bookie is read-only; nothing is stored.",
         },
     )
@@ -768,7 +790,7 @@ def _subscription_routes() -> list[tuple[str, str, Json]]:
 
 def _consumer_routes() -> list[tuple[str, str, Json]]:
     message_ids_errors = {
-        400: "Body not an object; messageIds missing, empty or with an id not L:E.",
+        400: "Body not an object; messageIds missing, empty or with an id neither L:E nor L:E:I.",
         404: _UNKNOWN_CONSUMER,
         413: _BODY_TOO_LARGE,
     }
@@ -808,7 +830,7 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
                 query=[
                     _query(
                         "maxMessages",
-                        "Most messages to return.",
+                        "Most entries to return the messages of (a batch comes whole).",
                         _integer("1..1000", minimum=1, maximum=1000, default=100),
                     ),
                     _query(

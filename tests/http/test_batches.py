@@ -259,6 +259,22 @@ async def test_acks_of_part_of_a_batch_live_in_memory_so_a_restart_redelivers_it
         assert await backlog(client) == 0
 
 
+async def test_a_namespace_unload_forgets_acks_of_part_of_a_batch_and_redelivers_it_whole(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker()
+    consumer = await client.subscribe(TOPIC, SUB)
+    ids = await produce_batch(client, 3)
+    await receive_all(client, consumer, 3)
+    await client.ack(consumer, [ids[1]])
+    status, _ = await client.request("POST", f"/admin/v2/namespaces/{TENANT_NS}/unload")
+    assert status == 204
+    consumer = await client.subscribe(TOPIC, SUB)
+    again = await receive_all(client, consumer, 3)
+    assert ids_of(again) == ids
+    assert {m["redeliveryCount"] for m in again} == {0}, "counts live in memory too"
+
+
 @pytest.mark.parametrize("sub_type", ["Exclusive", "Failover"])
 async def test_cumulative_ack_of_a_batch_message_acks_it_its_predecessors_and_earlier_entries(
     live_broker: LiveBroker, sub_type: str

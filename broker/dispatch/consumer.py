@@ -95,7 +95,7 @@ class Consumer:
         self.queue.append(Delivery(entry, redelivery_count))
         self.pending[entry.position] = NOT_RECEIVED
         nbytes = len(entry.data)
-        self.msg_out.add(1)
+        self.msg_out.add(entry.messages)  # messages, as msgInCounter counts them
         self.bytes_out.add(nbytes)
         totals = self.subscription.topic.totals
         totals.dispatched += 1

@@ -202,7 +202,7 @@ class Subscription:
 
     def negative_acknowledge(self, consumer: Consumer, positions: list[Position]) -> None:
         """Redeliver ``positions`` after the consumer's nack delay, one redelivery more."""
-        mine = [position for position in positions if position in consumer.pending]
+        mine = [position for position in dict.fromkeys(positions) if position in consumer.pending]
         if not mine:
             return
         delay_s = consumer.nack_delay_ms / 1000
@@ -224,6 +224,10 @@ class Subscription:
     def _redeliver(self, consumer: Consumer, positions: Iterable[Position] | None) -> None:
         if consumer.closed or self.dispatcher is None:
             return  # closing already handed its messages back
+        if positions is not None:
+            # each entry once: a position named twice (two messages of one batch) must
+            # not be taken back twice
+            positions = list(dict.fromkeys(positions))
         self.dispatcher.redeliver(consumer, positions)
 
     def redeliver_unacknowledged(self, consumer: Consumer) -> None:

@@ -52,6 +52,10 @@ _BAD_TOPIC = "Bad tenant, namespace or topic name"
 _NO_TOPIC = "The topic does not exist and allowAutoTopicCreation=false."
 _UNKNOWN_TOPIC = "Unknown topic."
 _UNKNOWN_CONSUMER = "Unknown or closed consumer id."
+_PARTITIONED_NAME = (
+    "The topic is a partitioned topic (use its partitions), a partition past its "
+    "count, or a partition of one being deleted."
+)
 
 
 # --- small builders ----------------------------------------------------------------------
@@ -697,6 +701,7 @@ def _produce_routes() -> list[tuple[str, str, Json]]:
             400: f"{_BAD_TOPIC}; body not an object; messages missing or empty; a field of "
             "the wrong type or over its limit; bad base64.",
             404: _NO_TOPIC,
+            409: _PARTITIONED_NAME + " Nothing is stored.",
             413: _BODY_TOO_LARGE + " Or a payload over maxMessageSize, or more than "
             "maxMessagesPerProduceRequest messages, or a batch's payloads over maxMessageSize "
             "together. Nothing is stored.",
@@ -732,11 +737,20 @@ def _subscription_routes() -> list[tuple[str, str, Json]]:
                 "Creates the subscription with no consumers (and the topic when missing and "
                 "allowAutoTopicCreation=true).",
                 query=[message_id],
+                body=_json_body(
+                    "SubscriptionStart",
+                    "Pulsar's form of the start, instead of messageId (not with it).",
+                    required=False,
+                ),
                 success=(204, _no_content("Created.")),
                 errors={
-                    400: "Bad topic or subscription name, or a bad messageId.",
+                    400: "Bad topic or subscription name, or a bad messageId; a body not "
+                    "one of the SubscriptionStart forms, or given with messageId; a "
+                    "message id on a partitioned topic.",
                     404: _NO_TOPIC,
-                    409: "The subscription already exists.",
+                    409: "The subscription already exists (on the topic, or on a partition "
+                    "of the partitioned topic); a partition past its count.",
+                    413: _BODY_TOO_LARGE,
                     503: "Storage fault or timeout; nothing was created.",
                 },
             ),
@@ -811,7 +825,7 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
                     "unknown value or out of range.",
                     404: _NO_TOPIC,
                     409: "Exclusive subscription already has a consumer, or the type "
-                    "differs from the type of its connected consumers.",
+                    "differs from the type of its connected consumers. " + _PARTITIONED_NAME,
                     413: _BODY_TOO_LARGE,
                     503: "Storage fault or timeout; no consumer was created.",
                 },
@@ -986,7 +1000,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "Last message id",
                 "Loads a topic that is not loaded, which asks the storage for the last entry "
                 "of its last ledger.",
-                success=(200, _json_answer("Last message id.", _schema("LastMessageId"))),
+                success=(200, _json_answer("Last message id.", _schema("TopicLastMessageId"))),
                 errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 503: load_fault},
             ),
         ),
@@ -1191,12 +1205,475 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
     ]
 
 
+# --- Pulsar's admin and lookup routes (broker/http/pulsar_admin.py) ----------------------
+
+
+def _pulsar_admin_schemas() -> Json:
+    nullable_url = {"type": "string", "nullable": True}
+    names = {"type": "array", "items": {"type": "string"}}
+    return {
+        "PartitionCount": {
+            "type": "integer",
+            "format": "int32",
+            "minimum": 1,
+            "description": "Number of partitions, a bare JSON number (`3`); at most "
+            "maxNumPartitionsPerPartitionedTopic when that is not 0.",
+            "example": 3,
+        },
+        "PartitionedTopicMetadata": _object(
+            "Pulsar's PartitionedTopicMetadata; partitions 0: not a partitioned topic.",
+            {
+                "partitions": _integer("Partitions; 0 for a topic.", minimum=0),
+                "deleted": {
+                    "type": "boolean",
+                    "description": "A delete of the partitioned topic is under way.",
+                },
+            },
+            required=["partitions", "deleted"],
+        ),
+        "PartitionedTopicStats": {
+            "type": "object",
+            "description": "The fields of TopicStats added up over the partitions, plus "
+            "metadata and each partition's stats.",
+            "properties": {
+                "metadata": _object(
+                    "The partitioned topic.",
+                    {"partitions": _integer("Partitions.", minimum=1)},
+                    required=["partitions"],
+                ),
+                "partitions": _map_of(
+                    "Each partition's stats by full name; {} with perPartition=false.",
+                    _schema("TopicStats"),
+                ),
+            },
+            "required": ["metadata", "partitions"],
+            "additionalProperties": True,
+        },
+        "LookupData": _object(
+            "Pulsar's LookupData: this broker serves every topic.",
+            {
+                "brokerUrl": {
+                    **nullable_url,
+                    "description": "pulsar://{advertisedAddress}:{binary port}; null when "
+                    "the binary protocol is off (brokerServicePort=0).",
+                },
+                "brokerUrlTls": {**nullable_url, "description": "Always null: no TLS."},
+                "httpUrl": _string("http://{advertisedAddress}:{port of this request}."),
+                "httpUrlTls": {**nullable_url, "description": "Always null: no TLS."},
+                "nativeUrl": {**nullable_url, "description": "Legacy twin of brokerUrl."},
+                "brokerUrlSsl": _string(
+                    "Legacy field, always empty; the C++ client needs it.", enum=[""]
+                ),
+            },
+            required=[
+                "brokerUrl",
+                "brokerUrlTls",
+                "httpUrl",
+                "httpUrlTls",
+                "nativeUrl",
+                "brokerUrlSsl",
+            ],
+        ),
+        "TenantInfo": _object(
+            "Pulsar's TenantInfo.",
+            {
+                "adminRoles": {**names, "description": "Kept and shown, not enforced."},
+                "allowedClusters": {
+                    **names,
+                    "description": "Only clusterName; default [clusterName].",
+                },
+            },
+        ),
+        "NamespacePolicies": {
+            "type": "object",
+            "description": "Pulsar's Policies; accepted and ignored.",
+            "additionalProperties": True,
+        },
+        "SubscriptionStart": {
+            "description": "Where a new subscription starts, as Pulsar's admin sends it.",
+            "oneOf": [
+                _enum("latest or earliest.", ["latest", "earliest"]),
+                _object(
+                    "Pulsar's MessageId / ResetCursorData.",
+                    {
+                        "ledgerId": _integer(
+                            "With entryId: the first message delivered; both "
+                            "9223372036854775807 = latest, both -1 = earliest.",
+                            minimum=-1,
+                        ),
+                        "entryId": _integer("See ledgerId.", minimum=-1),
+                        "isExcluded": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": "Start after that message instead.",
+                        },
+                        "batchIndex": _integer("Ignored.", default=-1),
+                        "partitionIndex": _integer("Ignored.", default=-1),
+                    },
+                    required=["ledgerId", "entryId"],
+                ),
+            ],
+        },
+        "TopicLastMessageId": _object(
+            "Pulsar's MessageId of the last stored message.",
+            {
+                "ledgerId": _integer("Ledger id.", minimum=0),
+                "entryId": _integer("Entry id; -1 when the topic has none.", minimum=-1),
+                "partitionIndex": _integer(
+                    "Index of a partition {topic}-partition-{i}, else -1.", minimum=-1
+                ),
+                "batchIndex": _integer(
+                    "Index of the last message when the last entry is a batch, else -1.",
+                    minimum=-1,
+                ),
+            },
+            required=["ledgerId", "entryId", "partitionIndex", "batchIndex"],
+        ),
+        "NameList": {**names, "description": "Names, sorted."},
+    }
+
+
+def _flag_query(name: str, description: str, default: bool = False) -> Json:
+    return _query(name, description, {"type": "boolean", "default": default})
+
+
+def _count_body(description: str) -> Json:
+    return _json_body("PartitionCount", description)
+
+
+def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
+    partitions = _ADMIN_TOPIC + "/partitions"
+    namespace = "/admin/v2/namespaces/{tenant}/{namespace}"
+    fault = "Storage fault or timeout."
+    bad_count = "A body that is not a JSON integer; a count below 1 or over the limit"
+    names = _schema("NameList")
+    return [
+        (
+            "put",
+            namespace + "/unload",
+            _operation(
+                "unloadNamespacePut",
+                "namespaces",
+                "Unload a namespace (Pulsar's verb)",
+                "The same as POST on this path.",
+                success=(204, _no_content("Unloaded.")),
+                errors={400: "Bad tenant or namespace name."},
+            ),
+        ),
+        (
+            "put",
+            _ADMIN_TOPIC + "/unload",
+            _operation(
+                "unloadTopic",
+                "topics",
+                "Unload a topic",
+                "Closes its consumers, drops its cache entries; the next request reloads "
+                "it. A partitioned topic: every partition.",
+                success=(204, _no_content("Unloaded.")),
+                errors={
+                    400: _BAD_TOPIC + ".",
+                    404: "Neither a topic nor a partitioned topic.",
+                    503: fault,
+                },
+            ),
+        ),
+        (
+            "get",
+            _ADMIN_TOPIC + "/subscriptions",
+            _operation(
+                "getSubscriptions",
+                "topics",
+                "List subscriptions",
+                "The topic's subscription names; a partitioned topic's, of every partition.",
+                success=(200, _json_answer("Subscription names.", names)),
+                errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 503: fault},
+            ),
+        ),
+        (
+            "put",
+            partitions,
+            _operation(
+                "createPartitionedTopic",
+                "partitioned topics",
+                "Create a partitioned topic",
+                "Its partitions {topic}-partition-{i} exist from now on (created on use).",
+                body=_count_body("The number of partitions."),
+                success=(204, _no_content("Created.")),
+                errors={
+                    400: f"{_BAD_TOPIC}, or one ending in -partition-<n>. {bad_count}; "
+                    "partition names over 128 characters.",
+                    409: "The partitioned topic exists (or is being deleted), or a topic of "
+                    "that name does.",
+                    413: _BODY_TOO_LARGE,
+                    503: fault + " Nothing was created.",
+                },
+            ),
+        ),
+        (
+            "get",
+            partitions,
+            _operation(
+                "getPartitionedMetadata",
+                "partitioned topics",
+                "Partitioned-topic metadata",
+                "The count of a partitioned topic; 0 for a topic. What Pulsar clients ask "
+                "before producing or consuming.",
+                query=[
+                    _flag_query(
+                        "checkAllowAutoCreation",
+                        "A missing topic answers 0 when auto-creation is on, or, with "
+                        "allowAutoTopicCreationType=partitioned, is created partitioned.",
+                    )
+                ],
+                success=(
+                    200,
+                    _json_answer("The metadata.", _schema("PartitionedTopicMetadata")),
+                ),
+                errors={
+                    400: f"{_BAD_TOPIC}; checkAllowAutoCreation not true or false.",
+                    404: "Neither a topic nor a partitioned topic, and no auto-creation applies.",
+                    503: fault,
+                },
+            ),
+        ),
+        (
+            "post",
+            partitions,
+            _operation(
+                "updatePartitionedTopic",
+                "partitioned topics",
+                "Raise the partition count",
+                "Counts only grow; new partitions get partition 0's subscriptions.",
+                query=[_flag_query("force", "Accepted; no effect.")],
+                body=_count_body("The new number of partitions."),
+                success=(204, _no_content("Updated.")),
+                errors={
+                    400: f"{_BAD_TOPIC}. {bad_count}; force not true or false.",
+                    409: "Not a partitioned topic; fewer partitions than it has.",
+                    413: _BODY_TOO_LARGE,
+                    503: fault,
+                },
+            ),
+        ),
+        (
+            "delete",
+            partitions,
+            _operation(
+                "deletePartitionedTopic",
+                "partitioned topics",
+                "Delete a partitioned topic",
+                "With every partition's topic. Marked deleted first: a retry completes a "
+                "delete that failed half-way.",
+                query=[_flag_query("force", "Close connected consumers first.")],
+                success=(204, _no_content("Deleted.")),
+                errors={
+                    400: f"{_BAD_TOPIC}; force not true or false.",
+                    404: "Not a partitioned topic.",
+                    412: "A partition has connected consumers and force is not true.",
+                    503: fault,
+                },
+            ),
+        ),
+        (
+            "get",
+            _ADMIN_TOPIC + "/partitioned-stats",
+            _operation(
+                "getPartitionedStats",
+                "partitioned topics",
+                "Partitioned-topic stats",
+                "Topic stats added up over the partitions, and each partition's.",
+                query=[_flag_query("perPartition", "Include each partition's stats.", True)],
+                success=(200, _json_answer("Stats.", _schema("PartitionedTopicStats"))),
+                errors={
+                    400: f"{_BAD_TOPIC}; perPartition not true or false.",
+                    404: "Not a partitioned topic.",
+                    503: "Storage fault or timeout while loading a partition.",
+                },
+            ),
+        ),
+        (
+            "get",
+            "/admin/v2/persistent/{tenant}/{namespace}/partitioned",
+            _operation(
+                "listPartitionedTopics",
+                "partitioned topics",
+                "List partitioned topics",
+                "The namespace's partitioned topics, full names.",
+                success=(200, _json_answer("Full names.", names)),
+                errors={400: "Bad tenant or namespace name.", 503: fault},
+            ),
+        ),
+        (
+            "get",
+            "/lookup/v2/topic" + _TOPIC,
+            _operation(
+                "lookupTopic",
+                "lookup",
+                "Look a topic up",
+                "This broker's URLs; brokerUrl null when the binary protocol is off.",
+                success=(200, _json_answer("LookupData.", _schema("LookupData"))),
+                errors={
+                    400: _BAD_TOPIC + ".",
+                    404: "No such topic and allowAutoTopicCreation=false.",
+                    503: fault,
+                },
+            ),
+        ),
+        (
+            "get",
+            "/admin/v2/clusters",
+            _operation(
+                "getClusters",
+                "tenants",
+                "List clusters",
+                "The one cluster, clusterName.",
+                success=(200, _json_answer("Cluster names.", names)),
+                errors={},
+            ),
+        ),
+        (
+            "get",
+            "/admin/v2/tenants",
+            _operation(
+                "getTenants",
+                "tenants",
+                "List tenants",
+                "public exists from the start.",
+                success=(200, _json_answer("Tenant names.", names)),
+                errors={503: fault},
+            ),
+        ),
+        (
+            "put",
+            "/admin/v2/tenants/{tenant}",
+            _operation(
+                "createTenant",
+                "tenants",
+                "Create a tenant",
+                "Registers the tenant; topics never need one.",
+                body=_json_body("TenantInfo", "The tenant (optional).", required=False),
+                success=(204, _no_content("Created.")),
+                errors={
+                    400: "Bad tenant name; a body not a TenantInfo object; a cluster other "
+                    "than clusterName.",
+                    409: "The tenant exists.",
+                    413: _BODY_TOO_LARGE,
+                    503: fault + " Nothing was created.",
+                },
+            ),
+        ),
+        (
+            "get",
+            "/admin/v2/tenants/{tenant}",
+            _operation(
+                "getTenant",
+                "tenants",
+                "A tenant's TenantInfo",
+                "Its admin roles and clusters.",
+                success=(200, _json_answer("The tenant.", _schema("TenantInfo"))),
+                errors={400: "Bad tenant name.", 404: "No such tenant.", 503: fault},
+            ),
+        ),
+        (
+            "delete",
+            "/admin/v2/tenants/{tenant}",
+            _operation(
+                "deleteTenant",
+                "tenants",
+                "Delete a tenant",
+                "force=true deletes its namespaces (and their topics) first.",
+                query=[_flag_query("force", "Delete its namespaces first.")],
+                success=(204, _no_content("Deleted.")),
+                errors={
+                    400: "Bad tenant name; force not true or false.",
+                    404: "No such tenant.",
+                    409: "The tenant has namespaces and force is not true.",
+                    503: fault,
+                },
+            ),
+        ),
+        (
+            "get",
+            "/admin/v2/namespaces/{tenant}",
+            _operation(
+                "getNamespaces",
+                "namespaces",
+                "List a tenant's namespaces",
+                "tenant/namespace names.",
+                success=(200, _json_answer("Namespace names.", names)),
+                errors={400: "Bad tenant name.", 404: "No such tenant.", 503: fault},
+            ),
+        ),
+        (
+            "put",
+            namespace,
+            _operation(
+                "createNamespace",
+                "namespaces",
+                "Create a namespace",
+                "Registers the namespace; topics never need one.",
+                body=_json_body("NamespacePolicies", "Ignored (optional).", required=False),
+                success=(204, _no_content("Created.")),
+                errors={
+                    400: "Bad tenant or namespace name; a body not a JSON object.",
+                    404: "No such tenant.",
+                    409: "The namespace exists.",
+                    413: _BODY_TOO_LARGE,
+                    503: fault + " Nothing was created.",
+                },
+            ),
+        ),
+        (
+            "delete",
+            namespace,
+            _operation(
+                "deleteNamespace",
+                "namespaces",
+                "Delete a namespace",
+                "force=true deletes its partitioned topics and topics first.",
+                query=[_flag_query("force", "Delete its topics first.")],
+                success=(204, _no_content("Deleted.")),
+                errors={
+                    400: "Bad tenant or namespace name; force not true or false.",
+                    404: "No such namespace.",
+                    409: "The namespace holds topics and force is not true.",
+                    503: fault,
+                },
+            ),
+        ),
+        (
+            "get",
+            namespace + "/topics",
+            _operation(
+                "getNamespaceTopics",
+                "namespaces",
+                "List a namespace's topics",
+                "As GET /admin/v2/persistent/{tenant}/{namespace}, partitions included.",
+                query=[
+                    _query(
+                        "mode",
+                        "NON_PERSISTENT answers [].",
+                        _enum(
+                            "Which topics.",
+                            ["PERSISTENT", "NON_PERSISTENT", "ALL"],
+                            default="PERSISTENT",
+                        ),
+                    )
+                ],
+                success=(200, _json_answer("Full topic names.", _schema("TopicList"))),
+                errors={400: "Bad tenant or namespace name; an unknown mode.", 503: fault},
+            ),
+        ),
+    ]
+
+
 def _paths() -> Json:
     routes = [
         *_produce_routes(),
         *_subscription_routes(),
         *_consumer_routes(),
         *_topic_routes(),
+        *_pulsar_admin_routes(),
         *_broker_routes(),
     ]
     paths: Json = {}
@@ -1229,6 +1706,9 @@ def openapi_spec() -> dict[str, Any]:
             {"name": "consumers", "description": "Consumer sessions: receive and ack."},
             {"name": "topics", "description": "Topic administration and stats."},
             {"name": "namespaces", "description": "Namespace administration."},
+            {"name": "partitioned topics", "description": "Pulsar's partitioned topics."},
+            {"name": "lookup", "description": "Which broker serves a topic (this one)."},
+            {"name": "tenants", "description": "Clusters and tenants, as Pulsar's admin API."},
             {"name": "broker", "description": "Broker health, stats and pages."},
             {"name": "brokerlab", "description": "Extensions: storage fault injection."},
         ],
@@ -1242,6 +1722,7 @@ def openapi_spec() -> dict[str, Any]:
                 **_topic_stats_schemas(),
                 **_internal_stats_schemas(),
                 **_broker_schemas(),
+                **_pulsar_admin_schemas(),
             },
         },
     }

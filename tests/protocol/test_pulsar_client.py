@@ -298,3 +298,32 @@ def test_batch_index_acks_redeliver_only_the_unacked_messages_of_a_batch(
         assert nothing_more(second)
     finally:
         client.close()
+
+
+def test_clients_reconnect_after_the_broker_unloads_the_topic(
+    broker: ServedBroker, client: pulsar.Client
+) -> None:
+    topic = new_topic()
+    consumer = client.subscribe(topic, "u", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for index in range(10):
+        producer.send(f"before{index}".encode())
+    first = receive(consumer, 5)
+    local = topic.rsplit("/", 1)[1]
+
+    def backlog() -> int:
+        stats = broker.http("GET", f"/admin/v2/persistent/public/default/{local}/stats")
+        return int(stats["subscriptions"]["u"]["msgBacklog"])
+
+    poll_until(lambda: backlog() == 5, "the client's grouped acks to reach the broker")
+    broker.http("POST", "/admin/v2/namespaces/public/default/unload")
+    # the broker closed both (CLOSE_PRODUCER, CLOSE_CONSUMER); the client reconnects
+    # through lookup, and the same objects go on
+    for index in range(10):
+        producer.send(f"after{index}".encode())
+    rest = receive(consumer, 15)
+    payloads = [m.data().decode() for m in first + rest]
+    assert payloads == [f"before{i}" for i in range(10)] + [f"after{i}" for i in range(10)]
+    assert nothing_more(consumer)
+    stats = broker.http("GET", f"/admin/v2/persistent/public/default/{local}/stats")
+    assert len(stats["subscriptions"]["u"]["consumers"]) == 1  # reconnected, once

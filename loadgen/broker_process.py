@@ -1,9 +1,11 @@
 """A broker of the load generator's own: ``brokerlab serve`` in a subprocess on an
-ephemeral port over a data directory, restartable on the same port and data (the
+ephemeral port over a data directory, restartable on the same ports and data (the
 ``restart`` event), stopped gracefully (SIGTERM) at the end.
 
-The broker is started as a program, not imported: the load generator only speaks HTTP.
-Its output goes to ``broker.log`` in the data directory's parent run directory.
+The broker is started as a program, not imported: the load generator speaks HTTP to it,
+and the pulsar driver its binary protocol, whose address the broker prints on a line of
+its own (``brokerlab binary protocol on pulsar://HOST:PORT``), before or after the HTTP
+one. Its output goes to ``broker.log`` in the data directory's parent run directory.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import time
 from typing import BinaryIO
 
 LISTENING = re.compile(rb"brokerlab listening on (http://\S+)")
+BINARY_PROTOCOL = re.compile(rb"brokerlab binary protocol on (pulsar://\S+)")
+#: the longest output line scanned for the binary protocol's address
+LINE_LIMIT = 4096
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
@@ -49,15 +54,22 @@ class BrokerProcess:
         self.host = host
         self.port = 0
         self.url = ""
+        #: the binary protocol's ``pulsar://HOST:PORT``; "" until (unless) the broker says
+        self.service_url = ""
+        #: -1: any free port; after a start that printed its address, that port (a restart
+        #: keeps it, so clients reconnect to the same address)
+        self.broker_port = -1
         self.starts = 0
         self._process: asyncio.subprocess.Process | None = None
         self._pump: asyncio.Task[None] | None = None
+        self._service_announced = asyncio.Event()
 
     def command(self, port: int) -> list[str]:
         command = [sys.executable, "-m", "broker.cli", "serve", "--host", self.host]
         command += ["--port", str(port), "--data-dir", str(self.data_dir)]
-        # the binary protocol on any free port, so a broker never fights for 6650
-        command += ["--broker-port", "-1"]
+        # the binary protocol on any free port (then the same one again on a restart), so a
+        # broker never fights for 6650
+        command += ["--broker-port", str(self.broker_port)]
         if self.config is not None:
             command += ["--config", str(self.config)]
         if self.storage_config is not None:
@@ -74,6 +86,8 @@ class BrokerProcess:
             raise RuntimeError("the broker is already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.service_url = ""
+        self._service_announced.clear()
         log = self.log_path.open("ab")
         process = await asyncio.create_subprocess_exec(
             *self.command(self.port),
@@ -101,6 +115,7 @@ class BrokerProcess:
                     )
                 log.write(line)
                 seen.append(line)
+                self._scan(line)
                 match = LISTENING.search(line)
                 if match:
                     url = match.group(1).decode()
@@ -112,7 +127,7 @@ class BrokerProcess:
             raise
         log.flush()
         self._process = process
-        self._pump = asyncio.create_task(_pump(process.stdout, log))
+        self._pump = asyncio.create_task(self._copy_output(process.stdout, log))
         self.url = url
         self.port = int(url.rsplit(":", 1)[1])
         self.starts += 1
@@ -139,21 +154,45 @@ class BrokerProcess:
         await self.stop()
         return await self.start()
 
+    async def wait_service_url(self, timeout_s: float) -> str:
+        """The binary protocol's address, waiting up to ``timeout_s`` for the broker to
+        print it (it may come after the HTTP line); "" if it has not."""
+        if not self.service_url and self.running:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._service_announced.wait(), timeout_s)
+        return self.service_url
+
+    def _scan(self, line: bytes) -> None:
+        match = BINARY_PROTOCOL.search(line)
+        if match is None:
+            return
+        self.service_url = match.group(1).decode()
+        with contextlib.suppress(ValueError):
+            self.broker_port = int(self.service_url.rsplit(":", 1)[1].rstrip("/"))
+        self._service_announced.set()
+
+    async def _copy_output(self, stream: asyncio.StreamReader, log: BinaryIO) -> None:
+        """Copy the broker's output to its log until it closes (so the pipe never fills),
+        watching for the binary protocol's address while it has not been seen."""
+        partial = b""
+        try:
+            while True:
+                chunk = await stream.read(65536)
+                if not chunk:
+                    break
+                log.write(chunk)
+                if self.service_url:
+                    continue
+                *lines, partial = (partial + chunk).split(b"\n")
+                partial = partial[-LINE_LIMIT:]
+                for line in lines:
+                    self._scan(line)
+        finally:
+            log.close()
+
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.returncode is None
-
-
-async def _pump(stream: asyncio.StreamReader, log: BinaryIO) -> None:
-    """Copy the broker's output to its log until it closes (so the pipe never fills)."""
-    try:
-        while True:
-            chunk = await stream.read(65536)
-            if not chunk:
-                break
-            log.write(chunk)
-    finally:
-        log.close()
 
 
 def _conf_value(value: object) -> str:

@@ -1,7 +1,8 @@
 """``brokerlab loadgen``, ``brokerlab compare`` and ``brokerlab demo``.
 
 The broker's CLI hands these subcommands here; everything below talks to a broker over
-HTTP only (a broker of its own is a ``brokerlab serve`` subprocess).
+HTTP, or with ``--driver pulsar`` over Pulsar's binary protocol (a broker of its own is
+a ``brokerlab serve`` subprocess).
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ def _overrides(pairs: list[str]) -> dict[str, object]:
     return result
 
 
+def _driver_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--driver",
+        choices=("http", "pulsar"),
+        help="how producers and consumers reach the broker: its HTTP routes, or the "
+        "official Pulsar client over the binary protocol (default: the scenario's)",
+    )
+
+
 def _broker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=pathlib.Path, help="broker.conf for a started broker")
     parser.add_argument(
@@ -75,6 +85,20 @@ def add_commands(commands: Any, designs: Sequence[str]) -> None:
         action="store_true",
         help="start brokerlab serve on a free port with a temporary data dir (the default)",
     )
+    _driver_argument(loadgen)
+    loadgen.add_argument(
+        "--service-url",
+        metavar="pulsar://HOST:PORT",
+        help="the pulsar driver's broker (a real Pulsar, pulsar-lite, a brokerlab): no "
+        "broker is started; add --url for a brokerlab's HTTP admin and cache stats",
+    )
+    loadgen.add_argument(
+        "--drain",
+        type=_positive,
+        metavar="S",
+        help="after the run, let consumers catch up for up to S s; results.drain says "
+        "whether every stored message reached every subscription",
+    )
     _broker_arguments(loadgen)
     loadgen.add_argument("--duration", type=_positive, metavar="S", help="scale the run to S s")
     loadgen.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
@@ -96,6 +120,7 @@ def add_commands(commands: Any, designs: Sequence[str]) -> None:
         default=",".join(designs),
         help=f"comma-separated designs (default {','.join(designs)})",
     )
+    _driver_argument(compare)
     _broker_arguments(compare)
     compare.add_argument("--duration", type=_positive, metavar="S", help="scale each run to S s")
     compare.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
@@ -138,11 +163,16 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _loadgen(args: argparse.Namespace, console: Console) -> int:
     scenario = load_scenario(args.scenario)
-    if args.url and (args.config or args.storage_config or args.set):
+    if (args.url or args.service_url) and (args.config or args.storage_config or args.set):
         raise ScenarioError("--config, --storage-config and --set apply to a started broker")
+    if args.service_url and not args.service_url.startswith(("pulsar://", "pulsar+ssl://")):
+        raise ScenarioError(f"--service-url {args.service_url!r}: expected pulsar://HOST:PORT")
     out = args.out or default_out_dir(scenario.name)
     options = RunOptions(
         url=args.url,
+        driver=args.driver,
+        service_url=args.service_url,
+        drain_s=args.drain or 0.0,
         config=args.config,
         storage_config=args.storage_config,
         broker_overrides=_overrides(args.set),
@@ -154,6 +184,10 @@ def _loadgen(args: argparse.Namespace, console: Console) -> int:
     )
     results = uvloop.run(run_scenario(scenario, options))
     print_summary(results, console)
+    if "drain" in results:
+        drain = results["drain"]
+        state = "caught up" if drain["caughtUp"] else f"left {drain['backlog']:,} undelivered"
+        console.print(f"drain: {state} after {drain['seconds']:.1f} s", highlight=False)
     console.print(f"results: {out / 'results.json'} (plots beside it)", highlight=False)
     if args.trace:
         trace = results["trace"]
@@ -190,6 +224,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
             duration_s=args.duration,
             out_dir=out / design,
             progress=not args.no_progress,
+            driver=args.driver,
         )
         results = uvloop.run(run_scenario(scenario, options))
         runs.append(results)
@@ -292,15 +327,19 @@ def print_summary(results: dict[str, Any], console: Console) -> None:
     cache = results["cache"]
     bookie = results["storage"].get("bookie", {})
     tiered = results["storage"].get("tiered", {})
+    broker = results["broker"]
+    driver = results["scenario"].get("driver", "http")
     table = Table(
-        title=f"{results['scenario']['name']} on {results['broker']['implementation']}, "
-        f"{results['durationSeconds']:.0f} s"
+        title=f"{results['scenario']['name']} on "
+        f"{broker['implementation'] or broker.get('serviceUrl') or 'the broker'} "
+        f"({driver} driver), {results['durationSeconds']:.0f} s"
     )
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("publish rate", f"{totals['publishRateAvg']:,.0f} msg/s")
     table.add_row("consume rate", f"{totals['consumeRateAvg']:,.0f} msg/s")
     table.add_row("publish errors", f"{totals['publishErrors']:,}")
+    table.add_row("acked / nacked", f"{totals['ackedMessages']:,} / {totals['nackedMessages']:,}")
     table.add_row("backlog at end", f"{totals['backlogAtEnd']:,}")
     for name, prefix in (("publish", "PublishLatency"), ("end-to-end", "EndToEndLatency")):
         table.add_row(
@@ -310,6 +349,10 @@ def print_summary(results: dict[str, Any], console: Console) -> None:
                 for suffix in ("50pct", "99pct", "999pct", "Max")
             ),
         )
+    if broker.get("statsUnavailable"):
+        table.add_row("broker stats", f"none: {broker['statsUnavailable']}")
+        console.print(table)
+        return
     table.add_row("cache hit ratio", percent(cache["hitRatio"]))
     table.add_row(
         "bookie reads (requests / entries / bytes)",

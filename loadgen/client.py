@@ -138,6 +138,11 @@ class BrokerClient:
         )
         await self._call("POST", f"/consumers/{consumer_id}/ack", body=body)
 
+    async def nack(self, consumer_id: str, message_ids: Sequence[str]) -> None:
+        """Redelivered after the consumer's ``negativeAckRedeliveryDelayMillis``."""
+        body = orjson.dumps({"messageIds": message_ids})
+        await self._call("POST", f"/consumers/{consumer_id}/nack", body=body)
+
     async def close_consumer(self, consumer_id: str) -> None:
         await self._call("DELETE", f"/consumers/{consumer_id}")
 

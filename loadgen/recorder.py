@@ -73,9 +73,11 @@ class Counters:
     """Totals since the measured run started; producers and consumers bump them."""
 
     __slots__ = (
+        "acked_messages",
         "consume_errors",
         "consumed_bytes",
         "consumed_messages",
+        "nacked_messages",
         "publish_errors",
         "published_bytes",
         "published_messages",
@@ -93,6 +95,8 @@ class Counters:
         self.consumed_bytes = 0
         self.redelivered_messages = 0
         self.consume_errors = 0
+        self.acked_messages = 0
+        self.nacked_messages = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +107,8 @@ class Counters:
             "consumedBytes": self.consumed_bytes,
             "redeliveredMessages": self.redelivered_messages,
             "consumeErrors": self.consume_errors,
+            "ackedMessages": self.acked_messages,
+            "nackedMessages": self.nacked_messages,
         }
 
 

@@ -3,8 +3,11 @@ plus what the broker's cache and storage did during the run.
 
 Shape (``version`` 1):
 
-- ``scenario`` (the scenario as run, after ``--duration`` scaling), ``broker`` (url,
-  whether the load generator started it, the cache design, the overrides, restarts);
+- ``scenario`` (the scenario as run, after ``--duration`` scaling, with its ``driver``),
+  ``broker`` (its HTTP ``url``, ``null`` when reached over the binary protocol only; the
+  pulsar driver's ``serviceUrl``; ``statsUnavailable``, why there are no brokerlab cache
+  and storage stats, ``null`` when there are; whether the load generator started it, the
+  cache design, the overrides, restarts);
 - ``startedAtMs``, ``durationSeconds`` (measured), ``sampleIntervalSeconds``;
 - series, one value per sample interval, all of the same length: ``time`` (seconds
   since the measured start, at the interval's end), ``publishRate``, ``consumeRate``
@@ -15,8 +18,8 @@ Shape (``version`` 1):
   in an interval with no messages);
 - aggregates over the whole run: ``aggregatedPublishLatency*`` and
   ``aggregatedEndToEndLatency*`` with the same suffixes;
-- ``totals``: messages and bytes published and consumed, errors, redeliveries, average
-  rates, the backlog at the end;
+- ``totals``: messages and bytes published and consumed, errors, redeliveries, messages
+  acknowledged and negatively acknowledged, average rates, the backlog at the end;
 - ``cache``: the growth of the broker's cache counters during the run (``hits``,
   ``misses``, ``hitBytes``, ``missBytes``, ``inserted``, ``evicted`` by reason,
   ``evictionRuns``, ``evictionCpuSeconds``), ``hitRatio`` and ``byteHitRatio``, and
@@ -27,7 +30,11 @@ Shape (``version`` 1):
   at the end;
 - ``events``: each scheduled event with when it ran, whether it worked and what it did;
 - ``trace``: the broker's access trace stats at the end (``{"enabled": false}`` unless
-  ``--trace``; the files are complete once the broker has stopped).
+  ``--trace``; the files are complete once the broker has stopped);
+- ``drain`` (only with ``--drain``): after the measured run, how long the consumers took
+  to catch up and whether they did (``caughtUp``, ``backlog``), with the run's lifetime
+  ``publishedMessages``, ``firstDeliveries`` and ``ackedMessages``, and how many
+  negatively acknowledged messages were still to come back (``awaitingRedelivery``).
 """
 
 from __future__ import annotations
@@ -93,7 +100,7 @@ def _storage_growth(delta: dict[str, float]) -> dict[str, dict[str, float]]:
 def build_results(
     *,
     scenario: Scenario,
-    url: str,
+    url: str | None,
     started_broker: bool,
     started_at_ms: int,
     measured_s: float,
@@ -110,12 +117,16 @@ def build_results(
     storage_at_end: dict[str, Any],
     broker_restarts: int,
     overrides: dict[str, Any],
+    service_url: str | None = None,
+    stats_error: str | None = None,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {
         "version": VERSION,
         "scenario": scenario.model_dump(mode="json"),
         "broker": {
             "url": url,
+            "serviceUrl": service_url,
+            "statsUnavailable": stats_error,
             "startedByLoadgen": started_broker,
             "implementation": cache_at_end.get("implementation"),
             "cacheMaxSizeBytes": cache_at_end.get("maxSizeBytes"),

@@ -11,6 +11,11 @@ broker's ``publishTime`` to receipt.
 Consumers behave as Pulsar clients do: a session closed under them (namespace unload,
 broker restart, idle timeout) is recreated; a slow consumer is rate limited; pause and
 disconnect are events.
+
+Producers and consumers reach the broker through a driver: ``http`` (below: the broker's
+REST produce and consume routes) or ``pulsar`` (loadgen.pulsar_driver: the official
+client over the binary protocol). Set-up, events and the broker's cache and storage
+counters go through the HTTP admin in both, when there is one.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ import signal
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import pybase64
+from pydantic import ValidationError
 
 from loadgen.broker_process import BrokerProcess
 from loadgen.client import BrokerClient, BrokerError, Unavailable
@@ -58,6 +64,11 @@ PRODUCE_CONNECTIONS = 256
 #: concurrent admin or setup requests
 ADMIN_CONCURRENCY = 64
 BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: how long a started brokerlab may take to print its binary protocol's address after
+#: its HTTP one
+SERVICE_URL_WAIT_S = 10.0
+#: how often a drain looks whether the consumers have caught up
+DRAIN_POLL_S = 0.05
 
 
 @dataclasses.dataclass
@@ -80,21 +91,86 @@ class RunOptions:
     keep_serving: bool = False
     #: record the broker's access trace into ``out_dir/trace`` (a broker it starts)
     trace: bool = False
+    #: the scenario's driver, overridden ("http" or "pulsar")
+    driver: str | None = None
+    #: the pulsar driver's ``pulsar://host:port`` (overrides the scenario's serviceUrl);
+    #: with a service URL and no ``url``, no broker is started and there is no HTTP admin
+    service_url: str | None = None
+    #: after the measured run, let the consumers catch up for up to this long (results'
+    #: ``drain`` says whether every stored message reached every subscription)
+    drain_s: float = 0.0
+
+
+class Producer(Protocol):
+    """One producer of one topic (its partitions), whichever driver sends."""
+
+    name: str
+    partitions: list[str]
+    #: nanoseconds between two scheduled sends; 0: as fast as the driver lets it
+    interval_ns: int
+
+    async def open(self) -> None: ...
+
+    async def run_until(self, deadline_ns: int, first_send_ns: int) -> None: ...
+
+
+class Consumer(Protocol):
+    """One consumer session of one subscription on one topic (partition)."""
+
+    subscription_index: int
+
+    async def run_forever(self) -> None: ...
+
+    async def disconnect(self) -> None: ...
+
+    def reconnect(self) -> None: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+class Driver(Protocol):
+    """How producers and consumers reach the broker."""
+
+    name: str
+
+    def producer(
+        self, run: Run, name: str, partitions: list[str], rate: float, seed: int
+    ) -> Producer: ...
+
+    def consumer(
+        self, run: Run, topic: str, subscription_index: int, name: str, rate_limit: float
+    ) -> Consumer: ...
+
+    async def prepare(self, run: Run) -> None:
+        """Make the subscriptions exist before anything is produced."""
+
+    async def seek(self, run: Run, subscriptions: list[str], time_ms: int) -> None:
+        """Reset the subscriptions of every topic to ``time_ms`` (0: the earliest)."""
+
+    async def close(self) -> None: ...
 
 
 class Run:
-    """One run's shared state: the client, counters, latencies, topics and workers."""
+    """One run's shared state: the driver, counters, latencies, topics and workers."""
 
     def __init__(
         self,
         scenario: Scenario,
-        client: BrokerClient,
-        admin: BrokerClient,
+        driver: Driver,
+        admin: BrokerClient | None,
         broker: BrokerProcess | None,
+        *,
+        service_url: str = "",
+        stats_error: str | None = None,
     ) -> None:
         self.scenario = scenario
-        self.client = client
+        self.driver = driver
         self.broker = broker
+        self.service_url = service_url
+        #: why there are no brokerlab cache and storage stats (None: there are)
+        self.stats_error = stats_error
         self.run_id = secrets.token_hex(3)
         self.counters = Counters()
         self.publish = Latency()
@@ -105,20 +181,24 @@ class Run:
         #: while building a catch-up backlog: stop producing once this many are stored
         self.stop_at_sent: int | None = None
         self.first_deliveries_ever = 0
+        self.acked_ever = 0
+        #: ids of negatively acknowledged messages not acknowledged since (redelivery due)
+        self.nacked_pending: set[str] = set()
         self.topics = [
             self._topic_name(index, partition)
             for index in range(scenario.topics)
             for partition in range(scenario.partitionsPerTopic)
         ]
         self.subscriptions = [f"sub-{index}" for index in range(scenario.subscriptionsPerTopic)]
-        self.consumers: list[ConsumerWorker] = []
-        self.producers: list[ProducerWorker] = []
+        self.consumers: list[Consumer] = []
+        self.producers: list[Producer] = []
         self.started_at_ms = 0
         self.poll_timeout_ms = POLL_TIMEOUT_MS
         #: consumer connects in flight at once
         self.connecting = asyncio.Semaphore(ADMIN_CONCURRENCY)
         self.produce_slots = asyncio.Semaphore(PRODUCE_CONNECTIONS)
-        #: stats and admin events on their own pool, never queued behind produce
+        #: stats and admin events on their own pool, never queued behind produce; None: a
+        #: broker reached over the binary protocol only (no stats, no admin events)
         self.admin = admin
         self.all_connected = asyncio.Event()
         self.setup_error: BrokerError | None = None
@@ -129,7 +209,7 @@ class Run:
         if not self._not_yet_connected:
             self.all_connected.set()
 
-    def connected(self, worker: ConsumerWorker, error: BrokerError | None) -> None:
+    def connected(self, worker: Consumer, error: BrokerError | None) -> None:
         """A consumer's first connection attempt ended; a refusal (not a broker that is
         briefly unreachable) fails the set-up."""
         if self.all_connected.is_set():
@@ -158,6 +238,64 @@ class Run:
         expected = self.sent_ever * self.scenario.subscriptionsPerTopic
         return max(0, expected - self.first_deliveries_ever)
 
+    def admin_or_refuse(self, what: str) -> BrokerClient:
+        """The HTTP admin, or a BrokerError saying ``what`` needs it."""
+        if self.admin is None:
+            raise BrokerError(
+                0, "no-admin", f"{what} needs the broker's HTTP admin (--url), and there is none"
+            )
+        return self.admin
+
+
+class HttpDriver:
+    """Producers and consumers over the broker's REST routes (docs/api.md), each side on
+    its own connection pool."""
+
+    name = "http"
+
+    def __init__(
+        self, client: BrokerClient, consumer_client: BrokerClient, admin: BrokerClient
+    ) -> None:
+        self.client = client
+        self.consumer_client = consumer_client
+        self.admin = admin
+
+    def producer(
+        self, run: Run, name: str, partitions: list[str], rate: float, seed: int
+    ) -> ProducerWorker:
+        return ProducerWorker(run, self.client, name, partitions, rate, seed)
+
+    def consumer(
+        self, run: Run, topic: str, subscription_index: int, name: str, rate_limit: float
+    ) -> ConsumerWorker:
+        client = self.consumer_client
+        return ConsumerWorker(run, client, topic, subscription_index, name, rate_limit)
+
+    async def prepare(self, run: Run) -> None:
+        errors = await _bounded(
+            [
+                _partial(self.admin.create_subscription, topic, subscription, "earliest")
+                for topic in run.topics
+                for subscription in run.subscriptions
+            ]
+        )
+        if errors:
+            raise errors[0]
+
+    async def seek(self, run: Run, subscriptions: list[str], time_ms: int) -> None:
+        errors = await _bounded(
+            [
+                _partial(self.admin.reset_cursor_to_time, topic, subscription, time_ms)
+                for topic in run.topics
+                for subscription in subscriptions
+            ]
+        )
+        if errors:
+            raise errors[0]
+
+    async def close(self) -> None:
+        """The pools belong to the run that opened them."""
+
 
 class ProducerWorker:
     """One producer of one topic: requests of ``messagesPerRequest`` messages at
@@ -171,15 +309,25 @@ class ProducerWorker:
         "_keys",
         "_next_partition",
         "_prefix",
+        "client",
         "interval_ns",
         "name",
         "partitions",
         "run",
     )
 
-    def __init__(self, run: Run, name: str, partitions: list[str], rate: float, seed: int) -> None:
+    def __init__(
+        self,
+        run: Run,
+        client: BrokerClient,
+        name: str,
+        partitions: list[str],
+        rate: float,
+        seed: int,
+    ) -> None:
         scenario = run.scenario
         self.run = run
+        self.client = client
         self.name = name
         self.partitions = partitions
         self.interval_ns = int(scenario.messagesPerRequest / rate * 1e9) if rate > 0 else 0
@@ -198,6 +346,9 @@ class ProducerWorker:
         # unkeyed requests are all the same bytes: build them once
         unkeyed = b",".join([self._fragments[None]] * scenario.messagesPerRequest)
         self._bodies = self._prefix + unkeyed + b"]}"
+
+    async def open(self) -> None:
+        """Nothing to open: each request is on its own."""
 
     def _next_request(self) -> tuple[str, bytes, int]:
         """The next request: its topic (partition), body and number of messages."""
@@ -259,7 +410,7 @@ class ProducerWorker:
         run = self.run
         counters = run.counters
         try:
-            stored = await run.client.produce(topic, body)
+            stored = await self.client.produce(topic, body)
         except BrokerError:
             counters.publish_errors += count
             return
@@ -279,6 +430,7 @@ class ConsumerWorker:
     """One consumer session of one subscription on one topic (partition)."""
 
     __slots__ = (
+        "_nack_draw",
         "_resumed",
         "_wanted",
         "client",
@@ -313,13 +465,17 @@ class ConsumerWorker:
         self._wanted.set()
         self._resumed = asyncio.Event()
         self._resumed.set()
+        self._nack_draw = random.Random(f"{run.scenario.seed}:{topic}:{name}").random
 
     def spec(self) -> dict[str, Any]:
         return {
             "consumerName": self.name,
             "subscriptionType": self.run.scenario.subscriptionType,
             "subscriptionInitialPosition": "Earliest",
-            "receiverQueueSize": 1000,
+            "receiverQueueSize": self.run.scenario.consumers.receiverQueueSize,
+            "negativeAckRedeliveryDelayMillis": (
+                self.run.scenario.consumers.negativeAckRedeliveryDelayMs
+            ),
         }
 
     async def connect(self) -> None:
@@ -351,6 +507,8 @@ class ConsumerWorker:
         batch = behaviour.receiveBatchSize
         ack_mode = behaviour.ackMode
         cumulative = ack_mode == "cumulative"
+        nack_ratio = behaviour.nackRatio
+        counters = run.counters
         failures = 0
         next_poll = 0.0
         while not run.stopping:
@@ -397,9 +555,31 @@ class ConsumerWorker:
                 next_poll = time.monotonic() + len(messages) / self.rate_limit
             if ack_mode == "none":
                 continue
-            ids = [messages[-1]["messageId"]] if cumulative else [m["messageId"] for m in messages]
+            nacks: list[str] = []
+            if cumulative:
+                ids = [messages[-1]["messageId"]]
+            elif nack_ratio:
+                ids = []
+                for message in messages:
+                    first = message.get("redeliveryCount", 0) == 0
+                    if first and self._nack_draw() < nack_ratio:
+                        nacks.append(message["messageId"])
+                    else:
+                        ids.append(message["messageId"])
+            else:
+                ids = [message["messageId"] for message in messages]
             with contextlib.suppress(BrokerError):
-                await client.ack(consumer_id, ids, cumulative)
+                if nacks:
+                    await client.nack(consumer_id, nacks)
+                    counters.nacked_messages += len(nacks)
+                    run.nacked_pending.update(nacks)
+                if ids:
+                    await client.ack(consumer_id, ids, cumulative)
+                    acked = len(messages) - len(nacks)
+                    counters.acked_messages += acked
+                    run.acked_ever += acked
+                    if run.nacked_pending:
+                        run.nacked_pending.difference_update(ids)
 
     def _record(self, messages: list[Any]) -> None:
         run = self.run
@@ -479,6 +659,8 @@ class Sampler:
 
     async def _broker_sample(self) -> dict[str, float] | None:
         client = self.run.admin
+        if client is None or self.run.stats_error is not None:
+            return None
         try:
             cache, storage = await asyncio.gather(client.cache_stats(), client.storage_stats())
         except BrokerError:
@@ -530,22 +712,32 @@ class Sampler:
 async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any]:
     """Run ``scenario`` (scaled to ``options.duration_s`` if given); returns the results
     and, with ``options.out_dir``, writes ``results.json`` and the plots there."""
+    if options.driver is not None and options.driver != scenario.driver:
+        scenario = _with_driver(scenario, options.driver)
     if options.duration_s is not None:
         scenario = scenario.scaled(options.duration_s)
-    if options.trace and (options.url is not None or options.out_dir is None):
+    service_url = options.service_url or scenario.pulsar.serviceUrl or None
+    if service_url is not None and scenario.driver != "pulsar":
+        raise ScenarioError(
+            f"{scenario.name}: a service URL ({service_url}) is for the pulsar driver, and this "
+            'run\'s driver is http (--driver pulsar, or driver = "pulsar" in the scenario)'
+        )
+    own_broker = options.url is None and service_url is None
+    if options.trace and (not own_broker or options.out_dir is None):
         raise ScenarioError(
             "--trace records the trace of a broker the load generator starts, into the "
-            "output directory (drop --url; set brokerlabTraceDir on your own broker instead)"
+            "output directory (drop --url and --service-url; set brokerlabTraceDir on your "
+            "own broker instead)"
         )
-    if options.url is not None and any(event.type == "restart" for event in scenario.events):
+    if not own_broker and any(event.type == "restart" for event in scenario.events):
         raise ScenarioError(
             f"{scenario.name}: a restart event needs a broker the load generator started "
-            "(drop --url)"
+            "(drop --url and --service-url)"
         )
     with contextlib.ExitStack() as stack:
         broker: BrokerProcess | None = None
         url = options.url
-        if url is None:
+        if own_broker:
             workdir = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
             log_dir = options.out_dir if options.out_dir is not None else workdir
             broker = BrokerProcess(
@@ -558,10 +750,19 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any
             )
             url = await broker.start()
         try:
+            if broker is not None and scenario.driver == "pulsar":
+                service_url = await broker.wait_service_url(SERVICE_URL_WAIT_S)
+                if not service_url:
+                    raise ScenarioError(
+                        "the pulsar driver needs the broker's binary protocol, and brokerlab "
+                        "serve printed no 'brokerlab binary protocol on pulsar://...' line "
+                        "(see broker.log); --service-url points the run at another "
+                        "Pulsar-compatible broker"
+                    )
             if options.on_broker_ready is not None:
-                options.on_broker_ready(url)
-            results = await _run_against(scenario, options, url, broker)
-            if options.keep_serving and broker is not None:
+                options.on_broker_ready(url or service_url or "")
+            results = await _run_against(scenario, options, url, service_url or "", broker)
+            if options.keep_serving and broker is not None and url is not None:
                 await _until_interrupted(url)
         finally:
             if broker is not None:
@@ -571,6 +772,13 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any
 
         write_results(results, options.out_dir)
     return results
+
+
+def _with_driver(scenario: Scenario, driver: str) -> Scenario:
+    try:
+        return Scenario.model_validate({**scenario.model_dump(), "driver": driver})
+    except ValidationError as error:
+        raise ScenarioError(f"--driver {driver}: {error.errors()[0]['msg']}") from None
 
 
 def _trace(options: RunOptions) -> dict[str, object]:
@@ -599,27 +807,60 @@ def _connection_limit(consumers: int) -> int:
 
 
 async def _run_against(
-    scenario: Scenario, options: RunOptions, url: str, broker: BrokerProcess | None
+    scenario: Scenario,
+    options: RunOptions,
+    url: str | None,
+    service_url: str,
+    broker: BrokerProcess | None,
 ) -> dict[str, Any]:
+    """``url``: the broker's HTTP base (None: a foreign broker reached over the binary
+    protocol only); ``service_url``: its binary protocol, for the pulsar driver."""
     consumer_count = (
         scenario.topics
         * scenario.partitionsPerTopic
         * scenario.subscriptionsPerTopic
         * scenario.consumerPerSubscription
     )
-    async with (
-        BrokerClient(url, connections=PRODUCE_CONNECTIONS) as client,
-        BrokerClient(url, connections=ADMIN_CONCURRENCY + 8) as admin,
-        BrokerClient(url, connections=_connection_limit(consumer_count)) as consumer_client,
-    ):
+    async with contextlib.AsyncExitStack() as stack:
+        admin: BrokerClient | None = None
+        stats_error: str | None = f"no HTTP admin (the broker is {service_url} only)"
+        if url is not None:
+            admin = BrokerClient(url, connections=ADMIN_CONCURRENCY + 8)
+            stack.push_async_callback(admin.close)
+            stats_error = await _probe_stats(admin, required=scenario.driver == "http")
+        driver: Driver
+        if scenario.driver == "pulsar":
+            from loadgen.pulsar_driver import PulsarDriver
+
+            log_path = options.out_dir / "pulsar-client.log" if options.out_dir else None
+            driver = PulsarDriver(scenario, service_url, log_path=log_path)
+        else:
+            assert url is not None and admin is not None
+            client = BrokerClient(url, connections=PRODUCE_CONNECTIONS)
+            stack.push_async_callback(client.close)
+            consumer_client = BrokerClient(url, connections=_connection_limit(consumer_count))
+            stack.push_async_callback(consumer_client.close)
+            driver = HttpDriver(client, consumer_client, admin)
+        stack.push_async_callback(driver.close)
+        run = Run(scenario, driver, admin, broker, service_url=service_url, stats_error=stats_error)
+        return await _execute(run, options)
+
+
+async def _probe_stats(admin: BrokerClient, *, required: bool) -> str | None:
+    """Wait for the broker's HTTP admin to answer its cache stats; when they are not
+    ``required`` (the pulsar driver), why there are none instead of an error."""
+    try:
         await _retry(admin.cache_stats)
-        run = Run(scenario, client, admin, broker)
-        return await _execute(run, consumer_client, options)
+    except BrokerError as error:
+        if required:
+            raise
+        return f"no brokerlab stats at {admin.base_url}: {error}"
+    return None
 
 
-async def _execute(run: Run, consumer_client: BrokerClient, options: RunOptions) -> dict[str, Any]:
+async def _execute(run: Run, options: RunOptions) -> dict[str, Any]:
     scenario = run.scenario
-    client = run.admin
+    driver = run.driver
     progress = (
         ProgressDisplay(scenario.name, scenario.testDurationSeconds) if options.progress else None
     )
@@ -631,34 +872,21 @@ async def _execute(run: Run, consumer_client: BrokerClient, options: RunOptions)
                 slow = behaviour.rateLimit > 0 and (
                     behaviour.slowConsumers == 0 or number < behaviour.slowConsumers
                 )
-                worker = ConsumerWorker(
-                    run,
-                    consumer_client,
-                    topic,
-                    index,
-                    f"c-{index}-{number}",
-                    behaviour.rateLimit if slow else 0.0,
+                worker = driver.consumer(
+                    run, topic, index, f"c-{index}-{number}", behaviour.rateLimit if slow else 0.0
                 )
                 run.consumers.append(worker)
     run.expect_connections()
     if len(run.consumers) > MANY_CONSUMERS:
         run.poll_timeout_ms = MANY_CONSUMERS_POLL_TIMEOUT_MS
-    errors = await _bounded(
-        [
-            _partial(client.create_subscription, topic, subscription, "earliest")
-            for topic in run.topics
-            for subscription in run.subscriptions
-        ]
-    )
-    if errors:
-        raise errors[0]
+    await driver.prepare(run)
     # --- producers
     producers_total = scenario.topics * scenario.producersPerTopic
     rate = scenario.producerRate / producers_total if producers_total else 0.0
     for index in range(scenario.topics):
         for number in range(scenario.producersPerTopic):
             run.producers.append(
-                ProducerWorker(
+                driver.producer(
                     run,
                     f"p-{index}-{number}",
                     run.partitions_of(index),
@@ -666,6 +894,9 @@ async def _execute(run: Run, consumer_client: BrokerClient, options: RunOptions)
                     seed=scenario.seed * 1_000_003 + len(run.producers),
                 )
             )
+    errors = await _bounded([producer.open for producer in run.producers])
+    if errors:
+        raise errors[0]
     tasks: list[asyncio.Task[None]] = []
     try:
         if scenario.consumerBacklogSizeMB > 0:
@@ -683,13 +914,19 @@ async def _execute(run: Run, consumer_client: BrokerClient, options: RunOptions)
         )
         stagger = random.Random(scenario.seed)
         start_ns = time.perf_counter_ns()
+        producing = []
         for producer in run.producers:
             offset = int(stagger.random() * producer.interval_ns) if producer.interval_ns else 0
-            tasks.append(asyncio.create_task(producer.run_until(produce_until, start_ns + offset)))
+            producing.append(
+                asyncio.create_task(producer.run_until(produce_until, start_ns + offset))
+            )
+        tasks += producing
         if scenario.warmupSeconds > 0:
             await asyncio.sleep(scenario.warmupSeconds)
         sampler = Sampler(run, options.sample_interval_s, progress)
         results = await _measure(run, sampler, options)
+        if options.drain_s > 0:
+            results["drain"] = await _drain(run, producing, options.drain_s)
     finally:
         run.stopping = True
         for task in tasks:
@@ -701,6 +938,39 @@ async def _execute(run: Run, consumer_client: BrokerClient, options: RunOptions)
         # someone else's broker: leave no sessions behind
         await _bounded([worker.disconnect for worker in run.consumers])
     return results
+
+
+async def _drain(
+    run: Run, producing: Sequence[asyncio.Task[None]], timeout_s: float
+) -> dict[str, Any]:
+    """After the measured run: wait for the producers' last sends, then for the consumers
+    to have received every stored message once per subscription (and acknowledged it,
+    unless ackMode is none), for up to ``timeout_s``. Counts are over the whole run,
+    warm-up and catch-up backlog included."""
+    began = time.monotonic()
+    deadline = began + timeout_s
+    if producing:
+        await asyncio.wait(producing, timeout=timeout_s)
+    acking = run.scenario.consumers.ackMode != "none"
+
+    def caught_up() -> bool:
+        if run.backlog() or run.nacked_pending:
+            return False
+        return not acking or run.acked_ever >= run.first_deliveries_ever
+
+    while time.monotonic() < deadline:
+        if caught_up():
+            break
+        await asyncio.sleep(DRAIN_POLL_S)
+    return {
+        "seconds": round(time.monotonic() - began, 3),
+        "caughtUp": caught_up(),
+        "publishedMessages": run.sent_ever,
+        "firstDeliveries": run.first_deliveries_ever,
+        "ackedMessages": run.acked_ever,
+        "backlog": run.backlog(),
+        "awaitingRedelivery": len(run.nacked_pending),
+    }
 
 
 async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str, Any]:
@@ -744,13 +1014,15 @@ async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str,
     measured = time.monotonic() - start
     end_cache = dict(sampler.last_cache)
     end_storage = dict(sampler.last_storage)
-    try:
-        trace = await run.admin.trace_stats()
-    except BrokerError:
-        trace = {"enabled": False}
+    trace: dict[str, Any] = {"enabled": False}
+    if run.admin is not None and run.stats_error is None:
+        with contextlib.suppress(BrokerError):
+            trace = await run.admin.trace_stats()
     results = build_results(
         scenario=scenario,
-        url=run.client.base_url,
+        url=run.admin.base_url if run.admin is not None else None,
+        service_url=run.service_url or None,
+        stats_error=run.stats_error,
         started_broker=run.broker is not None,
         started_at_ms=run.started_at_ms,
         measured_s=measured,
@@ -798,7 +1070,7 @@ async def _events(run: Run, start: float, log: list[dict[str, Any]]) -> None:
         entry["tookMs"] = round((time.monotonic() - began) * 1000, 1)
 
 
-def _targets(run: Run, event: Event) -> list[ConsumerWorker]:
+def _targets(run: Run, event: Event) -> list[Consumer]:
     return [
         worker
         for worker in run.consumers
@@ -807,16 +1079,16 @@ def _targets(run: Run, event: Event) -> list[ConsumerWorker]:
 
 
 async def _apply(run: Run, event: Event, start: float) -> str:
-    client = run.admin
     kind = event.type
     if kind == "unload":
-        await client.unload_namespace(TENANT, NAMESPACE)
+        await run.admin_or_refuse("unload").unload_namespace(TENANT, NAMESPACE)
         return f"unloaded {TENANT}/{NAMESPACE} ({len(run.topics)} topics)"
     if kind == "restart":
         assert run.broker is not None
         await run.broker.restart()
         return f"broker restarted on {run.broker.url}"
     if kind == "offload":
+        client = run.admin_or_refuse("offload")
         done = 0
 
         async def offload(topic: str) -> None:
@@ -851,15 +1123,7 @@ async def _apply(run: Run, event: Event, start: float) -> str:
         subscriptions = (
             run.subscriptions if event.subscription < 0 else [run.subscriptions[event.subscription]]
         )
-        errors = await _bounded(
-            [
-                _partial(client.reset_cursor_to_time, topic, subscription, time_ms)
-                for topic in run.topics
-                for subscription in subscriptions
-            ]
-        )
-        if errors:
-            raise errors[0]
+        await run.driver.seek(run, subscriptions, time_ms)
         return (
             f"{len(subscriptions)} subscription(s) of {len(run.topics)} topics reset to {time_ms}"
         )
@@ -873,16 +1137,17 @@ async def _build_backlog(run: Run, progress: ProgressDisplay | None) -> None:
     per_topic = int(scenario.consumerBacklogSizeMB * 1024 * 1024 / max(1, scenario.messageSize))
     target = per_topic * scenario.topics * scenario.partitionsPerTopic
     deadline = time.perf_counter_ns() + int(3600 * 1e9)
-    fast = [
-        ProducerWorker(run, producer.name, producer.partitions, 0.0, seed=index)
-        for index, producer in enumerate(run.producers)
-    ]
-
+    # the run's producers, unthrottled for the while
+    intervals = [producer.interval_ns for producer in run.producers]
+    for producer in run.producers:
+        producer.interval_ns = 0
     run.stop_at_sent = target
     try:
         now = time.perf_counter_ns()
-        await asyncio.gather(*(producer.run_until(deadline, now) for producer in fast))
+        await asyncio.gather(*(producer.run_until(deadline, now) for producer in run.producers))
     finally:
+        for producer, interval in zip(run.producers, intervals, strict=True):
+            producer.interval_ns = interval
         run.stop_at_sent = None
         run.stopping = False
 

@@ -31,6 +31,34 @@ class ConsumerBehaviour(BaseModel):
     slowConsumers: int = Field(default=0, ge=0)
     receiveBatchSize: int = Field(default=100, ge=1, le=1000)
     ackMode: Literal["individual", "cumulative", "none"] = "individual"
+    #: messages the broker may push to a consumer ahead of its receives (Pulsar's name)
+    receiverQueueSize: int = Field(default=1000, ge=1, le=1_000_000)
+    #: share of first deliveries negatively acknowledged (redelivered after
+    #: negativeAckRedeliveryDelayMs, then acknowledged); needs ackMode individual
+    nackRatio: float = Field(default=0, ge=0, le=1)
+    negativeAckRedeliveryDelayMs: int = Field(default=1000, ge=0, le=2_147_483_647)
+
+
+class PulsarDriverOptions(BaseModel):
+    """The ``[pulsar]`` table: options of the ``pulsar`` driver (the official client over
+    the binary protocol). The producer options are the OpenMessaging Benchmark Pulsar
+    driver's names and defaults; OMB sets no batch message count, so neither does
+    ``batchingMaxMessages`` by default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: ``pulsar://host:port``; "": the binary protocol of the broker the load generator
+    #: starts (``--service-url`` overrides both)
+    serviceUrl: str = Field(default="", pattern=r"^(pulsar(\+ssl)?://\S+)?$")
+    batchingEnabled: bool = True
+    batchingMaxPublishDelayMs: int = Field(default=1, ge=1, le=60_000)
+    batchingMaxBytes: int = Field(default=1024 * 1024, ge=1, le=2_147_483_647)
+    batchingMaxMessages: int = Field(default=2_147_483_647, ge=1, le=2_147_483_647)
+    #: wait for room when pendingQueueSize messages are unacknowledged; false: such a send
+    #: fails at once (a publish error)
+    blockIfQueueFull: bool = True
+    #: messages a producer keeps in flight; 0: the client's default (1000)
+    pendingQueueSize: int = Field(default=0, ge=0, le=1_000_000)
 
 
 class Event(BaseModel):
@@ -73,6 +101,10 @@ class Scenario(BaseModel):
     #: produce this much backlog (MiB per subscription) before consumers start (catch-up)
     consumerBacklogSizeMB: float = Field(default=0, ge=0)
     seed: int = 1
+    #: how producers and consumers reach the broker: "http" (its REST produce and
+    #: consume routes) or "pulsar" (the official client over the binary protocol)
+    driver: Literal["http", "pulsar"] = "http"
+    pulsar: PulsarDriverOptions = PulsarDriverOptions()
     consumers: ConsumerBehaviour = ConsumerBehaviour()
     events: list[Event] = []
     #: broker.conf overrides for a broker this scenario starts
@@ -104,6 +136,11 @@ class Scenario(BaseModel):
             raise ValueError(
                 f"consumers.ackMode cumulative is refused on {self.subscriptionType} "
                 "subscriptions, as in Pulsar; use individual"
+            )
+        if self.consumers.nackRatio > 0 and self.consumers.ackMode != "individual":
+            raise ValueError(
+                f"consumers.nackRatio needs ackMode individual (it is {self.consumers.ackMode}): "
+                "a negative acknowledgement is of one message"
             )
         return self
 

@@ -122,3 +122,35 @@ type = "unload"
     assert results["totals"]["consumedMessages"] > 0
     # consumption went on after the restart: the last seconds consumed something
     assert sum(results["consumeRate"][-2:]) > 0
+
+
+def test_nacked_messages_come_back_over_http_and_a_drain_sees_them_acknowledged(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The HTTP driver's nacks: each nacked message is redelivered and then acknowledged,
+    so the drain after the run ends with nothing undelivered and nothing still to come."""
+    scenario_file = tmp_path / "nacks.toml"
+    scenario_file.write_text(
+        """
+topics = 1
+messageSize = 100
+producerRate = 500
+subscriptionType = "Shared"
+consumerPerSubscription = 2
+testDurationSeconds = 3
+seed = 4
+[consumers]
+nackRatio = 0.1
+negativeAckRedeliveryDelayMs = 100
+"""
+    )
+    options = RunOptions(out_dir=tmp_path / "out", drain_s=20)
+    results = uvloop.run(run_scenario(load_scenario(str(scenario_file)), options))
+    assert validate_results(results) == []
+    totals = results["totals"]
+    assert totals["nackedMessages"] > 0 and totals["redeliveredMessages"] > 0
+    drain = results["drain"]
+    assert drain["caughtUp"] and drain["awaitingRedelivery"] == 0, drain
+    assert drain["firstDeliveries"] == drain["publishedMessages"]
+    assert drain["ackedMessages"] >= drain["firstDeliveries"]
+    assert results["broker"]["statsUnavailable"] is None

@@ -46,11 +46,7 @@ class ProtocolServer:
 
     async def partitions(self, name: TopicName, auto_create: bool) -> int:
         """PARTITIONED_METADATA: the topic's partitions (0: not partitioned)."""
-        partitions = getattr(self.service, "partitions", None)
-        if partitions is None:  # partitioned topics are landing separately
-            return 0
-        count: int = await partitions.metadata_for_client(name, auto_create)
-        return count
+        return await self.service.partitions.metadata_for_client(name, auto_create)
 
     async def close(self) -> None:
         if self._server is not None:

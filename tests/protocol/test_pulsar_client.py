@@ -327,3 +327,38 @@ def test_clients_reconnect_after_the_broker_unloads_the_topic(
     assert nothing_more(consumer)
     stats = broker.http("GET", f"/admin/v2/persistent/public/default/{local}/stats")
     assert len(stats["subscriptions"]["u"]["consumers"]) == 1  # reconnected, once
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
+def test_a_partitioned_topic_of_four_takes_the_clients_routing(
+    broker: ServedBroker, client: pulsar.Client, batching: bool
+) -> None:
+    local = f"parts-{next(_topics)}"
+    topic = f"persistent://public/default/{local}"
+    broker.http("PUT", f"/admin/v2/persistent/public/default/{local}/partitions", 4)
+    assert client.get_topic_partitions(topic) == [f"{topic}-partition-{i}" for i in range(4)]
+    consumer = client.subscribe(topic, "p", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(
+        topic,
+        batching_enabled=batching,
+        message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+    )
+    for index in range(40):
+        producer.send_async(f"m{index}".encode(), None, partition_key=f"key{index % 8}")
+    producer.flush()
+    got = receive(consumer, 40)
+    assert sorted(m.data().decode() for m in got) == sorted(f"m{i}" for i in range(40))
+    assert nothing_more(consumer)
+    # keyed messages are routed by the client's hash: each key lives in one partition,
+    # and together they used more than one
+    partitions_of_key: dict[str, set[str]] = defaultdict(set)
+    for message in got:
+        partitions_of_key[message.partition_key()].add(message.topic_name())
+    assert all(len(names) == 1 for names in partitions_of_key.values())
+    used = {name for names in partitions_of_key.values() for name in names}
+    assert len(used) > 1
+    for index in range(4):
+        stats = broker.http(
+            "GET", f"/admin/v2/persistent/public/default/{local}-partition-{index}/stats"
+        )
+        assert "p" in stats["subscriptions"]

@@ -223,6 +223,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app[CLOCK] = clock or SystemClock()
     app.cleanup_ctx.append(_broker_context)
     app.cleanup_ctx.append(_protocol_context)
+    if settings.broker.webSocketServiceEnabled:
+        from broker.http import websocket  # it imports this module's app keys
+
+        websocket.setup(app)
     app.add_routes(routes)
     from broker.http import pulsar_admin  # it imports this module's app keys
 

@@ -1,0 +1,1286 @@
+"""Pulsar's WebSocket API (``/ws/v2/producer|consumer|reader/persistent/...``) on
+aiohttp's WebSocket support: a thin front end over the broker service, as the binary
+protocol is.
+
+Pulsar serves this API with a Java client inside the broker; brokerlab has no client in
+between, so each session talks to the service directly and behaves as that client would
+towards the WebSocket peer:
+
+- a producer answers every message with ``{"result": "ok", "messageId", "context"}``
+  once it is stored, or ``{"result": "send-error:N", "errorMsg", "context"}`` (N is
+  Pulsar's WebSocketError code: 3 bad JSON, 7 bad payload encoding, 8 anything else);
+  with ``batchingEnabled=true`` messages are grouped into batched entries as Pulsar's
+  batching producer groups them;
+- a consumer is a :class:`WebSocketConsumer`: the dispatcher fills its receiver queue
+  (``receiverQueueSize`` messages, the permits), a sender task pushes the messages one
+  JSON text frame each, at most ``receiverQueueSize`` of them unacknowledged (push mode)
+  or as many as the client's ``permit`` commands allow (``pullMode=true``);
+- a reader is a consumer of its own subscription (``reader-...``, deleted when the
+  session ends) that acknowledges what it sends, as Pulsar's reader does; the client's
+  acks only free room in its window.
+
+Message ids travel as base64 of the serialized ``MessageIdData``, as Pulsar's clients
+write them. Times are ISO 8601 strings (UTC), as Pulsar formats them. A command the
+server cannot read closes the session with close code 4000 + Pulsar's WebSocketError
+code (Pulsar's own codes 1-8 are not valid WebSocket close codes): 4003 for bad JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import contextlib
+import datetime
+import itertools
+import logging
+import re
+import secrets
+import time
+from collections import deque
+from collections.abc import Coroutine, Iterable
+from typing import Any
+
+import orjson
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from broker.config import BrokerConfig
+from broker.dispatch.consumer import NOT_RECEIVED, Consumer, Delivery
+from broker.dispatch.errors import BrokerError, InvalidRequestError
+from broker.dispatch.names import TopicName, check_name_part
+from broker.dispatch.service import BrokerService, ConsumerOptions
+from broker.dispatch.subscription import SUBSCRIPTION_TYPES
+from broker.http.app import CLOCK, METRICS, SERVICE, SETTINGS
+from broker.http.b64 import decode_base64_strict
+from broker.http.parsing import query_int
+from broker.ledger.entry import (
+    BatchItem,
+    Entry,
+    EntryFormatError,
+    Message,
+    encode_batch,
+    encode_message,
+    messages_of,
+)
+from broker.ledger.managed_ledger import ManagedLedgerError
+from broker.ledger.position import Position
+from broker.pulsar_api import MessageIdData
+from broker.tasks import TaskOwner
+from storage_stub.bookie.api import BookieError
+
+log = logging.getLogger(__name__)
+
+#: Pulsar's WebSocketError codes
+FAILED_TO_DESERIALIZE_FROM_JSON = 3
+PAYLOAD_ENCODING_ERROR = 7
+UNKNOWN_ERROR = 8
+_DESCRIPTIONS = {
+    FAILED_TO_DESERIALIZE_FROM_JSON: "Failed to de-serialize from JSON",
+    PAYLOAD_ENCODING_ERROR: "Invalid payload encoding",
+    UNKNOWN_ERROR: "Unknown error",
+}
+#: close code of a session closed for a WebSocketError: this plus Pulsar's code
+CLOSE_CODE_BASE = 4000
+
+#: Pulsar's WebSocket service caps receiverQueueSize at this (consumers and readers)
+MAX_RECEIVER_QUEUE_SIZE = 1000
+#: Pulsar's client refuses a shorter ack timeout (other than 0, no timeout)
+MIN_ACK_TIMEOUT_MS = 1000
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
+#: defaults of Pulsar's WebSocket producer (its documented query parameters)
+DEFAULT_SEND_TIMEOUT_MS = 30_000
+DEFAULT_MAX_PENDING_MESSAGES = 1000
+DEFAULT_BATCH_MAX_MESSAGES = 1000
+DEFAULT_BATCH_DELAY_MS = 10
+
+_STORAGE_ERRORS = (BrokerError, BookieError, ManagedLedgerError, OSError)
+_PARTITION = re.compile(r"-partition-([0-9]{1,9})\Z")
+_producer_names = itertools.count()
+
+
+class OpenSockets:
+    """The app's open WebSocket sessions, closed when it shuts down."""
+
+    __slots__ = ("sockets",)
+
+    def __init__(self) -> None:
+        self.sockets: set[web.WebSocketResponse] = set()
+
+
+SOCKETS = web.AppKey("websockets", OpenSockets)
+
+routes = web.RouteTableDef()
+_TOPIC = "/persistent/{tenant}/{namespace}/{topic}"
+
+
+def setup(app: web.Application) -> None:
+    """Serve the WebSocket API on ``app``; open sessions close when it shuts down."""
+    app[SOCKETS] = OpenSockets()
+    app.on_shutdown.append(_close_sessions)
+    app.add_routes(routes)
+
+
+async def _close_sessions(app: web.Application) -> None:
+    """Before the server stops waiting for handlers: every session ends now (its
+    consumer closed, its unacked messages back to the subscription)."""
+    sockets = list(app[SOCKETS].sockets)
+    await asyncio.gather(
+        *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"broker shutting down") for ws in sockets),
+        return_exceptions=True,
+    )
+
+
+# ---------------------------------------------------------------------- formats
+
+
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def iso_time(epoch_ms: int) -> str:
+    """Epoch milliseconds as Pulsar's WebSocket API writes times: ISO 8601 with an
+    offset (here always UTC, ``Z``)."""
+    seconds, millis = divmod(epoch_ms, 1000)
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def parse_event_time(value: object) -> int:
+    """A producer's ``eventTime``: ISO 8601 with an offset as Pulsar reads it, or (a
+    brokerlab extension) epoch milliseconds. ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("eventTime must be an ISO 8601 time or epoch milliseconds")
+    if isinstance(value, int):
+        millis = value
+    elif isinstance(value, str):
+        moment = datetime.datetime.fromisoformat(value)
+        if moment.tzinfo is None:
+            raise ValueError(f"eventTime {value!r} has no offset (e.g. Z or +02:00)")
+        millis = (moment - _EPOCH) // datetime.timedelta(milliseconds=1)
+    else:
+        raise ValueError("eventTime must be an ISO 8601 time or epoch milliseconds")
+    if not 0 <= millis <= MAX_INT64:
+        raise ValueError(f"eventTime {value!r} is before 1970 or too far ahead")
+    return millis
+
+
+def partition_index(name: TopicName) -> int:
+    """The partition a topic name is (``...-partition-N``), else -1."""
+    match = _PARTITION.search(name.local_name)
+    return int(match[1]) if match else -1
+
+
+def encode_message_id(position: Position, batch_index: int, batch_size: int, partition: int) -> str:
+    """A message id as Pulsar's clients serialize it (``MessageId.toByteArray``), in
+    base64: a batch's message carries its index and the batch's size."""
+    data = MessageIdData(ledgerId=position.ledger_id, entryId=position.entry_id)
+    if partition >= 0:
+        data.partition = partition
+    if batch_index >= 0:
+        data.batch_index = batch_index
+        data.batch_size = batch_size
+    else:
+        data.batch_size = 0
+    return _b64(data.SerializeToString())
+
+
+def decode_message_id(value: object) -> Any:
+    """A base64 ``MessageIdData``; ValueError if it is not one."""
+    if not isinstance(value, str):
+        raise ValueError("messageId must be a base64 string")
+    try:
+        raw = decode_base64_strict(value)
+    except (binascii.Error, ValueError):
+        raise ValueError("messageId is not valid base64") from None
+    try:
+        data = MessageIdData.FromString(raw)
+    except Exception:  # protobuf's DecodeError
+        raise ValueError("messageId is not a serialized MessageIdData") from None
+    if not (data.HasField("ledgerId") and data.HasField("entryId")):
+        raise ValueError("messageId lacks a ledger id or an entry id")
+    return data
+
+
+def _signed(value: int) -> int:
+    """A uint64 carrying a Java long (-1: Pulsar's earliest) back to its sign."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+# ---------------------------------------------------------------------- query parameters
+
+
+def _query_bool(request: web.Request, name: str, default: bool) -> bool:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise InvalidRequestError(f"query parameter {name} must be true or false")
+    return raw.lower() == "true"
+
+
+def _query_str(request: web.Request, name: str) -> str | None:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    if not 1 <= len(raw) <= 256:
+        raise InvalidRequestError(f"query parameter {name} must be 1..256 characters long")
+    return raw
+
+
+def _query_choice(
+    request: web.Request, name: str, default: str, choices: Iterable[str], supported: Iterable[str]
+) -> str:
+    """One of ``choices``; one that brokerlab does not support (not in ``supported``)
+    is refused by name rather than ignored."""
+    raw = request.query.get(name, default)
+    choices = tuple(choices)
+    if raw not in choices:
+        raise InvalidRequestError(f"query parameter {name} must be one of {', '.join(choices)}")
+    if raw not in supported:
+        raise InvalidRequestError(f"{name}={raw} is not supported by brokerlab")
+    return raw
+
+
+def _refuse(request: web.Request, *names: str) -> None:
+    for name in names:
+        if name in request.query:
+            raise InvalidRequestError(f"query parameter {name} is not supported by brokerlab")
+
+
+def _check_upgrade(request: web.Request) -> None:
+    """A plain HTTP request to a WebSocket route changes nothing: 400."""
+    if not web.WebSocketResponse().can_prepare(request).ok:
+        raise InvalidRequestError("this route speaks Pulsar's WebSocket API: send an upgrade")
+
+
+def _topic(request: web.Request) -> TopicName:
+    info = request.match_info
+    return TopicName.of(info["tenant"], info["namespace"], info["topic"])
+
+
+def _new_socket(request: web.Request) -> web.WebSocketResponse:
+    broker = request.app[SETTINGS].broker
+    # a message of maxMessageSize in base64, with room for its JSON fields
+    return web.WebSocketResponse(
+        max_msg_size=broker.maxMessageSize * 4 // 3 + (1 << 20),
+        heartbeat=broker.keepAliveIntervalSeconds,
+    )
+
+
+async def _send(ws: web.WebSocketResponse, data: dict[str, Any]) -> bool:
+    """Write one JSON text frame; False if the session is closing."""
+    try:
+        await ws.send_str(orjson.dumps(data).decode())
+    except ConnectionError:
+        return False
+    return True
+
+
+async def _close_for(ws: web.WebSocketResponse, error: int, reason: str) -> None:
+    """Close the session for a WebSocketError, as Pulsar does, with the reason."""
+    message = f"{_DESCRIPTIONS[error]}: {reason}"
+    # a close frame's reason is at most 123 bytes (cut on a character boundary)
+    reason_bytes = message.encode()[:120].decode(errors="ignore").encode()
+    await ws.close(code=CLOSE_CODE_BASE + error, message=reason_bytes)
+
+
+# ---------------------------------------------------------------------- acks
+
+
+class _AckWriter:
+    """Makes acknowledgements durable, in the order they were applied, in one task of
+    the session. A write that fails is logged: its messages stay unacknowledged and are
+    delivered again, as after any lost ack."""
+
+    __slots__ = ("_idle", "_wake", "_work")
+
+    def __init__(self, owner: TaskOwner) -> None:
+        self._work: deque[Coroutine[Any, Any, None]] = deque()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        owner.spawn(self._run(), "websocket acks")
+
+    def add(self, work: Coroutine[Any, Any, None] | None) -> None:
+        if work is None:
+            return
+        self._work.append(work)
+        self._idle.clear()
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Return once every ack added so far is durable (or failed)."""
+        await self._idle.wait()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._work:
+                    try:
+                        await self._work.popleft()
+                    except _STORAGE_ERRORS as error:
+                        log.warning("websocket ack not made durable: %s", error)
+                self._idle.set()
+        finally:
+            while self._work:
+                self._work.popleft().close()
+
+
+# ---------------------------------------------------------------------- consumer
+
+
+class _ReceiverQueue(deque[Delivery]):
+    """A consumer's receiver queue that counts the messages it holds (a batched entry
+    holds several), so that permits are messages as in Pulsar. O(1) per operation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages = 0
+
+    def append(self, delivery: Delivery) -> None:
+        super().append(delivery)
+        self.messages += delivery.entry.messages
+
+    def popleft(self) -> Delivery:
+        delivery = super().popleft()
+        self.messages -= delivery.entry.messages
+        return delivery
+
+    def clear(self) -> None:
+        super().clear()
+        self.messages = 0
+
+
+class _Outgoing:
+    """The entry being sent: its messages not yet written to the socket."""
+
+    __slots__ = ("batch_size", "delivery", "messages", "publish_time")
+
+    def __init__(self, delivery: Delivery, messages: deque[Message], batch_size: int) -> None:
+        self.delivery = delivery
+        self.messages = messages
+        self.batch_size = batch_size
+        self.publish_time = iso_time(messages[0].publish_time)
+
+
+class WebSocketConsumer(Consumer):
+    """A consumer whose client is a WebSocket session. The dispatcher fills the
+    receiver queue (at most ``receiver_queue_size`` messages: a batched entry takes as
+    many permits as it holds messages; the dispatcher reads ``available_permits``
+    entries, the free permits divided by the messages per entry seen). A sender task
+    takes the queue apart into messages and writes them while the client's window is
+    open: push mode, fewer than ``receiver_queue_size`` sent and neither acked nor
+    negatively acked; pull mode, permits granted by ``permit`` commands; a reader,
+    fewer sent than acks received, any command counting as an ack (as in Pulsar)."""
+
+    __slots__ = (
+        "_acks",
+        "_avg_batch",
+        "_current",
+        "_owner",
+        "_partition",
+        "_permits",
+        "_reader",
+        "_receiver_queue",
+        "_sent",
+        "_skip",
+        "_unacked_sent",
+        "_wake",
+        "_window",
+        "pull_mode",
+        "ws",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.queue = self._receiver_queue = _ReceiverQueue()
+        self._avg_batch = 1.0
+        self._current: _Outgoing | None = None
+        self._wake = asyncio.Event()
+        #: (entry, batch indexes) sent and neither acked nor negatively acked (push mode)
+        self._sent: dict[Position, set[int]] = {}
+        self._unacked_sent = 0
+        self._window = max(self.receiver_queue_size, 1)
+        self._permits = 0
+        self.pull_mode = False
+        self._reader = False
+        #: a reader starting after a message of a batch: (entry, last index to skip)
+        self._skip: tuple[Position, int] | None = None
+        self.ws: web.WebSocketResponse | None = None
+        self._owner: TaskOwner | None = None
+        self._acks: _AckWriter | None = None
+        self._partition = partition_index(self.subscription.topic.name)
+        # a connected client is never idle: its session tells when it is gone
+        self.polls = 1
+
+    def bind(
+        self,
+        ws: web.WebSocketResponse,
+        owner: TaskOwner,
+        acks: _AckWriter,
+        pull_mode: bool,
+        reader: bool,
+        skip: tuple[Position, int] | None,
+    ) -> None:
+        """Start sending to ``ws``; the sender is a task of ``owner``."""
+        self.ws = ws
+        self._owner = owner
+        self._acks = acks
+        self.pull_mode = pull_mode
+        self._reader = reader
+        self._skip = skip
+        owner.spawn(self._send_loop(), f"websocket consumer {self.name}")
+
+    def unbind(self) -> None:
+        """The session ends: nothing more is written to it."""
+        self.ws = None
+
+    # ------------------------------------------------------------------ dispatch side
+
+    @property
+    def available_permits(self) -> int:
+        current = self._current
+        held = self._receiver_queue.messages + (len(current.messages) if current is not None else 0)
+        permits = max(self.receiver_queue_size, 1) - held
+        if permits <= 0:
+            return 0
+        return max(int(permits / self._avg_batch), 1)
+
+    def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
+        """Into the receiver queue, pending until acked; the sender is woken. O(1)."""
+        position = entry.position
+        self._released(self.subscription.name, position.ledger_id, position.entry_id)
+        self.queue.append(Delivery(entry, redelivery_count))
+        self.pending[position] = NOT_RECEIVED
+        messages = entry.messages
+        self._avg_batch += (messages - self._avg_batch) * 0.1
+        nbytes = len(entry.data)
+        self.msg_out.add(messages)
+        self.bytes_out.add(nbytes)
+        totals = self.subscription.topic.totals
+        totals.dispatched += 1
+        totals.dispatched_bytes += nbytes
+        if redelivery_count:
+            totals.redelivered += 1
+        self._wake.set()
+
+    def take_unacked(self) -> tuple[list[Position], set[Position]]:
+        taken = super().take_unacked()
+        self._current = None
+        self._sent.clear()
+        if not self._reader:
+            self._unacked_sent = 0
+        self._wake.set()
+        return taken
+
+    def detached(self) -> None:
+        """The broker closed this consumer (unload, topic deleted): the session ends;
+        the client reconnects, as Pulsar's documentation asks of it."""
+        ws, owner = self.ws, self._owner
+        self.ws = None
+        if ws is None or owner is None:
+            return
+        reason = b"the broker closed this consumer (topic unloaded or deleted); reconnect"
+        with contextlib.suppress(RuntimeError):  # the session is ending already
+            owner.spawn(ws.close(code=WSCloseCode.SERVICE_RESTART, message=reason), "close")
+
+    # ------------------------------------------------------------------ client side
+
+    def grant(self, permits: int) -> None:
+        """Pull mode: the client's ``permit`` command."""
+        self._permits += permits
+        self._wake.set()
+
+    def reader_ack(self) -> None:
+        """A reader's client acked (whatever id it names): room for one more message."""
+        if self._unacked_sent > 0:
+            self._unacked_sent -= 1
+            self._wake.set()
+
+    def release(self, position: Position, batch_index: int) -> None:
+        """A sent message was acked or negatively acked: room in the window. -1: every
+        message of the entry."""
+        sent = self._sent.get(position)
+        if not sent:
+            return
+        if batch_index < 0 or (len(sent) == 1 and -1 in sent):
+            freed = len(sent)
+            sent.clear()
+        elif batch_index in sent:
+            freed = 1
+            sent.discard(batch_index)
+        else:
+            return
+        if not sent:
+            del self._sent[position]
+        self._unacked_sent -= freed
+        self._wake.set()
+
+    def _window_open(self) -> bool:
+        if self.pull_mode:
+            return self._permits > 0
+        if self._unacked_sent < self._window:
+            return True
+        if self._reader:
+            return False
+        # messages taken back meanwhile (ack timeout, a nack's redelivery, given to
+        # another consumer) no longer count: O(entries sent and unacked), when full only
+        pending = self.pending
+        for position in [p for p in self._sent if pending.get(p, NOT_RECEIVED) == NOT_RECEIVED]:
+            self._unacked_sent -= len(self._sent.pop(position))
+        return self._unacked_sent < self._window
+
+    def _next_message(self, now_ns: int) -> dict[str, Any] | None:
+        """The next message to write, if the window and the queue allow. O(1) per
+        message, plus decoding each entry once."""
+        if not self._window_open():
+            return None
+        pending = self.pending
+        while True:
+            current = self._current
+            if current is None:
+                if not self.queue:
+                    return None
+                current = self._current = self._start(self.queue.popleft(), now_ns)
+                if current is None:
+                    continue
+            position = current.delivery.entry.position
+            if pending.get(position, NOT_RECEIVED) == NOT_RECEIVED:
+                self._current = None  # taken back meanwhile (redelivered)
+                continue
+            message = current.messages.popleft()
+            if not current.messages:
+                self._current = None
+                self._entry_done(position)
+            if self.pull_mode:
+                self._permits -= 1
+            else:
+                self._unacked_sent += 1
+                if not self._reader:
+                    self._sent.setdefault(position, set()).add(message.batch_index)
+            return self._render(current, message)
+
+    def _start(self, delivery: Delivery, now_ns: int) -> _Outgoing | None:
+        """Begin sending an entry: the client has it as of now (its ack timeout runs)."""
+        entry = delivery.entry
+        position = entry.position
+        self.pending[position] = now_ns
+        stale = self._sent.pop(position, None)
+        if stale:
+            self._unacked_sent -= len(stale)
+        subscription = self.subscription
+        try:
+            decoded = messages_of(entry.data)
+        except EntryFormatError as error:
+            log.warning(
+                "entry %s of %s is unreadable over WebSocket: %s",
+                position,
+                subscription.topic.name,
+                error,
+            )
+            return None
+        batch_size = 0
+        if decoded and decoded[0].batch_index >= 0:
+            batch_size = decoded[0].batch_size
+            subscription.batch_sizes[position] = batch_size
+            unacked = subscription.ack_sets.get(position, -1)
+            skip = self._skip[1] if self._skip is not None and self._skip[0] == position else -1
+            decoded = [
+                m for m in decoded if (unacked >> m.batch_index) & 1 and m.batch_index > skip
+            ]
+        if not decoded:
+            # nothing left to send of it (skipped by a reader's start, compacted out)
+            self._entry_done(position)
+            if not self._reader and self._acks is not None:
+                self._acks.add(subscription.begin_acknowledge(self, [position], False))
+            return None
+        return _Outgoing(delivery, deque(decoded), batch_size)
+
+    def _entry_done(self, position: Position) -> None:
+        """Every message of the entry went out: its permits are free again; a reader
+        acknowledges it, as Pulsar's reader does (one by one, in order: the same as its
+        cumulative ack, without a pass over everything pending)."""
+        dispatcher = self.subscription.dispatcher
+        if dispatcher is not None:
+            dispatcher.wake()
+        if self._reader and self._acks is not None:
+            self._acks.add(self.subscription.begin_acknowledge(self, [position], False))
+
+    def _render(self, current: _Outgoing, message: Message) -> dict[str, Any]:
+        """A message as Pulsar's WebSocket API pushes it (its field order too)."""
+        position = current.delivery.entry.position
+        out: dict[str, Any] = {
+            "messageId": encode_message_id(
+                position,
+                message.batch_index,
+                current.batch_size,
+                self._partition,
+            ),
+            "payload": _b64(message.payload),
+            "properties": message.properties,
+            "publishTime": current.publish_time,
+            "redeliveryCount": current.delivery.redelivery_count,
+        }
+        if message.event_time:
+            out["eventTime"] = iso_time(message.event_time)
+        if message.key is not None:
+            out["key"] = message.key
+        return out
+
+    async def _send_loop(self) -> None:
+        wake = self._wake
+        monotonic_ns = self.subscription.clock.monotonic_ns
+        while True:
+            wake.clear()
+            while (ws := self.ws) is not None and (out := self._next_message(monotonic_ns())):
+                if not await _send(ws, out):
+                    return
+            await wake.wait()
+
+
+# ---------------------------------------------------------------------- consumer sessions
+
+
+async def _serve_consumer(
+    request: web.Request,
+    consumer: WebSocketConsumer,
+    pull_mode: bool,
+    reader: bool,
+    skip: tuple[Position, int] | None = None,
+) -> web.WebSocketResponse:
+    """Run a consumer's (or reader's) session until either side closes it; then the
+    consumer is closed (its unacked messages go back to the subscription) and a
+    reader's subscription deleted."""
+    service = request.app[SERVICE]
+    try:
+        ws = _new_socket(request)
+        await ws.prepare(request)
+    except BaseException:
+        service.close_consumer(consumer)
+        if reader:
+            await _drop_reader_subscription(consumer)
+        raise
+    sockets = request.app[SOCKETS].sockets
+    sockets.add(ws)
+    owner = TaskOwner("websocket consumer")
+    acks = _AckWriter(owner)
+    session = _ConsumerCommands(ws, consumer, acks, service, reader)
+    try:
+        consumer.bind(ws, owner, acks, pull_mode, reader, skip)
+        if consumer.closed:
+            consumer.detached()  # the topic went while the session was being set up
+        async for message in ws:
+            if message.type == WSMsgType.TEXT:
+                if not await session.handle(message.data):
+                    break
+            elif message.type == WSMsgType.ERROR:
+                break
+    except Exception:
+        log.exception("websocket consumer %s failed", consumer.name)
+        await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"internal error")
+    finally:
+        sockets.discard(ws)
+        consumer.unbind()
+        service.close_consumer(consumer)
+        try:
+            await acks.flush()
+        finally:
+            await owner.close()
+        if reader:
+            await _drop_reader_subscription(consumer)
+    return ws
+
+
+async def _drop_reader_subscription(consumer: Consumer) -> None:
+    subscription = consumer.subscription
+    try:
+        await subscription.topic.delete_subscription(subscription.name)
+    except BrokerError:
+        pass  # gone already (the topic was deleted)
+    except (BookieError, ManagedLedgerError, OSError) as error:
+        log.warning("reader subscription %s not deleted: %s", subscription.name, error)
+
+
+class _ConsumerCommands:
+    """What a consumer's (or reader's) client sends: acks, negative acks, permits,
+    ``isEndOfTopic``, ``unsubscribe``; ``handle`` returns False once the session is
+    closed."""
+
+    __slots__ = ("acks", "consumer", "reader", "service", "ws")
+
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        consumer: WebSocketConsumer,
+        acks: _AckWriter,
+        service: BrokerService,
+        reader: bool,
+    ) -> None:
+        self.ws = ws
+        self.consumer = consumer
+        self.acks = acks
+        self.service = service
+        self.reader = reader
+
+    async def handle(self, text: str) -> bool:
+        try:
+            command = orjson.loads(text)
+        except orjson.JSONDecodeError as error:
+            return await self._refuse(f"malformed JSON: {error}")
+        if not isinstance(command, dict):
+            return await self._refuse("a command must be a JSON object")
+        kind = command.get("type")
+        if kind is not None and not isinstance(kind, str):
+            return await self._refuse("type must be a string")
+        if kind == "isEndOfTopic":
+            # brokerlab's topics are never terminated
+            return await _send(self.ws, {"endOfTopic": False})
+        if self.reader:
+            # Pulsar's reader acknowledges what it reads itself: any other command
+            # is taken as the client's ack, which frees room in its window
+            self.consumer.reader_ack()
+            return True
+        if kind == "permit":
+            permits = command.get("permitMessages")
+            if isinstance(permits, bool) or not isinstance(permits, int) or permits < 0:
+                return await self._refuse("permitMessages must be a non-negative integer")
+            if self.consumer.pull_mode:
+                self.consumer.grant(permits)
+            return True
+        if kind == "unsubscribe":
+            return await self._unsubscribe()
+        try:
+            message_id = decode_message_id(command.get("messageId"))
+        except ValueError as error:
+            return await self._refuse(str(error))
+        if kind == "negativeAcknowledge":
+            self._negative_acknowledge(message_id)
+        else:
+            self._acknowledge(message_id)
+        return True
+
+    async def _refuse(self, reason: str) -> bool:
+        """A command Pulsar cannot read ends the session (unacked messages return)."""
+        log.info("closing websocket consumer %s: %s", self.consumer.name, reason)
+        await _close_for(self.ws, FAILED_TO_DESERIALIZE_FROM_JSON, reason)
+        return False
+
+    def _holder(self, position: Position) -> Consumer | None:
+        """The consumer of this subscription the message was given to: an ack may come
+        from another session of it, as Pulsar's broker allows. O(consumers)."""
+        consumer = self.consumer
+        if position in consumer.pending:
+            return consumer
+        for other in consumer.subscription.consumers:
+            if position in other.pending:
+                return other
+        return None
+
+    def _acknowledge(self, message_id: Any) -> None:
+        position = Position(message_id.ledgerId, message_id.entryId)
+        index = message_id.batch_index if message_id.HasField("batch_index") else -1
+        holder = self._holder(position)
+        if holder is None:
+            return  # not pending anywhere: acked already, or unknown; ignored
+        if isinstance(holder, WebSocketConsumer):
+            holder.release(position, index)
+        subscription = holder.subscription
+        if index >= 0:
+            size = subscription.batch_sizes.get(position, 0)
+            if index < size:
+                unacked = ((1 << size) - 1) & ~(1 << index)
+                self.acks.add(
+                    subscription.begin_acknowledge_batch_indexes(holder, [(position, unacked)])
+                )
+                return
+            if size or index or holder.pending[position] == NOT_RECEIVED:
+                return  # not a message the client was given
+        self.acks.add(subscription.begin_acknowledge(holder, [position], False))
+
+    def _negative_acknowledge(self, message_id: Any) -> None:
+        position = Position(message_id.ledgerId, message_id.entryId)
+        index = message_id.batch_index if message_id.HasField("batch_index") else -1
+        holder = self._holder(position)
+        if holder is None:
+            return
+        if isinstance(holder, WebSocketConsumer):
+            holder.release(position, index)
+        # a message of a batch: the entry comes again (its acked messages skipped)
+        holder.subscription.negative_acknowledge(holder, [position])
+
+    async def _unsubscribe(self) -> bool:
+        """Delete the subscription (none of its other consumers may be connected) and
+        end the session."""
+        consumer = self.consumer
+        subscription = consumer.subscription
+        if any(other is not consumer for other in subscription.consumers):
+            await _close_for(
+                self.ws, UNKNOWN_ERROR, f"subscription {subscription.name} has other consumers"
+            )
+            return False
+        consumer.unbind()
+        self.service.close_consumer(consumer)
+        await self.acks.flush()
+        try:
+            await subscription.topic.delete_subscription(subscription.name)
+        except _STORAGE_ERRORS as error:
+            await _close_for(self.ws, UNKNOWN_ERROR, f"unsubscribe failed: {error}")
+            return False
+        await self.ws.close(code=WSCloseCode.OK, message=b"unsubscribed")
+        return False
+
+
+def _receiver_queue_size(request: web.Request) -> int:
+    size = query_int(request, "receiverQueueSize", MAX_RECEIVER_QUEUE_SIZE, 0, MAX_INT32)
+    return min(size, MAX_RECEIVER_QUEUE_SIZE)
+
+
+@routes.get("/ws/v2/consumer" + _TOPIC + "/{subscription}")
+async def consumer_session(request: web.Request) -> web.StreamResponse:
+    _check_upgrade(request)
+    name = _topic(request)
+    subscription = check_name_part("subscription", request.match_info["subscription"])
+    _refuse(request, "maxRedeliverCount", "deadLetterTopic")
+    _query_choice(request, "subscriptionMode", "Durable", ("Durable", "NonDurable"), ("Durable",))
+    ack_timeout_ms = query_int(request, "ackTimeoutMillis", 0, 0, MAX_INT32)
+    if 0 < ack_timeout_ms < MIN_ACK_TIMEOUT_MS:
+        raise InvalidRequestError(
+            f"ackTimeoutMillis must be 0 (none) or at least {MIN_ACK_TIMEOUT_MS}"
+        )
+    sub_type = request.query.get("subscriptionType", "Exclusive")
+    if sub_type not in SUBSCRIPTION_TYPES:
+        raise InvalidRequestError(
+            f"query parameter subscriptionType must be one of {', '.join(SUBSCRIPTION_TYPES)}"
+        )
+    options = ConsumerOptions(
+        name=_query_str(request, "consumerName"),
+        subscription_type=sub_type,
+        receiver_queue_size=_receiver_queue_size(request),
+        initial_position=_query_choice(
+            request,
+            "subscriptionInitialPosition",
+            "Latest",
+            ("Latest", "Earliest"),
+            ("Latest", "Earliest"),
+        ),
+        priority_level=query_int(request, "priorityLevel", 0, 0, MAX_INT32),
+        ack_timeout_ms=ack_timeout_ms,
+        nack_delay_ms=query_int(request, "negativeAckRedeliveryDelay", 60000, 0, MAX_INT32),
+    )
+    pull_mode = _query_bool(request, "pullMode", False)
+    consumer = await request.app[SERVICE].create_consumer(
+        name, subscription, options, WebSocketConsumer
+    )
+    assert isinstance(consumer, WebSocketConsumer)
+    return await _serve_consumer(request, consumer, pull_mode, reader=False)
+
+
+def _reader_start(request: web.Request) -> tuple[str, Position | None, tuple[Position, int] | None]:
+    """The reader's start: (initial position, first position or None, a batch's
+    messages to skip). Pulsar's reader starts after the message id it is given."""
+    raw = request.query.get("messageId", "").strip()
+    if raw in ("", "latest"):
+        return "Latest", None, None
+    if raw == "earliest":
+        return "Earliest", None, None
+    try:
+        given = decode_message_id(raw)
+    except ValueError as error:
+        raise InvalidRequestError(
+            f"query parameter messageId must be earliest, latest or a base64 message id: {error}"
+        ) from None
+    ledger_id, entry_id = _signed(given.ledgerId), _signed(given.entryId)
+    if ledger_id < 0:
+        return "Earliest", None, None
+    if ledger_id >= MAX_INT64:
+        return "Latest", None, None
+    if given.HasField("batch_index") and given.batch_index >= 0:
+        position = Position(ledger_id, max(entry_id, 0))
+        return "Latest", position, (position, given.batch_index)
+    return "Latest", Position(ledger_id, max(entry_id + 1, 0)), None
+
+
+@routes.get("/ws/v2/reader" + _TOPIC)
+async def reader_session(request: web.Request) -> web.StreamResponse:
+    _check_upgrade(request)
+    name = _topic(request)
+    initial, start, skip = _reader_start(request)
+    options = ConsumerOptions(
+        name=_query_str(request, "readerName"),
+        subscription_type="Exclusive",
+        receiver_queue_size=_receiver_queue_size(request),
+        initial_position=initial,
+    )
+    # as Pulsar names a reader's subscription
+    subscription = f"reader-{secrets.token_hex(5)}"
+    consumer = await request.app[SERVICE].create_consumer(
+        name, subscription, options, WebSocketConsumer, start
+    )
+    assert isinstance(consumer, WebSocketConsumer)
+    return await _serve_consumer(request, consumer, pull_mode=False, reader=True, skip=skip)
+
+
+# ---------------------------------------------------------------------- producer
+
+
+class _Send:
+    """A validated message waiting for its write."""
+
+    __slots__ = ("context", "event_time", "key", "payload", "properties", "received")
+
+    def __init__(
+        self,
+        payload: bytes,
+        key: str | None,
+        properties: dict[str, str] | None,
+        event_time: int,
+        context: str | None,
+        received: float,
+    ) -> None:
+        self.payload = payload
+        self.key = key
+        self.properties = properties
+        self.event_time = event_time
+        self.context = context
+        self.received = received
+
+
+class _ProducerError(Exception):
+    def __init__(self, error: int, reason: str) -> None:
+        super().__init__(reason)
+        self.error = error
+
+
+def _context(body: dict[str, Any]) -> str | None:
+    """The request context, echoed in the answer (a number is read as its text, as
+    Pulsar's JSON reader does)."""
+    context = body.get("context")
+    if context is None or isinstance(context, str):
+        return context
+    if isinstance(context, int | float) and not isinstance(context, bool):
+        return str(context)
+    raise _ProducerError(FAILED_TO_DESERIALIZE_FROM_JSON, "context must be a string")
+
+
+class WebSocketProducer:
+    """A producer session. Messages are validated as they arrive (a bad one is
+    answered at once and stores nothing); valid ones queue and are written group by
+    group, one write in flight, each answered once its group is stored. With batching,
+    a group's messages become batched entries of at most ``batch_max_messages``; a
+    group waits up to ``batch_delay_s`` after its first message to fill up."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        ws: web.WebSocketResponse,
+        owner: TaskOwner,
+        name: TopicName,
+        producer_name: str,
+        first_sequence_id: int,
+        send_timeout_ms: int,
+        max_pending: int,
+        batching: bool,
+        batch_max_messages: int,
+        batch_delay_ms: int,
+    ) -> None:
+        self.ws = ws
+        self.service: BrokerService = request.app[SERVICE]
+        self.config: BrokerConfig = request.app[SETTINGS].broker
+        self.clock = request.app[CLOCK]
+        self.metrics = request.app[METRICS]
+        self.name = name
+        self.producer_name = producer_name
+        self.partition = partition_index(name)
+        self.next_sequence_id = first_sequence_id
+        self.send_timeout_s = send_timeout_ms / 1000
+        self.max_pending = max_pending
+        self.batching = batching
+        self.batch_max_messages = batch_max_messages
+        self.batch_delay_s = batch_delay_ms / 1000
+        self._queue: list[_Send] = []
+        self._writing = 0
+        self._wake = asyncio.Event()
+        self._full = asyncio.Event()
+        owner.spawn(self._write_loop(), f"websocket producer {producer_name}")
+
+    async def receive(self, text: str) -> None:
+        """One message from the client: queued for a write, or refused at once."""
+        context: str | None = None
+        try:
+            try:
+                body = orjson.loads(text)
+            except orjson.JSONDecodeError as error:
+                raise _ProducerError(FAILED_TO_DESERIALIZE_FROM_JSON, str(error)) from None
+            if not isinstance(body, dict):
+                raise _ProducerError(FAILED_TO_DESERIALIZE_FROM_JSON, "expected a JSON object")
+            context = _context(body)
+            send = self._validated(body, context)
+        except _ProducerError as error:
+            await self._answer_error(error.error, str(error), context)
+            return
+        if self.max_pending and len(self._queue) + self._writing >= self.max_pending:
+            await self._answer_error(
+                UNKNOWN_ERROR,
+                f"producer send queue is full ({self.max_pending} messages, maxPendingMessages)",
+                context,
+            )
+            return
+        self._queue.append(send)
+        self._wake.set()
+        if len(self._queue) >= self.batch_max_messages:
+            self._full.set()
+
+    def _validated(self, body: dict[str, Any], context: str | None) -> _Send:
+        """The message's fields checked and decoded (Pulsar's error for each kind)."""
+        payload_text = body.get("payload")
+        if not isinstance(payload_text, str):
+            raise _ProducerError(PAYLOAD_ENCODING_ERROR, "payload must be a base64 string")
+        try:
+            payload = decode_base64_strict(payload_text)
+        except (binascii.Error, ValueError) as error:
+            raise _ProducerError(
+                PAYLOAD_ENCODING_ERROR, f"Invalid Base64 message-payload error={error}"
+            ) from None
+        key = body.get("key")
+        if key is not None and not isinstance(key, str):
+            raise _ProducerError(FAILED_TO_DESERIALIZE_FROM_JSON, "key must be a string")
+        properties = body.get("properties")
+        if properties is not None and not (
+            isinstance(properties, dict) and all(isinstance(v, str) for v in properties.values())
+        ):
+            raise _ProducerError(
+                FAILED_TO_DESERIALIZE_FROM_JSON, "properties must be an object of strings"
+            )
+        event_time = 0
+        if body.get("eventTime") is not None:
+            try:
+                event_time = parse_event_time(body["eventTime"])
+            except ValueError as error:
+                raise _ProducerError(PAYLOAD_ENCODING_ERROR, str(error)) from None
+        for field in ("deliverAt", "deliverAfterMs"):
+            value = body.get(field)
+            if value is None or value == 0:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _ProducerError(FAILED_TO_DESERIALIZE_FROM_JSON, f"{field} must be a number")
+            if value > 0:
+                raise _ProducerError(
+                    UNKNOWN_ERROR, f"delayed delivery ({field}) is not supported by brokerlab"
+                )
+        max_size = self.config.maxMessageSize
+        if len(payload) > max_size:
+            raise _ProducerError(
+                UNKNOWN_ERROR, f"message is {len(payload)} bytes; maxMessageSize is {max_size}"
+            )
+        return _Send(payload, key, properties, event_time, context, time.monotonic())
+
+    async def _answer_error(self, error: int, reason: str, context: str | None) -> None:
+        answer: dict[str, Any] = {"result": f"send-error:{error}", "errorMsg": reason}
+        if context is not None:
+            answer["context"] = context
+        await _send(self.ws, answer)
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if self.batching and len(self._queue) < self.batch_max_messages:
+                wait_s = self._queue[0].received + self.batch_delay_s - time.monotonic()
+                if wait_s > 0:
+                    self._full.clear()
+                    try:
+                        async with asyncio.timeout(wait_s):
+                            await self._full.wait()
+                    except TimeoutError:
+                        pass
+            group, self._queue = self._queue, []
+            self._writing = len(group)
+            try:
+                await self._write(group, loop)
+            finally:
+                self._writing = 0
+
+    def _encode(self, group: list[_Send]) -> tuple[list[bytes], list[int]]:
+        """The group's entries and the messages in each (0: unbatched)."""
+        now_ms = self.clock.wall_ms()
+        entries: list[bytes] = []
+        sizes: list[int] = []
+        if not self.batching:
+            for send in group:
+                entries.append(
+                    encode_message(
+                        send.payload,
+                        now_ms,
+                        send.event_time,
+                        send.key,
+                        send.properties,
+                        self.producer_name,
+                        self.next_sequence_id,
+                    )
+                )
+                sizes.append(0)
+                self.next_sequence_id += 1
+            return entries, sizes
+        max_size = self.config.maxMessageSize
+        batch: list[BatchItem] = []
+        nbytes = 0
+
+        def close_batch() -> None:
+            entries.append(encode_batch(batch, now_ms, self.producer_name, self.next_sequence_id))
+            sizes.append(len(batch))
+            self.next_sequence_id += len(batch)
+
+        for send in group:
+            if batch and (
+                len(batch) == self.batch_max_messages or nbytes + len(send.payload) > max_size
+            ):
+                close_batch()
+                batch, nbytes = [], 0
+            batch.append((send.payload, send.key, send.properties, send.event_time))
+            nbytes += len(send.payload)
+        close_batch()
+        return entries, sizes
+
+    async def _write(self, group: list[_Send], loop: asyncio.AbstractEventLoop) -> None:
+        started = time.perf_counter()
+        timeout_s = self.send_timeout_s
+        if timeout_s and time.monotonic() - group[0].received >= timeout_s:
+            await self._fail(group, f"send timed out after {timeout_s * 1000:.0f} ms")
+            return
+        entries, sizes = self._encode(group)
+        try:
+            topic = await self.service.get_topic(self.name, create=True)
+        except _STORAGE_ERRORS as error:
+            await self._fail(group, f"{type(error).__name__}: {error}")
+            return
+        publish = loop.create_task(topic.publish(entries, len(group)))
+        try:
+            if timeout_s:
+                remaining = group[0].received + timeout_s - time.monotonic()
+                done, _ = await asyncio.wait({publish}, timeout=max(remaining, 0))
+                if not done:
+                    # as Pulsar's client: the sends fail; the write may still complete
+                    await self._fail(group, f"send timed out after {timeout_s * 1000:.0f} ms")
+                    try:
+                        await publish  # one write in flight: the next waits for it
+                    except _STORAGE_ERRORS as error:
+                        log.info("timed-out websocket send failed too: %s", error)
+                    return
+            first = await publish
+        except _STORAGE_ERRORS as error:
+            await self._fail(group, f"{type(error).__name__}: {error}")
+            return
+        finally:
+            if not publish.done():
+                publish.cancel()
+                await asyncio.gather(publish, return_exceptions=True)
+        self.metrics.produce_latency.observe(time.perf_counter() - started)
+        index = 0
+        for offset, size in enumerate(sizes):
+            position = Position(first.ledger_id, first.entry_id + offset)
+            for batch_index in range(size) if size else (-1,):
+                answer: dict[str, Any] = {
+                    "result": "ok",
+                    "messageId": encode_message_id(position, batch_index, size, self.partition),
+                }
+                context = group[index].context
+                if context is not None:
+                    answer["context"] = context
+                index += 1
+                if not await _send(self.ws, answer):
+                    return
+
+    async def _fail(self, group: list[_Send], reason: str) -> None:
+        for send in group:
+            await self._answer_error(UNKNOWN_ERROR, reason, send.context)
+
+
+@routes.get("/ws/v2/producer" + _TOPIC)
+async def producer_session(request: web.Request) -> web.StreamResponse:
+    _check_upgrade(request)
+    name = _topic(request)
+    _refuse(request, "encryptionKeys")
+    _query_choice(
+        request,
+        "compressionType",
+        "NONE",
+        ("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"),
+        ("NONE",),
+    )
+    # they choose a partition of a partitioned topic; this topic is a single one
+    _query_choice(
+        request,
+        "messageRoutingMode",
+        "SinglePartition",
+        ("SinglePartition", "RoundRobinPartition", "CustomPartition"),
+        ("SinglePartition", "RoundRobinPartition", "CustomPartition"),
+    )
+    _query_choice(
+        request,
+        "hashingScheme",
+        "JavaStringHash",
+        ("JavaStringHash", "Murmur3_32Hash"),
+        ("JavaStringHash", "Murmur3_32Hash"),
+    )
+    broker = request.app[SETTINGS].broker
+    producer_name = _query_str(request, "producerName") or (
+        f"{broker.clusterName}-ws-{next(_producer_names)}"
+    )
+    initial_sequence_id = query_int(request, "initialSequenceId", 0, 0, MAX_INT64 - 1)
+    first_sequence_id = initial_sequence_id + 1 if "initialSequenceId" in request.query else 0
+    send_timeout_ms = query_int(request, "sendTimeoutMillis", DEFAULT_SEND_TIMEOUT_MS, 0, MAX_INT32)
+    batching = _query_bool(request, "batchingEnabled", False)
+    max_pending = DEFAULT_MAX_PENDING_MESSAGES
+    batch_max_messages, batch_delay_ms = 1, 0
+    if batching:
+        # as Pulsar, these are read only for a batching producer
+        batch_max_messages = query_int(
+            request, "batchingMaxMessages", DEFAULT_BATCH_MAX_MESSAGES, 1, MAX_INT32
+        )
+        batch_delay_ms = query_int(
+            request, "batchingMaxPublishDelay", DEFAULT_BATCH_DELAY_MS, 0, MAX_INT32
+        )
+        max_pending = query_int(request, "maxPendingMessages", max_pending, 0, MAX_INT32)
+    service = request.app[SERVICE]
+    # the producer's topic must exist or be creatable, else the handshake is refused
+    await service.get_topic(name, create=True)
+    ws = _new_socket(request)
+    await ws.prepare(request)
+    sockets = request.app[SOCKETS].sockets
+    sockets.add(ws)
+    owner = TaskOwner("websocket producer")
+    try:
+        producer = WebSocketProducer(
+            request,
+            ws,
+            owner,
+            name,
+            producer_name,
+            first_sequence_id,
+            send_timeout_ms,
+            max_pending,
+            batching,
+            batch_max_messages,
+            batch_delay_ms,
+        )
+        async for message in ws:
+            if message.type == WSMsgType.TEXT:
+                await producer.receive(message.data)
+            elif message.type == WSMsgType.ERROR:
+                break
+    except Exception:
+        log.exception("websocket producer %s failed", producer_name)
+        await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"internal error")
+    finally:
+        sockets.discard(ws)
+        # messages not yet stored were never acknowledged: the client resends them
+        await owner.close()
+    return ws

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -110,6 +110,13 @@ class LedgerInfo:
             "bookieDeleted": self.bookie_deleted,
             "open": open_,
         }
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a shielded write's outcome as seen: its caller may have gone, and the error
+    (a storage fault) reached whoever still waited."""
+    if not task.cancelled():
+        task.exception()
 
 
 def metadata_key(name: str) -> str:
@@ -310,6 +317,14 @@ class ManagedLedger:
                 await self._roll_over()
                 continue
             break
+        # The write runs to its end even if the caller is cancelled (a client that
+        # leaves): the bookie may already hold the entries, and a completion never
+        # recorded would leave a hole that keeps every later entry unreadable.
+        write = asyncio.ensure_future(self._write(info, entries))
+        write.add_done_callback(_retrieve)
+        return await asyncio.shield(write)
+
+    async def _write(self, info: LedgerInfo, entries: Sequence[bytes]) -> Position:
         count = len(entries)
         self._inflight += 1
         self._inflight_entries += count

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -110,13 +110,6 @@ class LedgerInfo:
             "bookieDeleted": self.bookie_deleted,
             "open": open_,
         }
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Mark a shielded write's outcome as seen: its caller may have gone, and the error
-    (a storage fault) reached whoever still waited."""
-    if not task.cancelled():
-        task.exception()
 
 
 def metadata_key(name: str) -> str:
@@ -317,25 +310,40 @@ class ManagedLedger:
                 await self._roll_over()
                 continue
             break
-        # The write runs to its end even if the caller is cancelled (a client that
-        # leaves): the bookie may already hold the entries, and a completion never
-        # recorded would leave a hole that keeps every later entry unreadable.
-        write = asyncio.ensure_future(self._write(info, entries))
-        write.add_done_callback(_retrieve)
-        return await asyncio.shield(write)
-
-    async def _write(self, info: LedgerInfo, entries: Sequence[bytes]) -> Position:
         count = len(entries)
         self._inflight += 1
         self._inflight_entries += count
         self._drained.clear()
+        # The bookie's write runs to its end even if this caller is cancelled (a client
+        # that leaves): the bookie may hold the entries already, and an add never
+        # counted would leave a hole that keeps every later entry unreadable.
+        write = asyncio.ensure_future(self.bookie.add_entries(info.ledger_id, entries))
         try:
-            last = await self.bookie.add_entries(info.ledger_id, entries)
-        finally:
-            self._inflight -= 1
-            self._inflight_entries -= count
-            if self._inflight == 0:
-                self._drained.set()
+            last = await asyncio.shield(write)
+        except asyncio.CancelledError:
+            write.add_done_callback(lambda done: self._written(info, entries, done))
+            raise
+        except BaseException:
+            self._not_in_flight(count)
+            raise
+        self._not_in_flight(count)
+        return self._added(info, entries, last)
+
+    def _written(
+        self, info: LedgerInfo, entries: Sequence[bytes], write: asyncio.Future[int]
+    ) -> None:
+        """The end of a write whose caller was cancelled: counted as any other."""
+        self._not_in_flight(len(entries))
+        if not write.cancelled() and write.exception() is None:
+            self._added(info, entries, write.result())
+
+    def _not_in_flight(self, count: int) -> None:
+        self._inflight -= 1
+        self._inflight_entries -= count
+        if self._inflight == 0:
+            self._drained.set()
+
+    def _added(self, info: LedgerInfo, entries: Sequence[bytes], last: int) -> Position:
         first = last - len(entries) + 1
         ledger_id = info.ledger_id
         self.events.added(ledger_id, first, entries)

@@ -18,10 +18,13 @@ class GatedBookie(InMemoryBookie):
         super().__init__()
         self.gate: asyncio.Event | None = None
         self.waiting = 0
+        self.both_waiting = asyncio.Event()
 
     async def add_entries(self, ledger_id: int, entries: Sequence[bytes]) -> int:
         if self.gate is not None:
             self.waiting += 1
+            if self.waiting == 2:
+                self.both_waiting.set()
             await self.gate.wait()
         return await super().add_entries(ledger_id, entries)
 
@@ -36,8 +39,7 @@ async def test_a_cancelled_add_leaves_no_hole_before_later_adds(
     bookie.gate = asyncio.Event()
     cancelled = asyncio.create_task(ledger.add_entries([b"b"]))
     later = asyncio.create_task(ledger.add_entries([b"c"]))
-    while bookie.waiting < 2:
-        await asyncio.sleep(0)
+    await bookie.both_waiting.wait()
     cancelled.cancel()
     bookie.gate.set()
     third = await later

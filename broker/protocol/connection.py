@@ -6,6 +6,10 @@ ledger as one group per write (one write in flight per producer, so receipts lea
 order and a failure fails everything after it, which the client then resends in
 order: nothing lost, nothing stored twice); MESSAGE frames are written by the
 dispatcher's call to :meth:`BinaryConsumer.deliver`, the stored entry as it is.
+
+A write outlives its connection: if the client goes while it is on its way to disk, it
+is stored without a receipt, and a client that resends it stores it again (at least
+once, as Pulsar without deduplication).
 """
 
 from __future__ import annotations
@@ -121,7 +125,10 @@ class BinaryProducer:
         self._queue.append((sequence_id, highest, messages, entry))
         if not self._writing:
             self._writing = True
-            self._connection.spawn(self._write(), f"produce {self.name}")
+            # owned by the server, not the connection: a write the bookie has begun must
+            # end in the ledger's count even if the client leaves meanwhile (cancelled,
+            # the ledger never counted it and every later entry of the topic stayed unread)
+            self._connection.server.spawn(self._write(), f"produce {self.name}")
 
     async def _write(self) -> None:
         """Write queued sends, group by group, until the queue is empty."""

@@ -1,0 +1,361 @@
+"""Frames that break Pulsar's binary protocol, sent over a raw socket: each closes its own
+connection with the reason in the broker's log, while an official client connected at the
+same time goes on producing and consuming. Well-formed frames are answered, however the
+bytes are split across writes."""
+
+from __future__ import annotations
+
+import itertools
+import pathlib
+import re
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pulsar
+import pytest
+from crc32c import crc32c
+
+from broker.pulsar_api import BaseCommand, MessageMetadata, ServerError, Type
+from tests.protocol.conftest import ServedBroker, poll_until
+
+pytestmark = pytest.mark.slow
+
+MAX_MESSAGE_SIZE = 1024 * 1024
+#: Pulsar's frame limit: maxMessageSize plus room for the command and headers
+MAX_FRAME = MAX_MESSAGE_SIZE + 10 * 1024
+#: a deadline on every read of the raw socket, not a wait
+READ_DEADLINE_S = 20.0
+
+# ---------------------------------------------------------------------- frames, by hand
+
+
+def frame(command: Any) -> bytes:
+    """``total size | command size | BaseCommand``, sizes big-endian."""
+    body = command.SerializeToString()
+    return struct.pack(">II", len(body) + 4, len(body)) + body
+
+
+def send_frame(command: Any, entry: bytes) -> bytes:
+    """A SEND: the command, then the entry, both counted in the total size."""
+    body = command.SerializeToString()
+    return struct.pack(">II", len(body) + 4 + len(entry), len(body)) + body + entry
+
+
+def entry(payload: bytes, sequence_id: int, corrupt_checksum: bool = False) -> bytes:
+    """``magic 0x0e01 | CRC32C | metadata size | MessageMetadata | payload``, the checksum
+    over everything after it (one bit flipped when ``corrupt_checksum``)."""
+    metadata = MessageMetadata(
+        producer_name="raw", sequence_id=sequence_id, publish_time=int(time.time() * 1000)
+    ).SerializeToString()
+    size = struct.pack(">I", len(metadata))
+    checksum = crc32c(size + metadata + payload) ^ (1 if corrupt_checksum else 0)
+    return struct.pack(">HI", 0x0E01, checksum) + size + metadata + payload
+
+
+def connect() -> Any:
+    command = BaseCommand(type=Type.CONNECT)
+    command.connect.client_version = "raw-socket-test"
+    command.connect.protocol_version = 19
+    return command
+
+
+def ping() -> Any:
+    command = BaseCommand(type=Type.PING)
+    command.ping.SetInParent()
+    return command
+
+
+def producer(topic: str, producer_id: int, request_id: int) -> Any:
+    command = BaseCommand(type=Type.PRODUCER)
+    command.producer.topic = topic
+    command.producer.producer_id = producer_id
+    command.producer.request_id = request_id
+    return command
+
+
+def send(producer_id: int, sequence_id: int) -> Any:
+    command = BaseCommand(type=Type.SEND)
+    command.send.producer_id = producer_id
+    command.send.sequence_id = sequence_id
+    command.send.num_messages = 1
+    return command
+
+
+class RawConnection:
+    """A client of the binary protocol on a plain socket: what it sends is exactly the
+    bytes given; what it reads is parsed frame by frame."""
+
+    def __init__(self, service_url: str) -> None:
+        host, port = service_url.removeprefix("pulsar://").rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=READ_DEADLINE_S)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.local = "{}:{}".format(*self.sock.getsockname())
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def write(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _exactly(self, size: int) -> bytes | None:
+        """``size`` bytes; None at EOF before the first of them."""
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                if data:
+                    raise AssertionError(f"EOF inside a frame after {len(data)} bytes")
+                return None
+            data += chunk
+        return data
+
+    def read(self) -> Any | None:
+        """The next command from the broker (a payload after it is skipped); None at EOF."""
+        head = self._exactly(4)
+        if head is None:
+            return None
+        (total,) = struct.unpack(">I", head)
+        body = self._exactly(total)
+        assert body is not None, "EOF right after a frame's size"
+        (size,) = struct.unpack_from(">I", body)
+        return BaseCommand.FromString(body[4 : 4 + size])
+
+    def expect(self, kind: int) -> Any:
+        command = self.read()
+        assert command is not None, f"connection closed while waiting for command {kind}"
+        assert command.type == kind, f"expected command {kind}, got {command}"
+        return command
+
+    def read_until_closed(self) -> list[Any]:
+        """Every command the broker sends until it closes the connection (a read that
+        returns EOF); fails if the connection stays open past the deadline."""
+        commands = []
+        try:
+            while (command := self.read()) is not None:
+                commands.append(command)
+        except TimeoutError:
+            raise AssertionError(
+                f"the broker kept the connection open; it sent {commands}"
+            ) from None
+        return commands
+
+    def handshake(self) -> Any:
+        self.write(frame(connect()))
+        return self.expect(Type.CONNECTED)
+
+
+# ---------------------------------------------------------------------- the broker
+
+
+class Bystander:
+    """An official client with a producer and a consumer on their own topic, connected
+    all the while: whatever a raw connection does must not touch it."""
+
+    def __init__(self, broker: ServedBroker) -> None:
+        self.client = pulsar.Client(broker.service_url, operation_timeout_seconds=20)
+        topic = "persistent://public/default/bystander"
+        self.consumer = self.client.subscribe(topic, "bystander")
+        self.producer = self.client.create_producer(topic)
+        self.rounds = itertools.count()
+
+    def round_trip(self) -> None:
+        """Three messages produced, then received in order and acked."""
+        tag = next(self.rounds)
+        sent = [f"{tag}-{index}".encode() for index in range(3)]
+        for payload in sent:
+            self.producer.send(payload)
+        received = []
+        for _ in sent:
+            message = self.consumer.receive(20_000)
+            self.consumer.acknowledge(message)
+            received.append(message.data())
+        assert received == sent
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedBroker]:
+    data_dir: pathlib.Path = tmp_path_factory.mktemp("bad-frames")
+    served = ServedBroker(data_dir, {"maxMessageSize": MAX_MESSAGE_SIZE}).start()
+    yield served
+    served.kill()
+
+
+@pytest.fixture(scope="module")
+def bystander(broker: ServedBroker) -> Iterator[Bystander]:
+    client = Bystander(broker)
+    client.round_trip()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def raw(broker: ServedBroker) -> Iterator[RawConnection]:
+    connection = RawConnection(broker.service_url)
+    yield connection
+    connection.close()
+
+
+def close_reason(broker: ServedBroker, connection: RawConnection) -> str:
+    """The reason the broker logged for closing ``connection``, once it is logged."""
+    line = re.compile(
+        rf"closing pulsar connection from {re.escape(connection.local)}: (?P<reason>.*)"
+    )
+
+    def logged() -> str | None:
+        found = line.search(broker.log())
+        return found["reason"] if found else None
+
+    reason: str = poll_until(logged, f"the broker to log why it closed {connection.local}")
+    return reason
+
+
+# ---------------------------------------------------------------------- well-formed
+
+
+def test_connect_is_answered_with_connected(broker: ServedBroker, raw: RawConnection) -> None:
+    connected = raw.handshake().connected
+    assert connected.server_version
+    assert 1 <= connected.protocol_version <= 19
+    assert connected.max_message_size == MAX_MESSAGE_SIZE
+
+
+def test_ping_is_answered_with_pong_and_the_connection_stays_open(raw: RawConnection) -> None:
+    raw.handshake()
+    for _ in range(3):
+        raw.write(frame(ping()))
+        raw.expect(Type.PONG)
+
+
+def test_frames_split_across_writes_or_sharing_one_are_all_answered(
+    raw: RawConnection,
+) -> None:
+    for byte in frame(connect()):
+        raw.write(bytes([byte]))
+    raw.expect(Type.CONNECTED)
+    raw.write(frame(ping()) * 3)
+    for _ in range(3):
+        raw.expect(Type.PONG)
+
+
+def test_a_send_with_the_right_checksum_is_stored_and_receipted(
+    broker: ServedBroker, raw: RawConnection
+) -> None:
+    raw.handshake()
+    raw.write(frame(producer("persistent://public/default/raw-good", 1, 1)))
+    raw.expect(Type.PRODUCER_SUCCESS)
+    raw.write(send_frame(send(1, 0), entry(b"checked", 0)))
+    receipt = raw.expect(Type.SEND_RECEIPT).send_receipt
+    assert (receipt.producer_id, receipt.sequence_id) == (1, 0)
+    stats = broker.http("GET", "/admin/v2/persistent/public/default/raw-good/internalStats")
+    assert stats["numberOfEntries"] == 1
+
+
+# ---------------------------------------------------------------------- broken
+
+
+BAD_FRAMES = [
+    pytest.param(
+        False, struct.pack(">I", 3) + b"\x08\x12\x00", r"frame size 3 .*too small", id="size-3"
+    ),
+    pytest.param(False, struct.pack(">I", 0), r"frame size 0 .*too small", id="size-0"),
+    pytest.param(
+        True,
+        struct.pack(">II", 8, 100) + b"\x08\x12\x00\x00",
+        r"command size 100 runs past the frame",
+        id="command-past-the-frame",
+    ),
+    pytest.param(
+        True,
+        frame(BaseCommand(type=50)),
+        r"unknown or unsupported command type 50",
+        id="NEW_TXN",
+    ),
+    pytest.param(
+        True, frame(BaseCommand(type=99)), r"unknown or unsupported command type 99", id="type-99"
+    ),
+    pytest.param(False, frame(ping()), r"ping before CONNECT", id="PING-before-CONNECT"),
+    pytest.param(
+        False,
+        frame(producer("persistent://public/default/raw", 1, 1)),
+        r"producer before CONNECT",
+        id="PRODUCER-before-CONNECT",
+    ),
+    pytest.param(
+        False,
+        send_frame(send(1, 0), entry(b"early", 0)),
+        r"SEND before CONNECT",
+        id="SEND-before-CONNECT",
+    ),
+    pytest.param(
+        False,
+        struct.pack(">I", 64 * 1024 * 1024),
+        rf"frame of {64 * 1024 * 1024} bytes is over the limit {MAX_FRAME}",
+        id="64MiB-frame",
+    ),
+    pytest.param(
+        True,
+        struct.pack(">I", MAX_FRAME + 1),
+        rf"frame of {MAX_FRAME + 1} bytes is over the limit {MAX_FRAME}",
+        id="one-byte-over-the-limit",
+    ),
+    pytest.param(
+        True,
+        struct.pack(">II", 20, 16) + b"\xff" * 16,
+        r"command does not parse",
+        id="not-protobuf",
+    ),
+    pytest.param(
+        True,
+        frame(connect()),
+        r"CONNECT on a connection that is connected already",
+        id="second-CONNECT",
+    ),
+    pytest.param(
+        True,
+        frame(BaseCommand(type=Type.PRODUCER)),
+        r"command type 5 without its producer field",
+        id="PRODUCER-without-its-body",
+    ),
+]
+
+
+@pytest.mark.parametrize(("connected", "data", "reason"), BAD_FRAMES)
+def test_a_bad_frame_closes_its_connection_only(
+    broker: ServedBroker,
+    bystander: Bystander,
+    raw: RawConnection,
+    connected: bool,
+    data: bytes,
+    reason: str,
+) -> None:
+    if connected:
+        raw.handshake()
+    raw.write(data)
+    assert raw.read_until_closed() == []
+    assert re.search(reason, close_reason(broker, raw))
+    bystander.round_trip()
+
+
+def test_a_send_with_a_wrong_checksum_is_refused_then_its_connection_closed(
+    broker: ServedBroker, bystander: Bystander, raw: RawConnection
+) -> None:
+    raw.handshake()
+    raw.write(frame(producer("persistent://public/default/raw-corrupt", 7, 1)))
+    raw.expect(Type.PRODUCER_SUCCESS)
+    raw.write(send_frame(send(7, 42), entry(b"flipped", 42, corrupt_checksum=True)))
+
+    answers = raw.read_until_closed()
+    assert [command.type for command in answers] == [Type.SEND_ERROR]
+    error = answers[0].send_error
+    assert (error.producer_id, error.sequence_id) == (7, 42)
+    assert error.error == ServerError.ChecksumError == 9
+    assert "checksum" in close_reason(broker, raw)
+    stats = broker.http("GET", "/admin/v2/persistent/public/default/raw-corrupt/internalStats")
+    assert stats["numberOfEntries"] == 0
+    bystander.round_trip()

@@ -56,14 +56,17 @@ class Subscription:
         #: position -> times it was sent again; forgotten once acknowledged
         self.redelivery_counts: dict[Position, int] = {}
         self.msg_redeliver = RateCounter()
-        #: batched entries some of whose messages are acknowledged: position -> bit mask
-        #: of the messages still unacknowledged (Pulsar's ack set: bit i set = message i
-        #: not acked); kept in memory, gone once the entry is acknowledged whole
-        self.ack_sets: dict[Position, int] = {}
         #: messages in each batched entry an HTTP consumer received (its batch-index
         #: acks need the size); gone once the entry is acknowledged
         self.batch_sizes: dict[Position, int] = {}
         self._timers: dict[Consumer, set[asyncio.TimerHandle]] = {}
+
+    @property
+    def ack_sets(self) -> dict[Position, int]:
+        """Batched entries some of whose messages are acknowledged: position -> bit mask
+        of the messages still unacknowledged (Pulsar's ack set: bit i set = message i
+        not acked). The cursor's, durable with it; gone once the entry is acked whole."""
+        return self.cursor.batch_deleted
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -155,14 +158,11 @@ class Subscription:
         if upto is not None:
             mine = [p for p in pending if p <= upto]  # with any handed out meanwhile
         counts = self.redelivery_counts
-        ack_sets = self.ack_sets
         sizes = self.batch_sizes
         for position in mine:
             # a redelivery or a close meanwhile may have taken it back already
             if pending.pop(position, None) is not None:
                 counts.pop(position, None)
-            if ack_sets:
-                ack_sets.pop(position, None)
             if sizes:
                 sizes.pop(position, None)
         if self.dispatcher is not None:
@@ -186,19 +186,20 @@ class Subscription:
     ) -> Coroutine[Any, Any, None] | None:
         """:meth:`acknowledge_batch_indexes` as :meth:`begin_acknowledge` splits it."""
         pending = consumer.pending
-        ack_sets = self.ack_sets
+        cursor = self.cursor
         complete = []
+        partial = False
         for position, remaining in acks:
             if position not in pending:
                 continue
-            left = ack_sets.get(position, remaining) & remaining
-            if left:
-                ack_sets[position] = left
+            if cursor.acknowledge_batch(position, remaining):
+                partial = True
             else:
                 complete.append(position)
         if complete:
+            # its write carries the partial acks made above too
             return self.begin_acknowledge(consumer, complete, cumulative=False)
-        return None
+        return cursor.persist() if partial else None
 
     def negative_acknowledge(self, consumer: Consumer, positions: list[Position]) -> None:
         """Redeliver ``positions`` after the consumer's nack delay, one redelivery more."""
@@ -256,7 +257,6 @@ class Subscription:
         hold is taken back. A failed reset changes nothing."""
         await self.cursor.reset(position)
         self.redelivery_counts.clear()
-        self.ack_sets.clear()
         if self.dispatcher is not None:
             self.dispatcher.reset()
             self.dispatcher.wake()

@@ -1,9 +1,10 @@
 """ManagedCursor: a subscription's durable place in a managed ledger.
 
 State: the mark-delete position (everything at or before it is acknowledged), the
-individually deleted positions after it (out-of-order acks), and the read position (the
-next entry to dispatch). Mark-delete and individual deletes are persisted on every
-acknowledgement before it is reported done; the read position is not: a recovered
+individually deleted positions after it (out-of-order acks), the ack sets of batched
+entries some of whose messages are acknowledged (Pulsar's ``batchDeletedIndexes``), and
+the read position (the next entry to dispatch). All but the read position are persisted
+on every acknowledgement before it is reported done; the read position is not: a recovered
 cursor reads again from just after its mark-delete position, as in Pulsar.
 
 An acknowledgement is applied in memory at once (dispatch must not hand the entry out
@@ -28,9 +29,23 @@ from broker.ledger.position import Position
 from broker.ledger.range_set import PositionRangeSet
 from storage_stub.bookie.api import BookieError
 
-#: an acknowledgement kept until a write includes it: (version, individual positions or
-#: the cumulative position)
-_Change = tuple[int, "list[Position] | Position"]
+
+class _BatchAck:
+    """Messages of a batched entry acknowledged: ``remaining`` has a bit set for each
+    message still unacknowledged (Pulsar's ack set)."""
+
+    __slots__ = ("position", "remaining")
+
+    def __init__(self, position: Position, remaining: int) -> None:
+        self.position = position
+        self.remaining = remaining
+
+
+#: an acknowledgement kept until a write includes it: (version, individual positions,
+#: the cumulative position, or a batch-index ack)
+_Change = tuple[int, "list[Position] | Position | _BatchAck"]
+#: what a write stored: mark-delete, deleted ranges, consumed counter, ack sets
+_State = tuple[Position, list[tuple[int, int, int]], int, list[tuple[int, int, int]]]
 
 
 async def _wait_through_cancel(future: asyncio.Future[None]) -> bool:
@@ -60,6 +75,7 @@ class ManagedCursor:
         "_version",
         "_write",
         "_write_version",
+        "batch_deleted",
         "individually_deleted",
         "ledger",
         "mark_delete_position",
@@ -72,14 +88,17 @@ class ManagedCursor:
         self.name = name
         self.mark_delete_position = mark_delete
         self.individually_deleted = PositionRangeSet()
+        #: batched entries partly acknowledged: position -> mask of the messages still
+        #: unacknowledged; an entry leaves once acknowledged whole
+        self.batch_deleted: dict[Position, int] = {}
         self._read_position = ledger.next_position(mark_delete)
         self.messages_consumed_counter = 0
         #: bumped by every change of the acknowledgement state
         self._version = 0
         #: the version the last successful write carried
         self._persisted_version = 0
-        #: what that write stored: mark-delete, deleted ranges, consumed counter
-        self._durable: tuple[Position, list[tuple[int, int, int]], int] = (mark_delete, [], 0)
+        #: what that write stored
+        self._durable: _State = (mark_delete, [], 0, [])
         #: acknowledgements not yet durable, oldest first
         self._changes: list[_Change] = []
         #: the write in flight and the version it carries
@@ -119,7 +138,7 @@ class ManagedCursor:
             assert isinstance(start, Position)
             mark_delete = ledger.previous_position(ledger.normalize(start))
         cursor = cls(ledger, name, mark_delete)
-        await ledger.metadata.put(cursor.key, cursor._encode(mark_delete, [], 0))
+        await ledger.metadata.put(cursor.key, cursor._encode(mark_delete, [], 0, []))
         ledger.cursors[name] = cursor
         return cursor
 
@@ -133,7 +152,10 @@ class ManagedCursor:
         ranges = [
             (int(lid), int(first), int(last)) for lid, first, last in state["individuallyDeleted"]
         ]
-        cursor._durable = (cursor.mark_delete_position, ranges, int(state["consumed"]))
+        batch = [
+            (int(lid), int(eid), int(mask, 16)) for lid, eid, mask in state.get("batchDeleted", ())
+        ]
+        cursor._durable = (cursor.mark_delete_position, ranges, int(state["consumed"]), batch)
         cursor._restore_durable()
         cursor._advance_mark_delete(moved=False)
         return cursor
@@ -178,10 +200,24 @@ class ManagedCursor:
             await asyncio.wait((pending,))
 
     @staticmethod
-    def _encode(mark_delete: Position, ranges: list[tuple[int, int, int]], consumed: int) -> bytes:
-        return orjson.dumps(
-            {"markDelete": list(mark_delete), "individuallyDeleted": ranges, "consumed": consumed}
-        )
+    def _encode(
+        mark_delete: Position,
+        ranges: list[tuple[int, int, int]],
+        consumed: int,
+        batch: list[tuple[int, int, int]],
+    ) -> bytes:
+        state: dict[str, Any] = {
+            "markDelete": list(mark_delete),
+            "individuallyDeleted": ranges,
+            "consumed": consumed,
+        }
+        if batch:
+            # ack sets as hex: a batch may hold more messages than a JSON number has bits
+            state["batchDeleted"] = [[lid, eid, f"{mask:x}"] for lid, eid, mask in batch]
+        return orjson.dumps(state)
+
+    def _batch_state(self) -> list[tuple[int, int, int]]:
+        return [(p.ledger_id, p.entry_id, mask) for p, mask in self.batch_deleted.items()]
 
     async def persist(self) -> None:
         """Make the acknowledgement state as of now durable. Returns once a write that
@@ -222,17 +258,18 @@ class ManagedCursor:
         mark_delete = self.mark_delete_position
         ranges = list(self.individually_deleted.ranges())
         consumed = self.messages_consumed_counter
+        batch = self._batch_state()
         if self._deleted:
             done.set_result(None)
             return False
         put = asyncio.ensure_future(
-            self.ledger.metadata.put(self.key, self._encode(mark_delete, ranges, consumed))
+            self.ledger.metadata.put(self.key, self._encode(mark_delete, ranges, consumed, batch))
         )
         cancelled = await _wait_through_cancel(put)
         error = put.exception()
         if error is None:
             self._persisted_version = version
-            self._durable = (mark_delete, ranges, consumed)
+            self._durable = (mark_delete, ranges, consumed, batch)
             changes = self._changes
             while changes and changes[0][0] <= version:
                 changes.pop(0)
@@ -252,15 +289,18 @@ class ManagedCursor:
         for _, change in later:
             if isinstance(change, Position):
                 self._apply_cumulative(change)
+            elif isinstance(change, _BatchAck):
+                self._apply_batch(change.position, change.remaining)
             else:
                 self._apply_individual(change)
         self._advance_mark_delete(moved=True)
 
     def _restore_durable(self) -> None:
-        mark_delete, ranges, consumed = self._durable
+        mark_delete, ranges, consumed, batch = self._durable
         self.mark_delete_position = mark_delete
         self.individually_deleted = PositionRangeSet.from_ranges(ranges)
         self.messages_consumed_counter = consumed
+        self.batch_deleted = {Position(lid, eid): mask for lid, eid, mask in batch}
 
     # ------------------------------------------------------------------ acks
 
@@ -280,11 +320,35 @@ class ManagedCursor:
             self._changes.append((self._version, positions))
         return added
 
+    def acknowledge_batch(self, position: Position, remaining: int) -> int:
+        """Acknowledge messages of a batched entry: ``remaining`` has a bit set for each
+        message the ack leaves unacknowledged; merged with what the cursor holds (AND),
+        as Pulsar's cursor merges ack sets. Returns what is left unacknowledged (0: the
+        caller acknowledges the entry whole; the cursor records nothing for it). Durable
+        once ``persist`` returns. O(1)."""
+        if self.is_acknowledged(position):
+            return 0
+        before = self.batch_deleted.get(position)
+        left = (remaining if before is None else before) & remaining
+        # as in ``acknowledge``: no change, but riding on a change not yet durable
+        if left and (left != before or self._changes):
+            self._apply_batch(position, left)
+            self._version += 1
+            self._changes.append((self._version, _BatchAck(position, left)))
+        return left
+
+    def _apply_batch(self, position: Position, remaining: int) -> None:
+        if not self.is_acknowledged(position):
+            self.batch_deleted[position] = self.batch_deleted.get(position, remaining) & remaining
+
     def _apply_individual(self, positions: Iterable[Position]) -> int:
         added = 0
         mark_delete = self.mark_delete_position
         deleted = self.individually_deleted
+        batch = self.batch_deleted
         for position in positions:
+            if batch:
+                batch.pop(position, None)
             if (
                 position > mark_delete
                 and self.ledger.is_readable(position)
@@ -339,6 +403,10 @@ class ManagedCursor:
         if self._read_position <= mark_delete:
             self._read_position = ledger.next_position(mark_delete)
             moved = True
+        batch = self.batch_deleted
+        if batch:
+            for position in [p for p in batch if p <= mark_delete]:
+                del batch[position]
         if moved:
             ledger.cursor_moved(self)
 
@@ -410,13 +478,14 @@ class ManagedCursor:
             return
         consumed = self.messages_consumed_counter
         await self._alone(
-            self.ledger.metadata.put(self.key, self._encode(mark_delete, [], consumed))
+            self.ledger.metadata.put(self.key, self._encode(mark_delete, [], consumed, []))
         )
         self._version += 1
         self._persisted_version = self._version
-        self._durable = (mark_delete, [], consumed)
+        self._durable = (mark_delete, [], consumed, [])
         self._changes.clear()
         self.mark_delete_position = mark_delete
         self.individually_deleted = PositionRangeSet()
+        self.batch_deleted = {}
         self._read_position = position
         self.ledger.cursor_moved(self)

@@ -231,12 +231,6 @@ def test_after_a_restart_the_subscription_holds_exactly_the_unacked_messages(
         assert payloads_until_sentinel(again, plan.topic, "durable") == plan.expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="batch-index acks live in Subscription.ack_sets (memory) and are not written "
-    "with the cursor, so a restart forgets them; Pulsar persists them with the cursor "
-    "(batchedEntryDeletionIndexInfo) when acknowledgmentAtBatchIndexLevelEnabled",
-)
 def test_batch_index_acks_survive_a_restart(
     pulsar_broker: BrokerFactory, client_of: ClientFactory
 ) -> None:

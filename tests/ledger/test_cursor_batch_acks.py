@@ -3,6 +3,8 @@ failed write, dropped once the entry is acknowledged whole."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from broker.ledger.managed_cursor import ManagedCursor
@@ -71,3 +73,44 @@ async def test_a_cumulative_ack_past_a_partly_acked_batch_drops_its_ack_set(
     await cursor.persist()
     assert cursor.batch_deleted == {}
     assert (await open_ledger()).cursors["s"].batch_deleted == {}
+
+
+class HeldMetadata(FlakyMetadata):
+    """Puts wait at ``gate`` once it is set up, and fail while ``failing``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+
+    async def put(self, key: str, value: bytes) -> None:
+        if self.gate is not None:
+            self.entered.set()
+            await self.gate.wait()
+        await super().put(key, value)
+
+
+async def test_an_ack_set_made_during_a_failing_write_is_applied_again_after_it(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    held = HeldMetadata()
+    stores.metadata = held
+    ledger = await open_ledger()
+    first = await ledger.add_entries([b"a", b"b"])
+    cursor = await ManagedCursor.create(ledger, "s", "earliest")
+    carried = Position(first.ledger_id, 0)
+    later = Position(first.ledger_id, 1)
+    cursor.acknowledge_batch(carried, 0b10)
+    held.gate = asyncio.Event()
+    held.failing = True
+    failing = asyncio.create_task(cursor.persist())
+    await held.entered.wait()  # the write is in flight
+    cursor.acknowledge_batch(later, 0b01)  # made after that write began
+    held.gate.set()
+    with pytest.raises(StorageFaultError):
+        await failing
+    # the failed write's change is gone; the later one stands, for the next write
+    assert cursor.batch_deleted == {later: 0b01}
+    held.failing = False
+    await cursor.persist()
+    assert (await open_ledger()).cursors["s"].batch_deleted == {later: 0b01}

@@ -33,6 +33,23 @@ _DISPATCHERS: dict[str, type[Dispatcher]] = {
 }
 
 
+async def _in_order(steps: list[Coroutine[Any, Any, None]]) -> None:
+    """Await every step in turn, each one's failure handling included, then raise the
+    first error (one failed cursor write fails the steps that shared it)."""
+    first: Exception | None = None
+    try:
+        while steps:
+            try:
+                await steps.pop(0)
+            except Exception as error:  # each step settles, failure handling included
+                first = first or error
+    finally:
+        for rest in steps:  # cancelled: the rest never ran
+            rest.close()
+    if first is not None:
+        raise first
+
+
 def check_subscription_type(sub_type: str) -> None:
     """NotImplementedYetError for a type this broker cannot dispatch yet."""
     if sub_type not in _DISPATCHERS:
@@ -169,6 +186,35 @@ class Subscription:
             if upto is None:
                 self.dispatcher.acknowledged(mine)
             self.dispatcher.wake()
+
+    def begin_acknowledge_messages(
+        self,
+        consumer: Consumer,
+        whole: list[Position],
+        partial: list[tuple[Position, int]],
+        cumulative: bool,
+    ) -> Coroutine[Any, Any, None] | None:
+        """What a front end's ack says, applied at once as :meth:`begin_acknowledge`:
+        ``whole`` entries, and messages of batched entries as (entry, mask of what stays
+        unacknowledged). A cumulative ack naming a message of a batch acknowledges every
+        entry before that batch and, in the batch, what the mask says (the messages up
+        to the named one). Returns what makes it durable (None: nothing to do).
+        InvalidRequestError, before anything changes, for a cumulative ack on Shared or
+        Key_Shared."""
+        if cumulative and self.type in ("Shared", "Key_Shared"):
+            raise InvalidRequestError(f"cumulative ack is not allowed on {self.type} subscriptions")
+        steps: list[Coroutine[Any, Any, None] | None] = []
+        if partial:
+            if cumulative:
+                first = min(position for position, _ in partial)
+                earlier = [p for p in consumer.pending if p < first]
+                if earlier:
+                    steps.append(self.begin_acknowledge(consumer, [max(earlier)], True))
+            steps.append(self.begin_acknowledge_batch_indexes(consumer, partial))
+        if whole:
+            steps.append(self.begin_acknowledge(consumer, whole, cumulative))
+        durable = [step for step in steps if step is not None]
+        return _in_order(durable) if durable else None
 
     async def acknowledge_batch_indexes(
         self, consumer: Consumer, acks: list[tuple[Position, int]]

@@ -517,31 +517,21 @@ async def acknowledge(request: web.Request) -> web.Response:
     ack_type = field_choice(body, "ackType", "Individual", ("Individual", "Cumulative"))
     subscription = consumer.subscription
     cumulative = ack_type == "Cumulative"
-    if cumulative and subscription.type in ("Shared", "Key_Shared"):
-        raise InvalidRequestError(
-            f"cumulative ack is not allowed on {subscription.type} subscriptions"
-        )
-    if indexed:
-        sizes = subscription.batch_sizes
-        partial: list[tuple[Position, int]] = []
-        for position, index in indexed:
-            size = sizes.get(position, 0)
-            if index >= size:
-                if size == 0 and index == 0 and _received(consumer, position):
-                    whole.append(position)  # message 0 of an unbatched entry: the entry
-                continue  # not a message this consumer was given: ignored, as unknown ids
-            everything = (1 << size) - 1
-            if cumulative:
-                # the messages up to this one; the entries before it are below
-                partial.append((position, everything & ~((2 << index) - 1)))
-                earlier = [p for p in consumer.pending if p < position]
-                if earlier:
-                    whole.append(max(earlier))
-            else:
-                partial.append((position, everything & ~(1 << index)))
-        await subscription.acknowledge_batch_indexes(consumer, partial)
-    if whole:
-        await subscription.acknowledge(consumer, whole, cumulative)
+    partial: list[tuple[Position, int]] = []
+    sizes = subscription.batch_sizes
+    for position, index in indexed:
+        size = sizes.get(position, 0)
+        if index >= size:
+            if size == 0 and index == 0 and _received(consumer, position):
+                whole.append(position)  # message 0 of an unbatched entry: the entry
+            continue  # not a message this consumer was given: ignored, as unknown ids
+        everything = (1 << size) - 1
+        # what stays unacknowledged: all but this message, or (cumulative) all after it
+        acked = (2 << index) - 1 if cumulative else 1 << index
+        partial.append((position, everything & ~acked))
+    finish = subscription.begin_acknowledge_messages(consumer, whole, partial, cumulative)
+    if finish is not None:
+        await finish
     return _no_content()
 
 

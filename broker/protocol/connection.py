@@ -699,30 +699,16 @@ class Connection(asyncio.Protocol):
 
         # applied now, in the order commands arrive (an ack, then a close or a
         # redelivery, must not redeliver what was acked); made durable in the background
-        finishing = []
         try:
-            if partial:
-                if cumulative:
-                    earlier = [p for p in consumer.pending if p < partial[0][0]]
-                    if earlier:
-                        finishing.append(
-                            subscription.begin_acknowledge(consumer, [max(earlier)], True)
-                        )
-                finishing.append(subscription.begin_acknowledge_batch_indexes(consumer, partial))
-            if whole:
-                finishing.append(subscription.begin_acknowledge(consumer, whole, cumulative))
+            finish = subscription.begin_acknowledge_messages(consumer, whole, partial, cumulative)
         except BrokerError as error:  # cumulative on Shared, say: Pulsar ignores it
             log.warning("ack from %s ignored: %s", self.peer, error)
-            for work in finishing:
-                if work is not None:
-                    work.close()
             return
 
         async def acknowledge() -> None:
             try:
-                for work in finishing:
-                    if work is not None:
-                        await work
+                if finish is not None:
+                    await finish
             except (BrokerError, BookieError, ManagedLedgerError, OSError) as error:
                 # the ack had no effect; the messages stay unacknowledged and come again
                 log.warning("ack from %s failed: %s", self.peer, error)

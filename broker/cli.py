@@ -16,8 +16,8 @@ import uvloop
 from aiohttp import web
 
 from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
+from broker.cluster import Cluster, Settings, http_url
 from broker.config import load_broker_config, load_storage_config
-from broker.http.app import PROTOCOL, Settings, create_app
 from storage_stub.confparse import ConfigError
 
 
@@ -31,6 +31,14 @@ def _parser() -> argparse.ArgumentParser:
         "--broker-port",
         type=int,
         help="Pulsar binary protocol port (default: brokerServicePort; 0 = off, -1 = any free)",
+    )
+    serve.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N brokers over the same storage, each on its own ports (the given ports "
+        "plus its index, or any free ones); topics are spread by namespace bundle",
     )
     serve.add_argument("--data-dir", type=pathlib.Path, default=pathlib.Path("data"))
     serve.add_argument("--config", type=pathlib.Path, help="broker.conf (default conf/broker.conf)")
@@ -137,26 +145,38 @@ def tune_gc_for_serving() -> None:
     gc.set_threshold(SERVE_GC_THRESHOLD, older, oldest)
 
 
-async def serve(settings: Settings) -> None:
-    """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed)."""
-    app = create_app(settings)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
+async def serve(settings: Settings, brokers: int = 1) -> None:
+    """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed).
+    Each broker prints the address of its HTTP service and binary protocol."""
+    from broker.http.app import node_app
+
+    cluster = Cluster(settings, brokers=brokers)
+    await cluster.open()
+    runners: list[web.AppRunner] = []
     try:
-        site = web.TCPSite(runner, settings.broker.bindAddress, settings.broker.webServicePort)
-        await site.start()
+        for node in cluster.nodes:
+            runner = web.AppRunner(node_app(node), access_log=None, handle_signals=False)
+            await runner.setup()
+            runners.append(runner)
+            config = node.config
+            site = web.TCPSite(runner, config.bindAddress, config.webServicePort)
+            await site.start()
+            port = runner.addresses[0][1]
+            node.address.http_url = http_url(config.advertisedAddress, port)
+        await cluster.start()
         tune_gc_for_serving()
-        port = settings.broker.webServicePort
-        for address in runner.addresses:
-            port = address[1]
-        print(
-            f"brokerlab listening on http://{settings.broker.bindAddress}:{port}"
-            f" (data: {settings.data_dir}, sync: {settings.storage.syncMode})",
-            flush=True,
-        )
-        protocol = app.get(PROTOCOL)
-        if protocol is not None:
-            print(f"brokerlab binary protocol on {protocol.service_url}", flush=True)
+        for node, runner in zip(cluster.nodes, runners, strict=True):
+            which = f", broker {node.index}" if brokers > 1 else ""
+            print(
+                f"brokerlab listening on http://{node.config.bindAddress}:{runner.addresses[0][1]}"
+                f" (data: {settings.data_dir}, sync: {settings.storage.syncMode}{which})",
+                flush=True,
+            )
+            if node.protocol is not None:
+                suffix = f" (broker {node.index})" if brokers > 1 else ""
+                print(
+                    f"brokerlab binary protocol on {node.protocol.service_url}{suffix}", flush=True
+                )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -164,7 +184,9 @@ async def serve(settings: Settings) -> None:
         await stop.wait()
         print("brokerlab: shutting down", flush=True)
     finally:
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
+        await cluster.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -198,7 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from broker.dispatch.service import DataFormatError
 
     try:
-        uvloop.run(serve(settings))
+        if args.brokers < 1:
+            print("brokerlab: --brokers must be at least 1", file=sys.stderr)
+            return 2
+        uvloop.run(serve(settings, args.brokers))
     except DataFormatError as error:
         print(f"brokerlab: cannot serve {settings.data_dir}: {error}", file=sys.stderr)
         return 2

@@ -45,6 +45,15 @@ class BrokerConfig(BaseModel):
     #: mode names it "standalone".
     clusterName: str = Field(default="standalone", min_length=1)
 
+    # --- Several brokers (brokerlab serve --brokers N) ---
+    #: Bundles a namespace is cut into; each bundle (a range of topic-name hashes) has
+    #: one owning broker. Pulsar: same key and default.
+    defaultNumberOfNamespaceBundles: int = Field(default=4, gt=0, le=1024)
+    #: How long the bundles of a killed broker stay owned by it (clients cannot be
+    #: served) before the others may take them: the metadata store's session expiry.
+    #: Pulsar: same key and default (ms).
+    metadataStoreSessionTimeoutMillis: int = Field(default=30000, ge=0)
+
     # --- Pulsar binary protocol ---
     #: TCP port of Pulsar's binary protocol (pulsar://); 0 disables it, -1 picks a free
     #: port (tests; brokerlab only). Pulsar: same key and default.

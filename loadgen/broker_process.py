@@ -1,6 +1,8 @@
 """A broker of the load generator's own: ``brokerlab serve`` in a subprocess on an
 ephemeral port over a data directory, restartable on the same ports and data (the
-``restart`` event), stopped gracefully (SIGTERM) at the end.
+``restart`` event), stopped gracefully (SIGTERM) at the end. With ``brokers`` > 1 the
+process runs a cluster (``--brokers N``): one HTTP and one binary line per broker, and
+``urls`` lists the brokers' HTTP bases in index order.
 
 The broker is started as a program, not imported: the load generator speaks HTTP to it,
 and the pulsar driver its binary protocol, whose address the broker prints on a line of
@@ -44,7 +46,12 @@ class BrokerProcess:
         overrides: dict[str, object] | None = None,
         storage_overrides: dict[str, object] | None = None,
         host: str = "127.0.0.1",
+        brokers: int = 1,
     ) -> None:
+        self.brokers = brokers
+        #: every broker's HTTP base, by index
+        self.urls: list[str] = []
+        self._service_urls: dict[int, str] = {}
         self.data_dir = data_dir
         self.log_path = log_path
         self.config = config
@@ -65,11 +72,18 @@ class BrokerProcess:
         self._service_announced = asyncio.Event()
 
     def command(self, port: int) -> list[str]:
+        broker_port = self.broker_port
+        if self.brokers > 1:
+            # the brokers take the given ports plus their index, which a restart of the
+            # process may find taken: a cluster always starts on free ports
+            port, broker_port = 0, -1
         command = [sys.executable, "-m", "broker.cli", "serve", "--host", self.host]
         command += ["--port", str(port), "--data-dir", str(self.data_dir)]
+        if self.brokers > 1:
+            command += ["--brokers", str(self.brokers)]
         # the binary protocol on any free port (then the same one again on a restart), so a
         # broker never fights for 6650
-        command += ["--broker-port", str(self.broker_port)]
+        command += ["--broker-port", str(broker_port)]
         if self.config is not None:
             command += ["--config", str(self.config)]
         if self.storage_config is not None:
@@ -87,6 +101,7 @@ class BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.service_url = ""
+        self._service_urls = {}
         self._service_announced.clear()
         log = self.log_path.open("ab")
         process = await asyncio.create_subprocess_exec(
@@ -98,9 +113,9 @@ class BrokerProcess:
         assert process.stdout is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         seen: list[bytes] = []
-        url = ""
+        urls: list[str] = []
         try:
-            while not url:
+            while len(urls) < self.brokers:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise BrokerStartError(_describe("did not start listening in time", seen))
@@ -118,7 +133,7 @@ class BrokerProcess:
                 self._scan(line)
                 match = LISTENING.search(line)
                 if match:
-                    url = match.group(1).decode()
+                    urls.append(match.group(1).decode())
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
@@ -128,7 +143,8 @@ class BrokerProcess:
         log.flush()
         self._process = process
         self._pump = asyncio.create_task(self._copy_output(process.stdout, log))
-        self.url = url
+        self.urls = urls
+        url = self.url = urls[0]
         self.port = int(url.rsplit(":", 1)[1])
         self.starts += 1
         return url
@@ -166,9 +182,17 @@ class BrokerProcess:
         match = BINARY_PROTOCOL.search(line)
         if match is None:
             return
-        self.service_url = match.group(1).decode()
-        with contextlib.suppress(ValueError):
-            self.broker_port = int(self.service_url.rsplit(":", 1)[1].rstrip("/"))
+        url = match.group(1).decode()
+        index = len(self._service_urls)
+        self._service_urls[index] = url
+        if index == 0:
+            with contextlib.suppress(ValueError):
+                self.broker_port = int(url.rsplit(":", 1)[1].rstrip("/"))
+        if len(self._service_urls) < self.brokers:
+            return
+        # several brokers: one service URL naming them all, as Pulsar clients take it
+        hosts = [self._service_urls[i].removeprefix("pulsar://") for i in range(self.brokers)]
+        self.service_url = "pulsar://" + ",".join(host.rstrip("/") for host in hosts)
         self._service_announced.set()
 
     async def _copy_output(self, stream: asyncio.StreamReader, log: BinaryIO) -> None:

@@ -9,9 +9,10 @@ second the client's JSON is a visible share of the CPU.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import orjson
@@ -41,15 +42,33 @@ def topic_path(topic: str) -> str:
     return f"{scheme}/{rest}"
 
 
-class BrokerClient:
-    """One connection pool to one broker. ``connections`` bounds the sockets; each long
-    poll holds one for its duration, so size it to the number of consumers that poll at
-    once plus room for producers."""
+#: redirects followed for one request (a topic moving while it is asked for)
+MAX_REDIRECTS = 4
 
-    def __init__(self, base_url: str, *, connections: int = 512) -> None:
+
+class BrokerClient:
+    """One connection pool to a broker, or to the brokers of a cluster (``brokers``, the
+    HTTP bases of all of them). ``connections`` bounds the sockets; each long poll holds
+    one for its duration, so size it to the number of consumers that poll at once plus
+    room for producers.
+
+    In a cluster a topic's requests go to its owner: a 307 from another broker names it
+    and is remembered per topic; a consumer's requests go to the broker that created
+    it. A broker that is down (503 or unreachable) makes the next topic request start at
+    the next broker, as a Pulsar client walks its service URL's hosts."""
+
+    def __init__(
+        self, base_url: str, *, connections: int = 512, brokers: Sequence[str] = ()
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.brokers = [url.rstrip("/") for url in brokers] or [self.base_url]
         self._session: aiohttp.ClientSession | None = None
         self._connections = connections
+        #: topic -> the base of the broker that owns it, as last learned
+        self._owners: dict[str, str] = {}
+        #: consumer id -> the base of the broker that holds it
+        self._consumers: dict[str, str] = {}
+        self._next = 0
 
     async def __aenter__(self) -> BrokerClient:
         return self
@@ -79,22 +98,70 @@ class BrokerClient:
         *,
         body: bytes | None = None,
         params: dict[str, str] | None = None,
+        base: str | None = None,
     ) -> tuple[int, bytes]:
-        try:
-            async with self.session.request(
-                method,
-                self.base_url + path,
-                data=body,
-                params=params,
-                headers=JSON_HEADERS if body is not None else None,
-            ) as response:
-                payload = await response.read()
-                status = response.status
-        except (aiohttp.ClientConnectionError, ConnectionError, TimeoutError) as error:
-            raise Unavailable(0, "unreachable", f"{method} {path}: {error!r}") from None
+        status, payload, _ = await self._request(method, path, body, params, base)
         if status >= 300:
             raise _error(status, payload)
         return status, payload
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        params: dict[str, str] | None,
+        base: str | None,
+    ) -> tuple[int, bytes, str]:
+        """One request, redirects not followed: (status, body, Location or "")."""
+        url = (base or self.base_url) + path
+        try:
+            async with self.session.request(
+                method,
+                url,
+                data=body,
+                params=params,
+                headers=JSON_HEADERS if body is not None else None,
+                allow_redirects=False,
+            ) as response:
+                payload = await response.read()
+                return response.status, payload, response.headers.get("Location", "")
+        except (aiohttp.ClientConnectionError, ConnectionError, TimeoutError) as error:
+            raise Unavailable(0, "unreachable", f"{method} {url}: {error!r}") from None
+
+    async def _topic_call(
+        self,
+        topic: str,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        params: dict[str, str] | None = None,
+    ) -> tuple[bytes, str]:
+        """A request about ``topic`` at its owner, following 307s (the owner learned);
+        returns the body and the base that answered."""
+        base = self._owners.get(topic) or self.brokers[self._next % len(self.brokers)]
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                status, payload, location = await self._request(method, path, body, params, base)
+            except Unavailable:
+                self._lost(topic)
+                raise
+            if status == 307 and location:
+                base = _base_of(location)
+                self._owners[topic] = base
+                continue
+            if status >= 300:
+                if status == 503:
+                    self._lost(topic)
+                raise _error(status, payload)
+            return payload, base
+        raise Unavailable(0, "redirect-loop", f"{method} {path}: too many redirects")
+
+    def _lost(self, topic: str) -> None:
+        """The topic's broker did not answer: ask the next broker next time."""
+        self._owners.pop(topic, None)
+        self._next += 1
 
     async def _json(
         self,
@@ -103,15 +170,19 @@ class BrokerClient:
         *,
         body: bytes | None = None,
         params: dict[str, str] | None = None,
+        base: str | None = None,
     ) -> Any:
-        _, payload = await self._call(method, path, body=body, params=params)
+        _, payload = await self._call(method, path, body=body, params=params, base=base)
         return orjson.loads(payload) if payload else None
 
     # ---------------------------------------------------------------- produce/consume
 
     async def produce(self, topic: str, body: bytes) -> int:
         """POST a produce body (already JSON); returns how many messages were stored."""
-        result = await self._json("POST", "/topics/" + topic_path(topic), body=body)
+        payload, _ = await self._topic_call(
+            topic, "POST", "/topics/" + topic_path(topic), body=body
+        )
+        result = orjson.loads(payload)
         stored = 0
         for item in result["messagePublishResults"]:
             if item.get("errorCode", 0) == 0:
@@ -120,14 +191,17 @@ class BrokerClient:
 
     async def create_consumer(self, topic: str, subscription: str, spec: dict[str, Any]) -> str:
         path = f"/consumers/{topic_path(topic)}/{quote(subscription, safe='')}"
-        result = await self._json("POST", path, body=orjson.dumps(spec))
-        return str(result["consumerId"])
+        payload, base = await self._topic_call(topic, "POST", path, body=orjson.dumps(spec))
+        consumer_id = str(orjson.loads(payload)["consumerId"])
+        self._consumers[consumer_id] = base
+        return consumer_id
 
     async def receive(self, consumer_id: str, max_messages: int, timeout_ms: int) -> list[Any]:
         result = await self._json(
             "GET",
             f"/consumers/{consumer_id}/messages",
             params={"maxMessages": str(max_messages), "timeoutMs": str(timeout_ms)},
+            base=self._consumers.get(consumer_id),
         )
         messages: list[Any] = result["messages"]
         return messages
@@ -136,43 +210,67 @@ class BrokerClient:
         body = orjson.dumps(
             {"messageIds": message_ids, "ackType": "Cumulative" if cumulative else "Individual"}
         )
-        await self._call("POST", f"/consumers/{consumer_id}/ack", body=body)
+        base = self._consumers.get(consumer_id)
+        await self._call("POST", f"/consumers/{consumer_id}/ack", body=body, base=base)
 
     async def nack(self, consumer_id: str, message_ids: Sequence[str]) -> None:
         """Redelivered after the consumer's ``negativeAckRedeliveryDelayMillis``."""
         body = orjson.dumps({"messageIds": message_ids})
-        await self._call("POST", f"/consumers/{consumer_id}/nack", body=body)
+        base = self._consumers.get(consumer_id)
+        await self._call("POST", f"/consumers/{consumer_id}/nack", body=body, base=base)
 
     async def close_consumer(self, consumer_id: str) -> None:
-        await self._call("DELETE", f"/consumers/{consumer_id}")
+        base = self._consumers.pop(consumer_id, None)
+        await self._call("DELETE", f"/consumers/{consumer_id}", base=base)
+
+    def forget_consumer(self, consumer_id: str) -> None:
+        """The consumer is gone (closed under its client): drop where it lived."""
+        self._consumers.pop(consumer_id, None)
 
     # ----------------------------------------------------------------------- admin
 
     async def create_subscription(self, topic: str, subscription: str, position: str) -> None:
         path = f"/admin/v2/{topic_path(topic)}/subscription/{quote(subscription, safe='')}"
-        await self._call("PUT", path, params={"messageId": position})
+        await self._topic_call(topic, "PUT", path, params={"messageId": position})
 
     async def reset_cursor_to_time(self, topic: str, subscription: str, time_ms: int) -> None:
         path = (
             f"/admin/v2/{topic_path(topic)}/subscription/{quote(subscription, safe='')}"
             f"/resetcursor/{time_ms}"
         )
-        await self._call("POST", path)
+        await self._topic_call(topic, "POST", path)
 
     async def unload_namespace(self, tenant: str, namespace: str) -> None:
         await self._call("POST", f"/admin/v2/namespaces/{tenant}/{namespace}/unload")
 
     async def last_message_id(self, topic: str) -> str:
-        result = await self._json("GET", f"/admin/v2/{topic_path(topic)}/lastMessageId")
+        path = f"/admin/v2/{topic_path(topic)}/lastMessageId"
+        payload, _ = await self._topic_call(topic, "GET", path)
+        result = orjson.loads(payload)
         return f"{result['ledgerId']}:{result['entryId']}"
 
     async def offload(self, topic: str, message_id: str) -> None:
         body = orjson.dumps({"messageId": message_id})
-        await self._call("PUT", f"/admin/v2/{topic_path(topic)}/offload", body=body)
+        await self._topic_call(topic, "PUT", f"/admin/v2/{topic_path(topic)}/offload", body=body)
+
+    async def unload_bundle(self, tenant: str, namespace: str, bundle: str) -> None:
+        await self._call("PUT", f"/admin/v2/namespaces/{tenant}/{namespace}/{bundle}/unload")
+
+    async def restart_broker(self, index: int, mode: str, downtime_ms: int) -> None:
+        """Restart broker ``index`` of the cluster, asked of another broker (the answer
+        comes once it is up again); of itself when it is the only one."""
+        others = [base for i, base in enumerate(self.brokers) if i != index]
+        params = {"mode": mode, "downtimeMs": str(downtime_ms)}
+        path = f"/admin/v2/brokerlab/brokers/{index}/restart"
+        await self._call("POST", path, params=params, base=others[0] if others else None)
 
     async def cache_stats(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._json("GET", "/admin/v2/broker-stats/cache")
-        return result
+        """The cache stats of the broker, or of every broker of a cluster summed (counts
+        and sizes add up; each broker has its own cache)."""
+        results = await asyncio.gather(
+            *(self._json("GET", "/admin/v2/broker-stats/cache", base=base) for base in self.brokers)
+        )
+        return sum_stats(results)
 
     async def storage_stats(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._json("GET", "/admin/v2/broker-stats/storage")
@@ -188,6 +286,31 @@ class BrokerClient:
         except BrokerError:
             return False
         return True
+
+
+def _base_of(location: str) -> str:
+    """``http://host:port`` of a redirect's Location."""
+    parsed = urlsplit(location)
+    return f"{parsed.scheme}://{parsed.netloc}"
+
+
+def sum_stats(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several brokers' stats as one: numbers added key by key (nested too), anything
+    else taken from the first."""
+    if len(parts) == 1:
+        return dict(parts[0])
+    total: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key not in total:
+                total[key] = sum_stats([value]) if isinstance(value, dict) else value
+            elif isinstance(value, bool) or not isinstance(value, (int, float, dict)):
+                continue
+            elif isinstance(value, dict):
+                total[key] = sum_stats([total[key], value])
+            else:
+                total[key] += value
+    return total
 
 
 def _error(status: int, payload: bytes) -> BrokerError:

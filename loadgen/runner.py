@@ -511,6 +511,7 @@ class ConsumerWorker:
         counters = run.counters
         failures = 0
         next_poll = 0.0
+        lost = False
         while not run.stopping:
             if not self._wanted.is_set():
                 await self._wanted.wait()
@@ -519,6 +520,9 @@ class ConsumerWorker:
                 await self._resumed.wait()
                 continue
             if self.consumer_id is None:
+                if lost and behaviour.reconnectDelayMs:
+                    await asyncio.sleep(behaviour.reconnectDelayMs / 1000)
+                lost = False
                 try:
                     async with run.connecting:
                         await self.connect()
@@ -547,6 +551,8 @@ class ConsumerWorker:
                 # reconnect, as a Pulsar client does
                 if self.consumer_id == consumer_id:
                     self.consumer_id = None
+                    client.forget_consumer(consumer_id)
+                    lost = True
                 continue
             if not messages:
                 continue
@@ -729,7 +735,9 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any
             "output directory (drop --url and --service-url; set brokerlabTraceDir on your "
             "own broker instead)"
         )
-    if not own_broker and any(event.type == "restart" for event in scenario.events):
+    if not own_broker and any(
+        event.type == "restart" and event.broker < 0 for event in scenario.events
+    ):
         raise ScenarioError(
             f"{scenario.name}: a restart event needs a broker the load generator started "
             "(drop --url and --service-url)"
@@ -747,6 +755,7 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any
                 storage_config=options.storage_config,
                 overrides={**scenario.broker, **options.broker_overrides, **_trace(options)},
                 storage_overrides=options.storage_overrides,
+                brokers=scenario.brokers,
             )
             url = await broker.start()
         try:
@@ -761,7 +770,8 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any
                     )
             if options.on_broker_ready is not None:
                 options.on_broker_ready(url or service_url or "")
-            results = await _run_against(scenario, options, url, service_url or "", broker)
+            brokers = broker.urls if broker is not None else []
+            results = await _run_against(scenario, options, url, service_url or "", broker, brokers)
             if options.keep_serving and broker is not None and url is not None:
                 await _until_interrupted(url)
         finally:
@@ -812,9 +822,12 @@ async def _run_against(
     url: str | None,
     service_url: str,
     broker: BrokerProcess | None,
+    brokers: list[str] | None = None,
 ) -> dict[str, Any]:
     """``url``: the broker's HTTP base (None: a foreign broker reached over the binary
-    protocol only); ``service_url``: its binary protocol, for the pulsar driver."""
+    protocol only); ``service_url``: its binary protocol, for the pulsar driver;
+    ``brokers``: every broker's HTTP base when the broker is a cluster."""
+    cluster = brokers or []
     consumer_count = (
         scenario.topics
         * scenario.partitionsPerTopic
@@ -825,7 +838,7 @@ async def _run_against(
         admin: BrokerClient | None = None
         stats_error: str | None = f"no HTTP admin (the broker is {service_url} only)"
         if url is not None:
-            admin = BrokerClient(url, connections=ADMIN_CONCURRENCY + 8)
+            admin = BrokerClient(url, connections=ADMIN_CONCURRENCY + 8, brokers=cluster)
             stack.push_async_callback(admin.close)
             stats_error = await _probe_stats(admin, required=scenario.driver == "http")
         driver: Driver
@@ -836,9 +849,11 @@ async def _run_against(
             driver = PulsarDriver(scenario, service_url, log_path=log_path)
         else:
             assert url is not None and admin is not None
-            client = BrokerClient(url, connections=PRODUCE_CONNECTIONS)
+            client = BrokerClient(url, connections=PRODUCE_CONNECTIONS, brokers=cluster)
             stack.push_async_callback(client.close)
-            consumer_client = BrokerClient(url, connections=_connection_limit(consumer_count))
+            consumer_client = BrokerClient(
+                url, connections=_connection_limit(consumer_count), brokers=cluster
+            )
             stack.push_async_callback(consumer_client.close)
             driver = HttpDriver(client, consumer_client, admin)
         stack.push_async_callback(driver.close)
@@ -1081,8 +1096,17 @@ def _targets(run: Run, event: Event) -> list[Consumer]:
 async def _apply(run: Run, event: Event, start: float) -> str:
     kind = event.type
     if kind == "unload":
-        await run.admin_or_refuse("unload").unload_namespace(TENANT, NAMESPACE)
+        admin = run.admin_or_refuse("unload")
+        if event.bundle:
+            await admin.unload_bundle(TENANT, NAMESPACE, event.bundle)
+            return f"unloaded bundle {event.bundle} of {TENANT}/{NAMESPACE}"
+        await admin.unload_namespace(TENANT, NAMESPACE)
         return f"unloaded {TENANT}/{NAMESPACE} ({len(run.topics)} topics)"
+    if kind == "restart" and event.broker >= 0:
+        await run.admin_or_refuse("restart").restart_broker(
+            event.broker, event.mode, event.downtimeMs
+        )
+        return f"broker {event.broker} restarted ({event.mode}, down {event.downtimeMs} ms)"
     if kind == "restart":
         assert run.broker is not None
         await run.broker.restart()

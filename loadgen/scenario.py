@@ -37,6 +37,9 @@ class ConsumerBehaviour(BaseModel):
     #: negativeAckRedeliveryDelayMs, then acknowledged); needs ackMode individual
     nackRatio: float = Field(default=0, ge=0, le=1)
     negativeAckRedeliveryDelayMs: int = Field(default=1000, ge=0, le=2_147_483_647)
+    #: wait this long before re-creating a consumer closed under it (a restart or an
+    #: unload moved its topic), as a client's reconnect delay
+    reconnectDelayMs: int = Field(default=0, ge=0, le=60_000)
 
 
 class PulsarDriverOptions(BaseModel):
@@ -74,6 +77,14 @@ class Event(BaseModel):
     subscription: int = Field(default=-1, ge=-1)
     #: seek: "earliest" or an epoch-ms timestamp relative to the run start (negative)
     seekTo: str | int = "earliest"
+    #: restart: which broker of the cluster (-1: the broker process, all brokers)
+    broker: int = Field(default=-1, ge=-1)
+    #: restart of one broker: "graceful" (bundles handed over) or "kill"
+    mode: Literal["graceful", "kill"] = "graceful"
+    #: restart of one broker: how long it stays down
+    downtimeMs: int = Field(default=0, ge=0, le=600_000)
+    #: unload: one bundle of the namespace (``0x00000000_0x40000000``); "": all of it
+    bundle: str = Field(default="", pattern=r"^(0x[0-9a-f]{8}_0x[0-9a-f]{8})?$")
 
 
 class Scenario(BaseModel):
@@ -101,6 +112,8 @@ class Scenario(BaseModel):
     #: produce this much backlog (MiB per subscription) before consumers start (catch-up)
     consumerBacklogSizeMB: float = Field(default=0, ge=0)
     seed: int = 1
+    #: brokers of the cluster the load generator starts (``brokerlab serve --brokers``)
+    brokers: int = Field(default=1, ge=1, le=16)
     #: how producers and consumers reach the broker: "http" (its REST produce and
     #: consume routes) or "pulsar" (the official client over the binary protocol)
     driver: Literal["http", "pulsar"] = "http"
@@ -118,6 +131,15 @@ class Scenario(BaseModel):
                     f"events[{index}].at is {event.at}s, after testDurationSeconds "
                     f"({self.testDurationSeconds}s)"
                 )
+            if event.broker >= self.brokers:
+                raise ValueError(
+                    f"events[{index}].broker {event.broker} is not a broker "
+                    f"(brokers is {self.brokers})"
+                )
+            if event.broker >= 0 and event.type != "restart":
+                raise ValueError(f"events[{index}].broker is for restart events only")
+            if event.bundle and event.type != "unload":
+                raise ValueError(f"events[{index}].bundle is for unload events only")
             if event.subscription >= self.subscriptionsPerTopic:
                 raise ValueError(
                     f"events[{index}].subscription {event.subscription} is not a subscription "

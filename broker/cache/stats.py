@@ -39,6 +39,13 @@ class CacheCounters:
         self.entries = 0
         self.size = 0
 
+    def carry_over(self, previous: CacheCounters) -> None:
+        """Continue the totals of a broker's previous cache (a restart of a broker in a
+        cluster): counts go on from there, contents (entries, size) do not."""
+        for name in self.__slots__:
+            if name not in ("entries", "size"):
+                setattr(self, name, getattr(self, name) + getattr(previous, name))
+
     def snapshot(self, implementation: str, max_size: int) -> dict[str, Any]:
         return {
             "implementation": implementation,

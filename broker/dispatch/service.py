@@ -24,6 +24,7 @@ from broker.dispatch.errors import (
 )
 from broker.dispatch.names import TopicName
 from broker.dispatch.namespaces import NamespaceRegistry
+from broker.dispatch.ownership import NotOwnerError, Ownership, ServiceNotReadyError
 from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
@@ -134,8 +135,19 @@ class BrokerService:
         clock: Clock,
         tiered: TieredStorage | None = None,
         trace: TraceRecorder | None = None,
+        ownership: Ownership | None = None,
+        index: int = 0,
     ) -> None:
         self.config = config
+        #: the cluster's ownership table and this broker's index in it; alone, a broker
+        #: owns every bundle
+        if ownership is None:
+            ownership = Ownership(1)
+            ownership.brokers[0].alive = True
+        self.ownership = ownership
+        self.index = index
+        #: the broker is shutting down: no topic loads here any more
+        self.stopping = False
         self.tiered = tiered
         #: the access trace recorder, for its stats (None: off); it records the events
         #: of ``cache``
@@ -179,6 +191,23 @@ class BrokerService:
                 # a full disk, say: the next owner recovers the ledger from its metadata
                 log.warning("topic %s did not close cleanly: %s", name, error)
 
+    async def kill(self) -> None:
+        """Stop abruptly, as a killed broker: upkeep and dispatch stop, consumers are
+        dropped without their subscriptions hearing of it, ledgers are abandoned open
+        and nothing more is written (acks not yet in a cursor's record are lost, so their
+        messages are delivered again; every receipted add is in the bookie)."""
+        await self._owner.close()
+        for consumer in list(self.consumers.values()):
+            consumer.closed = True
+            consumer.wake_pollers()
+        self.consumers.clear()
+        topics = list(self.topics.values())
+        self.topics.clear()
+        for topic in topics:
+            for subscription in topic.subscriptions.values():
+                await subscription.close()
+            await topic.ledger.abandon()
+
     # ------------------------------------------------------------------ topics
 
     async def get_topic(self, name: TopicName, create: bool) -> PersistentTopic:
@@ -208,7 +237,19 @@ class BrokerService:
         finally:
             del self._loading[name]
 
+    def check_owner(self, name: TopicName) -> None:
+        """NotOwnerError naming the owner when another broker serves the topic's bundle;
+        an unowned bundle is assigned first (possibly to this broker)."""
+        owner = self.ownership.owner(name)
+        if owner.index != self.index:
+            raise NotOwnerError(name, owner)
+
     async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
+        if self.stopping:
+            raise ServiceNotReadyError(
+                f"broker {self.index} is shutting down; look {name} up again"
+            )
+        self.check_owner(name)
         ml_name = str(name)
         if not create and await self.metadata.get(metadata_key(ml_name)) is None:
             raise NotFoundError(f"topic {name} not found")
@@ -256,6 +297,17 @@ class BrokerService:
         doomed = [n for n in self.topics if n.tenant == tenant and n.namespace == namespace]
         # topics close concurrently (each waits on its ledger's close), a bounded number
         # at a time, as a broker unloads a bundle; one by one, 3,000 topics took seconds
+        await self._unload_all(doomed)
+        return len(doomed)
+
+    async def unload_bundle(self, bundle: tuple[str, str]) -> int:
+        """Unload the loaded topics of one namespace bundle, as unload_namespace does."""
+        bundle_of = self.ownership.bundle_of
+        doomed = [name for name in self.topics if bundle_of(name) == bundle]
+        await self._unload_all(doomed)
+        return len(doomed)
+
+    async def _unload_all(self, doomed: list[TopicName]) -> None:
         names = iter(doomed)
 
         async def worker() -> None:
@@ -263,7 +315,6 @@ class BrokerService:
                 await self.unload_topic(name)
 
         await asyncio.gather(*(worker() for _ in range(min(UNLOAD_CONCURRENCY, len(doomed)))))
-        return len(doomed)
 
     async def unload_topic(self, name: TopicName) -> None:
         topic = self.topics.get(name)

@@ -2,42 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
 import binascii
 import logging
 import operator
 import pathlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from broker.cache import create_stream
-from broker.clock import Clock, EventClock, SystemClock
-from broker.config import (
-    BrokerConfig,
-    cache_config,
-    shadow_designs,
-    trace_dir,
-)
+from broker.clock import Clock, SystemClock
+from broker.cluster import RESTART_MODES, BrokerNode, Cluster, Settings, service_config  # noqa: F401 (re-exported)
+from broker.config import BrokerConfig
 from broker.dispatch.consumer import NOT_RECEIVED, Consumer
-from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import (
     InvalidRequestError,
     TooLargeError,
+    UnavailableError,
 )
 from broker.dispatch.names import TopicName, check_name_part
-from broker.dispatch.partitions import PartitionsConfig
-from broker.dispatch.service import (
-    BrokerService,
-    ConsumerOptions,
-    ServiceConfig,
-    check_data_format,
-)
+from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
 from broker.http.b64 import decode_all_strict, decode_base64_strict
 from broker.http.errors import error_middleware
@@ -61,17 +48,11 @@ from broker.ledger.entry import (
     encode_payloads,
     messages_of,
 )
-from broker.ledger.managed_ledger import ManagedLedgerConfig
 from broker.ledger.position import Position
-from broker.protocol.server import ProtocolServer
-from storage_stub.bookie import Storage, open_storage
-from storage_stub.bookie.api import OPERATIONS, BookieError
+from storage_stub.bookie import Storage
+from storage_stub.bookie.api import OPERATIONS
 from storage_stub.bookie.faults import FaultInjector
-from storage_stub.config import StorageConfig
 from storage_stub.tiered.api import OBJECT_OPERATIONS
-
-if TYPE_CHECKING:
-    from broker.trace.recorder import TraceRecorder
 
 log = logging.getLogger(__name__)
 
@@ -80,149 +61,50 @@ MAX_POLL_MESSAGES = 1000
 MAX_KEY_BYTES = 65535
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    broker: BrokerConfig
-    storage: StorageConfig
-    data_dir: pathlib.Path | None
-
-
 SETTINGS = web.AppKey("settings", Settings)
-SERVICE = web.AppKey("service", BrokerService)
 STORAGE = web.AppKey("storage", Storage)
 CLOCK = web.AppKey("clock", Clock)
 METRICS = web.AppKey("metrics", BrokerMetrics)
-#: the binary protocol's listener (absent when brokerServicePort is 0)
-PROTOCOL = web.AppKey("protocol", ProtocolServer)
+#: the broker this app is the HTTP front end of (its service changes with restarts)
+NODE = web.AppKey("node", BrokerNode)
+#: the cluster, when this app started it (one broker, tests and embedding)
+CLUSTER = web.AppKey("cluster", Cluster)
 
 
-def service_config(config: BrokerConfig) -> ServiceConfig:
-    return ServiceConfig(
-        allow_auto_topic_creation=config.allowAutoTopicCreation,
-        consumer_idle_timeout_ms=config.consumerIdleTimeoutMs,
-        stats_update_frequency_s=config.statsUpdateFrequencyInSecs,
-        cache_eviction_interval_ms=config.managedLedgerCacheEvictionIntervalMs,
-        offload_threshold_bytes=config.managedLedgerOffloadThresholdInBytes,
-        offload_deletion_lag_ms=config.managedLedgerOffloadDeletionLagMs,
-        ledger=ManagedLedgerConfig(
-            max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
-            max_size_per_ledger_bytes=config.managedLedgerMaxSizePerLedgerMbytes * 1024 * 1024,
-            min_rollover_ms=config.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,
-            max_rollover_ms=config.managedLedgerMaxLedgerRolloverTimeMinutes * 60_000,
-        ),
-        dispatch=DispatchConfig(
-            max_read_batch_size=config.dispatcherMaxReadBatchSize,
-            max_unacked_per_consumer=config.maxUnackedMessagesPerConsumer or 2**62,
-            max_unacked_per_subscription=config.maxUnackedMessagesPerSubscription or 2**62,
-            key_shared_look_ahead_per_consumer=config.keySharedLookAheadMsgInReplayThresholdPerConsumer,
-            key_shared_look_ahead_per_subscription=(
-                config.keySharedLookAheadMsgInReplayThresholdPerSubscription
-            ),
-        ),
-        partitions=PartitionsConfig(
-            auto_topic_creation_type=config.allowAutoTopicCreationType,
-            default_num_partitions=config.defaultNumPartitions,
-            max_num_partitions=config.maxNumPartitionsPerPartitionedTopic,
-        ),
-        cluster_name=config.clusterName,
-    )
-
-
-async def _broker_context(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    clock = app[CLOCK]
-    storage = await open_storage(settings.storage, settings.data_dir)
-    try:
-        await check_data_format(storage.metadata)
-    except BaseException:
-        await storage.close()
-        raise
-    broker = settings.broker
-    settings_of_cache = cache_config(broker)
-    trace: TraceRecorder | None = None
-    directory = trace_dir(broker)
-
-    def recorder(event_clock: EventClock) -> TraceRecorder:
-        nonlocal trace
-        # pyarrow loads only when tracing
-        from broker.trace.recorder import TraceRecorder, trace_meta
-
-        assert directory is not None
-        trace = TraceRecorder(
-            pathlib.Path(directory),
-            event_clock,
-            broker.brokerlabTraceRollEvents,
-            broker.brokerlabTraceMaxPendingFiles,
-            meta=trace_meta(broker.managedLedgerCacheImplementation, settings_of_cache),
-        )
-        return trace
-
-    cache = create_stream(
-        broker.managedLedgerCacheImplementation,
-        settings_of_cache,
-        clock,
-        shadow_designs(broker),
-        recorder if directory is not None else None,
-    )
-    service = BrokerService(
-        service_config(broker),
-        storage.bookie,
-        storage.metadata,
-        cache,
-        clock,
-        storage.tiered,
-        trace,
-    )
-    app[STORAGE] = storage
-    app[SERVICE] = service
+def _attach(app: web.Application, node: BrokerNode) -> None:
+    app[NODE] = node
+    app[STORAGE] = node.cluster.storage
     app[METRICS] = BrokerMetrics(
-        service,
-        storage,
-        settings.broker.exposeTopicLevelMetricsInPrometheus,
-        settings.broker.managedLedgerCacheEvictionWatermark,
+        node,
+        node.cluster.storage,
+        node.config.exposeTopicLevelMetricsInPrometheus,
+        node.config.managedLedgerCacheEvictionWatermark,
     )
-    service.start()
+
+
+async def _one_broker_context(app: web.Application) -> AsyncIterator[None]:
+    """A cluster of one broker, started with the app and closed with it."""
+    cluster = Cluster(app[SETTINGS], app[CLOCK], brokers=1)
+    await cluster.open()
     try:
+        _attach(app, cluster.nodes[0])
+        app[CLUSTER] = cluster
+        await cluster.start()
         yield
     finally:
-        try:
-            await service.close()
-        finally:
-            try:
-                await storage.close()
-            except (BookieError, OSError) as error:
-                # a full disk, say: what was acknowledged is durable already
-                log.warning("storage did not close cleanly: %s", error)
-        if trace is not None:
-            # the last file is written off the event loop
-            await asyncio.get_running_loop().run_in_executor(None, trace.close)
+        await cluster.close()
 
 
-async def _protocol_context(app: web.Application) -> AsyncIterator[None]:
-    """Pulsar's binary protocol on brokerServicePort, over the same broker service;
-    closed before the service."""
-    broker = app[SETTINGS].broker
-    port = broker.brokerServicePort
-    if port == 0:
-        yield
-        return
-    server = ProtocolServer(app[SERVICE], broker)
-    await server.start(broker.bindAddress, max(port, 0))
-    app[PROTOCOL] = server
-    try:
-        yield
-    finally:
-        await server.close()
-
-
-def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
+def _new_app(settings: Settings, clock: Clock) -> web.Application:
     app = web.Application(
         middlewares=[error_middleware], client_max_size=settings.broker.maxHttpRequestBodyBytes
     )
     app[SETTINGS] = settings
-    app[CLOCK] = clock or SystemClock()
-    app.cleanup_ctx.append(_broker_context)
-    app.cleanup_ctx.append(_protocol_context)
+    app[CLOCK] = clock
+    return app
+
+
+def _add_routes(app: web.Application, settings: Settings) -> None:
     if settings.broker.webSocketServiceEnabled:
         from broker.http import websocket  # it imports this module's app keys
 
@@ -231,6 +113,21 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     from broker.http import pulsar_admin  # it imports this module's app keys
 
     app.add_routes(pulsar_admin.routes)
+
+
+def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
+    """An app that runs a one-broker cluster for its lifetime (tests, embedding)."""
+    app = _new_app(settings, clock or SystemClock())
+    app.cleanup_ctx.append(_one_broker_context)
+    _add_routes(app, settings)
+    return app
+
+
+def node_app(node: BrokerNode) -> web.Application:
+    """The HTTP front end of one broker of a cluster that its owner opens and closes."""
+    app = _new_app(node.settings, node.cluster.clock)
+    _attach(app, node)
+    _add_routes(app, node.settings)
     return app
 
 
@@ -260,7 +157,17 @@ def _subscription_name(request: web.Request) -> str:
 
 
 def _service(request: web.Request) -> BrokerService:
-    return request.app[SERVICE]
+    return request.app[NODE].running_service()
+
+
+def topic_service(request: web.Request, name: TopicName) -> BrokerService:
+    """The service of the broker owning ``name``, for front ends that act for a client
+    wherever the topic lives (the WebSocket API, as Pulsar's WebSocket service is a
+    client of the owning broker). UnavailableError while that broker is down."""
+    node = request.app[NODE]
+    node.running_service()
+    owner = node.cluster.ownership.owner(name)
+    return node.cluster.nodes[owner.index].running_service()
 
 
 def _b64(data: bytes) -> str:
@@ -626,7 +533,8 @@ async def offload_status(request: web.Request) -> web.Response:
 async def unload_namespace(request: web.Request) -> web.Response:
     tenant = check_name_part("tenant", request.match_info["tenant"])
     namespace = check_name_part("namespace", request.match_info["namespace"])
-    await _service(request).unload_namespace(tenant, namespace)
+    _service(request)  # a broker that is down answers 503
+    await request.app[NODE].cluster.unload_namespace(tenant, namespace)
     return _no_content()
 
 
@@ -640,7 +548,8 @@ async def health(request: web.Request) -> web.Response:
 
 @routes.get("/admin/v2/broker-stats/cache")
 async def cache_stats(request: web.Request) -> web.Response:
-    return _json(_service(request).cache.stats())
+    """This broker's own cache (its counters continue across its restarts)."""
+    return _json(request.app[NODE].cache_stats())
 
 
 @routes.get("/admin/v2/broker-stats/storage")
@@ -651,7 +560,7 @@ async def storage_stats(request: web.Request) -> web.Response:
 
 @routes.get("/admin/v2/broker-stats/trace")
 async def trace_stats(request: web.Request) -> web.Response:
-    trace = _service(request).trace
+    trace = request.app[NODE].trace
     if trace is None:
         return _json({"enabled": False})
     return _json(trace.stats())
@@ -677,7 +586,8 @@ async def dashboard_data(request: web.Request) -> web.Response:
     """One snapshot of the counters the dashboard charts; the page computes the rates."""
     service = _service(request)
     settings = request.app[SETTINGS]
-    cache = service.cache.stats()
+    node = request.app[NODE]
+    cache = node.cache_stats()
     loads = service.topic_loads()
     top = sorted(loads, key=lambda load: load.backlog, reverse=True)[:TOP_TOPICS]
     totals = service.totals
@@ -706,8 +616,58 @@ async def dashboard_data(request: web.Request) -> web.Response:
                 }
                 for load in top
             ],
+            "broker": node.index,
+            "brokers": [_broker_summary(other) for other in node.cluster.nodes],
         }
     )
+
+
+def _broker_summary(node: BrokerNode) -> dict[str, Any]:
+    """A broker of the cluster as the dashboard shows them side by side."""
+    summary = node.describe()
+    try:
+        cache = node.cache_stats()
+    except UnavailableError:
+        cache = None
+    summary["cache"] = cache
+    return summary
+
+
+# ---------------------------------------------------------------------- cluster
+
+
+@routes.get("/admin/v2/brokerlab/brokers")
+async def list_brokers(request: web.Request) -> web.Response:
+    """The brokers of this cluster: state, URLs, bundles owned, restarts."""
+    return _json([node.describe() for node in request.app[NODE].cluster.nodes])
+
+
+@routes.post("/admin/v2/brokerlab/brokers/{index}/restart")
+async def restart_broker(request: web.Request) -> web.Response:
+    """Restart broker ``index``: ``mode`` graceful (default) or kill, down for
+    ``downtimeMs`` (default 0). Asked of another broker, the answer comes when the
+    restarted broker is up again (200); asked of the broker itself, at once (202), since
+    the restart closes it."""
+    node = request.app[NODE]
+    cluster = node.cluster
+    index = _path_int(request, "index")
+    mode = request.query.get("mode", "graceful")
+    downtime_ms = query_int(request, "downtimeMs", default=0, minimum=0, maximum=3_600_000)
+    if index == node.index:
+        cluster.node(index)
+        if mode not in RESTART_MODES:
+            raise InvalidRequestError(f"restart mode {mode!r}: one of {', '.join(RESTART_MODES)}")
+        cluster.spawn_restart(index, mode, downtime_ms / 1000)
+        return _json({"broker": index, "mode": mode, "state": "restarting"}, status=202)
+    await cluster.restart(index, mode, downtime_ms / 1000)
+    return _json(cluster.node(index).describe())
+
+
+def _path_int(request: web.Request, name: str) -> int:
+    text = request.match_info[name]
+    if not text.isdigit():
+        raise InvalidRequestError(f"{name} must be a broker index (0, 1, ...), not {text!r}")
+    return int(text)
 
 
 @routes.get("/openapi.json")

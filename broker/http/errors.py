@@ -9,6 +9,7 @@ import orjson
 from aiohttp import web
 
 from broker.dispatch import errors
+from broker.dispatch.ownership import NotOwnerError
 from broker.ledger.managed_ledger import ManagedLedgerError
 from storage_stub.bookie.api import BookieError
 
@@ -49,10 +50,24 @@ def error_response(status: int, code: str, reason: str) -> web.Response:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def redirect_to_owner(request: web.Request, error: NotOwnerError) -> web.Response:
+    """307 to the same route on the owning broker, as Pulsar's brokers redirect topic
+    routes: the client repeats the request (method and body kept) there. 503 while the
+    owner's address is not known yet."""
+    owner = error.owner.http_url
+    if not owner:
+        return error_response(503, "unavailable", f"{error}; its address is not known yet")
+    response = error_response(307, error.code, str(error))
+    response.headers["Location"] = owner + request.path_qs
+    return response
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except NotOwnerError as error:
+        return redirect_to_owner(request, error)
     except errors.BrokerError as error:
         return error_response(STATUS.get(type(error), 500), error.code, str(error))
     except (BookieError, ManagedLedgerError) as error:

@@ -5,6 +5,8 @@ latency histograms. Pulsar-compatible ``pulsar_ml_cache_*`` gauges carry the rat
 the last stats period (``statsUpdateFrequencyInSecs``); ``brokerlab_*`` counters carry
 totals since start, by design (live cache and shadows), reason and storage tier.
 Topic-labelled series appear only with ``exposeTopicLevelMetricsInPrometheus``.
+Every series carries a ``broker`` label, the broker's index in its cluster (0 alone), so
+the brokers of a cluster scraped together stay apart.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from broker.cluster import BrokerNode
     from broker.dispatch.service import BrokerService
     from storage_stub.bookie import Storage
 
@@ -30,25 +33,28 @@ class BrokerMetrics:
 
     def __init__(
         self,
-        service: BrokerService,
+        node: BrokerNode,
         storage: Storage,
         topic_level: bool,
         watermark: float = 0.9,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(BrokerCollector(service, storage, topic_level, watermark))
+        self.registry.register(BrokerCollector(node, storage, topic_level, watermark))
+        broker = str(node.index)
         self.produce_latency = Histogram(
             "brokerlab_produce_latency_seconds",
             "Time to store a produce request durably (receipt of the body to the answer).",
+            labelnames=("broker",),
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
-        )
+        ).labels(broker)
         self.dispatch_latency = Histogram(
             "brokerlab_dispatch_latency_seconds",
             "Publish to delivery: from a message's publishTime to the poll that returns it.",
+            labelnames=("broker",),
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
-        )
+        ).labels(broker)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -60,21 +66,33 @@ class BrokerCollector(Collector):
     pass over PIP-430's queue for the expected-reads gauge)."""
 
     def __init__(
-        self, service: BrokerService, storage: Storage, topic_level: bool, watermark: float
+        self, node: BrokerNode, storage: Storage, topic_level: bool, watermark: float
     ) -> None:
-        self._service = service
+        self._node = node
         self._storage = storage
         self._topic_level = topic_level
         self._watermark = watermark
 
     def collect(self) -> Iterator[Metric]:
-        service = self._service
-        cache = service.cache.stats()
-        yield from self._pulsar_cache(cache)
-        yield from self._cache(cache)
+        """Every family, each sample labelled with the broker's index."""
+        broker = str(self._node.index)
+        for metric in self._families():
+            metric.samples = [
+                sample._replace(labels={**sample.labels, "broker": broker})
+                for sample in metric.samples
+            ]
+            yield metric
+
+    def _families(self) -> Iterator[Metric]:
+        node = self._node
+        service = node.service
+        if service is not None:
+            cache = node.cache_stats()
+            yield from self._pulsar_cache(service, cache)
+            yield from self._cache(cache)
+            yield from self._dispatch(service)
         yield from self._storage_metrics()
-        yield from self._dispatch()
-        trace = service.trace
+        trace = node.trace
         if trace is not None:
             yield CounterMetricFamily(
                 "brokerlab_trace_events", "Access trace events recorded.", value=trace.events
@@ -85,10 +103,10 @@ class BrokerCollector(Collector):
                 value=trace.dropped,
             )
 
-    def _pulsar_cache(self, cache: dict[str, Any]) -> Iterator[Metric]:
-        rates = self._service.cache_rates
+    def _pulsar_cache(self, service: BrokerService, cache: dict[str, Any]) -> Iterator[Metric]:
+        rates = service.cache_rates
         evicted = cache["evicted"]
-        yield _gauge("pulsar_ml_count", "Managed ledgers loaded.", len(self._service.topics))
+        yield _gauge("pulsar_ml_count", "Managed ledgers loaded.", len(service.topics))
         yield _gauge("pulsar_ml_cache_used_size", "Bytes in the entry cache.", cache["sizeBytes"])
         yield _gauge("pulsar_ml_cache_entries", "Entries in the entry cache.", cache["entries"])
         yield _gauge("pulsar_ml_cache_hits_rate", "Cache hits per second.", rates.hits_rate)
@@ -237,8 +255,7 @@ class BrokerCollector(Collector):
         for name, documentation, key in tiered_counters:
             yield CounterMetricFamily(name, documentation, value=tiered[key])
 
-    def _dispatch(self) -> Iterator[Metric]:
-        service = self._service
+    def _dispatch(self, service: BrokerService) -> Iterator[Metric]:
         totals = service.totals
         yield CounterMetricFamily(
             "brokerlab_messages_produced", "Messages stored.", value=totals.produced

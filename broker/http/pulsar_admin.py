@@ -16,11 +16,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from broker.cluster import http_url
 from broker.dispatch.errors import InvalidRequestError, NotFoundError
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.partitions import partition_name, partition_of
 from broker.dispatch.service import BrokerService
-from broker.http.app import PROTOCOL, SERVICE, SETTINGS
+from broker.http.app import NODE, SETTINGS
 from broker.http.parsing import MAX_INT64, message_id
 from broker.ledger.entry import EntryFormatError, metadata_of
 from broker.ledger.position import Position
@@ -47,7 +48,7 @@ def _no_content() -> web.Response:
 
 
 def _service(request: web.Request) -> BrokerService:
-    return request.app[SERVICE]
+    return request.app[NODE].running_service()
 
 
 def _topic(request: web.Request) -> TopicName:
@@ -189,17 +190,16 @@ async def list_partitioned_topics(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- lookup
 
 
-def lookup_data(advertised_address: str, http_port: int, broker_url: str | None) -> dict[str, Any]:
-    """Pulsar's LookupData for this broker. ``broker_url`` None: the binary protocol is
+def lookup_data(http_url: str, broker_url: str | None) -> dict[str, Any]:
+    """Pulsar's LookupData for a broker. ``broker_url`` None: the binary protocol is
     off, so there is no pulsar:// URL to give. TLS is never offered: its URLs are null
     (Pulsar leaves null fields out). ``brokerUrlSsl`` is the legacy field Pulsar still
     sends: the C++ client under the Python one refuses (or crashes on) an answer with
     neither it nor ``brokerUrlTls``."""
-    host = f"[{advertised_address}]" if ":" in advertised_address else advertised_address
     return {
         "brokerUrl": broker_url,
         "brokerUrlTls": None,
-        "httpUrl": f"http://{host}:{http_port}",
+        "httpUrl": http_url,
         "httpUrlTls": None,
         "nativeUrl": broker_url,
         "brokerUrlSsl": "",
@@ -210,7 +210,7 @@ def _broker_url(request: web.Request) -> str | None:
     """This broker's pulsar:// URL: the protocol server's once it listens; the configured
     brokerServicePort before that; None when the protocol is off (port 0) or its port
     is not known yet (-1, any free port)."""
-    server = request.app.get(PROTOCOL)
+    server = request.app[NODE].protocol
     if server is not None and server.service_url:
         return server.service_url
     broker = request.app[SETTINGS].broker
@@ -236,8 +236,12 @@ async def lookup_topic(request: web.Request) -> web.Response:
     known = await partitions.metadata(name) is not None or await partitions.exists(name)
     if not known and not service.config.allow_auto_topic_creation:
         raise NotFoundError(f"topic {name} not found")
-    broker = request.app[SETTINGS].broker
-    return _json(lookup_data(broker.advertisedAddress, _http_port(request), _broker_url(request)))
+    owner = service.ownership.owner(name)
+    if owner.index != service.index and owner.http_url:
+        # the owning broker's addresses: the client goes there
+        return _json(lookup_data(owner.http_url, owner.service_url or None))
+    address = request.app[SETTINGS].broker.advertisedAddress
+    return _json(lookup_data(http_url(address, _http_port(request)), _broker_url(request)))
 
 
 # ---------------------------------------------------------------------- clusters, tenants
@@ -330,7 +334,19 @@ async def namespace_topics(request: web.Request) -> web.Response:
 @routes.put(_NAMESPACE + "/unload")
 async def unload_namespace(request: web.Request) -> web.Response:
     tenant, namespace = _namespace(request)
-    await _service(request).unload_namespace(tenant, namespace)
+    _service(request)  # a broker that is down answers 503
+    await request.app[NODE].cluster.unload_namespace(tenant, namespace)
+    return _no_content()
+
+
+@routes.put(_NAMESPACE + "/{bundle}/unload")
+async def unload_bundle(request: web.Request) -> web.Response:
+    """Unload one bundle (``0x00000000_0x40000000``) at its owner; the next lookup of
+    its topics assigns it to another live broker when there is one."""
+    tenant, namespace = _namespace(request)
+    _service(request)
+    bundle = request.match_info["bundle"]
+    await request.app[NODE].cluster.unload_bundle(f"{tenant}/{namespace}", bundle)
     return _no_content()
 
 

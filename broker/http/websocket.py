@@ -49,7 +49,7 @@ from broker.dispatch.errors import BrokerError, InvalidRequestError
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
-from broker.http.app import CLOCK, METRICS, SERVICE, SETTINGS
+from broker.http.app import CLOCK, METRICS, SETTINGS, topic_service
 from broker.http.b64 import decode_base64_strict
 from broker.http.parsing import query_int
 from broker.ledger.entry import (
@@ -656,7 +656,7 @@ async def _serve_consumer(
     """Run a consumer's (or reader's) session until either side closes it; then the
     consumer is closed (its unacked messages go back to the subscription) and a
     reader's subscription deleted."""
-    service = request.app[SERVICE]
+    service = topic_service(request, consumer.subscription.topic.name)
     try:
         ws = _new_socket(request)
         await ws.prepare(request)
@@ -873,7 +873,7 @@ async def consumer_session(request: web.Request) -> web.StreamResponse:
         nack_delay_ms=query_int(request, "negativeAckRedeliveryDelay", 60000, 0, MAX_INT32),
     )
     pull_mode = _query_bool(request, "pullMode", False)
-    consumer = await request.app[SERVICE].create_consumer(
+    consumer = await topic_service(request, name).create_consumer(
         name, subscription, options, WebSocketConsumer
     )
     assert isinstance(consumer, WebSocketConsumer)
@@ -918,7 +918,7 @@ async def reader_session(request: web.Request) -> web.StreamResponse:
     )
     # as Pulsar names a reader's subscription
     subscription = f"reader-{secrets.token_hex(5)}"
-    consumer = await request.app[SERVICE].create_consumer(
+    consumer = await topic_service(request, name).create_consumer(
         name, subscription, options, WebSocketConsumer, start
     )
     assert isinstance(consumer, WebSocketConsumer)
@@ -989,7 +989,7 @@ class WebSocketProducer:
         batch_delay_ms: int,
     ) -> None:
         self.ws = ws
-        self.service: BrokerService = request.app[SERVICE]
+        self.service: BrokerService = topic_service(request, name)
         self.config: BrokerConfig = request.app[SETTINGS].broker
         self.clock = request.app[CLOCK]
         self.metrics = request.app[METRICS]
@@ -1249,7 +1249,7 @@ async def producer_session(request: web.Request) -> web.StreamResponse:
             request, "batchingMaxPublishDelay", DEFAULT_BATCH_DELAY_MS, 0, MAX_INT32
         )
         max_pending = query_int(request, "maxPendingMessages", max_pending, 0, MAX_INT32)
-    service = request.app[SERVICE]
+    service = topic_service(request, name)
     # the producer's topic must exist or be creatable, else the handshake is refused
     await service.get_topic(name, create=True)
     ws = _new_socket(request)

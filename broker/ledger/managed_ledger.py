@@ -259,6 +259,14 @@ class ManagedLedger:
             # ledger from the last metadata written
             self.events.unloaded()
 
+    async def abandon(self) -> None:
+        """Stop as a killed broker stops: no more writes or reads, the current ledger
+        left open and no metadata written. The next owner recovers the ledger (the
+        bookie closes it at its last durable entry, which fences later adds) and the
+        cursors from their last written positions."""
+        self._closed = True
+        await self._tasks.close()
+
     async def delete(self) -> None:
         """Delete this managed ledger: close it, then delete its record (the commit
         point: a failure before it leaves the topic as it was, only unloaded), then,

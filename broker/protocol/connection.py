@@ -32,6 +32,7 @@ from broker.dispatch.errors import (
     UnavailableError,
 )
 from broker.dispatch.names import TopicName
+from broker.dispatch.ownership import NotOwnerError, ServiceNotReadyError
 from broker.dispatch.service import ConsumerOptions
 from broker.ledger.entry import Entry, checksum_ok, metadata_of
 from broker.ledger.managed_ledger import ManagedLedgerError
@@ -69,6 +70,8 @@ _producer_names = itertools.count()
 
 def server_error(error: BaseException) -> int:
     """Pulsar's ServerError code for a broker error."""
+    if isinstance(error, NotOwnerError | ServiceNotReadyError):
+        return ServerError.ServiceNotReady  # the client looks the topic up again
     if isinstance(error, ConflictError | PreconditionFailedError):
         return ServerError.ConsumerBusy
     if isinstance(error, NotFoundError):
@@ -535,16 +538,23 @@ class Connection(asyncio.Protocol):
         response = command.lookupTopicResponse
         response.request_id = lookup.request_id
         try:
-            topic_name(lookup.topic)
+            name = topic_name(lookup.topic)
         except InvalidRequestError as error:
             response.response = 2  # Failed
             response.error = ServerError.InvalidTopicName
             response.message = str(error)
         else:
-            # one broker owns every topic: connect here
-            response.response = LOOKUP_CONNECT
-            response.brokerServiceUrl = self.server.service_url
-            response.authoritative = True
+            try:
+                owner = self.service.ownership.owner(name)
+            except ServiceNotReadyError as error:
+                response.response = 2  # Failed
+                response.error = ServerError.ServiceNotReady
+                response.message = str(error)
+            else:
+                # the owner's address (this broker's own when it owns the topic)
+                response.response = LOOKUP_CONNECT
+                response.brokerServiceUrl = owner.service_url or self.server.service_url
+                response.authoritative = True
         self.write_command(command)
 
     def _partitioned_metadata(self, request: Any) -> None:

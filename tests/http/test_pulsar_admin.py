@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from broker.cluster import http_url
 from broker.http.pulsar_admin import lookup_data
 from tests.conftest import Client, LiveBroker, b64, in_process_broker, unb64
 
@@ -199,7 +200,7 @@ async def test_partitioned_stats_add_up_the_partitions(live_broker: LiveBroker) 
 
 
 def test_lookup_data_has_the_fields_pulsar_clients_read() -> None:
-    data = lookup_data("broker.example", 8080, "pulsar://broker.example:6650")
+    data = lookup_data(http_url("broker.example", 8080), "pulsar://broker.example:6650")
     assert data == {
         "brokerUrl": "pulsar://broker.example:6650",
         "brokerUrlTls": None,
@@ -208,7 +209,7 @@ def test_lookup_data_has_the_fields_pulsar_clients_read() -> None:
         "nativeUrl": "pulsar://broker.example:6650",
         "brokerUrlSsl": "",
     }
-    assert lookup_data("::1", 80, None)["httpUrl"] == "http://[::1]:80"
+    assert lookup_data(http_url("::1", 80), None)["httpUrl"] == "http://[::1]:80"
 
 
 async def test_lookup_without_the_binary_protocol_gives_the_http_url_only(

@@ -1,0 +1,422 @@
+"""The broker, assembled: a cluster of one or more brokers over one storage.
+
+Everything a broker is made of is built here, outside the front ends: the shared
+storage (bookie, metadata store, tiered store) and ownership table, and per broker its
+cache (live design, shadows, trace), its :class:`~broker.dispatch.service.BrokerService`
+and its binary-protocol listener. HTTP apps are front ends over a node
+(``broker.http.app``).
+
+Brokers of a cluster are instances in one process, each with its own cache, service,
+counters and ports, over one bookie and metadata store, as Pulsar's brokers share one
+BookKeeper and one metadata store. One process was chosen over one process per broker
+because the storage is in-process (RocksDB allows one process per directory) and this
+machine has two cores: see the README's "Several brokers" for the measurement.
+
+A restart ends a broker's incarnation: a graceful one unloads its bundles one by one
+(topics closed, clients told to look up again) and hands them over; a kill drops
+everything at once, leaves ledgers open (the next owner recovers them) and keeps the
+bundles owned until the metadata store's session expires. The next incarnation starts
+with an empty cache. Its cache counters continue from the previous ones, so a run's
+totals are whole (in Pulsar a restarted process starts from zero).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pathlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from broker.cache import CacheEventStream, create_stream
+from broker.clock import Clock, EventClock, SystemClock
+from broker.config import BrokerConfig, cache_config, shadow_designs, trace_dir
+from broker.dispatch.dispatcher import DispatchConfig
+from broker.dispatch.errors import ConflictError, InvalidRequestError, UnavailableError
+from broker.dispatch.ownership import BrokerAddress, Ownership
+from broker.dispatch.partitions import PartitionsConfig
+from broker.dispatch.service import BrokerService, ServiceConfig, check_data_format
+from broker.ledger.managed_ledger import ManagedLedgerConfig
+from broker.protocol.server import ProtocolServer
+from broker.tasks import TaskOwner
+from storage_stub.bookie import Storage, open_storage
+from storage_stub.bookie.api import BookieError
+from storage_stub.config import StorageConfig
+
+if TYPE_CHECKING:
+    from broker.trace.recorder import TraceRecorder
+
+log = logging.getLogger(__name__)
+
+#: the kinds of restart: unload and hand over, or die at once
+RESTART_MODES = ("graceful", "kill")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    broker: BrokerConfig
+    storage: StorageConfig
+    data_dir: pathlib.Path | None
+
+
+def service_config(config: BrokerConfig) -> ServiceConfig:
+    return ServiceConfig(
+        allow_auto_topic_creation=config.allowAutoTopicCreation,
+        consumer_idle_timeout_ms=config.consumerIdleTimeoutMs,
+        stats_update_frequency_s=config.statsUpdateFrequencyInSecs,
+        cache_eviction_interval_ms=config.managedLedgerCacheEvictionIntervalMs,
+        offload_threshold_bytes=config.managedLedgerOffloadThresholdInBytes,
+        offload_deletion_lag_ms=config.managedLedgerOffloadDeletionLagMs,
+        ledger=ManagedLedgerConfig(
+            max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
+            max_size_per_ledger_bytes=config.managedLedgerMaxSizePerLedgerMbytes * 1024 * 1024,
+            min_rollover_ms=config.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,
+            max_rollover_ms=config.managedLedgerMaxLedgerRolloverTimeMinutes * 60_000,
+        ),
+        dispatch=DispatchConfig(
+            max_read_batch_size=config.dispatcherMaxReadBatchSize,
+            max_unacked_per_consumer=config.maxUnackedMessagesPerConsumer or 2**62,
+            max_unacked_per_subscription=config.maxUnackedMessagesPerSubscription or 2**62,
+            key_shared_look_ahead_per_consumer=config.keySharedLookAheadMsgInReplayThresholdPerConsumer,
+            key_shared_look_ahead_per_subscription=(
+                config.keySharedLookAheadMsgInReplayThresholdPerSubscription
+            ),
+        ),
+        partitions=PartitionsConfig(
+            auto_topic_creation_type=config.allowAutoTopicCreationType,
+            default_num_partitions=config.defaultNumPartitions,
+            max_num_partitions=config.maxNumPartitionsPerPartitionedTopic,
+        ),
+        cluster_name=config.clusterName,
+    )
+
+
+def http_url(address: str, port: int) -> str:
+    """``http://address:port``, an IPv6 address in brackets."""
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}"
+
+
+class _CurrentClock:
+    """The clock of a broker's trace: the event clock of its current cache, whichever
+    incarnation that is (each incarnation's stream has its own)."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: Clock) -> None:
+        self.target = target
+
+    def monotonic_ns(self) -> int:
+        return self.target.monotonic_ns()
+
+    def wall_ms(self) -> int:
+        return self.target.wall_ms()
+
+
+def node_config(config: BrokerConfig, index: int) -> BrokerConfig:
+    """Broker ``index``'s configuration: the cluster's, with its own ports (the given
+    ports plus the index; 0 and -1 stay: any free port, or off)."""
+    if index == 0:
+        return config
+    web = config.webServicePort
+    binary = config.brokerServicePort
+    return config.model_copy(
+        update={
+            "webServicePort": web + index if web > 0 else web,
+            "brokerServicePort": binary + index if binary > 0 else binary,
+        }
+    )
+
+
+class BrokerNode:
+    """One broker of the cluster across its incarnations. ``service`` is None while it
+    is down; ``counters`` of its cache continue across restarts."""
+
+    def __init__(self, cluster: Cluster, index: int) -> None:
+        self.cluster = cluster
+        self.index = index
+        self.config = node_config(cluster.settings.broker, index)
+        self.settings = Settings(self.config, cluster.settings.storage, cluster.settings.data_dir)
+        self.address: BrokerAddress = cluster.ownership.brokers[index]
+        self.service: BrokerService | None = None
+        self.protocol: ProtocolServer | None = None
+        self.incarnation = 0
+        self.restarts = 0
+        #: "down", "up", "stopping" (a graceful restart's unloads), "restarting"
+        self.state = "down"
+        self._stream: CacheEventStream | None = None
+        self._trace_clock = _CurrentClock(cluster.clock)
+        self.trace: TraceRecorder | None = None
+        self._binary_port = self.config.brokerServicePort
+
+    # ------------------------------------------------------------------ state
+
+    def running_service(self) -> BrokerService:
+        """The service, or UnavailableError while the broker is down or stopping."""
+        service = self.service
+        if service is None or self.state != "up":
+            raise UnavailableError(f"broker {self.index} is {self.state}; retry")
+        return service
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "state": self.state,
+            "httpUrl": self.address.http_url,
+            "serviceUrl": self.address.service_url,
+            "incarnation": self.incarnation,
+            "restarts": self.restarts,
+            "bundles": [
+                f"{namespace}/{bundle}"
+                for namespace, bundle in self.cluster.ownership.bundles_of(self.index)
+            ],
+            "topics": len(self.service.topics) if self.service is not None else 0,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _build_stream(self) -> CacheEventStream:
+        config = self.config
+        settings = cache_config(config)
+        directory = trace_dir(config)
+        factory = None
+        if directory is not None:
+            if self.trace is None:
+                # pyarrow loads only when tracing
+                from broker.trace.recorder import TraceRecorder, trace_meta
+
+                self.trace = TraceRecorder(
+                    pathlib.Path(directory),
+                    self._trace_clock,
+                    config.brokerlabTraceRollEvents,
+                    config.brokerlabTraceMaxPendingFiles,
+                    meta=trace_meta(
+                        config.managedLedgerCacheImplementation,
+                        settings,
+                        brokers=len(self.cluster.nodes),
+                    ),
+                    broker=self.index,
+                )
+            else:
+                self.trace.restart()
+            recorder = self.trace
+
+            def factory(event_clock: EventClock) -> TraceRecorder:
+                self._trace_clock.target = event_clock
+                return recorder
+
+        stream = create_stream(
+            config.managedLedgerCacheImplementation,
+            settings,
+            self.cluster.clock,
+            shadow_designs(config),
+            factory,
+        )
+        previous = self._stream
+        if previous is not None:
+            stream.live.manager.counters.carry_over(previous.live.manager.counters)
+            for old, new in zip(previous.shadows, stream.shadows, strict=True):
+                new.manager.counters.carry_over(old.manager.counters)
+        self._stream = stream
+        return stream
+
+    async def start(self) -> None:
+        """Start an incarnation: a new cache and service, the binary listener (on the
+        port of the previous incarnation, if any), then take bundles."""
+        cluster = self.cluster
+        cluster.ownership.release_all(self.index)  # a new incarnation owns nothing yet
+        storage = cluster.storage
+        service = BrokerService(
+            cluster.service_config,
+            storage.bookie,
+            storage.metadata,
+            self._build_stream(),
+            cluster.clock,
+            storage.tiered,
+            self.trace,
+            cluster.ownership,
+            self.index,
+        )
+        self.service = service
+        self.incarnation += 1
+        service.start()
+        if self._binary_port != 0:
+            protocol = ProtocolServer(service, self.config)
+            try:
+                self._binary_port = await protocol.start(
+                    self.config.bindAddress, max(self._binary_port, 0)
+                )
+            except BaseException:
+                await service.close()
+                self.service = None
+                raise
+            self.protocol = protocol
+            self.address.service_url = protocol.service_url
+        self.state = "up"
+        self.address.alive = True
+
+    async def stop(self, mode: str = "graceful") -> None:
+        """End this incarnation. ``graceful``: unload bundle by bundle, each handed over
+        when its topics are closed; ``kill``: at once, ledgers left open, bundles kept
+        until the session expires."""
+        service = self.service
+        if service is None:
+            return
+        ownership = self.cluster.ownership
+        self.address.alive = False
+        service.stopping = True
+        if mode == "kill":
+            self.state = "down"
+            if self.protocol is not None:
+                await self.protocol.close()  # connections cut, as a dead process's are
+            await service.kill()
+            self.cluster.expire_session(self.index)
+        else:
+            self.state = "stopping"
+            for bundle in ownership.bundles_of(self.index):
+                try:
+                    await service.unload_bundle(bundle)
+                finally:
+                    ownership.release(bundle)
+            self.state = "down"
+            await service.close()
+        if self.protocol is not None:
+            await self.protocol.close()
+            self.protocol = None
+        self.service = None
+
+    async def restart(self, mode: str, downtime_s: float) -> None:
+        """Stop (``mode``), stay down ``downtime_s`` (the process restarting), start."""
+        await self.stop(mode)
+        self.state = "restarting"
+        if downtime_s > 0:
+            await asyncio.sleep(downtime_s)
+        self.restarts += 1
+        await self.start()
+
+    def cache_stats(self) -> dict[str, Any]:
+        """This broker's cache (the current incarnation's, counters continued); after a
+        kill and before the next start, the last incarnation's."""
+        stream = self._stream
+        if stream is None:
+            raise UnavailableError(f"broker {self.index} has not started")
+        return stream.stats()
+
+
+class Cluster:
+    """``brokers`` brokers over one storage. ``open`` opens the storage and builds the
+    nodes; ``start`` starts them; ``close`` stops them gracefully and closes storage."""
+
+    def __init__(self, settings: Settings, clock: Clock | None = None, brokers: int = 1) -> None:
+        if brokers < 1:
+            raise ValueError("a cluster has at least one broker")
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.service_config = service_config(settings.broker)
+        self.ownership = Ownership(brokers, settings.broker.defaultNumberOfNamespaceBundles)
+        self._storage: Storage | None = None
+        self.nodes: list[BrokerNode] = []
+        self._brokers = brokers
+        self._tasks = TaskOwner("cluster")
+        self._expiries: dict[int, asyncio.Task[Any]] = {}
+        self._restarting: set[int] = set()
+
+    @property
+    def storage(self) -> Storage:
+        if self._storage is None:
+            raise RuntimeError("the cluster is not open")
+        return self._storage
+
+    async def open(self) -> None:
+        storage = await open_storage(self.settings.storage, self.settings.data_dir)
+        try:
+            await check_data_format(storage.metadata)
+        except BaseException:
+            await storage.close()
+            raise
+        self._storage = storage
+        self.nodes = [BrokerNode(self, index) for index in range(self._brokers)]
+
+    async def start(self) -> None:
+        for node in self.nodes:
+            await node.start()
+
+    async def close(self) -> None:
+        await self._tasks.close()
+        for node in self.nodes:
+            await node.stop("graceful")
+        traces = [node.trace for node in self.nodes if node.trace is not None]
+        if self._storage is not None:
+            try:
+                await self._storage.close()
+            except (BookieError, OSError) as error:
+                # a full disk, say: what was acknowledged is durable already
+                log.warning("storage did not close cleanly: %s", error)
+        for trace in traces:
+            # the last file is written off the event loop
+            await asyncio.get_running_loop().run_in_executor(None, trace.close)
+
+    def node(self, index: int) -> BrokerNode:
+        if not 0 <= index < len(self.nodes):
+            raise InvalidRequestError(
+                f"no broker {index}: this cluster has brokers 0..{len(self.nodes) - 1}"
+            )
+        return self.nodes[index]
+
+    def expire_session(self, index: int) -> None:
+        """A killed broker's bundles lose their owner once its session expires."""
+        delay_s = self.settings.broker.metadataStoreSessionTimeoutMillis / 1000
+
+        async def expire() -> None:
+            await asyncio.sleep(delay_s)
+            if self.nodes[index].state != "up":
+                self.ownership.release_all(index)
+
+        previous = self._expiries.pop(index, None)
+        if previous is not None:
+            previous.cancel()
+        self._expiries[index] = self._tasks.spawn(expire(), name=f"session expiry {index}")
+
+    async def restart(self, index: int, mode: str, downtime_s: float) -> None:
+        """Restart broker ``index``; ConflictError-like InvalidRequestError if it is
+        restarting already, or for an unknown mode."""
+        if mode not in RESTART_MODES:
+            raise InvalidRequestError(f"restart mode {mode!r}: one of {', '.join(RESTART_MODES)}")
+        if downtime_s < 0:
+            raise InvalidRequestError("downtime must not be negative")
+        node = self.node(index)
+        if index in self._restarting:
+            raise ConflictError(f"broker {index} is restarting already")
+        self._restarting.add(index)
+        try:
+            await node.restart(mode, downtime_s)
+        finally:
+            self._restarting.discard(index)
+
+    def spawn_restart(self, index: int, mode: str, downtime_s: float) -> None:
+        """Restart in the background (the caller is the restarting broker's own front
+        end, which the restart closes). A failed restart is logged and leaves the broker
+        down."""
+        self.node(index)
+        self._tasks.spawn(self.restart(index, mode, downtime_s), name=f"restart broker {index}")
+
+    async def unload_bundle(self, namespace: str, bundle: str) -> int:
+        """Unload one bundle at its owner and release it: the next lookup assigns it to
+        another live broker if there is one. Returns the topics unloaded."""
+        ownership = self.ownership
+        key = (namespace, ownership.check_bundle(bundle))
+        owner = ownership.owners.get(key)
+        if owner is None:
+            return 0
+        service = self.nodes[owner].service
+        try:
+            return await service.unload_bundle(key) if service is not None else 0
+        finally:
+            ownership.release(key, unloaded=True)
+
+    async def unload_namespace(self, tenant: str, namespace: str) -> int:
+        """Unload every bundle of the namespace, at each owner."""
+        total = 0
+        for bundle in self.ownership.bundle_names:
+            total += await self.unload_bundle(f"{tenant}/{namespace}", bundle)
+        return total

@@ -61,6 +61,8 @@ MAX_IN_FLIGHT = 8
 #: produce requests in flight across all producers (the producers' connection pool): an
 #: open-loop producer that falls behind waits here, and its latency shows it
 PRODUCE_CONNECTIONS = 256
+#: how long a producer held back by maxMessagesInFlight waits before looking again
+IN_FLIGHT_WAIT_S = 0.01
 #: concurrent admin or setup requests
 ADMIN_CONCURRENCY = 64
 BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
@@ -234,6 +236,10 @@ class Run:
         count = self.scenario.partitionsPerTopic
         return self.topics[index * count : (index + 1) * count]
 
+    @property
+    def in_flight_cap(self) -> int:
+        return self.scenario.maxMessagesInFlight
+
     def backlog(self) -> int:
         expected = self.sent_ever * self.scenario.subscriptionsPerTopic
         return max(0, expected - self.first_deliveries_ever)
@@ -392,6 +398,12 @@ class ProducerWorker:
                     now = time.perf_counter_ns()
                 if now >= deadline_ns or run.stopping:
                     break
+                if run.in_flight_cap and run.backlog() >= run.in_flight_cap:
+                    # the consumers are this far behind: wait for them (and then go on
+                    # from now, not in a burst making up for the pause)
+                    await asyncio.sleep(IN_FLIGHT_WAIT_S)
+                    scheduled = time.perf_counter_ns()
+                    continue
                 await self._in_flight.acquire()
                 await run.produce_slots.acquire()
                 if not self.interval_ns:

@@ -101,6 +101,10 @@ class Scenario(BaseModel):
     producersPerTopic: int = Field(default=1, ge=0, le=1000)
     #: messages per second across all producers; 0: as fast as possible
     producerRate: float = Field(default=1000, ge=0)
+    #: producers wait while this many messages are in flight (sent and not yet delivered
+    #: to each subscription, all subscriptions together), as the public PIP-430 test's
+    #: targetMessagesInFlight throttles its producer; 0: never wait
+    maxMessagesInFlight: int = Field(default=0, ge=0)
     subscriptionsPerTopic: int = Field(default=1, ge=0, le=1000)
     consumerPerSubscription: int = Field(default=1, ge=0, le=1000)
     subscriptionType: Literal["Exclusive", "Failover", "Shared", "Key_Shared"] = "Exclusive"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import uvloop
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 DEMO_SCENARIO = "demo"
+
+#: A configuration ``compare`` can run, as the broker CLI hands it over (the load
+#: generator never imports the broker): ``(design, broker.conf settings, summary)``.
+Variant = tuple[str, Mapping[str, str], str]
 
 
 def _positive(text: str) -> float:
@@ -67,10 +72,43 @@ def _broker_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_commands(commands: Any, designs: Sequence[str]) -> None:
+def _variant_table(
+    designs: Sequence[str], variants: Mapping[str, Variant] | None
+) -> dict[str, Variant]:
+    """Every name ``compare`` runs: each design plain (its defaults), then the variants."""
+    table: dict[str, Variant] = {name: (name, {}, "") for name in designs}
+    for name, (design, settings, summary) in (variants or {}).items():
+        table[name] = (design, dict(settings), summary)
+    return table
+
+
+def _settings_text(settings: Mapping[str, object]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in settings.items())
+
+
+def _variants_description(table: Mapping[str, Variant]) -> str:
+    """compare's help: each name, its summary, its design and settings."""
+    width = max(len(name) for name in table) + 4
+    lines = []
+    for name, (design, settings, summary) in table.items():
+        what = f"design {design}; " + (_settings_text(settings) if settings else "its defaults")
+        for n, text in enumerate(filter(None, (summary, what))):
+            wrapped = textwrap.wrap(text, 88 - width, break_on_hyphens=False)
+            first = f"  {name}" if n == 0 else ""
+            lines.append(f"{first:<{width}}{wrapped[0]}")
+            lines += [" " * width + more for more in wrapped[1:]]
+    return "\n".join(lines)
+
+
+def add_commands(
+    commands: Any, designs: Sequence[str], variants: Mapping[str, Variant] | None = None
+) -> None:
     """Register the three subcommands on the broker CLI's subparsers. ``designs``: the
-    broker's registered cache designs, live design first (the broker CLI hands them over:
-    the load generator never imports the broker)."""
+    broker's registered cache designs, live design first; ``variants``: what ``compare``
+    may run besides them, ``name -> (design, broker.conf settings, summary)`` (None: the
+    plain designs only). The broker CLI hands both over: the load generator never imports
+    the broker."""
+    table = _variant_table(designs, variants)
     scenarios = ", ".join(preset_names())
     loadgen = commands.add_parser(
         "loadgen",
@@ -112,20 +150,28 @@ def add_commands(commands: Any, designs: Sequence[str]) -> None:
 
     compare = commands.add_parser(
         "compare",
-        help="run a scenario against a fresh broker per cache design, side by side",
+        help="run a scenario against a fresh broker per cache design or variant, side by side",
+        description="Run a scenario against a fresh broker per cache design or variant\n"
+        "(a design plus broker.conf settings), with the same seed, and compare them.\n\n"
+        "designs and variants:\n" + _variants_description(table),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     compare.add_argument("--scenario", required=True, metavar="NAME|FILE")
+    more = [name for name, (design, settings, _) in table.items() if name != design or settings]
     compare.add_argument(
         "--implementations",
         default=",".join(designs),
-        help=f"comma-separated designs (default {','.join(designs)})",
+        metavar="NAME,...",
+        help=f"comma-separated designs ({', '.join(designs)}; default all) or variants "
+        f"({', '.join(more) or 'none registered'}); each run gets the design and the "
+        "variant's settings, a --set of the same key wins over the variant's",
     )
     _driver_argument(compare)
     _broker_arguments(compare)
     compare.add_argument("--duration", type=_positive, metavar="S", help="scale each run to S s")
     compare.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
     compare.add_argument("--no-progress", action="store_true", help="no live progress line")
-    compare.set_defaults(handler=_compare, designs=tuple(designs))
+    compare.set_defaults(handler=_compare, designs=tuple(designs), variants=table)
 
     demo = commands.add_parser(
         "demo",
@@ -199,39 +245,87 @@ def _loadgen(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def compare_overrides(
+    variant: Variant, user: Mapping[str, object]
+) -> tuple[dict[str, object], list[str]]:
+    """A compare run's broker.conf overrides: the variant's settings, then the user's
+    ``--set`` pairs (they win), then the variant's design; and the variant's keys the
+    user's pairs replaced."""
+    design, settings, _ = variant
+    replaced = [key for key in settings if key in user]
+    return {**settings, **user, "managedLedgerCacheImplementation": design}, replaced
+
+
+def _variant_line(name: str, variant: Variant, user: Mapping[str, object]) -> str:
+    """compare.md's line for a variant: its design and settings (and the summary)."""
+    design, settings, summary = variant
+    shown = [
+        f"{key}={user[key]} (--set; the variant's {value})" if key in user else f"{key}={value}"
+        for key, value in settings.items()
+    ]
+    line = f"- `{name}`: design `{design}`, " + (
+        f"settings {', '.join(shown)}" if shown else "its defaults"
+    )
+    return line + (f"; {summary}" if summary else "")
+
+
 def _compare(args: argparse.Namespace, console: Console) -> int:
     from loadgen.plots import comparison_table, plot_comparison
+    from loadgen.results import write_results
 
     scenario = load_scenario(args.scenario)
-    designs = [name.strip() for name in args.implementations.split(",") if name.strip()]
-    unknown = [name for name in designs if name not in args.designs]
-    if unknown or not designs:
+    variants: dict[str, Variant] = args.variants
+    names = [name.strip() for name in args.implementations.split(",") if name.strip()]
+    unknown = [name for name in names if name not in variants]
+    if unknown or not names:
         raise ScenarioError(
-            f"--implementations: unknown design(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(args.designs)}"
+            f"--implementations: unknown design(s) or variant(s) "
+            f"{', '.join(unknown) or '(none given)'}; choose from {', '.join(variants)}"
+        )
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ScenarioError(f"--implementations: {', '.join(repeated)} named twice")
+    user = _overrides(args.set)
+    if "managedLedgerCacheImplementation" in user:
+        raise ScenarioError(
+            "--set managedLedgerCacheImplementation: compare sets the design of each run; "
+            "name the designs or variants in --implementations"
         )
     out = args.out or default_out_dir(f"compare-{scenario.name}")
     runs = []
-    for design in designs:
-        console.print(f"[bold]{scenario.name}[/bold] on [bold]{design}[/bold]")
+    for name in names:
+        overrides, replaced = compare_overrides(variants[name], user)
+        design, settings, _ = variants[name]
+        what = f" ({design} + {_settings_text(settings)})" if settings else ""
+        console.print(f"[bold]{scenario.name}[/bold] on [bold]{name}[/bold]{what}", highlight=False)
+        if replaced:
+            console.print(
+                f"{name}: --set replaces the variant's {', '.join(replaced)}", highlight=False
+            )
         options = RunOptions(
             config=args.config,
             storage_config=args.storage_config,
-            broker_overrides={
-                **_overrides(args.set),
-                "managedLedgerCacheImplementation": design,
-            },
+            broker_overrides=overrides,
             duration_s=args.duration,
-            out_dir=out / design,
+            out_dir=out / name,
             progress=not args.no_progress,
             driver=args.driver,
         )
         results = uvloop.run(run_scenario(scenario, options))
+        # two variants of a design share broker.implementation: name the run, and write
+        # its results and plots again under that name
+        results["variant"] = name
+        write_results(results, out / name)
         runs.append(results)
     table = comparison_table(runs)
     ranking = rank(runs)
+    lines = [_variant_line(name, variants[name], user) for name in names]
+    if user:
+        lines.append(f"- every run: --set {_settings_text(user)}")
     report = (
-        f"# {scenario.name}: cache designs compared\n\n{table}\n\nHit ratio ranking: {ranking}\n"
+        f"# {scenario.name}: cache designs compared\n\n"
+        + "\n".join(lines)
+        + f"\n\n{table}\n\nHit ratio ranking: {ranking}\n"
     )
     (out / "compare.md").write_text(report)
     plot_comparison(runs, out)
@@ -242,7 +336,8 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
 
 
 def rank(runs: list[dict[str, Any]]) -> str:
-    """``pip430 (98.4%) > legacy (76.9%) > ...`` by hit ratio over the run."""
+    """``pip430 (98.4%) > legacy (76.9%) > ...`` by hit ratio over the run; a run is
+    named by its variant (set by ``compare``), else by its cache implementation."""
     scored = [
         (run["cache"]["hitRatio"] if run["cache"]["hitRatio"] is not None else -1.0, run)
         for run in runs
@@ -251,7 +346,7 @@ def rank(runs: list[dict[str, Any]]) -> str:
     parts = []
     for ratio, run in scored:
         shown = "n/a" if ratio < 0 else f"{ratio:.1%}"
-        parts.append(f"{run['broker']['implementation']} ({shown})")
+        parts.append(f"{run.get('variant') or run['broker']['implementation']} ({shown})")
     return " > ".join(parts)
 
 

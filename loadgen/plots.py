@@ -1,7 +1,9 @@
 """Charts and a markdown table from results documents (see ``loadgen.results``).
 
 ``plot_run`` draws one run (rates, latency, hit ratio over time), ``plot_comparison`` and
-``comparison_table`` put runs of the same scenario with different cache designs side by side.
+``comparison_table`` put runs of the same scenario with different cache designs (or
+variants of them: a design plus settings) side by side. A run is named by its
+``variant`` when ``compare`` set one, else by ``broker.implementation``.
 """
 
 from __future__ import annotations
@@ -86,10 +88,15 @@ def _mark_events(ax: Axes, events: Sequence[dict[str, Any]]) -> None:
 
 def _title(results: dict[str, Any], what: str) -> str:
     scenario = (results.get("scenario") or {}).get("name") or "unknown scenario"
-    return f"{scenario} ({_implementation(results)}): {what}"
+    return f"{scenario} ({_label(results)}): {what}"
 
 
-def _implementation(results: dict[str, Any]) -> str:
+def _label(results: dict[str, Any]) -> str:
+    """What ran: the variant ``compare`` labelled the run with (a design plus settings,
+    ``legacy-markdelete``), else the broker's cache implementation."""
+    variant = results.get("variant")
+    if variant:
+        return str(variant)
     return str((results.get("broker") or {}).get("implementation") or "unknown")
 
 
@@ -160,10 +167,10 @@ def _bar_labels(ax: Axes, container: Any, values: Sequence[float | None], fmt: s
 
 def plot_comparison(runs: list[dict[str, Any]], out_dir: pathlib.Path) -> pathlib.Path:
     """Write ``compare.png``: hit ratio, storage reads, eviction CPU and p99 latencies, one
-    bar (group) per cache implementation; return its path."""
+    bar (group) per run, named by its variant or cache implementation; return its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "compare.png"
-    names = [_implementation(run) for run in runs]
+    names = [_label(run) for run in runs]
     positions = list(range(len(runs)))
     scenario = (runs[0].get("scenario") or {}).get("name") if runs else None
 
@@ -226,7 +233,8 @@ def _fixed(value: float | None, digits: int) -> str:
 
 
 def comparison_table(runs: list[dict[str, Any]]) -> str:
-    """A GitHub markdown table with one row per run, in the given order."""
+    """A GitHub markdown table with one row per run, in the given order, named by its
+    variant or cache implementation."""
     header = [
         "implementation",
         "hit ratio",
@@ -244,7 +252,7 @@ def comparison_table(runs: list[dict[str, Any]]) -> str:
     for run in runs:
         rows.append(
             [
-                _implementation(run).replace("|", "\\|"),
+                _label(run).replace("|", "\\|"),
                 percent(_cache(run, "hitRatio")),
                 percent(_cache(run, "byteHitRatio")),
                 f"{_storage(run, 'bookie', 'readRequests'):.0f}",

@@ -1,8 +1,16 @@
 """The registry of cache designs: ``name -> Design``. Every caller (configuration, the
 broker, shadows, benchmarks, the load generator's CLI, the replay) takes the list of
-designs from here."""
+designs from here.
+
+And the registry of variants, ``name -> Variant``: a design plus broker.conf settings,
+the configurations ``brokerlab compare`` runs side by side. Every design is a variant of
+itself with no settings."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from broker.cache.api import EntryCache, TopicPolicy
 from broker.cache.config import CacheConfig
@@ -56,4 +64,85 @@ def design(name: str) -> Design:
     found = DESIGNS.get(name)
     if found is None:
         raise ValueError(f"unknown cache design {name!r}; one of {', '.join(DESIGNS)}")
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """A registered design with broker.conf settings of its own: one configuration to
+    compare (``brokerlab compare --implementations``). ``settings`` are broker.conf keys,
+    Pulsar's names, to values as a conf file writes them; every other key keeps its
+    default (or what the user sets)."""
+
+    name: str
+    #: a name in DESIGNS, the run's managedLedgerCacheImplementation
+    design: str
+    #: one line
+    summary: str
+    settings: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def overrides(self) -> dict[str, str]:
+        """The broker.conf overrides that run this variant: its design and settings."""
+        return {**self.settings, "managedLedgerCacheImplementation": self.design}
+
+
+def _variants(*variants: Variant) -> dict[str, Variant]:
+    """The registry: every design plain (a variant of itself, no settings), then the
+    given variants; each checked: a unique name, a registered design, no design key among
+    its settings. (That the keys are broker.conf's and the values parse is checked by
+    tests/cache/test_variants.py: broker.config imports this module.)"""
+    registry: dict[str, Variant] = {}
+    plain = [Variant(name, name, found.summary) for name, found in DESIGNS.items()]
+    for given in (*plain, *variants):
+        if given.name in registry:
+            raise ValueError(f"variant {given.name!r} registered twice")
+        if given.design not in DESIGNS:
+            raise ValueError(f"variant {given.name!r}: unknown design {given.design!r}")
+        if "managedLedgerCacheImplementation" in given.settings:
+            raise ValueError(f"variant {given.name!r}: the design is its own field")
+        # read-only, so the registry cannot be changed through a variant
+        registry[given.name] = Variant(
+            given.name, given.design, given.summary, MappingProxyType(dict(given.settings))
+        )
+    return registry
+
+
+#: The configurations of Pulsar's public PIP-430 comparison (PR #24623's rolling-restart
+#: test: PIP-430, the earlier default, cacheEvictionByMarkDeletedPosition and PR #12258's
+#: backlog caching), as designs plus settings. ``legacy`` plain is the earlier
+#: default (its rules read neither cacheEvictionByExpectedReadCount nor the TTL extension),
+#: so its variants set only what their Pulsar helper adds to it.
+VARIANTS: dict[str, Variant] = _variants(
+    Variant(
+        "pip430-extendttl",
+        "pip430",
+        "PIP-430 as the public comparison ran it: recently read entries get another TTL",
+        {"managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed": "true"},
+    ),
+    Variant(
+        "legacy-markdelete",
+        "legacy",
+        "before PIP-430, invalidating up to the slowest mark-delete position (PR #14985)",
+        {"cacheEvictionByMarkDeletedPosition": "true"},
+    ),
+    Variant(
+        "legacy-backlog",
+        "legacy",
+        "before PIP-430, caching reads of backlogged cursors close together (PR #12258)",
+        {
+            "managedLedgerMinimumBacklogCursorsForCaching": "1",
+            "managedLedgerMinimumBacklogEntriesForCaching": "1",
+            "managedLedgerMaxBacklogBetweenCursorsForCaching": "2147483647",  # Integer.MAX
+            "managedLedgerCursorBackloggedThreshold": "9223372036854775807",  # Long.MAX
+        },
+    ),
+)
+
+
+def variant(name: str) -> Variant:
+    """The registered variant called ``name`` (a design's name is its plain variant);
+    ValueError naming the choices if none."""
+    found = VARIANTS.get(name)
+    if found is None:
+        raise ValueError(f"unknown cache variant {name!r}; one of {', '.join(VARIANTS)}")
     return found

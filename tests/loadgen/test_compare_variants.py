@@ -1,0 +1,232 @@
+"""``brokerlab compare`` over variants (a design plus broker.conf settings): what each run
+is given, and that its results, table, ranking and report are named by the variant. The
+runs are faked: no broker is started."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+import loadgen.cli
+import loadgen.plots
+from broker.cache.designs import DESIGNS, VARIANTS
+from loadgen.cli import add_commands, rank, run_command
+from loadgen.plots import comparison_table
+from loadgen.runner import RunOptions
+from loadgen.scenario import Scenario
+
+#: what broker/cli.py hands over
+WIRED = {v.name: (v.design, v.settings, v.summary) for v in VARIANTS.values()}
+#: each run's hit ratio, by the design and settings it was given
+RATIOS = {
+    "pip430": 0.9,
+    "legacy": 0.5,
+    "legacy-markdelete": 0.6,
+    "legacy-backlog": 0.4,
+    "segmented": 0.3,
+}
+
+
+def fake_results(scenario: str, overrides: Mapping[str, object]) -> dict[str, Any]:
+    design = str(overrides["managedLedgerCacheImplementation"])
+    if overrides.get("cacheEvictionByMarkDeletedPosition") == "true":
+        ratio = RATIOS["legacy-markdelete"]
+    elif overrides.get("managedLedgerMinimumBacklogCursorsForCaching") == "1":
+        ratio = RATIOS["legacy-backlog"]
+    else:
+        ratio = RATIOS[design]
+    return {
+        "scenario": {"name": scenario},
+        "broker": {"implementation": design, "overrides": dict(overrides)},
+        "time": [1.0, 2.0],
+        "hitRatio": [ratio, ratio],
+        "cache": {"hitRatio": ratio, "byteHitRatio": ratio, "evictionCpuSeconds": 0.001},
+        "storage": {"bookie": {"readRequests": 1, "entriesRead": 2, "bytesRead": 3}},
+        "events": [],
+    }
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[RunOptions]:
+    """run_scenario replaced: the options of every run, in order."""
+    given: list[RunOptions] = []
+
+    async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any]:
+        given.append(options)
+        return fake_results(scenario.name, options.broker_overrides)
+
+    monkeypatch.setattr(loadgen.cli, "run_scenario", run_scenario)
+    return given
+
+
+@pytest.fixture
+def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Charts drawn by nothing (a second each); the naming test draws them."""
+    monkeypatch.setattr(loadgen.plots, "plot_run", lambda results, out_dir: [])
+    monkeypatch.setattr(loadgen.plots, "plot_comparison", lambda runs, out_dir: out_dir)
+
+
+def compare(out: pathlib.Path, *args: str, variants: Mapping[str, Any] | None = WIRED) -> int:
+    parser = argparse.ArgumentParser(prog="brokerlab")
+    add_commands(parser.add_subparsers(dest="command"), list(DESIGNS), variants)
+    argv = ["compare", "--scenario", "catchup", "--out", str(out), "--no-progress", *args]
+    return run_command(parser.parse_args(argv))
+
+
+@pytest.mark.usefixtures("no_plots")
+def test_each_variant_runs_its_design_with_its_settings_into_its_own_directory(
+    tmp_path: pathlib.Path, runs: list[RunOptions]
+) -> None:
+    names = "legacy,legacy-markdelete,legacy-backlog,pip430-extendttl"
+    assert compare(tmp_path, "--implementations", names) == 0
+    assert [options.out_dir for options in runs] == [tmp_path / name for name in names.split(",")]
+    assert [options.broker_overrides for options in runs] == [
+        {"managedLedgerCacheImplementation": "legacy"},
+        {
+            "managedLedgerCacheImplementation": "legacy",
+            "cacheEvictionByMarkDeletedPosition": "true",
+        },
+        {
+            "managedLedgerCacheImplementation": "legacy",
+            "managedLedgerMinimumBacklogCursorsForCaching": "1",
+            "managedLedgerMinimumBacklogEntriesForCaching": "1",
+            "managedLedgerMaxBacklogBetweenCursorsForCaching": "2147483647",
+            "managedLedgerCursorBackloggedThreshold": "9223372036854775807",
+        },
+        {
+            "managedLedgerCacheImplementation": "pip430",
+            "managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed": "true",
+        },
+    ]
+
+
+def test_results_table_ranking_and_report_are_named_by_the_variant(
+    tmp_path: pathlib.Path, runs: list[RunOptions], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert compare(tmp_path, "--implementations", "legacy,legacy-markdelete,pip430") == 0
+    for name in ("legacy", "legacy-markdelete", "pip430"):
+        results = json.loads((tmp_path / name / "results.json").read_text())
+        assert results["variant"] == name
+        assert (tmp_path / name / "hit-ratio.png").is_file()
+    report = (tmp_path / "compare.md").read_text()
+    ranking = "pip430 (90.0%) > legacy-markdelete (60.0%) > legacy (50.0%)"
+    assert f"Hit ratio ranking: {ranking}" in report
+    assert f"hit ratio ranking: {ranking}" in capsys.readouterr().out
+    assert report.index("| legacy |") < report.index("| legacy-markdelete |")
+    assert "- `legacy`: design `legacy`, its defaults" in report
+    assert (
+        "- `legacy-markdelete`: design `legacy`, settings cacheEvictionByMarkDeletedPosition=true"
+        in report
+    )
+    assert (tmp_path / "compare.png").is_file()
+
+
+@pytest.mark.usefixtures("no_plots")
+def test_a_set_pair_applies_to_every_run_and_wins_over_a_variants_own_setting(
+    tmp_path: pathlib.Path, runs: list[RunOptions], capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = compare(
+        tmp_path,
+        "--implementations",
+        "pip430,legacy-markdelete",
+        "--set",
+        "cacheEvictionByMarkDeletedPosition=false",
+        "--set",
+        "managedLedgerCacheSizeMB=16",
+    )
+    assert status == 0
+    assert [options.broker_overrides for options in runs] == [
+        {
+            "managedLedgerCacheImplementation": "pip430",
+            "cacheEvictionByMarkDeletedPosition": "false",
+            "managedLedgerCacheSizeMB": "16",
+        },
+        {
+            "managedLedgerCacheImplementation": "legacy",
+            "cacheEvictionByMarkDeletedPosition": "false",
+            "managedLedgerCacheSizeMB": "16",
+        },
+    ]
+    report = (tmp_path / "compare.md").read_text()
+    assert "cacheEvictionByMarkDeletedPosition=false (--set; the variant's true)" in report, report
+    assert "- every run: --set cacheEvictionByMarkDeletedPosition=false" in report
+    err = capsys.readouterr().err
+    assert "legacy-markdelete: --set replaces the variant's cacheEvictionByMarkDeletedPosition" in (
+        " ".join(err.split())
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--implementations", "legacy,lru"], "unknown design(s) or variant(s) lru"),
+        (["--implementations", "legacy,legacy"], "legacy named twice"),
+        (
+            ["--set", "managedLedgerCacheImplementation=legacy"],
+            "--set managedLedgerCacheImplementation",
+        ),
+    ],
+)
+def test_bad_choices_are_refused_before_any_run(
+    tmp_path: pathlib.Path,
+    runs: list[RunOptions],
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    message: str,
+) -> None:
+    assert compare(tmp_path, *args) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert message in err
+    if "lru" in args[-1]:
+        for name in VARIANTS:  # the choices are named
+            assert name in err
+    assert runs == []
+
+
+@pytest.mark.usefixtures("no_plots")
+def test_without_variants_the_plain_designs_run_and_a_variant_is_unknown(
+    tmp_path: pathlib.Path, runs: list[RunOptions], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert compare(tmp_path, "--implementations", "legacy-markdelete", variants=None) == 2
+    assert "legacy-markdelete" in capsys.readouterr().err
+    assert compare(tmp_path, variants=None) == 0
+    assert [options.broker_overrides for options in runs] == [
+        {"managedLedgerCacheImplementation": name} for name in list(DESIGNS)
+    ]
+
+
+def test_the_help_lists_the_variants_with_their_settings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = argparse.ArgumentParser(prog="brokerlab")
+    add_commands(parser.add_subparsers(dest="command"), list(DESIGNS), WIRED)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["compare", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for found in VARIANTS.values():
+        assert found.name in text and found.summary in text
+    assert "design legacy; cacheEvictionByMarkDeletedPosition=true" in text
+    assert "a --set of the same key wins over the variant's" in text
+
+
+def test_rank_and_table_prefer_the_variant_to_the_implementation() -> None:
+    runs = [
+        fake_results("s", {"managedLedgerCacheImplementation": "legacy"}),
+        fake_results(
+            "s",
+            {
+                "managedLedgerCacheImplementation": "legacy",
+                "cacheEvictionByMarkDeletedPosition": "true",
+            },
+        ),
+    ]
+    assert rank(runs) == "legacy (60.0%) > legacy (50.0%)"
+    runs[1]["variant"] = "legacy-markdelete"
+    assert rank(runs) == "legacy-markdelete (60.0%) > legacy (50.0%)"
+    rows = comparison_table(runs).splitlines()[2:]
+    assert [row.split("|")[1].strip() for row in rows] == ["legacy", "legacy-markdelete"]

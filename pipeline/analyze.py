@@ -10,6 +10,10 @@ Outputs (under ``--out``, any URI Spark and pyarrow can write):
   ``reference`` extra is installed;
 - ``patterns/``, ``reuse/``, ``working_set/``: the trace statistics;
 - ``report.html`` (local output only): miss-ratio curves, the ranking, the tables.
+
+A trace of several brokers (``trace-b0-...``, ``trace-b1-...``) is replayed as several
+caches, each broker's of the size at hand: every row of ``sweep/``, ``bound/`` and
+``references/`` is the brokers' counts summed.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from broker.trace.recorder import FORMAT
 from pipeline import jobs, reference
 from pipeline.replay import DESIGNS
-from pipeline.trace_io import read_json
+from pipeline.trace_io import read_json, trace_brokers
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -90,6 +94,8 @@ def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
     summary = {
         "trace": options.trace_uri,
         "events": trace.count(),
+        "brokers": len(trace_brokers(options.trace_uri)),
+        # the largest broker's: the sizes are each broker's cache
         "workingSetBytes": working_set,
         "sizes": sizes,
         "live": {"design": live_design, "sizeBytes": live_size},

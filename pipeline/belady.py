@@ -10,6 +10,13 @@ one just admitted (a bypass). Entries never read again are not kept.
 With equal sizes this is optimal (Belady's MIN with bypass); with sizes that vary it is
 the standard size-aware heuristic, so a design could in principle beat it on a trace of
 very uneven sizes. Cost: O(n log n) for n events, memory O(entries cached).
+
+A trace of several brokers is several caches: the rows come broker by broker (next
+reads are the same broker's), and each broker's cache, of the full capacity, starts
+empty, as it does again at each of its ``restart`` rows. That a next read may come after
+a restart does not matter: such entries are farther than any read before the restart,
+so they are only ever evicted first, and the restart drops them. The bound of such a
+trace is the sum of the brokers' bounds.
 """
 
 from __future__ import annotations
@@ -33,12 +40,22 @@ class BoundResult(CacheOutcome):
 
 
 def belady(rows: Iterable[dict[str, Any]], capacity: int) -> BoundResult:
-    """Rows in ``seq`` order with ``kind`` (add or read), ``key`` (the entry), ``size``
-    and ``next_read`` (the seq of the entry's next read, None if never)."""
+    """Rows in (``broker``, ``seq``) order with ``kind`` (add, read or restart), ``key``
+    (the entry), ``size`` and ``next_read`` (the seq of the entry's next read, None if
+    never); a row without ``broker`` is broker 0's."""
     cached: dict[int, tuple[int, int]] = {}  # key -> (next read, size)
     heap: list[tuple[int, int]] = []  # (-next read, key); stale items skipped
     used = hits = misses = hit_bytes = miss_bytes = 0
+    broker = None
     for row in rows:
+        if row.get("broker", 0) != broker or row["kind"] == "restart":
+            # another broker's cache, or this one's again empty
+            broker = row.get("broker", 0)
+            cached.clear()
+            heap.clear()
+            used = 0
+            if row["kind"] == "restart":
+                continue
         key, size = row["key"], row["size"]
         if row["kind"] == "read":
             if key in cached:

@@ -4,6 +4,11 @@ Nothing here collects a trace on the driver: statistics are aggregations, the re
 sweep is one Spark task per (design, size) that streams the trace files itself, and
 the bound's next-read times come from a window function and are written back as
 Parquet that the bound's tasks stream in order. Only result rows reach the driver.
+
+A trace of several brokers is several caches, each of the size at hand: a replay, the
+bound and a reference run each broker's events through a cache of its own and sum the
+counts; nothing that orders events (``seq`` is per broker) mixes brokers. A broker's
+``restart`` row empties its cache.
 """
 
 from __future__ import annotations
@@ -11,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from broker.trace.recorder import file_prefix
 from pipeline.belady import belady
-from pipeline.replay import ReplaySpec, replay
-from pipeline.trace_io import iter_rows
+from pipeline.replay import ReplayResult, ReplaySpec, replay
+from pipeline.trace_io import iter_rows, trace_brokers
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,13 +54,15 @@ def reads_with_sizes(trace: DataFrame) -> DataFrame:
 
 
 def working_set_bytes(trace: DataFrame) -> int:
-    """Bytes of the distinct entries read."""
+    """Bytes of the distinct entries read by one broker: the largest of the brokers'
+    (each broker has a cache of its own, of the sizes swept)."""
     from pyspark.sql import functions as F
 
-    reads = reads_with_sizes(trace).select("topic", "ledger", "entry", "size")
-    distinct = reads.dropDuplicates(["topic", "ledger", "entry"])
-    total = distinct.agg(F.sum("size").alias("bytes")).first()
-    return int(total["bytes"] or 0) if total is not None else 0
+    keys = ["broker", "topic", "ledger", "entry"]
+    reads = reads_with_sizes(trace).select(*keys, "size")
+    per_broker = reads.dropDuplicates(keys).groupBy("broker").agg(F.sum("size").alias("bytes"))
+    largest = per_broker.agg(F.max("bytes").alias("bytes")).first()
+    return int(largest["bytes"] or 0) if largest is not None else 0
 
 
 def default_sizes(working_set: int, count: int = 8) -> list[int]:
@@ -75,11 +83,12 @@ def trace_statistics(trace: DataFrame) -> dict[str, DataFrame]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    # ts_ns counts from each broker's recorder's start: compare times within a broker
     adds = trace.where(F.col("kind") == "add").select(
-        "topic", "ledger", "entry", F.col("ts_ns").alias("added_ns")
+        "broker", "topic", "ledger", "entry", F.col("ts_ns").alias("added_ns")
     )
     reads = reads_with_sizes(trace)
-    joined = reads.join(adds, ["topic", "ledger", "entry"], "left")
+    joined = reads.join(adds, ["broker", "topic", "ledger", "entry"], "left")
     pattern = (
         F.when(F.col("replay"), F.lit("replay"))
         .when(
@@ -98,7 +107,7 @@ def trace_statistics(trace: DataFrame) -> dict[str, DataFrame]:
         )
         .orderBy("topic", "subscription", "pattern")
     )
-    same_entry = Window.partitionBy("topic", "ledger", "entry").orderBy("seq")
+    same_entry = Window.partitionBy("broker", "topic", "ledger", "entry").orderBy("seq")
     reuse = (
         reads.withColumn("previous_seq", F.lag("seq").over(same_entry))
         .withColumn("previous_ns", F.lag("ts_ns").over(same_entry))
@@ -137,11 +146,15 @@ class Cell:
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
-    """Runs on a Spark worker: stream the trace, replay it, return one result row."""
+    """Runs on a Spark worker: stream each broker's files in turn, replay them through
+    a cache of the broker's own, return one result row: the brokers' counts summed."""
     settings = CacheConfig(**cell.settings)
     spec = ReplaySpec(cell.design, cell.size_bytes, settings, cell.live)
-    result = replay(iter_rows(cell.trace_uri, "trace-"), spec)
-    return result.as_row()
+    results = [
+        replay(iter_rows(cell.trace_uri, file_prefix(broker)), spec)
+        for broker in trace_brokers(cell.trace_uri)
+    ]
+    return ReplayResult.total(spec, results).as_row()
 
 
 def sweep(spark: SparkSession, cells: list[Cell]) -> list[dict[str, Any]]:
@@ -153,25 +166,37 @@ def sweep(spark: SparkSession, cells: list[Cell]) -> list[dict[str, Any]]:
 
 
 def next_reads(trace: DataFrame, out_uri: str) -> str:
-    """Write (seq, kind, key, size, next_read) of adds and reads, ordered by seq, where
-    next_read is the seq of the entry's next read: the bound's input."""
+    """Write (broker, seq, kind, key, size, next_read) of adds, reads and restarts,
+    ordered by (broker, seq), where next_read is the seq of the entry's next read by the
+    same broker: the input of the bound and the references, which give each broker a
+    cache of its own, emptied at the broker's restarts."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    columns = ["seq", "kind", "topic", "ledger", "entry", "size"]
+    columns = ["broker", "seq", "kind", "topic", "ledger", "entry", "size"]
     adds = trace.where(F.col("kind") == "add").select(*columns)
     accesses = adds.unionByName(reads_with_sizes(trace).select(*columns)).select(
+        "broker",
         "seq",
         "kind",
         F.xxhash64("topic", "ledger", "entry").alias("key"),
         "size",
     )
-    reads_only = Window.partitionBy("key").orderBy("seq")
+    same_broker = Window.partitionBy("broker", "key").orderBy("seq")
     next_read = F.first(F.when(F.col("kind") == "read", F.col("seq")), ignorenulls=True).over(
-        reads_only.rowsBetween(1, Window.unboundedFollowing)
+        same_broker.rowsBetween(1, Window.unboundedFollowing)
     )
-    annotated = accesses.withColumn("next_read", next_read).orderBy("seq")
-    annotated.write.mode("overwrite").parquet(out_uri)
+    annotated = accesses.withColumn("next_read", next_read)
+    marks = trace.where(F.col("kind") == "restart").select(
+        "broker",
+        "seq",
+        "kind",
+        F.lit(None).cast("long").alias("key"),
+        F.lit(None).cast("int").alias("size"),
+        F.lit(None).cast("long").alias("next_read"),
+    )
+    ordered = annotated.unionByName(marks).orderBy("broker", "seq")
+    ordered.write.mode("overwrite").parquet(out_uri)
     return out_uri
 
 

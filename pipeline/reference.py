@@ -4,6 +4,8 @@ request stream, when the optional ``reference`` extra is installed.
 They are general-purpose caches, not broker designs: every added entry goes through
 them as a request whose result is not counted (so, like the broker designs, they can
 keep what was just written), and every read is a counted request. Sizes are bytes.
+As for the bound (``pipeline.belady``), each broker of a trace has a cache of its own,
+of the full capacity, which starts again empty at each of the broker's restarts.
 """
 
 from __future__ import annotations
@@ -35,13 +37,21 @@ class ReferenceResult(CacheOutcome):
 
 
 def simulate(rows: Iterable[dict[str, Any]], policy: str, capacity: int) -> ReferenceResult:
-    """Rows in ``seq`` order with ``kind`` (add or read), ``key`` and ``size``."""
+    """Rows in (``broker``, ``seq``) order with ``kind`` (add, read or restart), ``key``
+    and ``size``; a row without ``broker`` is broker 0's."""
     import libcachesim
 
-    cache = getattr(libcachesim, policy)(capacity, hashpower=HASHPOWER)
+    cache = None
+    broker = None
     request = libcachesim.Request()
     hits = misses = hit_bytes = miss_bytes = 0
     for clock, row in enumerate(rows):
+        if cache is None or row.get("broker", 0) != broker or row["kind"] == "restart":
+            # another broker's cache, or this one's again empty
+            broker = row.get("broker", 0)
+            cache = getattr(libcachesim, policy)(capacity, hashpower=HASHPOWER)
+            if row["kind"] == "restart":
+                continue
         size = row["size"]
         request.obj_id = row["key"] & UINT64
         request.obj_size = size

@@ -9,14 +9,21 @@ rows) where the broker ran them. A replay of design Y therefore counts what a sh
 Y counted on the same run, and a replay of the live design at the live size counts what
 the live design counted.
 
+A trace of several brokers (a cluster) is replayed broker by broker: each broker has its
+own cache of the configured size, so each broker's rows go to an instance of its own,
+and the counts are summed. A ``restart`` row is the broker's cache starting again empty:
+the replay goes on with a fresh instance of the same design and settings, and the
+retired instance's counts are kept in the sum.
+
 Cost: O(events) per replay, plus the design's own work; memory: the design's entries
-(sizes only) and the storage reads in flight.
+(sizes only) and the storage reads in flight, for each broker the rows interleave.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import pathlib
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.cache import DESIGNS, CursorCheck, DesignInstance, design
@@ -24,7 +31,15 @@ from broker.cache.config import CacheConfig
 from broker.clock import EventClock
 from pipeline.outcome import CacheOutcome
 
-__all__ = ["DESIGNS", "EventFeeder", "ReplayResult", "ReplaySpec", "replay"]
+__all__ = [
+    "DESIGNS",
+    "EventFeeder",
+    "ReplayResult",
+    "ReplaySpec",
+    "replay",
+    "replay_brokers",
+    "replay_trace_dir",
+]
 
 #: events that span several rows: consecutive rows, the last one has entry == last_entry
 _GROUPED = frozenset(("add", "read", "fill", "check"))
@@ -44,6 +59,10 @@ class ReplaySpec:
     def cache_config(self) -> CacheConfig:
         return dataclasses.replace(self.settings, max_size_bytes=self.size_bytes)
 
+    def create(self, clock: EventClock) -> DesignInstance:
+        """A fresh instance of the design at this size, on ``clock``."""
+        return design(self.design).create(self.cache_config(), clock, live=self.live)
+
 
 @dataclasses.dataclass(kw_only=True)
 class ReplayResult(CacheOutcome):
@@ -59,20 +78,55 @@ class ReplayResult(CacheOutcome):
             row[f"evicted_{reason}"] = count
         return row
 
+    @classmethod
+    def total(cls, spec: ReplaySpec, results: Iterable[ReplayResult]) -> ReplayResult:
+        """The counts of several replays of ``spec`` (the brokers of a trace) summed."""
+        summed = cls(
+            design=spec.design,
+            size_bytes=spec.size_bytes,
+            live=spec.live,
+            hits=0,
+            misses=0,
+            hit_bytes=0,
+            miss_bytes=0,
+            events=0,
+            evicted={},
+        )
+        for result in results:
+            summed.hits += result.hits
+            summed.misses += result.misses
+            summed.hit_bytes += result.hit_bytes
+            summed.miss_bytes += result.miss_bytes
+            summed.events += result.events
+            for reason, count in result.evicted.items():
+                summed.evicted[reason] = summed.evicted.get(reason, 0) + count
+        return summed
+
 
 class EventFeeder:
-    """Hands trace rows to one design instance as the cache events they record. Rows of
-    one event (an add batch, a range read, a fill, a check) are gathered and handed over
-    together, as the broker did. O(1) per row, plus the design's work."""
+    """Hands one broker's trace rows to a design instance as the cache events they
+    record. Rows of one event (an add batch, a range read, a fill, a check) are gathered
+    and handed over together, as the broker did. O(1) per row, plus the design's work.
 
-    __slots__ = ("_clock", "_group", "events", "instance")
+    A ``restart`` row retires the instance (its counts are kept, see :meth:`stats`) and
+    goes on with a fresh one from ``renew``, as the broker went on with a new cache."""
 
-    def __init__(self, instance: DesignInstance, clock: EventClock) -> None:
+    __slots__ = ("_clock", "_group", "_renew", "events", "instance", "retired")
+
+    def __init__(
+        self,
+        instance: DesignInstance,
+        clock: EventClock,
+        renew: Callable[[], DesignInstance] | None = None,
+    ) -> None:
         self.instance = instance
         self._clock = clock
+        self._renew = renew
         self._group: list[dict[str, Any]] = []
         #: rows handed over
         self.events = 0
+        #: the stats of the instances retired by restarts, oldest first
+        self.retired: list[dict[str, Any]] = []
 
     def apply(self, row: dict[str, Any]) -> None:
         self.events += 1
@@ -88,6 +142,9 @@ class EventFeeder:
         self._clock.now_ns = row["ts_ns"]
         if kind == "tick":
             self.instance.tick()
+            return
+        if kind == "restart":
+            self._restart()
             return
         topic = row["topic"]
         if kind == "load":
@@ -123,6 +180,27 @@ class EventFeeder:
         """The trace ended: hand over an event whose last rows are missing."""
         if self._group:
             self._flush()
+
+    def _restart(self) -> None:
+        """The broker's cache restarted empty: a fresh instance from here on (an event
+        cut short before the restart row was handed over in ``apply``)."""
+        if self._renew is None:
+            raise ValueError("a restart row, and no way to start a fresh design instance")
+        self.retired.append(self.instance.stats())
+        self.instance = self._renew()
+
+    def stats(self) -> dict[str, Any]:
+        """The counters of every instance fed so far, summed: ``hits``, ``misses``,
+        ``hitBytes``, ``missBytes`` and ``evicted`` (by reason)."""
+        summed: dict[str, Any] = {
+            "hits": 0, "misses": 0, "hitBytes": 0, "missBytes": 0, "evicted": {},
+        }  # fmt: skip
+        for stats in [*self.retired, self.instance.stats()]:
+            for key in ("hits", "misses", "hitBytes", "missBytes"):
+                summed[key] += stats[key]
+            for reason, count in stats["evicted"].items():
+                summed["evicted"][reason] = summed["evicted"].get(reason, 0) + count
+        return summed
 
     def _flush(self) -> None:
         rows = self._group
@@ -162,23 +240,61 @@ def _continues(previous: dict[str, Any], row: dict[str, Any]) -> bool:
     )
 
 
-def replay(rows: Iterable[dict[str, Any]], spec: ReplaySpec) -> ReplayResult:
-    """Replay trace rows (dicts with the trace's columns, in ``seq`` order)."""
+def _feeder(spec: ReplaySpec) -> EventFeeder:
     clock = EventClock()
-    instance = design(spec.design).create(spec.cache_config(), clock, live=spec.live)
-    feeder = EventFeeder(instance, clock)
+    return EventFeeder(spec.create(clock), clock, lambda: spec.create(clock))
+
+
+def replay_brokers(rows: Iterable[dict[str, Any]], spec: ReplaySpec) -> dict[int, ReplayResult]:
+    """Replay trace rows (dicts with the trace's columns; each broker's rows in ``seq``
+    order, brokers one after another or interleaved), each broker's through its own
+    instance of ``spec``: the result of each broker, its restarts summed in."""
+    feeders: dict[int, EventFeeder] = {}
+    feeder: EventFeeder | None = None
+    current = None
     for row in rows:
+        broker = row.get("broker") or 0  # rows made by hand may leave it out
+        if broker != current or feeder is None:
+            feeder = feeders.get(broker)
+            if feeder is None:
+                feeder = feeders[broker] = _feeder(spec)
+            current = broker
         feeder.apply(row)
-    feeder.finish()
-    stats = instance.stats()
-    return ReplayResult(
-        design=spec.design,
-        size_bytes=spec.size_bytes,
-        live=spec.live,
-        hits=stats["hits"],
-        misses=stats["misses"],
-        hit_bytes=stats["hitBytes"],
-        miss_bytes=stats["missBytes"],
-        events=feeder.events,
-        evicted=dict(stats["evicted"]),
-    )
+    results = {}
+    for broker, done in sorted(feeders.items()):
+        done.finish()
+        stats = done.stats()
+        results[broker] = ReplayResult(
+            design=spec.design,
+            size_bytes=spec.size_bytes,
+            live=spec.live,
+            hits=stats["hits"],
+            misses=stats["misses"],
+            hit_bytes=stats["hitBytes"],
+            miss_bytes=stats["missBytes"],
+            events=done.events,
+            evicted=stats["evicted"],
+        )
+    return results
+
+
+def replay(rows: Iterable[dict[str, Any]], spec: ReplaySpec) -> ReplayResult:
+    """Replay trace rows (as :func:`replay_brokers`): the counts of every broker summed,
+    each broker with its own cache of ``spec.size_bytes``."""
+    return ReplayResult.total(spec, replay_brokers(rows, spec).values())
+
+
+def replay_trace_dir(directory: pathlib.Path | str, spec: ReplaySpec) -> dict[int, ReplayResult]:
+    """Replay a trace directory (any URI ``pipeline.trace_io`` reads) broker by broker,
+    streaming each broker's files in turn: the result of each broker that wrote files.
+    The replay of the live design at the live size gives each broker's live counts
+    (summed over its restarts)."""
+    from broker.trace.recorder import file_prefix
+    from pipeline.trace_io import iter_rows, trace_brokers
+
+    uri = str(directory)
+    results = {}
+    for broker in trace_brokers(uri):
+        rows = iter_rows(uri, file_prefix(broker))
+        results[broker] = replay_brokers(rows, spec).get(broker) or ReplayResult.total(spec, [])
+    return results

@@ -128,6 +128,13 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
         for item in summary["ranking"]
     )
     stats = summary["statistics"]
+    brokers = summary.get("brokers", 1)
+    cluster = (
+        f" {brokers} brokers, each with a cache of its own of every size (the counts are"
+        " their sums; the working set is the largest broker's)."
+        if brokers > 1
+        else ""
+    )
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>brokerlab analyze</title>
 <style>
@@ -138,7 +145,7 @@ th {{ background: #f4f4f4; }}
 </style></head><body>
 <h1>Cache designs on one trace</h1>
 <p>Trace <code>{html.escape(str(summary["trace"]))}</code>: {summary["events"]:,} events,
-{reads:,} reads, working set {_mib(summary["workingSetBytes"])}. The broker ran
+{reads:,} reads, working set {_mib(summary["workingSetBytes"])}.{cluster} The broker ran
 <b>{html.escape(str(summary["live"]["design"]))}</b> at
 {_mib(summary["live"]["sizeBytes"] or 0)} (the red star). Every design was replayed at
 every size through the broker's own cache classes; the dashed line is the optimal bound

@@ -1,6 +1,7 @@
 """Reading trace files where a Spark task runs: any filesystem pyarrow knows (a local
 path, ``file://``, ``hdfs://``, ``s3://``, ...), streamed in batches in file-name order,
-so no process ever holds a whole trace."""
+so no process ever holds a whole trace. One broker's events are its files
+(``trace-b<broker>-``, see ``broker.trace.recorder.file_prefix``) in name order."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from broker.trace.recorder import FILE_NAME
 
 BATCH_ROWS = 65_536
 
@@ -33,6 +36,16 @@ def parquet_files(uri: str, pattern_prefix: str = "") -> list[str]:
         and info.base_name.startswith(pattern_prefix)
     ]
     return sorted(names)
+
+
+def trace_brokers(uri: str) -> list[int]:
+    """The brokers that wrote trace files under ``uri``, in order."""
+    brokers = set()
+    for name in parquet_files(uri, "trace-b"):
+        match = FILE_NAME.match(name.rsplit("/", 1)[-1])
+        if match is not None:
+            brokers.add(int(match.group(1)))
+    return sorted(brokers)
 
 
 def iter_batches(uri: str, pattern_prefix: str = "") -> Iterator[pa.RecordBatch]:

@@ -4,10 +4,15 @@ in ``docs/trace-format.md``.
 
 The hot path extends column lists in bulk (one call per column per event, whatever the
 number of entries it names); every ``roll_events`` rows the lists are handed to one
-writer thread that writes a Parquet file (``trace-000001.parquet``, written under a
-temporary name and renamed, so readers never see half a file). The buffer is bounded:
-while ``max_pending_files`` files wait for the writer, new events are dropped and
-counted in ``dropped``, never silently.
+writer thread that writes a Parquet file (``trace-b0-000001.parquet`` for broker 0,
+written under a temporary name and renamed, so readers never see half a file). The
+buffer is bounded: while ``max_pending_files`` files wait for the writer, new events are
+dropped and counted in ``dropped``, never silently.
+
+Several brokers (a cluster in one process) record into one directory, one recorder
+each: every row carries its recorder's ``broker`` index, and so does every file name.
+A recorder outlives its broker's restarts: ``restart`` marks where the broker's cache
+starts again empty.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import threading
 from collections.abc import Sequence
 from itertools import repeat
@@ -34,14 +40,19 @@ log = logging.getLogger(__name__)
 
 META_FILE = "trace-meta.json"
 #: the trace format; a replay refuses other versions
-FORMAT = 2
+FORMAT = 3
 KINDS = (
     "load", "unload", "add", "read", "fill", "fill_failed", "release", "replay_add",
-    "activate", "deactivate", "move", "check", "trim", "tick", "evict",
+    "activate", "deactivate", "move", "check", "trim", "tick", "evict", "restart",
 )  # fmt: skip
+#: the largest broker index (the ``broker`` column is an int16)
+MAX_BROKER = 2**15 - 1
+#: a trace file's name: ``trace-b<broker>-<number>.parquet``
+FILE_NAME = re.compile(r"^trace-b(\d+)-(\d+)\.parquet$")
 
 SCHEMA = pa.schema(
     [
+        pa.field("broker", pa.int16(), nullable=False),
         pa.field("seq", pa.int64(), nullable=False),
         pa.field("ts_ns", pa.int64(), nullable=False),
         pa.field("kind", pa.dictionary(pa.int8(), pa.string()), nullable=False),
@@ -61,24 +72,45 @@ SCHEMA = pa.schema(
     ]
 )
 COLUMNS = tuple(field.name for field in SCHEMA)
+#: the columns a recorder buffers row by row (``broker`` is one value per recorder,
+#: added when a file is written)
+_BUFFERED = COLUMNS[1:]
 #: the columns an event may set (``seq``, ``ts_ns``, ``kind`` and ``topic`` are always set)
-_OPTIONAL = COLUMNS[4:]
+_OPTIONAL = _BUFFERED[4:]
 
 
-def trace_meta(implementation: str, settings: CacheConfig) -> dict[str, Any]:
+def file_prefix(broker: int) -> str:
+    """The name prefix of one broker's files (``trace-b1-``): ``pipeline.trace_io``
+    streams one broker's events by it."""
+    return f"trace-b{broker}-"
+
+
+def file_name(broker: int, number: int) -> str:
+    return f"{file_prefix(broker)}{number:06d}.parquet"
+
+
+def trace_meta(implementation: str, settings: CacheConfig, brokers: int = 1) -> dict[str, Any]:
     """What ``trace-meta.json`` records: the format, the live design and its settings,
-    so a replay can rebuild the live design at the live size."""
+    so a replay can rebuild the live design at the live size, and the number of brokers
+    recording into the directory (each with its own cache of these settings)."""
     return {
         "format": FORMAT,
         "implementation": implementation,
         "settings": dataclasses.asdict(settings),
+        "brokers": brokers,
     }
 
 
 class TraceRecorder:
-    """Appends events; rolls files; O(1) per event on the calling (event-loop) thread."""
+    """Appends events; rolls files; O(1) per event on the calling (event-loop) thread.
+
+    ``broker``: the index of the broker whose cache events this recorder records (0 for
+    a single broker); recorders of different brokers may share a directory. ``clock``
+    is the broker's cache event clock (``broker.cache.stream.CacheEventStream.clock``),
+    so a row's ``ts_ns`` is the instant the designs saw for the event."""
 
     __slots__ = (
+        "_broker",
         "_clock",
         "_columns",
         "_count",
@@ -105,18 +137,27 @@ class TraceRecorder:
         roll_events: int = 100_000,
         max_pending_files: int = 4,
         meta: dict[str, Any] | None = None,
+        broker: int = 0,
     ) -> None:
         if roll_events < 1 or max_pending_files < 1:
             raise ValueError("roll_events and max_pending_files must be at least 1")
+        if not 0 <= broker <= MAX_BROKER:
+            raise ValueError(f"broker must be between 0 and {MAX_BROKER}")
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / META_FILE).write_text(json.dumps(meta or {}, indent=2, sort_keys=True))
+        # Every recorder of the directory writes the meta file; the brokers of a cluster
+        # pass the same content. Written whole under a name of its own, then renamed: a
+        # reader (or another broker's recorder) never sees half of it.
+        partial = directory / f"{META_FILE}.b{broker}.{os.getpid()}.partial"
+        partial.write_text(json.dumps(meta or {}, indent=2, sort_keys=True))
+        os.replace(partial, directory / META_FILE)
         self._directory = directory
+        self._broker = broker
         self._clock = clock
         self._origin_ns = clock.monotonic_ns()
         self._roll = roll_events
         self._max_pending = max_pending_files
-        self._columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-        #: the same lists in COLUMNS order, for single-row appends
+        self._columns: dict[str, list[Any]] = {name: [] for name in _BUFFERED}
+        #: the same lists in _BUFFERED order, for single-row appends
         self._lists = tuple(self._columns.values())
         self._count = 0
         self._seq = 0
@@ -133,6 +174,10 @@ class TraceRecorder:
     @property
     def directory(self) -> pathlib.Path:
         return self._directory
+
+    @property
+    def broker(self) -> int:
+        return self._broker
 
     def _row(
         self,
@@ -309,24 +354,43 @@ class TraceRecorder:
         evictions for each design; these rows show what the live one did."""
         self._row("evict", topic, None, ledger, entry, None, size, reason=reason)
 
+    def restart(self, clock: Clock | None = None) -> TraceRecorder:
+        """The broker restarted: its cache is a new, empty one (a new stream with new
+        design instances) from here on, and a replay starts a fresh instance of each
+        design at this row. ``seq`` goes on from where it was; ``ts_ns`` too, counted
+        from the same origin.
+
+        ``clock``: the new stream's event clock, which the designs now read (the old
+        stream's clock no longer moves); the row's time is read from it. The recorder
+        returns itself, so it is the new stream's trace factory as it stands::
+
+            stream = create_stream(design, config, clock, shadows, trace=recorder.restart)
+        """
+        if clock is not None:
+            self._clock = clock
+        self._row("restart", None)
+        return self
+
     # ---------------------------------------------------------------- files
 
     def flush(self) -> None:
         """Hand the buffered events to the writer (no wait)."""
         if not self._count:
             return
-        columns, self._columns = self._columns, {name: [] for name in COLUMNS}
+        columns, self._columns = self._columns, {name: [] for name in _BUFFERED}
         self._lists = tuple(self._columns.values())
         self._count = 0
         self.files += 1
-        path = self._directory / f"trace-{self.files:06d}.parquet"
+        path = self._directory / file_name(self._broker, self.files)
         with self._lock:
             self._pending += 1
         self._executor.submit(self._write, path, columns)
 
     def _write(self, path: pathlib.Path, columns: dict[str, list[Any]]) -> None:
         try:
-            table = pa.Table.from_pydict(columns, schema=SCHEMA)
+            rows = len(columns["seq"])
+            broker = pa.repeat(pa.scalar(self._broker, pa.int16()), rows)
+            table = pa.Table.from_pydict({"broker": broker, **columns}, schema=SCHEMA)
             partial = path.with_suffix(".parquet.partial")
             pq.write_table(table, partial, compression="zstd")
             os.replace(partial, path)
@@ -350,6 +414,7 @@ class TraceRecorder:
         return {
             "enabled": True,
             "directory": str(self._directory),
+            "broker": self._broker,
             "events": self.events,
             "dropped": self.dropped,
             "files": self.files - self._pending,
@@ -358,13 +423,34 @@ class TraceRecorder:
         }
 
 
+def trace_files(directory: pathlib.Path | str) -> list[tuple[int, pathlib.Path]]:
+    """The complete files of a trace directory as (broker, path), ordered by broker and
+    then by number: each broker's events in ``seq`` order. ValueError for a file of an
+    older format (``trace-000001.parquet``: no broker in its name)."""
+    found = []
+    for path in pathlib.Path(directory).glob("trace-*.parquet"):
+        match = FILE_NAME.match(path.name)
+        if match is None:
+            raise ValueError(
+                f"{path}: not a trace file of format {FORMAT} (trace-b<broker>-<n>.parquet); "
+                "record the trace again with this brokerlab"
+            )
+        found.append((int(match.group(1)), int(match.group(2)), path))
+    return [(broker, path) for broker, _, path in sorted(found)]
+
+
+def trace_brokers(directory: pathlib.Path | str) -> list[int]:
+    """The brokers that wrote files into a trace directory, in order."""
+    return sorted({broker for broker, _ in trace_files(directory)})
+
+
 def read_trace(directory: pathlib.Path | str) -> pa.Table:
-    """Every complete file of a trace directory as one table, in event order (for tests
-    and small traces; the pipeline reads the files with Spark)."""
-    files = sorted(pathlib.Path(directory).glob("trace-*.parquet"))
+    """Every complete file of a trace directory as one table, ordered by (broker, seq)
+    (for tests and small traces; the pipeline reads the files with Spark)."""
+    files = trace_files(directory)
     if not files:
         return SCHEMA.empty_table()
-    return pa.concat_tables(pq.read_table(path, schema=SCHEMA) for path in files)
+    return pa.concat_tables(pq.read_table(path, schema=SCHEMA) for _, path in files)
 
 
 def read_meta(directory: pathlib.Path | str) -> dict[str, Any]:

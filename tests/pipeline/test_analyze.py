@@ -1,5 +1,5 @@
-"""``brokerlab analyze`` on a real SparkSession (local[2], one per test session) over a
-trace a live broker recorded."""
+"""``brokerlab analyze`` on a real SparkSession (local[2], one per test session, see
+``conftest.py``) over a trace a live broker recorded."""
 
 from __future__ import annotations
 
@@ -8,27 +8,17 @@ import itertools
 import pathlib
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.analyze import AnalyzeOptions, analyze
-from pipeline.spark import spark_session
 from tests.pipeline.workload import record
 
 pytestmark = pytest.mark.slow
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    session = spark_session("local[2]")
-    session.conf.set("spark.sql.shuffle.partitions", "2")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ def test_files_roll_every_n_events_and_read_back_in_order(tmp_path: pathlib.Path
         recorder.add("t", 5, entry, [100 + entry])
     recorder.close()
     files = sorted(p.name for p in tmp_path.glob("trace-*.parquet"))
-    assert files == ["trace-000001.parquet", "trace-000002.parquet", "trace-000003.parquet"]
+    assert files == [f"trace-b0-{number:06d}.parquet" for number in (1, 2, 3)]
     table = read_trace(tmp_path).to_pylist()
     assert [row["entry"] for row in table] == list(range(7))
     assert [row["seq"] for row in table] == list(range(7))
@@ -138,3 +138,78 @@ def test_the_eviction_timer_s_rounds_are_events_at_their_time(tmp_path: pathlib.
         ("tick", 20_000_000),
         ("tick", 30_000_000),
     ]
+
+
+def test_brokers_share_a_directory_each_in_files_of_its_own(tmp_path: pathlib.Path) -> None:
+    """Format 3: every row names its broker, every file too; the meta file records the
+    number of brokers; read_trace orders the rows by (broker, seq)."""
+    from broker.cache import CacheConfig
+    from broker.trace.recorder import trace_brokers, trace_meta
+
+    clock = ManualClock()
+    meta = trace_meta("pip430", CacheConfig(), brokers=2)
+    recorders = [
+        TraceRecorder(tmp_path, clock, roll_events=2, meta=meta, broker=index) for index in (1, 0)
+    ]
+    for entry in range(3):
+        clock.advance_ms(1)
+        for recorder in recorders:
+            recorder.add("t", 5 + recorder.broker, entry, [10])
+    for recorder in recorders:
+        recorder.close()
+    assert sorted(p.name for p in tmp_path.glob("trace-*.parquet")) == [
+        "trace-b0-000001.parquet",
+        "trace-b0-000002.parquet",
+        "trace-b1-000001.parquet",
+        "trace-b1-000002.parquet",
+    ]
+    assert read_meta(tmp_path) == {**meta, "format": FORMAT} and meta["brokers"] == 2
+    assert not list(tmp_path.glob("*.partial"))
+    assert trace_brokers(tmp_path) == [0, 1]
+    rows = read_trace(tmp_path).to_pylist()
+    assert [(row["broker"], row["seq"]) for row in rows] == [
+        (broker, seq) for broker in (0, 1) for seq in range(3)
+    ]
+    assert all(row["ledger"] == 5 + row["broker"] for row in rows)
+    assert [recorder.stats()["broker"] for recorder in recorders] == [1, 0]
+    with pytest.raises(ValueError):
+        TraceRecorder(tmp_path, clock, broker=-1)
+
+
+def test_a_restart_is_a_row_and_the_recorder_reads_the_new_stream_s_clock(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The broker's cache is replaced by a new stream with a clock of its own: the
+    recorder goes on (seq and ts_ns go on) and reads the new clock from the restart on."""
+    from broker.cache import CacheConfig, create_stream
+
+    clock = ManualClock()
+    made: list[TraceRecorder] = []
+
+    def first(event_clock: EventClock) -> TraceRecorder:
+        made.append(TraceRecorder(tmp_path, event_clock, broker=3))
+        return made[0]
+
+    stream = create_stream("pip430", CacheConfig(), clock, trace=first)
+    recorder = made[0]
+    clock.advance_ms(5)
+    stream.tick()
+    clock.advance_ms(5)
+    stream = create_stream("pip430", CacheConfig(), clock, trace=recorder.restart)
+    assert stream.trace is recorder
+    clock.advance_ms(5)
+    stream.tick()
+    recorder.close()
+    rows = read_trace(tmp_path).to_pylist()
+    assert [(r["kind"], r["seq"], r["ts_ns"], r["broker"]) for r in rows] == [
+        ("tick", 0, 5_000_000, 3),
+        ("restart", 1, 10_000_000, 3),
+        ("tick", 2, 15_000_000, 3),
+    ]
+    assert rows[1]["topic"] is None
+
+
+def test_a_trace_of_an_older_format_is_refused(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "trace-000001.parquet").write_bytes(b"")
+    with pytest.raises(ValueError, match="record the trace again"):
+        read_trace(tmp_path)

@@ -72,9 +72,14 @@ def _parser() -> argparse.ArgumentParser:
         "designs", help="list the cache designs (managedLedgerCacheImplementation values)"
     )
     designs.add_argument("--json", action="store_true", help="print one JSON object")
+    from broker.cache.designs import VARIANTS
     from loadgen.cli import add_commands
 
-    add_commands(commands, design_names())
+    add_commands(
+        commands,
+        design_names(),
+        {v.name: (v.design, dict(v.settings), v.summary) for v in VARIANTS.values()},
+    )
     from pipeline.cli import add_command
 
     add_command(commands)

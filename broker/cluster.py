@@ -415,8 +415,12 @@ class Cluster:
             ownership.release(key, unloaded=True)
 
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
-        """Unload every bundle of the namespace, at each owner."""
+        """Unload every bundle of the namespace at its owner (each broker closes its
+        topics of the namespace concurrently), then release the bundles."""
         total = 0
+        for node in self.nodes:
+            if node.service is not None:
+                total += await node.service.unload_namespace(tenant, namespace)
         for bundle in self.ownership.bundle_names:
-            total += await self.unload_bundle(f"{tenant}/{namespace}", bundle)
+            self.ownership.release((f"{tenant}/{namespace}", bundle), unloaded=True)
         return total

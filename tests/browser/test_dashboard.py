@@ -21,7 +21,9 @@ import pytest
 from tests.conftest import Client, LiveBroker
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-PANELS = ("hit-ratio", "rates", "size", "evictions", "storage", "bookie", "top-topics")
+PANELS = ("hit-ratio", "rates", "size", "evictions", "storage", "bookie", "brokers", "top-topics")
+#: the panels that chart series (the last two are tables)
+CHARTS = PANELS[:-2]
 DEADLINE_S = 45.0
 
 
@@ -164,14 +166,16 @@ async def test_the_dashboard_shows_data_in_every_panel_without_console_errors(
                 points = json.loads(result["result"].get("value") or "{}")
                 if (
                     set(points) == set(PANELS)
-                    and all(points[p] >= 3 for p in PANELS[:-1])
+                    and all(points[p] >= 3 for p in CHARTS)
                     and (points["top-topics"] >= 2)
+                    and points["brokers"] == 1
                 ):
                     break
                 await client.receive(clock, 1, 300)
             assert set(points) == set(PANELS), points
-            assert all(points[p] >= 3 for p in PANELS[:-1]), points
+            assert all(points[p] >= 3 for p in CHARTS), points
             assert points["top-topics"] >= 2, points
+            assert points["brokers"] == 1, points  # one broker, in its row
             shot = await devtools.call("Page.captureScreenshot", format="png")
             image = base64.b64decode(shot["data"])
             assert image.startswith(b"\x89PNG")

@@ -25,6 +25,8 @@ MESSAGE_ID_PATTERN = r"^[0-9]+:[0-9]+$"
 BATCH_MESSAGE_ID_PATTERN = r"^[0-9]+:[0-9]+(:[0-9]+)?$"
 #: A managed-ledger position as internalStats shows it: entry id may be -1.
 POSITION_PATTERN = r"^-?[0-9]+:-?[0-9]+$"
+#: A namespace bundle: the range of topic-name hashes ``0x{lower}_0x{upper}``.
+BUNDLE_PATTERN = r"^0x[0-9a-f]{8}_0x[0-9a-f]{8}$"
 INT32_MAX = 2_147_483_647
 
 #: The one code that goes with each error status.
@@ -41,6 +43,10 @@ ERROR_CODES: dict[int, str] = {
     503: "unavailable",
 }
 
+#: The code of a 307: another broker of the cluster owns the topic (not an error; its body
+#: is the Error body all the same, as Pulsar's redirects carry a reason).
+REDIRECT_CODE = "not-owner"
+
 #: Statuses any route can return (authentication, when enabled); added to every operation.
 COMMON_ERRORS: dict[int, str] = {
     401: "Authentication is enabled and the request has no valid token.",
@@ -52,6 +58,20 @@ _BAD_TOPIC = "Bad tenant, namespace or topic name"
 _NO_TOPIC = "The topic does not exist and allowAutoTopicCreation=false."
 _UNKNOWN_TOPIC = "Unknown topic."
 _UNKNOWN_CONSUMER = "Unknown or closed consumer id."
+#: What a 307 means on a route naming a topic.
+_NOT_OWNER = (
+    "Another broker of the cluster owns the topic's bundle: Location names this path and "
+    "query on it; repeat the request there (method and body kept)."
+)
+#: What a 307 means on a route that loads every partition of a partitioned topic.
+_PARTITION_NOT_OWNER = (
+    "Another broker of the cluster owns the bundle of a partition: Location names this "
+    "path and query on the owner of the first such partition (with several brokers these "
+    "routes succeed only at a broker owning every partition; see docs/api.md)."
+)
+#: Why a route that needs this broker's service answers 503 besides storage faults.
+_DOWN = "This broker is down (restarting, or not started yet)."
+_ALSO_DOWN = "Also while this broker is down (restarting, or not started yet)."
 _PARTITIONED_NAME = (
     "The topic is a partitioned topic (use its partitions), a partition past its "
     "count, or a partition of one being deleted."
@@ -188,6 +208,28 @@ def _error(status: int, when: str) -> Json:
     return response
 
 
+def _redirect(when: str) -> Json:
+    """A 307 to the broker owning the topic: Location, and the Error body with
+    REDIRECT_CODE."""
+    return {
+        "description": f"`{REDIRECT_CODE}`: {when}",
+        "headers": {"Location": _ref("headers", "Location")},
+        "content": {
+            "application/json": {
+                "schema": {
+                    "allOf": [
+                        _schema("Error"),
+                        {
+                            "type": "object",
+                            "properties": {"code": {"type": "string", "enum": [REDIRECT_CODE]}},
+                        },
+                    ]
+                }
+            }
+        },
+    }
+
+
 def _operation(
     operation_id: str,
     tag: str,
@@ -198,9 +240,20 @@ def _operation(
     errors: dict[int, str],
     query: list[Json] | None = None,
     body: Json | None = None,
+    redirect: str | None = None,
+    down: bool = True,
 ) -> Json:
+    """One operation. ``redirect``: when it answers 307 (the topic is another broker's).
+    ``down``: the route needs this broker's service, so it also answers 503 while the
+    broker is down: said in its 503 answer, or added as one. Routes that answer from the
+    process alone (health, stats, metrics, faults, the cluster's brokers) pass False."""
     status, answer = success
     responses: Json = {str(status): answer}
+    if redirect is not None:
+        responses["307"] = _redirect(redirect)
+    errors = dict(errors)
+    if down:
+        errors[503] = f"{errors[503]} {_ALSO_DOWN}" if 503 in errors else _DOWN
     for error_status, when in sorted({**errors, **COMMON_ERRORS}.items()):
         responses[str(error_status)] = _error(error_status, when)
     operation: Json = {
@@ -249,6 +302,22 @@ def _parameters() -> Json:
             "description": "Epoch milliseconds.",
             "schema": {"type": "integer", "format": "int64", "minimum": 0},
         },
+        "bundle": {
+            "name": "bundle",
+            "in": "path",
+            "required": True,
+            "description": "A namespace bundle, `0x{lower}_0x{upper}` (8 lowercase hex digits "
+            "each): one of the defaultNumberOfNamespaceBundles equal ranges of the CRC32 of "
+            "the full topic name, e.g. `0x00000000_0x40000000` of 4.",
+            "schema": {"type": "string", "pattern": BUNDLE_PATTERN},
+        },
+        "index": {
+            "name": "index",
+            "in": "path",
+            "required": True,
+            "description": "A broker's index in the cluster: 0 .. brokers - 1.",
+            "schema": {"type": "integer", "format": "int32", "minimum": 0},
+        },
     }
 
 
@@ -258,6 +327,12 @@ def _headers() -> Json:
             "description": "Whole seconds to wait before retrying.",
             "required": True,
             "schema": {"type": "integer", "minimum": 1},
+        },
+        "Location": {
+            "description": "The same path and query on the owning broker: its httpUrl (see "
+            "GET /admin/v2/brokerlab/brokers) followed by this request's path and query.",
+            "required": True,
+            "schema": {"type": "string", "format": "uri"},
         },
     }
 
@@ -672,7 +747,9 @@ def _broker_schemas() -> Json:
             "Body of every non-2xx answer.",
             {
                 "reason": _string("A sentence for people."),
-                "code": _enum("Stable id for programs.", sorted(set(ERROR_CODES.values()))),
+                "code": _enum(
+                    "Stable id for programs.", sorted({*ERROR_CODES.values(), REDIRECT_CODE})
+                ),
             },
             required=["reason", "code"],
         ),
@@ -696,6 +773,7 @@ def _produce_routes() -> list[tuple[str, str, Json]]:
         "means every stored message will reach every subscription that existed then. "
         "Auto-creates the topic when allowAutoTopicCreation=true.",
         body=_json_body("ProduceRequest", "Messages to produce."),
+        redirect=_NOT_OWNER,
         success=(200, _json_answer("Stored.", _schema("ProduceResponse"))),
         errors={
             400: f"{_BAD_TOPIC}; body not an object; messages missing or empty; a field of "
@@ -742,6 +820,7 @@ def _subscription_routes() -> list[tuple[str, str, Json]]:
                     "Pulsar's form of the start, instead of messageId (not with it).",
                     required=False,
                 ),
+                redirect=_NOT_OWNER + " On a partitioned topic: " + _PARTITION_NOT_OWNER,
                 success=(204, _no_content("Created.")),
                 errors={
                     400: "Bad topic or subscription name, or a bad messageId; a body not "
@@ -763,6 +842,7 @@ def _subscription_routes() -> list[tuple[str, str, Json]]:
                 "subscriptions",
                 "Delete a subscription",
                 "Removes the subscription and its cursor.",
+                redirect=_NOT_OWNER,
                 success=(204, _no_content("Deleted.")),
                 errors={
                     400: "Bad topic or subscription name.",
@@ -781,6 +861,7 @@ def _subscription_routes() -> list[tuple[str, str, Json]]:
                 "Reset a cursor to a time",
                 "The next message delivered is the first with publishTime >= timestampMs. "
                 + reset_text,
+                redirect=_NOT_OWNER,
                 success=(204, _no_content("Moved.")),
                 errors=reset_errors,
             ),
@@ -795,6 +876,7 @@ def _subscription_routes() -> list[tuple[str, str, Json]]:
                 "The message at messageId (or the first stored after it) is the next "
                 "delivered. " + reset_text,
                 body=_json_body("MessageIdRequest", "Where to move the cursor."),
+                redirect=_NOT_OWNER,
                 success=(204, _no_content("Moved.")),
                 errors={**reset_errors, 413: _BODY_TOO_LARGE},
             ),
@@ -819,6 +901,7 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
                 "Opens a consumer session on the subscription, creating the subscription (and "
                 "the topic, when allowAutoTopicCreation=true) if missing.",
                 body=_json_body("ConsumerRequest", "Consumer settings.", required=False),
+                redirect=_NOT_OWNER,
                 success=(200, _json_answer("Created.", _schema("ConsumerCreated"))),
                 errors={
                     400: "Bad topic or subscription name; a field of the wrong type, "
@@ -955,6 +1038,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                         {"type": "boolean", "default": False},
                     )
                 ],
+                redirect=_NOT_OWNER,
                 success=(204, _no_content("Deleted.")),
                 errors={
                     400: f"{_BAD_TOPIC}; force not true or false.",
@@ -972,6 +1056,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "topics",
                 "Topic stats",
                 "Pulsar's field names, exactly these fields (no publishers).",
+                redirect=_NOT_OWNER,
                 success=(200, _json_answer("Stats.", _schema("TopicStats"))),
                 errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 503: load_fault},
             ),
@@ -984,6 +1069,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "topics",
                 "Managed-ledger internal stats",
                 "Ledgers and cursors of the topic.",
+                redirect=_NOT_OWNER,
                 success=(
                     200,
                     _json_answer("Internal stats.", _schema("PersistentTopicInternalStats")),
@@ -1000,6 +1086,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "Last message id",
                 "Loads a topic that is not loaded, which asks the storage for the last entry "
                 "of its last ledger.",
+                redirect=_NOT_OWNER,
                 success=(200, _json_answer("Last message id.", _schema("TopicLastMessageId"))),
                 errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 503: load_fault},
             ),
@@ -1013,6 +1100,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "Offload to tiered storage",
                 "Offloads every closed ledger up to messageId, before answering.",
                 body=_json_body("MessageIdRequest", "Offload closed ledgers up to here."),
+                redirect=_NOT_OWNER,
                 success=(204, _no_content("Offloaded.")),
                 errors={
                     400: f"{_BAD_TOPIC}; messageId missing or not L:E.",
@@ -1031,6 +1119,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "topics",
                 "Offload status",
                 "State of the topic's last offload.",
+                redirect=_NOT_OWNER,
                 success=(200, _json_answer("Status.", _schema("OffloadStatus"))),
                 errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC},
             ),
@@ -1044,7 +1133,10 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "Unload a namespace",
                 "Unloads every topic of the namespace as a bundle move or broker failover "
                 "would: consumers are closed (unacked messages return to the replay queue), "
-                "cache entries are dropped, the next request reloads the topic from storage.",
+                "cache entries are dropped, the next request reloads the topic from storage. "
+                "With several brokers: every bundle of the namespace at its owner, each "
+                "released, so the next lookup assigns it to another live broker if there is "
+                "one.",
                 success=(204, _no_content("Unloaded.")),
                 errors={400: "Bad tenant or namespace name."},
             ),
@@ -1063,6 +1155,7 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "broker",
                 "Health check",
                 "Answers the text `ok`.",
+                down=False,
                 success=(
                     200,
                     _text_answer("Healthy.", "text/plain", {"type": "string", "enum": ["ok"]}),
@@ -1077,9 +1170,12 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "getCacheStats",
                 "broker",
                 "Entry cache stats",
-                "Counters since start.",
+                "This broker's own cache. Counters since its first start, continued across "
+                "its restarts (each restart starts with an empty cache: sizeBytes and entries "
+                "drop, the counters do not); while it is down, its last incarnation's.",
+                down=False,
                 success=(200, _json_answer("Cache stats.", _schema("CacheStats"))),
-                errors={},
+                errors={503: "The broker has not started yet."},
             ),
         ),
         (
@@ -1090,6 +1186,7 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "broker",
                 "Storage stats",
                 "Counters since start.",
+                down=False,
                 success=(200, _json_answer("Storage stats.", _schema("StorageStats"))),
                 errors={},
             ),
@@ -1102,6 +1199,7 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "broker",
                 "Access trace stats",
                 "Whether an access trace is recorded, and its counters since start.",
+                down=False,
                 success=(200, _json_answer("Trace stats.", _schema("TraceStats"))),
                 errors={},
             ),
@@ -1113,7 +1211,12 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "getMetrics",
                 "broker",
                 "Prometheus metrics",
-                "Prometheus text format (`text/plain; version=0.0.4`).",
+                "Prometheus text format (`text/plain; version=0.0.4`). Every series carries "
+                "a `broker` label, this broker's index in its cluster (0 alone). Cache "
+                "series and latency histograms continue across the broker's restarts, "
+                "dispatch counters start again from 0; while the broker is down only the "
+                "storage and trace series are given.",
+                down=False,
                 success=(200, _text_answer("Metrics.", "text/plain")),
                 errors={},
             ),
@@ -1126,6 +1229,7 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "broker",
                 "Live dashboard",
                 "The dashboard page; needs no external network.",
+                down=False,
                 success=(200, _text_answer("The page.", "text/html")),
                 errors={},
             ),
@@ -1138,14 +1242,9 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "broker",
                 "The dashboard's snapshot",
                 "Counters since start that the dashboard charts: cache stats, storage "
-                "stats, message totals, backlog and the top topics by backlog.",
-                success=(
-                    200,
-                    _json_answer(
-                        "The snapshot.",
-                        {"type": "object", "additionalProperties": True},
-                    ),
-                ),
+                "stats, message totals, backlog and the top topics by backlog; this broker's "
+                "index and every broker of the cluster with its cache stats.",
+                success=(200, _json_answer("The snapshot.", _schema("DashboardData"))),
                 errors={},
             ),
         ),
@@ -1157,6 +1256,7 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "broker",
                 "This contract as OpenAPI 3",
                 "This document.",
+                down=False,
                 success=(200, _json_answer("OpenAPI 3.0.3 document.", {"type": "object"})),
                 errors={},
             ),
@@ -1170,6 +1270,7 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "Set the fault of one storage operation",
                 "Replaces the operation's setting; errorRate 0 with delayMs 0 clears it.",
                 body=_json_body("FaultSetting", "The fault."),
+                down=False,
                 success=(204, _no_content("Set.")),
                 errors={
                     400: "Body not an object; operation missing or unknown; errorRate or "
@@ -1186,6 +1287,7 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "brokerlab",
                 "Current fault settings",
                 "One key per operation that has a setting, with its injected error count.",
+                down=False,
                 success=(200, _json_answer("Settings.", _schema("FaultSettings"))),
                 errors={},
             ),
@@ -1198,8 +1300,158 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "brokerlab",
                 "Clear every fault",
                 "Removes every setting.",
+                down=False,
                 success=(204, _no_content("Cleared.")),
                 errors={},
+            ),
+        ),
+    ]
+
+
+# --- the brokers of the cluster (brokerlab serve --brokers N) ----------------------------
+
+#: A broker's states: serving; unloading its bundles (a graceful restart); stopped; down
+#: for the restart's downtime, then starting.
+BROKER_STATES = ["up", "stopping", "down", "restarting"]
+#: The kinds of restart (broker.cluster.RESTART_MODES).
+RESTART_MODES = ["graceful", "kill"]
+#: The longest downtime of a restart, ms.
+MAX_DOWNTIME_MS = 3_600_000
+
+
+def _cluster_schemas() -> Json:
+    broker = {
+        "index": _integer("Its index in the cluster.", minimum=0),
+        "state": _enum(
+            "up: serving; stopping: a graceful restart unloading its bundles; down: "
+            "stopped (before its first start too); restarting: down for the restart's "
+            "downtime, then starting.",
+            BROKER_STATES,
+        ),
+        "httpUrl": _string(
+            "Its HTTP service, http://{advertisedAddress}:{port}; empty until known."
+        ),
+        "serviceUrl": _string(
+            "Its binary protocol, pulsar://...; empty when the protocol is off (or before it "
+            "first listens)."
+        ),
+        "incarnation": _integer("Starts so far: 1 after the first, + 1 per restart.", minimum=0),
+        "restarts": _integer("Restarts so far.", minimum=0),
+        "bundles": {
+            "type": "array",
+            "description": "The bundles it owns, `{tenant}/{namespace}/0x{lower}_0x{upper}`.",
+            "items": _string(
+                "A bundle of a namespace.", pattern=r"^[^/]+/[^/]+/0x[0-9a-f]{8}_0x[0-9a-f]{8}$"
+            ),
+        },
+        "topics": _integer("Topics it has loaded (0 while down).", minimum=0),
+    }
+    dashboard = {
+        "broker": _integer("This broker's index.", minimum=0),
+        "brokers": {
+            "type": "array",
+            "description": "Every broker of the cluster, in index order.",
+            "items": _schema("DashboardBroker"),
+        },
+    }
+    return {
+        "Broker": _object("A broker of the cluster.", broker, required=list(broker)),
+        "DashboardBroker": {
+            "description": "A broker as GET /admin/v2/brokerlab/brokers lists it, plus its cache.",
+            "allOf": [
+                _schema("Broker"),
+                _object(
+                    "Its cache.",
+                    {
+                        "cache": {
+                            "nullable": True,
+                            "description": "Its cache stats; null before its first start.",
+                            "allOf": [_schema("CacheStats")],
+                        }
+                    },
+                    required=["cache"],
+                ),
+            ],
+        },
+        "DashboardData": {
+            "type": "object",
+            "description": "One snapshot of the counters the dashboard charts (timeMs, cache, "
+            "cacheWatermarkBytes, storage, messages, backlog, topTopics; see docs/api.md), "
+            "this broker's index and the cluster's brokers.",
+            "properties": dashboard,
+            "required": list(dashboard),
+            "additionalProperties": True,
+        },
+        "RestartAccepted": _object(
+            "The answer (202) to a restart asked of the broker itself.",
+            {
+                "broker": _integer("Its index.", minimum=0),
+                "mode": _enum("The kind of restart.", RESTART_MODES),
+                "state": _enum("Always restarting.", ["restarting"]),
+            },
+            required=["broker", "mode", "state"],
+        ),
+    }
+
+
+def _cluster_routes() -> list[tuple[str, str, Json]]:
+    brokers = "/admin/v2/brokerlab/brokers"
+    return [
+        (
+            "get",
+            brokers,
+            _operation(
+                "listBrokers",
+                "cluster",
+                "The brokers of the cluster",
+                "Each broker's state, URLs, incarnation, restarts, owned bundles and loaded "
+                "topics, in index order; one broker when not run with --brokers.",
+                down=False,
+                success=(
+                    200,
+                    _json_answer("The brokers.", {"type": "array", "items": _schema("Broker")}),
+                ),
+                errors={},
+            ),
+        ),
+        (
+            "post",
+            brokers + "/{index}/restart",
+            _operation(
+                "restartBroker",
+                "cluster",
+                "Restart one broker",
+                "graceful: its bundles are unloaded one by one and handed over (clients told "
+                "to look the topics up again); kill: connections cut at once, ledgers left "
+                "open for the next owner to recover, bundles kept until "
+                "metadataStoreSessionTimeoutMillis passes or it starts again. It stays down "
+                "downtimeMs, then starts with an empty cache (its cache counters continue). "
+                "Asked of another broker the answer comes once that broker is up again "
+                "(200). Asked of the broker itself the answer is 202 at once, the "
+                "RestartAccepted object (one success status is listed per route; "
+                "docs/api.md gives both); a restart already under way then makes it do "
+                "nothing.",
+                query=[
+                    _query(
+                        "mode",
+                        "The kind of restart.",
+                        _enum("graceful or kill.", RESTART_MODES, default="graceful"),
+                    ),
+                    _query(
+                        "downtimeMs",
+                        "How long it stays down before it starts again.",
+                        _integer(
+                            f"0..{MAX_DOWNTIME_MS}", minimum=0, maximum=MAX_DOWNTIME_MS, default=0
+                        ),
+                    ),
+                ],
+                down=False,
+                success=(200, _json_answer("Up again.", _schema("Broker"))),
+                errors={
+                    400: "index not a number or not a broker of the cluster; an unknown "
+                    "mode; downtimeMs not an integer or out of range.",
+                    409: "That broker is restarting already.",
+                },
             ),
         ),
     ]
@@ -1250,15 +1502,17 @@ def _pulsar_admin_schemas() -> Json:
             "additionalProperties": True,
         },
         "LookupData": _object(
-            "Pulsar's LookupData: this broker serves every topic.",
+            "Pulsar's LookupData: the broker owning the topic's bundle.",
             {
                 "brokerUrl": {
                     **nullable_url,
-                    "description": "pulsar://{advertisedAddress}:{binary port}; null when "
-                    "the binary protocol is off (brokerServicePort=0).",
+                    "description": "The owner's pulsar:// URL; null when the binary "
+                    "protocol is off (brokerServicePort=0).",
                 },
                 "brokerUrlTls": {**nullable_url, "description": "Always null: no TLS."},
-                "httpUrl": _string("http://{advertisedAddress}:{port of this request}."),
+                "httpUrl": _string(
+                    "The owner's http:// URL (this broker's: the port of this request)."
+                ),
                 "httpUrlTls": {**nullable_url, "description": "Always null: no TLS."},
                 "nativeUrl": {**nullable_url, "description": "Legacy twin of brokerUrl."},
                 "brokerUrlSsl": _string(
@@ -1362,13 +1616,34 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
         ),
         (
             "put",
+            namespace + "/{bundle}/unload",
+            _operation(
+                "unloadNamespaceBundle",
+                "namespaces",
+                "Unload a namespace bundle",
+                "Unloads the bundle's topics at its owner, as the namespace unload does, and "
+                "releases it: the next lookup of its topics (or request needing one) assigns "
+                "it to another live broker when there is one. A killed broker's bundle is "
+                "released at once, before its session expires. A bundle without an owner: "
+                "nothing to do.",
+                success=(204, _no_content("Unloaded and released.")),
+                errors={
+                    400: "Bad tenant or namespace name; a bundle that is not one of the "
+                    "cluster's defaultNumberOfNamespaceBundles.",
+                },
+            ),
+        ),
+        (
+            "put",
             _ADMIN_TOPIC + "/unload",
             _operation(
                 "unloadTopic",
                 "topics",
                 "Unload a topic",
                 "Closes its consumers, drops its cache entries; the next request reloads "
-                "it. A partitioned topic: every partition.",
+                "it. A partitioned topic: every partition. Only what this broker has loaded: "
+                "asked of a broker that does not own the topic, it answers 204 and unloads "
+                "nothing (ask the owner: see the lookup).",
                 success=(204, _no_content("Unloaded.")),
                 errors={
                     400: _BAD_TOPIC + ".",
@@ -1385,6 +1660,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "topics",
                 "List subscriptions",
                 "The topic's subscription names; a partitioned topic's, of every partition.",
+                redirect=_NOT_OWNER + " On a partitioned topic: " + _PARTITION_NOT_OWNER,
                 success=(200, _json_answer("Subscription names.", names)),
                 errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 503: fault},
             ),
@@ -1446,6 +1722,10 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "Counts only grow; new partitions get partition 0's subscriptions.",
                 query=[_flag_query("force", "Accepted; no effect.")],
                 body=_count_body("The new number of partitions."),
+                redirect=_PARTITION_NOT_OWNER
+                + " Here partition 0 (read for its subscriptions): the new count is "
+                "stored already, and the new partitions lack partition 0's subscriptions "
+                "(create them on each).",
                 success=(204, _no_content("Updated.")),
                 errors={
                     400: f"{_BAD_TOPIC}. {bad_count}; force not true or false.",
@@ -1465,6 +1745,9 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "With every partition's topic. Marked deleted first: a retry completes a "
                 "delete that failed half-way.",
                 query=[_flag_query("force", "Close connected consumers first.")],
+                redirect=_PARTITION_NOT_OWNER
+                + " The partitioned topic is marked deleted already; partitions this "
+                "broker owns may be deleted.",
                 success=(204, _no_content("Deleted.")),
                 errors={
                     400: f"{_BAD_TOPIC}; force not true or false.",
@@ -1483,6 +1766,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "Partitioned-topic stats",
                 "Topic stats added up over the partitions, and each partition's.",
                 query=[_flag_query("perPartition", "Include each partition's stats.", True)],
+                redirect=_PARTITION_NOT_OWNER,
                 success=(200, _json_answer("Stats.", _schema("PartitionedTopicStats"))),
                 errors={
                     400: f"{_BAD_TOPIC}; perPartition not true or false.",
@@ -1510,12 +1794,14 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "lookupTopic",
                 "lookup",
                 "Look a topic up",
-                "This broker's URLs; brokerUrl null when the binary protocol is off.",
+                "The URLs of the broker owning the topic's bundle (assigned now if it has no "
+                "owner: to the live broker owning the fewest bundles); brokerUrl null when "
+                "the binary protocol is off.",
                 success=(200, _json_answer("LookupData.", _schema("LookupData"))),
                 errors={
                     400: _BAD_TOPIC + ".",
                     404: "No such topic and allowAutoTopicCreation=false.",
-                    503: fault,
+                    503: fault + " Or no broker of the cluster is up.",
                 },
             ),
         ),
@@ -1527,6 +1813,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "tenants",
                 "List clusters",
                 "The one cluster, clusterName.",
+                down=False,
                 success=(200, _json_answer("Cluster names.", names)),
                 errors={},
             ),
@@ -1675,6 +1962,7 @@ def _paths() -> Json:
         *_topic_routes(),
         *_pulsar_admin_routes(),
         *_broker_routes(),
+        *_cluster_routes(),
     ]
     paths: Json = {}
     for method, path, operation in routes:
@@ -1692,7 +1980,8 @@ def openapi_spec() -> dict[str, Any]:
             "title": "brokerlab",
             "version": "0.1.0",
             "description": "HTTP contract of brokerlab, a Pulsar broker emulator. The prose "
-            "twin is docs/api.md. Every non-2xx answer has the Error body.",
+            "twin is docs/api.md. Every non-2xx answer has the Error body. In a cluster of "
+            "several brokers, routes serving a topic another broker owns answer 307 to it.",
         },
         "servers": [
             {
@@ -1707,10 +1996,11 @@ def openapi_spec() -> dict[str, Any]:
             {"name": "topics", "description": "Topic administration and stats."},
             {"name": "namespaces", "description": "Namespace administration."},
             {"name": "partitioned topics", "description": "Pulsar's partitioned topics."},
-            {"name": "lookup", "description": "Which broker serves a topic (this one)."},
+            {"name": "lookup", "description": "Which broker serves a topic (its owner)."},
             {"name": "tenants", "description": "Clusters and tenants, as Pulsar's admin API."},
             {"name": "broker", "description": "Broker health, stats and pages."},
             {"name": "brokerlab", "description": "Extensions: storage fault injection."},
+            {"name": "cluster", "description": "Extensions: the brokers of the cluster."},
         ],
         "paths": _paths(),
         "components": {
@@ -1723,6 +2013,7 @@ def openapi_spec() -> dict[str, Any]:
                 **_internal_stats_schemas(),
                 **_broker_schemas(),
                 **_pulsar_admin_schemas(),
+                **_cluster_schemas(),
             },
         },
     }

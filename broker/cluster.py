@@ -33,8 +33,9 @@ from broker.clock import Clock, EventClock, SystemClock
 from broker.config import BrokerConfig, cache_config, shadow_designs, trace_dir
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import ConflictError, InvalidRequestError, UnavailableError
+from broker.dispatch.names import TopicName
 from broker.dispatch.ownership import BrokerAddress, Ownership
-from broker.dispatch.partitions import PartitionsConfig
+from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
 from broker.dispatch.service import BrokerService, ServiceConfig, check_data_format
 from broker.ledger.managed_ledger import ManagedLedgerConfig
 from broker.protocol.server import ProtocolServer
@@ -44,6 +45,7 @@ from storage_stub.bookie.api import BookieError
 from storage_stub.config import StorageConfig
 
 if TYPE_CHECKING:
+    from broker.dispatch.topic import PersistentTopic
     from broker.trace.recorder import TraceRecorder
 
 log = logging.getLogger(__name__)
@@ -236,6 +238,7 @@ class BrokerNode:
             self.trace,
             cluster.ownership,
             self.index,
+            cluster.partitions,
         )
         self.service = service
         self.incarnation += 1
@@ -303,6 +306,29 @@ class BrokerNode:
         return stream.stats()
 
 
+class ClusterTopics:
+    """The topics of every broker of a cluster, each reached at its owner: what the
+    cluster's partitioned topics act on (their partitions may live on different
+    brokers)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+
+    @property
+    def topics(self) -> dict[TopicName, PersistentTopic]:
+        loaded: dict[TopicName, PersistentTopic] = {}
+        for node in self._cluster.nodes:
+            if node.service is not None:
+                loaded.update(node.service.topics)
+        return loaded
+
+    async def get_topic(self, name: TopicName, create: bool) -> PersistentTopic:
+        return await self._cluster.service_for(name).get_topic(name, create)
+
+    async def delete_topic(self, name: TopicName, force: bool) -> None:
+        await self._cluster.service_for(name).delete_topic(name, force)
+
+
 class Cluster:
     """``brokers`` brokers over one storage. ``open`` opens the storage and builds the
     nodes; ``start`` starts them; ``close`` stops them gracefully and closes storage."""
@@ -335,6 +361,13 @@ class Cluster:
             await storage.close()
             raise
         self._storage = storage
+        config = self.service_config
+        self.partitions = PartitionedTopics(
+            storage.metadata,
+            config.partitions,
+            ClusterTopics(self),
+            config.allow_auto_topic_creation,
+        )
         self.nodes = [BrokerNode(self, index) for index in range(self._brokers)]
 
     async def start(self) -> None:
@@ -362,6 +395,11 @@ class Cluster:
                 f"no broker {index}: this cluster has brokers 0..{len(self.nodes) - 1}"
             )
         return self.nodes[index]
+
+    def service_for(self, name: TopicName) -> BrokerService:
+        """The running service of the broker owning ``name`` (assigning its bundle if
+        it has no owner). UnavailableError while that broker is down."""
+        return self.nodes[self.ownership.owner(name).index].running_service()
 
     def expire_session(self, index: int) -> None:
         """A killed broker's bundles lose their owner once its session expires."""

@@ -419,13 +419,26 @@ class ProducerWorker:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _send(self, topic: str, body: bytes, count: int, scheduled_ns: int) -> None:
+        """Send one request; while the topic's broker is unavailable (restarting, its
+        topic moving) send it again, as a Pulsar producer keeps its pending messages and
+        resends them after reconnecting, until the run stops."""
         run = self.run
         counters = run.counters
+        failures = 0
         try:
-            stored = await self.client.produce(topic, body)
-        except BrokerError:
-            counters.publish_errors += count
-            return
+            while True:
+                try:
+                    stored = await self.client.produce(topic, body)
+                    break
+                except Unavailable:
+                    if run.stopping:
+                        counters.publish_errors += count
+                        return
+                    await asyncio.sleep(BACKOFF_S[min(failures, len(BACKOFF_S) - 1)])
+                    failures += 1
+                except BrokerError:
+                    counters.publish_errors += count
+                    return
         finally:
             self._in_flight.release()
             run.produce_slots.release()

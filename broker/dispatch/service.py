@@ -137,6 +137,7 @@ class BrokerService:
         trace: TraceRecorder | None = None,
         ownership: Ownership | None = None,
         index: int = 0,
+        partitions: PartitionedTopics | None = None,
     ) -> None:
         self.config = config
         #: the cluster's ownership table and this broker's index in it; alone, a broker
@@ -169,7 +170,9 @@ class BrokerService:
         self.totals = BrokerTotals()
         self.cache_rates = CacheRates()
         self.cache_rates.refresh(cache.stats(), 0.0)
-        self.partitions = PartitionedTopics(
+        #: the partitioned topics: the cluster's (shared by its brokers, acting on each
+        #: partition at its owner), or this broker's own when it stands alone
+        self.partitions = partitions or PartitionedTopics(
             metadata, config.partitions, self, config.allow_auto_topic_creation
         )
         self.namespaces = NamespaceRegistry(metadata, config.cluster_name, self)

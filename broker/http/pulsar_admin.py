@@ -368,11 +368,15 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 async def unload_topic(request: web.Request) -> web.Response:
     name = _topic(request)
     service = _service(request)
+    cluster = request.app[NODE].cluster
     count = await service.partitions.get(name)
     if count:
+        # each partition at its owner (the partitions of a topic may be on any broker)
         for index in range(count):
-            await service.unload_topic(partition_name(name, index))
+            partition = partition_name(name, index)
+            await cluster.service_for(partition).unload_topic(partition)
     elif await service.partitions.exists(name):
+        service.check_owner(name)  # another broker's topic: 307 to it
         await service.unload_topic(name)
     else:
         raise NotFoundError(f"topic {name} not found")

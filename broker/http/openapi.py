@@ -63,12 +63,6 @@ _NOT_OWNER = (
     "Another broker of the cluster owns the topic's bundle: Location names this path and "
     "query on it; repeat the request there (method and body kept)."
 )
-#: What a 307 means on a route that loads every partition of a partitioned topic.
-_PARTITION_NOT_OWNER = (
-    "Another broker of the cluster owns the bundle of a partition: Location names this "
-    "path and query on the owner of the first such partition (with several brokers these "
-    "routes succeed only at a broker owning every partition; see docs/api.md)."
-)
 #: Why a route that needs this broker's service answers 503 besides storage faults.
 _DOWN = "This broker is down (restarting, or not started yet)."
 _ALSO_DOWN = "Also while this broker is down (restarting, or not started yet)."
@@ -820,7 +814,8 @@ def _subscription_routes() -> list[tuple[str, str, Json]]:
                     "Pulsar's form of the start, instead of messageId (not with it).",
                     required=False,
                 ),
-                redirect=_NOT_OWNER + " On a partitioned topic: " + _PARTITION_NOT_OWNER,
+                redirect=_NOT_OWNER + " Not on a partitioned topic's name: each partition is "
+                "reached at its owner.",
                 success=(204, _no_content("Created.")),
                 errors={
                     400: "Bad topic or subscription name, or a bad messageId; a body not "
@@ -1641,9 +1636,9 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "topics",
                 "Unload a topic",
                 "Closes its consumers, drops its cache entries; the next request reloads "
-                "it. A partitioned topic: every partition. Only what this broker has loaded: "
-                "asked of a broker that does not own the topic, it answers 204 and unloads "
-                "nothing (ask the owner: see the lookup).",
+                "it. A partitioned topic: every partition, each at its owner.",
+                redirect=_NOT_OWNER + " Not on a partitioned topic's name: each partition is "
+                "reached at its owner.",
                 success=(204, _no_content("Unloaded.")),
                 errors={
                     400: _BAD_TOPIC + ".",
@@ -1660,7 +1655,8 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "topics",
                 "List subscriptions",
                 "The topic's subscription names; a partitioned topic's, of every partition.",
-                redirect=_NOT_OWNER + " On a partitioned topic: " + _PARTITION_NOT_OWNER,
+                redirect=_NOT_OWNER + " Not on a partitioned topic's name: each partition is "
+                "reached at its owner.",
                 success=(200, _json_answer("Subscription names.", names)),
                 errors={400: _BAD_TOPIC + ".", 404: _UNKNOWN_TOPIC, 503: fault},
             ),
@@ -1722,10 +1718,6 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "Counts only grow; new partitions get partition 0's subscriptions.",
                 query=[_flag_query("force", "Accepted; no effect.")],
                 body=_count_body("The new number of partitions."),
-                redirect=_PARTITION_NOT_OWNER
-                + " Here partition 0 (read for its subscriptions): the new count is "
-                "stored already, and the new partitions lack partition 0's subscriptions "
-                "(create them on each).",
                 success=(204, _no_content("Updated.")),
                 errors={
                     400: f"{_BAD_TOPIC}. {bad_count}; force not true or false.",
@@ -1745,9 +1737,6 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "With every partition's topic. Marked deleted first: a retry completes a "
                 "delete that failed half-way.",
                 query=[_flag_query("force", "Close connected consumers first.")],
-                redirect=_PARTITION_NOT_OWNER
-                + " The partitioned topic is marked deleted already; partitions this "
-                "broker owns may be deleted.",
                 success=(204, _no_content("Deleted.")),
                 errors={
                     400: f"{_BAD_TOPIC}; force not true or false.",
@@ -1766,7 +1755,6 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "Partitioned-topic stats",
                 "Topic stats added up over the partitions, and each partition's.",
                 query=[_flag_query("perPartition", "Include each partition's stats.", True)],
-                redirect=_PARTITION_NOT_OWNER,
                 success=(200, _json_answer("Stats.", _schema("PartitionedTopicStats"))),
                 errors={
                     400: f"{_BAD_TOPIC}; perPartition not true or false.",

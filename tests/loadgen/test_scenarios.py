@@ -37,7 +37,14 @@ def test_a_few_facts_of_the_presets() -> None:
     assert load_scenario("many-topics").topics == 10_000
     slow = load_scenario("keyshared-slow-consumer")
     assert slow.subscriptionType == "Key_Shared" and slow.consumers.slowConsumers == 1
-    assert [e.type for e in load_scenario("rolling-restart").events].count("disconnect") == 3
+    rolling = load_scenario("rolling-restart")
+    # the public test's shape: two brokers, each restarted in turn, three times
+    assert rolling.brokers == 2 and rolling.partitionsPerTopic == 10
+    assert [(e.type, e.broker) for e in rolling.events] == [
+        ("restart", 0),
+        ("restart", 1),
+        ("restart", 0),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -97,7 +97,7 @@ async def test_a_full_disk_makes_produce_503_read_only_reads_go_on_and_space_bri
     assert status == 200 and body["bookie"]["readOnly"] == 1
     assert body["bookie"]["diskUsage"] >= 0.9
     status, metrics = await client.request("GET", "/metrics")
-    assert "\nbrokerlab_bookie_read_only 1.0\n" in metrics
+    assert '\nbrokerlab_bookie_read_only{broker="0"} 1.0\n' in metrics
     assert await _read_all(client, "reader", len(acknowledged)) == acknowledged
 
     filler.unlink()

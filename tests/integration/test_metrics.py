@@ -21,6 +21,9 @@ async def scrape(client: Client) -> dict[tuple[str, tuple[tuple[str, str], ...]]
 
 
 def value(samples: dict, name: str, **labels: str) -> float:  # type: ignore[type-arg]
+    """The sample of ``name`` with ``labels``; every series carries the broker's index,
+    0 for a broker alone."""
+    labels.setdefault("broker", "0")
     return samples[(name, tuple(sorted(labels.items())))]
 
 

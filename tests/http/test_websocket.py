@@ -531,7 +531,9 @@ async def test_a_send_not_stored_within_send_timeout_fails_and_the_session_goes_
         status, body = await client.request(
             "PUT",
             "/admin/v2/brokerlab/faults",
-            json={"operation": "addEntries", "delayMs": 600_000},
+            # far beyond the send timeout, and short: a broker's stop waits for the adds
+            # in flight (a 600 s delay held the teardown for ten minutes)
+            json={"operation": "addEntries", "delayMs": 3_000},
         )
         assert status == 204, body
         answer = await produce_ws(producer, "slow", context="s")

@@ -25,6 +25,18 @@ STATUS: dict[type[errors.BrokerError], int] = {
     errors.UnavailableError: 503,
 }
 
+
+def status_of(error: errors.BrokerError) -> int:
+    """The HTTP status of a broker error: that of its nearest class in ``STATUS``, so a
+    subclass (``ServiceNotReadyError`` is an ``UnavailableError``) answers as its kind.
+    O(depth of the class hierarchy)."""
+    for cls in type(error).__mro__:
+        status = STATUS.get(cls)
+        if status is not None:
+            return status
+    return 500
+
+
 _HTTP_CODES = {
     400: "invalid-request",
     404: "not-found",
@@ -69,7 +81,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except NotOwnerError as error:
         return redirect_to_owner(request, error)
     except errors.BrokerError as error:
-        return error_response(STATUS.get(type(error), 500), error.code, str(error))
+        return error_response(status_of(error), error.code, str(error))
     except (BookieError, ManagedLedgerError) as error:
         return error_response(503, "unavailable", f"storage unavailable: {error}")
     except OSError as error:

@@ -245,6 +245,16 @@ class ManagedLedger:
             await asyncio.shield(self._rollover)
         await self._drained.wait()
         await self._tasks.close()
+        # a cursor write in flight (an ack being made durable) ends before the topic is
+        # handed over, so the next owner recovers the cursor with it; then any change
+        # not yet written goes out, as Pulsar persists cursors when it closes them
+        for cursor in list(self.cursors.values()):
+            try:
+                await cursor.persist()
+            except BookieError as error:
+                log.warning(
+                    "topic %s: cursor %s not persisted at close: %s", self.name, cursor.name, error
+                )
         try:
             current = self._current
             if current is not None:

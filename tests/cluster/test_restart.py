@@ -264,12 +264,6 @@ def test_a_second_restart_of_a_restarting_broker_is_a_conflict(
     assert cluster.owner(topic, asking=1) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker/http/app.py restart_broker: asked of the broker itself, the route "
-    "answers 202 and spawns a restart that fails in the background with ConflictError "
-    "(Cluster.spawn_restart never checks Cluster._restarting)",
-)
 def test_a_broker_asked_to_restart_itself_while_restarting_answers_409(
     served_cluster: ClusterFactory,
 ) -> None:

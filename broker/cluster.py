@@ -416,8 +416,20 @@ class Cluster:
         self._expiries[index] = self._tasks.spawn(expire(), name=f"session expiry {index}")
 
     async def restart(self, index: int, mode: str, downtime_s: float) -> None:
-        """Restart broker ``index``; ConflictError-like InvalidRequestError if it is
-        restarting already, or for an unknown mode."""
+        """Restart broker ``index``. InvalidRequestError for an unknown mode or a
+        negative downtime; ConflictError if it is restarting already."""
+        node = self._begin_restart(index, mode, downtime_s)
+        await self._restart(node, mode, downtime_s)
+
+    def spawn_restart(self, index: int, mode: str, downtime_s: float) -> None:
+        """Restart in the background (the caller is the restarting broker's own front
+        end, which the restart closes). Refuses at once what ``restart`` refuses, so the
+        caller can answer it; a restart failing later is logged and leaves the broker
+        down."""
+        node = self._begin_restart(index, mode, downtime_s)
+        self._tasks.spawn(self._restart(node, mode, downtime_s), name=f"restart broker {index}")
+
+    def _begin_restart(self, index: int, mode: str, downtime_s: float) -> BrokerNode:
         if mode not in RESTART_MODES:
             raise InvalidRequestError(f"restart mode {mode!r}: one of {', '.join(RESTART_MODES)}")
         if downtime_s < 0:
@@ -426,17 +438,13 @@ class Cluster:
         if index in self._restarting:
             raise ConflictError(f"broker {index} is restarting already")
         self._restarting.add(index)
+        return node
+
+    async def _restart(self, node: BrokerNode, mode: str, downtime_s: float) -> None:
         try:
             await node.restart(mode, downtime_s)
         finally:
-            self._restarting.discard(index)
-
-    def spawn_restart(self, index: int, mode: str, downtime_s: float) -> None:
-        """Restart in the background (the caller is the restarting broker's own front
-        end, which the restart closes). A failed restart is logged and leaves the broker
-        down."""
-        self.node(index)
-        self._tasks.spawn(self.restart(index, mode, downtime_s), name=f"restart broker {index}")
+            self._restarting.discard(node.index)
 
     async def unload_bundle(self, namespace: str, bundle: str) -> int:
         """Unload one bundle at its owner and release it: the next lookup assigns it to
@@ -446,6 +454,7 @@ class Cluster:
         owner = ownership.owners.get(key)
         if owner is None:
             return 0
+        ownership.begin_unload(key)
         service = self.nodes[owner].service
         try:
             return await service.unload_bundle(key) if service is not None else 0
@@ -455,10 +464,15 @@ class Cluster:
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
         """Unload every bundle of the namespace at its owner (each broker closes its
         topics of the namespace concurrently), then release the bundles."""
+        keys = [(f"{tenant}/{namespace}", bundle) for bundle in self.ownership.bundle_names]
+        for key in keys:
+            self.ownership.begin_unload(key)
         total = 0
-        for node in self.nodes:
-            if node.service is not None:
-                total += await node.service.unload_namespace(tenant, namespace)
-        for bundle in self.ownership.bundle_names:
-            self.ownership.release((f"{tenant}/{namespace}", bundle), unloaded=True)
+        try:
+            for node in self.nodes:
+                if node.service is not None:
+                    total += await node.service.unload_namespace(tenant, namespace)
+        finally:
+            for key in keys:
+                self.ownership.release(key, unloaded=True)
         return total

@@ -78,7 +78,15 @@ class Ownership:
     """The ownership table of a cluster of ``brokers`` brokers. Lookups are O(log bundles)
     per topic (a bisect over the boundaries) plus a dict lookup; assignment O(brokers)."""
 
-    __slots__ = ("_boundaries", "_names", "_owned", "_passed_over", "brokers", "owners")
+    __slots__ = (
+        "_boundaries",
+        "_names",
+        "_owned",
+        "_passed_over",
+        "_unloading",
+        "brokers",
+        "owners",
+    )
 
     def __init__(self, brokers: int, bundles_per_namespace: int = DEFAULT_BUNDLES) -> None:
         if brokers < 1:
@@ -95,6 +103,8 @@ class Ownership:
         self._owned = [0] * brokers
         #: bundle -> the broker that unloaded it last (assigned elsewhere if possible)
         self._passed_over: dict[tuple[str, str], int] = {}
+        #: bundles being unloaded: their owner loads no topic of them until released
+        self._unloading: set[tuple[str, str]] = set()
 
     @property
     def bundle_names(self) -> list[str]:
@@ -146,9 +156,20 @@ class Ownership:
         """The bundles broker ``index`` owns. O(owned bundles of the cluster)."""
         return [key for key, owner in self.owners.items() if owner == index]
 
+    def begin_unload(self, key: tuple[str, str]) -> None:
+        """The bundle's unload has begun: its owner refuses to load its topics (as
+        Pulsar disables an owned bundle before unloading it) until ``release``."""
+        if key in self.owners:
+            self._unloading.add(key)
+
+    def is_unloading(self, topic: TopicName) -> bool:
+        """Whether the topic's bundle is being unloaded. O(1) while no unload runs."""
+        return bool(self._unloading) and self.bundle_of(topic) in self._unloading
+
     def release(self, key: tuple[str, str], unloaded: bool = False) -> None:
         """The bundle has no owner any more (its topics are unloaded); ``unloaded``: an
         admin unload, so its next assignment passes over the broker that had it."""
+        self._unloading.discard(key)
         index = self.owners.pop(key, None)
         if index is None:
             return

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -246,6 +246,10 @@ class BrokerService:
         owner = self.ownership.owner(name)
         if owner.index != self.index:
             raise NotOwnerError(name, owner)
+        if self.ownership.is_unloading(name):
+            raise ServiceNotReadyError(
+                f"the bundle of {name} is being unloaded from broker {self.index}; look it up again"
+            )
 
     async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
         if self.stopping:
@@ -297,6 +301,7 @@ class BrokerService:
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
         """Unload every loaded topic of the namespace as a bundle move would: consumers
         disconnected, cache entries dropped, the next request reloads from storage."""
+        await self._loads_settled(lambda n: n.tenant == tenant and n.namespace == namespace)
         doomed = [n for n in self.topics if n.tenant == tenant and n.namespace == namespace]
         # topics close concurrently (each waits on its ledger's close), a bounded number
         # at a time, as a broker unloads a bundle; one by one, 3,000 topics took seconds
@@ -306,9 +311,19 @@ class BrokerService:
     async def unload_bundle(self, bundle: tuple[str, str]) -> int:
         """Unload the loaded topics of one namespace bundle, as unload_namespace does."""
         bundle_of = self.ownership.bundle_of
+        await self._loads_settled(lambda name: bundle_of(name) == bundle)
         doomed = [name for name in self.topics if bundle_of(name) == bundle]
         await self._unload_all(doomed)
         return len(doomed)
+
+    async def _loads_settled(self, doomed: Callable[[TopicName], bool]) -> None:
+        """Wait for the loads in progress of the topics being unloaded (the bundle is
+        marked first, so no new one starts): a load that passed its ownership check
+        before the unload began ends in ``topics``, where the unload finds it, and never
+        outlives the bundle's handover."""
+        loading = [future for name, future in self._loading.items() if doomed(name)]
+        if loading:
+            await asyncio.wait(loading)
 
     async def _unload_all(self, doomed: list[TopicName]) -> None:
         names = iter(doomed)

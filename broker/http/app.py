@@ -654,9 +654,6 @@ async def restart_broker(request: web.Request) -> web.Response:
     mode = request.query.get("mode", "graceful")
     downtime_ms = query_int(request, "downtimeMs", default=0, minimum=0, maximum=3_600_000)
     if index == node.index:
-        cluster.node(index)
-        if mode not in RESTART_MODES:
-            raise InvalidRequestError(f"restart mode {mode!r}: one of {', '.join(RESTART_MODES)}")
         cluster.spawn_restart(index, mode, downtime_ms / 1000)
         return _json({"broker": index, "mode": mode, "state": "restarting"}, status=202)
     await cluster.restart(index, mode, downtime_ms / 1000)

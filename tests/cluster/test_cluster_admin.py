@@ -8,7 +8,6 @@ import asyncio
 import re
 
 import orjson
-import pytest
 
 from broker.ledger.managed_ledger import metadata_key
 from tests.cluster.conftest import (
@@ -115,13 +114,6 @@ async def test_unloading_an_unknown_or_unowned_bundle(local_cluster: LocalCluste
     assert local.cluster.ownership.owners == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker/cluster.py Cluster.unload_bundle releases the bundle only after its "
-    "topics are closed and nothing refuses loads meanwhile: a topic of the bundle loaded "
-    "during the unload stays at the old owner, whose consumers then starve while the new "
-    "owner serves the topic",
-)
 async def test_a_topic_asked_for_during_its_bundles_unload_does_not_stay_at_the_old_owner(
     local_cluster: LocalClusterFactory,
 ) -> None:
@@ -166,13 +158,6 @@ async def test_a_topic_asked_for_during_its_bundles_unload_does_not_stay_at_the_
     assert node0.service is not None and node0.service.topics == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an unload (admin or a graceful stop) closes the topic without waiting for its "
-    "cursors' writes in flight (PersistentTopic.close / ManagedLedger.close never await "
-    "ManagedCursor.persist): the next owner reads the cursor record before the ack is "
-    "in it, and redelivers a message whose ack was answered 204",
-)
 async def test_an_ack_being_written_during_an_unload_is_not_lost(
     local_cluster: LocalClusterFactory,
 ) -> None:
@@ -345,12 +330,6 @@ async def test_a_killed_broker_keeps_its_bundles_until_its_session_expires(
     assert await payloads_at(local, 1, topic, 4) == [b"k0", b"k1", b"k2", b"k3"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker/http/errors.py error_middleware maps errors by exact type "
-    "(STATUS.get(type(error), 500)): ServiceNotReadyError, an UnavailableError, "
-    "answers 500 with code 'unavailable'",
-)
 async def test_a_request_in_flight_when_its_broker_stops_answers_503(
     local_cluster: LocalClusterFactory,
 ) -> None:

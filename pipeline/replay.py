@@ -39,6 +39,7 @@ __all__ = [
     "replay",
     "replay_brokers",
     "replay_trace_dir",
+    "replay_uri",
 ]
 
 #: events that span several rows: consecutive rows, the last one has entry == last_entry
@@ -298,3 +299,22 @@ def replay_trace_dir(directory: pathlib.Path | str, spec: ReplaySpec) -> dict[in
         rows = iter_rows(uri, file_prefix(broker))
         results[broker] = replay_brokers(rows, spec).get(broker) or ReplayResult.total(spec, [])
     return results
+
+
+def replay_uri(uri: str, specs: list[ReplaySpec], sample_rate: float = 1.0) -> list[ReplayResult]:
+    """Replay the trace at ``uri`` (any URI ``pipeline.trace_io`` reads) through every
+    spec: for each spec, the brokers' counts summed, in the order of ``specs``.
+    ``sample_rate`` < 1 replays a spatially hashed sample of the entries through caches
+    scaled by the rate (miniature simulation); the counts are then estimates."""
+    from broker.trace.recorder import file_prefix
+    from pipeline.trace_io import iter_rows, trace_brokers
+
+    if sample_rate != 1.0:
+        raise NotImplementedError("sampling is not built yet")
+    brokers = trace_brokers(uri)
+    return [
+        ReplayResult.total(
+            spec, [replay(iter_rows(uri, file_prefix(broker)), spec) for broker in brokers]
+        )
+        for spec in specs
+    ]

@@ -23,20 +23,45 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
+
+import pyarrow as pa
 
 from broker.cache import DESIGNS, CursorCheck, DesignInstance, design
 from broker.cache.config import CacheConfig
 from broker.clock import EventClock
+from broker.trace.recorder import SCHEMA
+from pipeline.columns import (
+    ACTIVATE,
+    ADD,
+    CHECK,
+    DEACTIVATE,
+    FILL,
+    FILL_FAILED,
+    LOAD,
+    MOVE,
+    READ,
+    RELEASE,
+    REPLAY_ADD,
+    RESTART,
+    TICK,
+    TRIM,
+    UNLOAD,
+    EventDecoder,
+)  # fmt: skip
 from pipeline.outcome import CacheOutcome
+
+#: rows per record batch when replaying rows given as dicts
+ROWS_PER_BATCH = 65_536
 
 __all__ = [
     "DESIGNS",
-    "EventFeeder",
+    "EventReplayer",
     "ReplayResult",
     "ReplaySpec",
     "replay",
+    "replay_batches",
     "replay_brokers",
     "replay_trace_dir",
     "replay_uri",
@@ -72,6 +97,16 @@ class ReplayResult(CacheOutcome):
     live: bool
     events: int
     evicted: dict[str, int]
+    #: 1: every entry replayed; < 1: a miniature simulation, counts estimated
+    sample_rate: float = 1.0
+
+    def scale(self, factor: float) -> None:
+        """Counts of a sample to estimates of the whole (``factor`` = 1 / rate)."""
+        self.hits = round(self.hits * factor)
+        self.misses = round(self.misses * factor)
+        self.hit_bytes = round(self.hit_bytes * factor)
+        self.miss_bytes = round(self.miss_bytes * factor)
+        self.evicted = {reason: round(count * factor) for reason, count in self.evicted.items()}
 
     def as_row(self) -> dict[str, Any]:
         row = super().as_row()
@@ -135,6 +170,7 @@ class EventFeeder:
         group = self._group
         if group and not _continues(group[-1], row):
             self._flush()  # an event cut short (rows dropped): hand over what there is
+            group = self._group
         if kind in _GROUPED:
             group.append(row)
             if row["entry"] == row["last_entry"]:
@@ -193,15 +229,7 @@ class EventFeeder:
     def stats(self) -> dict[str, Any]:
         """The counters of every instance fed so far, summed: ``hits``, ``misses``,
         ``hitBytes``, ``missBytes`` and ``evicted`` (by reason)."""
-        summed: dict[str, Any] = {
-            "hits": 0, "misses": 0, "hitBytes": 0, "missBytes": 0, "evicted": {},
-        }  # fmt: skip
-        for stats in [*self.retired, self.instance.stats()]:
-            for key in ("hits", "misses", "hitBytes", "missBytes"):
-                summed[key] += stats[key]
-            for reason, count in stats["evicted"].items():
-                summed["evicted"][reason] = summed["evicted"].get(reason, 0) + count
-        return summed
+        return _summed_stats([*self.retired, self.instance.stats()])
 
     def _flush(self) -> None:
         rows = self._group
@@ -241,31 +269,79 @@ def _continues(previous: dict[str, Any], row: dict[str, Any]) -> bool:
     )
 
 
-def _feeder(spec: ReplaySpec) -> EventFeeder:
-    clock = EventClock()
-    return EventFeeder(spec.create(clock), clock, lambda: spec.create(clock))
+class EventReplayer:
+    """Hands decoded events (``pipeline.columns``) to one design instance, as the broker
+    handed them to its cache: O(1) per event plus the design's own work. A ``restart``
+    event retires the instance (its counts are kept, see :meth:`stats`) and goes on
+    with a fresh one, as the broker went on with a new cache."""
 
+    __slots__ = ("_clock", "_spec", "events", "instance", "retired")
 
-def replay_brokers(rows: Iterable[dict[str, Any]], spec: ReplaySpec) -> dict[int, ReplayResult]:
-    """Replay trace rows (dicts with the trace's columns; each broker's rows in ``seq``
-    order, brokers one after another or interleaved), each broker's through its own
-    instance of ``spec``: the result of each broker, its restarts summed in."""
-    feeders: dict[int, EventFeeder] = {}
-    feeder: EventFeeder | None = None
-    current = None
-    for row in rows:
-        broker = row.get("broker") or 0  # rows made by hand may leave it out
-        if broker != current or feeder is None:
-            feeder = feeders.get(broker)
-            if feeder is None:
-                feeder = feeders[broker] = _feeder(spec)
-            current = broker
-        feeder.apply(row)
-    results = {}
-    for broker, done in sorted(feeders.items()):
-        done.finish()
-        stats = done.stats()
-        results[broker] = ReplayResult(
+    def __init__(self, spec: ReplaySpec) -> None:
+        self._spec = spec
+        self._clock = EventClock()
+        self.instance = spec.create(self._clock)
+        #: events handed over
+        self.events = 0
+        #: the stats of the instances retired by restarts, oldest first
+        self.retired: list[dict[str, Any]] = []
+
+    def feed(self, events: list[tuple[Any, ...]]) -> None:
+        clock = self._clock
+        instance = self.instance
+        units = instance.units
+        for event in events:
+            op = event[0]
+            clock.now_ns = event[1]
+            if op == RELEASE:
+                unit = units.get(event[2])
+                (unit or instance.unit(event[2])).released(event[3], event[4])
+            elif op == READ:
+                unit = units.get(event[2])
+                (unit or instance.unit(event[2])).read(
+                    event[3], event[4], event[5], event[6], event[7]
+                )
+            elif op == ADD:
+                unit = units.get(event[2])
+                (unit or instance.unit(event[2])).added(event[3], event[4], None, event[5])
+            elif op == FILL:
+                unit = units.get(event[2])
+                (unit or instance.unit(event[2])).filled(event[3], event[4], None, event[5])
+            elif op == MOVE:
+                instance.unit(event[2]).moved(event[3], event[4], event[5])
+            elif op == CHECK:
+                instance.unit(event[2]).checked(event[3])
+            elif op == TICK:
+                instance.tick()
+            elif op == ACTIVATE:
+                instance.unit(event[2]).activated(event[3], event[4], event[5], event[6])
+            elif op == DEACTIVATE:
+                instance.unit(event[2]).deactivated(event[3])
+            elif op == REPLAY_ADD:
+                instance.unit(event[2]).replay_added(event[3], event[4])
+            elif op == LOAD:
+                instance.load(event[2])
+            elif op == UNLOAD:
+                instance.unload(event[2])
+            elif op == FILL_FAILED:
+                instance.unit(event[2]).fill_failed(event[3], event[4], event[5])
+            elif op == TRIM:
+                instance.unit(event[2]).trimmed(event[3])
+            elif op == RESTART:
+                self.retired.append(instance.stats())
+                instance = self.instance = self._spec.create(clock)
+                units = instance.units
+        self.events += len(events)
+
+    def stats(self) -> dict[str, Any]:
+        """The counters of every instance fed so far, summed."""
+        return _summed_stats([*self.retired, self.instance.stats()])
+
+    def result(self, rows: int) -> ReplayResult:
+        """The counts so far as a result; ``rows``: trace rows behind the events."""
+        stats = self.stats()
+        spec = self._spec
+        return ReplayResult(
             design=spec.design,
             size_bytes=spec.size_bytes,
             live=spec.live,
@@ -273,10 +349,81 @@ def replay_brokers(rows: Iterable[dict[str, Any]], spec: ReplaySpec) -> dict[int
             misses=stats["misses"],
             hit_bytes=stats["hitBytes"],
             miss_bytes=stats["missBytes"],
-            events=done.events,
+            events=rows,
             evicted=stats["evicted"],
         )
+
+
+def _summed_stats(all_stats: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    summed: dict[str, Any] = {
+        "hits": 0, "misses": 0, "hitBytes": 0, "missBytes": 0, "evicted": {},
+    }  # fmt: skip
+    for stats in all_stats:
+        for key in ("hits", "misses", "hitBytes", "missBytes"):
+            summed[key] += stats[key]
+        for reason, count in stats["evicted"].items():
+            summed["evicted"][reason] = summed["evicted"].get(reason, 0) + count
+    return summed
+
+
+def replay_batches(
+    batches: Iterable[pa.RecordBatch], specs: Sequence[ReplaySpec], sample_rate: float = 1.0
+) -> list[ReplayResult]:
+    """Replay one broker's record batches (in ``seq`` order) through every spec in one
+    pass: the trace is decoded once and every spec's instance consumes the events.
+    ``sample_rate`` < 1: miniature simulation (``pipeline.columns``), each spec's cache
+    scaled by the rate and its counts by its inverse (the results are estimates, and
+    say so in ``sample_rate``)."""
+    scaled = [
+        dataclasses.replace(spec, size_bytes=max(1, round(spec.size_bytes * sample_rate)))
+        if sample_rate < 1
+        else spec
+        for spec in specs
+    ]
+    replayers = [EventReplayer(spec) for spec in scaled]
+    decoder = EventDecoder(sample_rate)
+    for batch in batches:
+        events = decoder.decode(batch)
+        for replayer in replayers:
+            replayer.feed(events)
+    tail = decoder.finish()
+    for replayer in replayers:
+        replayer.feed(tail)
+    results = []
+    for spec, replayer in zip(specs, replayers, strict=True):
+        result = replayer.result(decoder.rows)
+        result.size_bytes = spec.size_bytes
+        if sample_rate < 1:
+            result.scale(1 / sample_rate)
+            result.sample_rate = sample_rate
+        results.append(result)
     return results
+
+
+def _batches_of_rows(rows: Iterable[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
+    schema = pa.schema([field.with_nullable(True) for field in SCHEMA])
+    chunk: list[dict[str, Any]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == ROWS_PER_BATCH:
+            yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+            chunk = []
+    if chunk:
+        yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+
+
+def replay_brokers(rows: Iterable[dict[str, Any]], spec: ReplaySpec) -> dict[int, ReplayResult]:
+    """Replay trace rows (dicts with the trace's columns, missing ones null; each
+    broker's rows in ``seq`` order, brokers one after another or interleaved), each
+    broker's through its own instance of ``spec``: the result of each broker, its
+    restarts summed in."""
+    by_broker: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_broker.setdefault(row.get("broker") or 0, []).append(row)
+    return {
+        broker: replay_batches(_batches_of_rows(mine), [spec])[0]
+        for broker, mine in sorted(by_broker.items())
+    }
 
 
 def replay(rows: Iterable[dict[str, Any]], spec: ReplaySpec) -> ReplayResult:
@@ -291,30 +438,58 @@ def replay_trace_dir(directory: pathlib.Path | str, spec: ReplaySpec) -> dict[in
     The replay of the live design at the live size gives each broker's live counts
     (summed over its restarts)."""
     from broker.trace.recorder import file_prefix
-    from pipeline.trace_io import iter_rows, trace_brokers
+    from pipeline.trace_io import iter_batches, trace_brokers
 
     uri = str(directory)
-    results = {}
-    for broker in trace_brokers(uri):
-        rows = iter_rows(uri, file_prefix(broker))
-        results[broker] = replay_brokers(rows, spec).get(broker) or ReplayResult.total(spec, [])
-    return results
+    return {
+        broker: replay_batches(iter_batches(uri, file_prefix(broker)), [spec])[0]
+        for broker in trace_brokers(uri)
+    }
 
 
-def replay_uri(uri: str, specs: list[ReplaySpec], sample_rate: float = 1.0) -> list[ReplayResult]:
+def replay_uri(
+    uri: str, specs: Sequence[ReplaySpec], sample_rate: float = 1.0
+) -> list[ReplayResult]:
     """Replay the trace at ``uri`` (any URI ``pipeline.trace_io`` reads) through every
-    spec: for each spec, the brokers' counts summed, in the order of ``specs``.
-    ``sample_rate`` < 1 replays a spatially hashed sample of the entries through caches
-    scaled by the rate (miniature simulation); the counts are then estimates."""
+    spec in one pass over each broker's files: for each spec, the brokers' counts
+    summed, in the order of ``specs``. ``sample_rate`` < 1 replays a spatially hashed
+    sample of the entries through caches scaled by the rate (miniature simulation);
+    the counts are then estimates."""
     from broker.trace.recorder import file_prefix
-    from pipeline.trace_io import iter_rows, trace_brokers
+    from pipeline.trace_io import iter_batches, trace_brokers
 
-    if sample_rate != 1.0:
-        raise NotImplementedError("sampling is not built yet")
-    brokers = trace_brokers(uri)
-    return [
-        ReplayResult.total(
-            spec, [replay(iter_rows(uri, file_prefix(broker)), spec) for broker in brokers]
-        )
-        for spec in specs
+    per_broker = [
+        replay_batches(iter_batches(uri, file_prefix(broker)), specs, sample_rate)
+        for broker in trace_brokers(uri)
     ]
+    totals = []
+    for index, spec in enumerate(specs):
+        total = ReplayResult.total(spec, [results[index] for results in per_broker])
+        total.sample_rate = sample_rate
+        totals.append(total)
+    return totals
+
+
+# ---------------------------------------------------------------------- the first replay
+
+
+def replay_rows_before(rows: Iterable[dict[str, Any]], spec: ReplaySpec) -> ReplayResult:
+    """The first replay, row by row (one dict per row, ``EventFeeder``): kept only as
+    the baseline of ``brokerlab bench replay`` until issue #17 is done. One broker."""
+    clock = EventClock()
+    feeder = EventFeeder(spec.create(clock), clock, lambda: spec.create(clock))
+    for row in rows:
+        feeder.apply(row)
+    feeder.finish()
+    stats = feeder.stats()
+    return ReplayResult(
+        design=spec.design,
+        size_bytes=spec.size_bytes,
+        live=spec.live,
+        hits=stats["hits"],
+        misses=stats["misses"],
+        hit_bytes=stats["hitBytes"],
+        miss_bytes=stats["missBytes"],
+        events=feeder.events,
+        evicted=stats["evicted"],
+    )

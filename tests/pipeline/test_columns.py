@@ -1,0 +1,116 @@
+"""The column-wise replay (``pipeline.columns``) against the first, row-by-row one: the
+same events for any cut of the trace into batches, with rows dropped, for several specs
+in one pass; and the miniature simulation's sampling."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pyarrow as pa
+import pytest
+
+from broker.cache import DESIGNS
+from broker.trace.recorder import read_trace
+from pipeline.columns import EventDecoder
+from pipeline.replay import (
+    ReplayResult,
+    ReplaySpec,
+    replay_batches,
+    replay_rows_before,
+    replay_uri,
+)
+from tests.pipeline.test_replay import live_spec
+from tests.pipeline.workload import record
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    import asyncio
+
+    directory = tmp_path_factory.mktemp("trace")
+    asyncio.run(record(directory, "pip430"))
+    return directory
+
+
+def counts(result: ReplayResult) -> tuple[int, int, int, int, dict[str, int]]:
+    return result.hits, result.misses, result.hit_bytes, result.miss_bytes, result.evicted
+
+
+def specs_of(trace: pathlib.Path, size: int) -> list[ReplaySpec]:
+    settings = live_spec(trace).settings
+    return [ReplaySpec(design, size, settings) for design in DESIGNS]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_any_cut_into_batches_replays_as_the_row_by_row_replay(
+    trace: pathlib.Path, chunk: int
+) -> None:
+    table = read_trace(trace)
+    rows = table.to_pylist()
+    for spec in [live_spec(trace), *specs_of(trace, 256 * 1024)]:
+        before = replay_rows_before(rows, spec)
+        after = replay_batches(table.to_batches(max_chunksize=chunk), [spec])[0]
+        assert counts(after) == counts(before), (spec.design, spec.size_bytes)
+        assert after.events == len(rows)
+
+
+def test_rows_dropped_inside_events_cut_them_as_the_row_by_row_replay(
+    trace: pathlib.Path,
+) -> None:
+    rows = read_trace(trace).to_pylist()
+    # drop every 13th row: reads, adds and fills lose rows in their middle and at their
+    # ends, so events end early or run into the next one's rows
+    kept = [row for index, row in enumerate(rows) if index % 13 != 5]
+    table = pa.Table.from_pylist(kept, schema=read_trace(trace).schema)
+    for spec in specs_of(trace, 512 * 1024):
+        before = replay_rows_before(kept, spec)
+        after = replay_batches(table.to_batches(max_chunksize=97), [spec])[0]
+        assert counts(after) == counts(before), spec.design
+    assert before.misses > 0 and before.hits > 0
+
+
+def test_several_specs_in_one_pass_are_each_as_alone(trace: pathlib.Path) -> None:
+    specs = specs_of(trace, 300 * 1024) + specs_of(trace, 2 << 20)
+    together = replay_uri(str(trace), specs)
+    for spec, result in zip(specs, together, strict=True):
+        alone = replay_uri(str(trace), [spec])[0]
+        assert counts(result) == counts(alone), (spec.design, spec.size_bytes)
+        assert result.sample_rate == 1.0
+    # the sizes differ: the instances are separate, not one shared
+    assert {counts(r)[:2] for r in together[: len(DESIGNS)]} != {
+        counts(r)[:2] for r in together[len(DESIGNS) :]
+    }
+
+
+def test_sampling_keeps_the_same_entries_whatever_the_batches(trace: pathlib.Path) -> None:
+    table = read_trace(trace)
+
+    def sampled(chunk: int) -> list[tuple[object, ...]]:
+        decoder = EventDecoder(0.3)
+        events = [e for b in table.to_batches(max_chunksize=chunk) for e in decoder.decode(b)]
+        return events + decoder.finish()
+
+    whole = sampled(1 << 20)
+    assert sampled(11) == whole
+    full = EventDecoder(1.0)
+    everything = full.decode(table.to_batches()[0]) if table.num_rows else []
+    # entries are thinned: fewer entry events, no entry outside the full trace's
+    assert 0 < len(whole) < len(everything) + table.num_rows
+
+
+def test_a_sampled_replay_estimates_the_full_one(trace: pathlib.Path) -> None:
+    spec = specs_of(trace, 512 * 1024)[0]
+    full = replay_uri(str(trace), [spec])[0]
+    estimate = replay_uri(str(trace), [spec], sample_rate=0.5)[0]
+    assert estimate.sample_rate == 0.5
+    assert estimate.size_bytes == spec.size_bytes  # reported at the size asked
+    # counts are scaled back: about as many reads as the full replay
+    reads, estimated = full.hits + full.misses, estimate.hits + estimate.misses
+    assert 0.6 * reads < estimated < 1.4 * reads
+    assert abs(estimate.hit_ratio - full.hit_ratio) < 0.1
+
+
+@pytest.mark.parametrize("rate", [0.0, -0.5, 1.5])
+def test_a_sample_rate_outside_zero_to_one_is_refused(rate: float) -> None:
+    with pytest.raises(ValueError, match="sample rate"):
+        EventDecoder(rate)

@@ -191,15 +191,32 @@ class EventDecoder:
         starts = np.empty_like(ends)
         starts[0] = 0
         starts[1:] = ends[:-1] + 1
-        sampled = None
+        ts = np.asarray(batch.column("ts_ns").to_numpy(zero_copy_only=False), dtype=np.int64)
         if self._threshold < 1 << _SAMPLE_BITS:
+            # keep the sampled rows of events about entries, each as an event of its own
+            # at its event's time, and every row of the other events; the rest goes
+            # before any Python work (most of the trace, at small rates)
             topic_hashes = np.array(
                 [zlib.crc32(topic.encode()) for topic in topics] + [0], dtype=np.uint64
             )
             hashes = entry_hashes(topic_hashes[topic_ids], ledgers, entries)
             sampled = (hashes >> np.uint64(64 - _SAMPLE_BITS)) < np.uint64(self._threshold)
-        return self._events(batch, ops, starts, ends, topics, topic_ids, subscriptions,
-                            sub_ids, ledgers, entries, lasts, sampled)  # fmt: skip
+            thinned = np.isin(ops, (ADD, READ, FILL, RELEASE, REPLAY_ADD))
+            event_start = np.repeat(starts, ends - starts + 1)  # rows before any carry
+            kept = np.flatnonzero((sampled | ~thinned)[: len(event_start)])
+            if len(kept) == 0:
+                return []
+            begins = thinned[kept] | (event_start[kept] == kept)
+            starts = np.flatnonzero(begins)
+            ends = np.empty_like(starts)
+            ends[:-1] = starts[1:] - 1
+            ends[-1] = len(kept) - 1
+            ts = ts[event_start[kept]]
+            ops, topic_ids, sub_ids = ops[kept], topic_ids[kept], sub_ids[kept]
+            ledgers, entries, lasts = ledgers[kept], entries[kept], lasts[kept]
+            batch = batch.take(pa.array(kept))
+        return self._events(batch, ts, ops, starts, ends, topics, topic_ids, subscriptions,
+                            sub_ids, ledgers, entries, lasts)  # fmt: skip
 
     def finish(self) -> list[tuple[Any, ...]]:
         """The events of rows left open at the end of the trace (rows dropped)."""
@@ -212,6 +229,7 @@ class EventDecoder:
     def _events(
         self,
         batch: pa.RecordBatch,
+        ts_ns: np.ndarray,
         ops: np.ndarray,
         starts: np.ndarray,
         ends: np.ndarray,
@@ -222,9 +240,10 @@ class EventDecoder:
         ledgers: np.ndarray,
         entries: np.ndarray,
         lasts: np.ndarray,
-        sampled: np.ndarray | None,
     ) -> list[tuple[Any, ...]]:
-        ts = batch.column("ts_ns").to_pylist()
+        """The event tuples of the events ``starts[i]..ends[i]`` (row indices)."""
+        ts = ts_ns.tolist()
+        sampling = self._threshold < 1 << _SAMPLE_BITS
         sizes = pc.fill_null(batch.column("size"), 0).to_pylist()
         hits = pc.fill_null(batch.column("hit"), False).to_pylist()
         op_list = ops.tolist()
@@ -233,7 +252,6 @@ class EventDecoder:
         ledger_list = ledgers.tolist()
         entry_list = entries.tolist()
         last_list = lasts.tolist()
-        keep = sampled.tolist() if sampled is not None else None
         md_ledgers = md_entries = to_read = consumers = None
         events: list[tuple[Any, ...]] = []
         append = events.append
@@ -242,29 +260,14 @@ class EventDecoder:
             t = ts[start]
             topic = topics[topic_list[start]] if topic_list[start] >= 0 else None
             if op in (RELEASE, REPLAY_ADD):
-                if keep is None or keep[start]:
-                    append((op, t, topic, ledger_list[start], entry_list[start]))
+                append((op, t, topic, ledger_list[start], entry_list[start]))
             elif op == READ:
-                sub = subscriptions[sub_list[start]]
-                ledger = ledger_list[start]
-                if keep is None:
-                    available = {entry_list[r]: sizes[r] for r in range(start, end + 1) if hits[r]}
-                    append((op, t, topic, sub, ledger, entry_list[start], entry_list[end],
-                            available))  # fmt: skip
-                else:
-                    for r in range(start, end + 1):
-                        if keep[r]:
-                            entry = entry_list[r]
-                            available = {entry: sizes[r]} if hits[r] else {}
-                            append((op, t, topic, sub, ledger, entry, entry, available))
+                available = {entry_list[r]: sizes[r] for r in range(start, end + 1) if hits[r]}
+                append((op, t, topic, subscriptions[sub_list[start]], ledger_list[start],
+                        entry_list[start], entry_list[end], available))  # fmt: skip
             elif op in (ADD, FILL):
-                ledger = ledger_list[start]
-                if keep is None:
-                    append((op, t, topic, ledger, entry_list[start], sizes[start : end + 1]))
-                else:
-                    for r in range(start, end + 1):
-                        if keep[r]:
-                            append((op, t, topic, ledger, entry_list[r], [sizes[r]]))
+                append((op, t, topic, ledger_list[start], entry_list[start],
+                        sizes[start : end + 1]))  # fmt: skip
             elif op in (MOVE, ACTIVATE):
                 if md_ledgers is None:
                     md_ledgers = _ints(batch, "md_ledger").tolist()
@@ -298,7 +301,7 @@ class EventDecoder:
                 append((op, t, topic, subscriptions[sub_list[start]]))
             elif op == FILL_FAILED:
                 ledger, first, last = ledger_list[start], entry_list[start], last_list[start]
-                if keep is None:
+                if not sampling:
                     append((op, t, topic, ledger, first, last))
                 else:
                     # the sampled entries of the failed range, each alone

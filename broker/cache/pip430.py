@@ -117,10 +117,28 @@ class RangeEntryCache:
     ) -> None:
         """Cache an entry read from storage. A position already cached keeps its entry
         and its count (Pulsar's RangeCache refuses the duplicate). O(1)."""
-        entries = self._ledgers.get(ledger_id)
-        if entries is not None and entry_id in entries:
+        manager = self._manager
+        if manager.disabled:
             return
-        self.insert(ledger_id, entry_id, None if data is None else (data,), (size,), expected_reads)
+        entries = self._ledgers.get(ledger_id)
+        if entries is None:
+            entries = self._ledgers[ledger_id] = {}
+        elif entry_id in entries:
+            return
+        # ``insert`` for one entry, without its per-range setup: this runs once per entry
+        # read from storage
+        if data is not None and manager.copy_entries:
+            data = owned_payload(data, True)
+        reads = expected_reads if manager.by_expected_reads else 0
+        entry = CachedEntry(
+            self, ledger_id, entry_id, data, size, reads, manager.clock.monotonic_ns()
+        )
+        entries[entry_id] = entry
+        manager.queue.add(entry)
+        counters = manager.counters
+        counters.size += size
+        counters.entries += 1
+        counters.inserted += 1
 
     def get_range(
         self, ledger_id: int, first: int, last: int, hits: list[CachedEntry]

@@ -1,15 +1,21 @@
 """``brokerlab analyze TRACE_DIR --out DIR``: statistics of a trace, every design
 replayed at every size, the optimal bound, Parquet tables and ``report.html``.
 
-Outputs (under ``--out``, any URI Spark and pyarrow can write):
+Both locations are resolved to absolute URIs on the driver (``trace_io.resolve_uri``:
+a relative path is the driver's, whatever the executors' working directory) and may
+be on any file system ``pipeline.trace_io`` reaches (local, ``file://``, ``hdfs://``,
+``s3://``/``s3a://``...). Outputs, all under ``--out``:
 
 - ``sweep/``: one row per (design, size): hits, misses, bytes, ratios, evictions
-  (``live`` marks the replay of the design and size the broker ran);
+  (``live`` marks the replay of the design and size the broker ran; ``sample_rate`` < 1
+  marks estimates from a miniature simulation);
 - ``bound/``: the bound per size;
 - ``references/``: libcachesim's LRU, S3-FIFO, ARC and W-TinyLFU per size, when the
   ``reference`` extra is installed;
-- ``patterns/``, ``reuse/``, ``working_set/``: the trace statistics;
-- ``report.html`` (local output only): miss-ratio curves, the ranking, the tables.
+- ``patterns/``, ``reuse/``, ``working_set/``: the trace statistics (see
+  ``pipeline.jobs``), written by the executors;
+- ``next_reads/``: the accesses with their next reads (the bound's input);
+- ``report.html``: miss-ratio curves, the ranking, the tables.
 
 A trace of several brokers (``trace-b0-...``, ``trace-b1-...``) is replayed as several
 caches, each broker's of the size at hand: every row of ``sweep/``, ``bound/`` and
@@ -19,26 +25,38 @@ caches, each broker's of the size at hand: every row of ``sweep/``, ``bound/`` a
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from broker.trace.recorder import FORMAT
+import pyarrow as pa
+
+from broker.cache.config import CacheConfig
+from broker.trace.recorder import FORMAT, META_FILE
 from pipeline import jobs, reference
-from pipeline.replay import DESIGNS
-from pipeline.trace_io import read_json, trace_brokers
+from pipeline.replay import DESIGNS, ReplaySpec
+from pipeline.spark import ship_code
+from pipeline.trace_io import join_uri, read_json, resolve_uri, trace_brokers, write_table
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+#: the report lists this many (topic, subscription, pattern) rows, the most read first
+REPORT_PATTERN_ROWS = 200
 
 
 @dataclasses.dataclass
 class AnalyzeOptions:
     trace_uri: str
     out_uri: str
-    master: str = "local[*]"
+    #: kept for callers that pass it; the session is made by the caller
+    master: str | None = None
     sizes: list[int] | None = None
     designs: tuple[str, ...] = tuple(DESIGNS)
+    #: 1: replay every entry; < 1: miniature simulation of this share of the entries
+    sample_rate: float = 1.0
+    #: (design, size) cells replayed by one task, in one pass over the trace
+    cells_per_task: int = 1
 
 
 class TraceFormatError(ValueError):
@@ -58,60 +76,109 @@ def trace_settings(meta: dict[str, Any], uri: str) -> dict[str, Any]:
 
 def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
     """Run every job; returns a summary (also the report's content)."""
+    if not 0 < options.sample_rate <= 1:
+        raise ValueError(f"the sample rate is in (0, 1], not {options.sample_rate}")
     started = time.monotonic()
-    trace = jobs.load_trace(spark, options.trace_uri)
-    meta = read_json(options.trace_uri, "trace-meta.json")
-    settings = trace_settings(meta, options.trace_uri)
+    trace_uri = resolve_uri(options.trace_uri)
+    out = resolve_uri(options.out_uri)
+    ship_code(spark)
+    meta = read_json(trace_uri, META_FILE)
+    settings = trace_settings(meta, trace_uri)
+    trace = jobs.load_trace(spark, trace_uri).cache()
+    try:
+        summary = _analyze(spark, options, trace, trace_uri, out, meta, settings)
+    finally:
+        trace.unpersist()
+    summary["seconds"] = round(time.monotonic() - started, 3)
+    from pipeline.report import write_report
+
+    write_report(summary, join_uri(out, "report.html"))
+    return summary
+
+
+def _analyze(
+    spark: SparkSession,
+    options: AnalyzeOptions,
+    trace: DataFrame,
+    trace_uri: str,
+    out: str,
+    meta: dict[str, Any],
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    events, last_ns = jobs.trace_extent(trace)
     working_set = jobs.working_set_bytes(trace)
     sizes = sorted(set(options.sizes or jobs.default_sizes(working_set)))
-    cells = [
-        jobs.Cell(options.trace_uri, design, size, settings, live=False)
-        for design in options.designs
-        for size in sizes
-    ]
+    config = CacheConfig(**settings)
+    specs = [ReplaySpec(design, size, config) for design in options.designs for size in sizes]
     live_design = meta.get("implementation")
     live_size = settings.get("max_size_bytes")
     if live_design in DESIGNS and live_size:
-        cells.append(jobs.Cell(options.trace_uri, live_design, live_size, settings, live=True))
+        specs.append(ReplaySpec(live_design, live_size, config, live=True))
     sweep_started = time.monotonic()
-    rows = jobs.sweep(spark, cells)
+    rows = jobs.sweep(spark, trace_uri, specs, options.sample_rate, options.cells_per_task)
     sweep_seconds = time.monotonic() - sweep_started
-    out = options.out_uri.rstrip("/")
-    next_reads = jobs.next_reads(trace, f"{out}/next_reads")
+    next_reads = jobs.next_reads(trace, join_uri(out, "next_reads"))
     bound_rows = jobs.bound(spark, next_reads, sizes)
     reference_rows: list[dict[str, Any]] = []
     if reference.available():
         reference_rows = jobs.references(spark, next_reads, list(reference.POLICIES), sizes)
-        spark.createDataFrame(reference_rows).write.mode("overwrite").parquet(f"{out}/references")
-    spark.createDataFrame(rows).write.mode("overwrite").parquet(f"{out}/sweep")
-    spark.createDataFrame(bound_rows).write.mode("overwrite").parquet(f"{out}/bound")
-    stats = jobs.trace_statistics(trace)
-    collected: dict[str, list[dict[str, Any]]] = {}
-    for name, frame in stats.items():
-        frame.write.mode("overwrite").parquet(f"{out}/{name}")
-        # the statistics are small aggregates (per subscription, per bucket, per second)
-        collected[name] = [row.asDict() for row in frame.limit(10_000).collect()]
-    summary = {
-        "trace": options.trace_uri,
-        "events": trace.count(),
-        "brokers": len(trace_brokers(options.trace_uri)),
+        write_table(join_uri(out, "references"), result_table(reference_rows))
+    write_table(join_uri(out, "sweep"), result_table(rows))
+    write_table(join_uri(out, "bound"), result_table(bound_rows))
+    window = jobs.window_seconds(last_ns)
+    statistics = jobs.trace_statistics(trace, window)
+    for name, frame in statistics.items():
+        jobs.write_frame(frame, join_uri(out, name))
+    patterns = statistics["patterns"]
+    from pyspark.sql import functions as F
+
+    by_pattern = (
+        patterns.groupBy("pattern")
+        .agg(F.sum("reads").alias("reads"), F.sum("hits").alias("hits"), F.count("*").alias("rows"))
+        .orderBy("pattern")
+    )
+    most_read = patterns.orderBy(F.col("reads").desc(), "topic", "subscription", "pattern")
+    collected = {
+        # the most read (topic, subscription, pattern) rows; every row is in patterns/
+        "patterns": _rows(most_read.limit(REPORT_PATTERN_ROWS)),
+        "patterns_by_kind": _rows(by_pattern),
+        # log2 buckets and at most jobs.WORKING_SET_POINTS windows: small whatever the trace
+        "reuse": _rows(statistics["reuse"].orderBy("events_bucket")),
+        "working_set": _rows(statistics["working_set"].orderBy("second")),
+    }
+    return {
+        "trace": trace_uri,
+        "out": out,
+        "events": events,
+        "brokers": len(trace_brokers(trace_uri)),
         # the largest broker's: the sizes are each broker's cache
         "workingSetBytes": working_set,
+        "workingSetWindowSeconds": window,
         "sizes": sizes,
+        "sampleRate": options.sample_rate,
         "live": {"design": live_design, "sizeBytes": live_size},
         "sweep": sorted(rows, key=lambda r: (r["design"], r["size_bytes"], r["live"])),
         "bound": sorted(bound_rows, key=lambda r: r["size_bytes"]),
         "references": sorted(reference_rows, key=lambda r: (r["design"], r["size_bytes"])),
         "statistics": collected,
+        "patternRows": sum(row["rows"] for row in collected["patterns_by_kind"]),
         "ranking": ranking(rows),
         "sweepSeconds": round(sweep_seconds, 3),
-        "seconds": round(time.monotonic() - started, 3),
     }
-    if "://" not in out or out.startswith("file://"):
-        from pipeline.report import write_report
 
-        write_report(summary, pathlib.Path(out.removeprefix("file://")) / "report.html")
-    return summary
+
+def _rows(frame: DataFrame) -> list[dict[str, Any]]:
+    return [row.asDict() for row in frame.collect()]
+
+
+def result_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """Result rows as a table: every column any row has (designs count evictions by
+    different reasons; a reason a design never counted is 0 for it)."""
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    default = {name: 0 if name.startswith("evicted_") else None for name in columns}
+    return pa.Table.from_pylist([{**default, **row} for row in rows])
 
 
 def ranking(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

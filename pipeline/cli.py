@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import time
@@ -41,6 +42,22 @@ def _designs(text: str) -> tuple[str, ...]:
     return names
 
 
+def _sample_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"a sample rate is in (0, 1]: {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a positive whole number: {text!r}")
+    return int(text)
+
+
 def add_command(commands: Any) -> None:
     analyze = commands.add_parser(
         "analyze",
@@ -50,8 +67,16 @@ def add_command(commands: Any) -> None:
     )
     analyze.add_argument("trace", metavar="TRACE_DIR", help="a trace directory or URI")
     analyze.add_argument("--out", required=True, metavar="DIR", help="output directory or URI")
-    analyze.add_argument(
-        "--master", default="local[*]", help="Spark master (default local[*]; spark://HOST:PORT)"
+    where = analyze.add_mutually_exclusive_group()
+    where.add_argument(
+        "--master",
+        help="Spark master: local[N], spark://HOST:PORT, yarn, ... (default: SPARK_REMOTE "
+        "if set, else local[*]); executors need no brokerlab, its code is shipped",
+    )
+    where.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="run through Spark Connect (default: the SPARK_REMOTE variable, if set)",
     )
     analyze.add_argument(
         "--sizes",
@@ -65,43 +90,66 @@ def add_command(commands: Any) -> None:
         default=tuple(DESIGNS),
         help=f"comma-separated designs (default {','.join(DESIGNS)})",
     )
+    analyze.add_argument(
+        "--sample-rate",
+        type=_sample_rate,
+        default=1.0,
+        help="share of the entries to replay, in (0, 1] (default 1: all); below 1 a "
+        "miniature simulation: caches scaled by the rate, counts estimated",
+    )
+    analyze.add_argument(
+        "--cells-per-task",
+        type=_positive,
+        default=1,
+        help="(design, size) cells one Spark task replays in one pass over the trace "
+        "(default 1: the most parallelism)",
+    )
     analyze.set_defaults(analyze=True)
 
 
 def run(args: argparse.Namespace) -> int:
     from pipeline.analyze import AnalyzeOptions, TraceFormatError, analyze, trace_settings
     from pipeline.spark import SparkMissing, spark_session
-    from pipeline.trace_io import parquet_files, read_json
+    from pipeline.trace_io import join_uri, parquet_files, read_json, resolve_uri
 
     try:
-        files = parquet_files(args.trace, "trace-")
-    except (FileNotFoundError, OSError) as error:
+        # resolved here, on the driver: executors have working directories of their own
+        trace, out = resolve_uri(args.trace), resolve_uri(args.out)
+        files = parquet_files(trace, "trace-")
+        meta = read_json(trace, "trace-meta.json")
+    except (FileNotFoundError, OSError, ValueError) as error:
         print(f"brokerlab analyze: cannot read {args.trace}: {error}", file=sys.stderr)
         return 2
     if not files:
         print(f"brokerlab analyze: no trace-*.parquet files in {args.trace}", file=sys.stderr)
         return 2
     try:
-        trace_settings(read_json(args.trace, "trace-meta.json"), args.trace)
+        trace_settings(meta, args.trace)
     except TraceFormatError as error:
         print(f"brokerlab analyze: {error}", file=sys.stderr)
         return 2
     try:
-        spark = spark_session(args.master)
+        spark = spark_session(args.master, args.remote)
     except SparkMissing as error:
         print(f"brokerlab analyze: {error}", file=sys.stderr)
         return 2
     started = time.monotonic()
+    options = AnalyzeOptions(
+        trace,
+        out,
+        args.master,
+        args.sizes,
+        args.implementations,
+        sample_rate=args.sample_rate,
+        cells_per_task=args.cells_per_task,
+    )
     try:
-        summary = analyze(
-            spark,
-            AnalyzeOptions(args.trace, args.out, args.master, args.sizes, args.implementations),
-        )
+        summary = analyze(spark, options)
     finally:
         spark.stop()
     print(f"{summary['events']:,} events, working set {summary['workingSetBytes']:,} bytes")
     for item in summary["ranking"]:
         print(f"  {item['design']:<10} mean hit ratio {item['meanHitRatio']:.1%}")
     print(f"sweep {summary['sweepSeconds']:.1f} s, total {time.monotonic() - started:.1f} s")
-    print(f"report: {args.out.rstrip('/')}/report.html")
+    print(f"report: {join_uri(out, 'report.html')}")
     return 0

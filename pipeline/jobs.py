@@ -1,9 +1,25 @@
-"""The Spark jobs of ``brokerlab analyze``.
+"""The Spark jobs of ``brokerlab analyze``: DataFrame operations only, so the same code
+runs on a classic session (``local[*]``, a standalone or YARN cluster) and on Spark
+Connect, which has no ``sparkContext`` and no RDDs.
 
-Nothing here collects a trace on the driver: statistics are aggregations, the replay
-sweep is one Spark task per (design, size) that streams the trace files itself, and
-the bound's next-read times come from a window function and are written back as
-Parquet that the bound's tasks stream in order. Only result rows reach the driver.
+Spark distributes the work; the tasks do their own I/O through ``pipeline.trace_io``
+(pyarrow's file systems: local, ``hdfs://``, ``s3://``...), so nothing depends on which
+file systems the cluster's Hadoop has:
+
+- the trace is a DataFrame made by ``mapInArrow`` over the list of its files (listed on
+  the driver): each task reads its file with pyarrow;
+- a job whose cells are few (the sweep's (design, size) cells, the bound's sizes, the
+  references' (policy, size)) is ``spark.range(n, numPartitions=n)``: one row, one task
+  per cell, whose ``mapInArrow`` function streams the trace (or the ``next_reads``
+  parts) itself and returns one JSON result row. Only result rows reach the driver;
+- DataFrames to keep (``next_reads``, the statistics) are written by their tasks, each
+  task its partition as one Parquet part (:func:`write_frame`).
+
+Nothing collects a trace on the driver. The statistics are aggregated on the
+executors to sizes a report can show whole: reuse distances in log2 buckets, the
+working set in at most :data:`WORKING_SET_POINTS` windows (one second wide, widened on
+longer traces), read patterns per subscription (every row is in ``patterns/``; the
+report shows the subscriptions with the most reads and says how many it leaves out).
 
 A trace of several brokers is several caches, each of the size at hand: a replay, the
 bound and a reference run each broker's events through a cache of its own and sum the
@@ -14,24 +30,93 @@ counts; nothing that orders events (``seq`` is per broker) mixes brokers. A brok
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import json
+import math
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from broker.trace.recorder import file_prefix
+import pyarrow as pa
+
+from broker.trace.recorder import SCHEMA
+from pipeline import trace_io
 from pipeline.belady import belady
-from pipeline.replay import ReplayResult, ReplaySpec, replay
-from pipeline.trace_io import iter_rows, trace_brokers
+from pipeline.replay import ReplaySpec, replay_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-from broker.cache.config import CacheConfig
-
 #: a read this soon after its entry was added is tailing (the default cache TTL)
 TAILING_LAG_NS = 1_000_000_000
+#: the working-set series has at most this many windows (each at least one second)
+WORKING_SET_POINTS = 1_000
+
+_DDL_TYPES = {
+    pa.int16(): "smallint",
+    pa.int32(): "int",
+    pa.int64(): "bigint",
+    pa.bool_(): "boolean",
+    pa.string(): "string",
+}
+
+
+def _plain(field: pa.Field) -> pa.Field:
+    """The trace's column as Spark takes it: dictionaries decoded, nullable."""
+    kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+    return pa.field(field.name, kind, nullable=True)
+
+
+#: the trace's columns as the trace DataFrame has them
+TRACE_SCHEMA = pa.schema([_plain(field) for field in SCHEMA])
+TRACE_DDL = ", ".join(f"{field.name} {_DDL_TYPES[field.type]}" for field in TRACE_SCHEMA)
+_RESULT_DDL = "result string"
+
+
+def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A trace file's batch with exactly :data:`TRACE_SCHEMA`'s columns and types (a
+    column a file lacks is null)."""
+    names = batch.schema.names
+    columns = [
+        batch.column(field.name).cast(field.type)
+        if field.name in names
+        else pa.nulls(batch.num_rows, field.type)
+        for field in TRACE_SCHEMA
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=TRACE_SCHEMA)
+
+
+@dataclasses.dataclass(frozen=True)
+class _TraceFiles:
+    """``mapInArrow`` function: the rows of the files whose indexes come in."""
+
+    uri: str
+    files: tuple[str, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                for piece in trace_io.iter_file_batches(self.uri, self.files[index]):
+                    yield _conform(piece)
 
 
 def load_trace(spark: SparkSession, uri: str) -> DataFrame:
-    return spark.read.option("pathGlobFilter", "trace-*.parquet").parquet(uri)
+    """The trace's rows (every broker's files), one task per file; columns as
+    :data:`TRACE_SCHEMA`. ``uri`` must be absolute (``trace_io.resolve_uri``)."""
+    files = tuple(trace_io.parquet_files(uri, "trace-"))
+    if not files:
+        raise FileNotFoundError(f"no trace-*.parquet files in {uri}")
+    indexes = spark.range(len(files), numPartitions=len(files))
+    return indexes.mapInArrow(_TraceFiles(uri, files), TRACE_DDL)
+
+
+def trace_extent(trace: DataFrame) -> tuple[int, int]:
+    """The number of rows and the latest ``ts_ns`` of any broker."""
+    from pyspark.sql import functions as F
+
+    row = trace.agg(F.count("*").alias("rows"), F.max("ts_ns").alias("last")).first()
+    if row is None:
+        return 0, 0
+    return int(row["rows"]), int(row["last"] or 0)
 
 
 def reads_with_sizes(trace: DataFrame) -> DataFrame:
@@ -76,10 +161,18 @@ def default_sizes(working_set: int, count: int = 8) -> list[int]:
     return sorted({round(low * ratio**step) for step in range(count)})
 
 
-def trace_statistics(trace: DataFrame) -> dict[str, DataFrame]:
+def window_seconds(last_ns: int, points: int = WORKING_SET_POINTS) -> int:
+    """The width of the working set's windows: one second, or the least whole number of
+    seconds that puts a trace ending at ``last_ns`` into at most ``points`` windows."""
+    seconds = last_ns // 1_000_000_000 + 1
+    return max(1, math.ceil(seconds / points))
+
+
+def trace_statistics(trace: DataFrame, window: int = 1) -> dict[str, DataFrame]:
     """Per topic and subscription: reads by pattern (tailing, catch-up, replay), hits;
     the reuse distribution (events and seconds between reads of an entry, log2 buckets);
-    the working set per second (distinct entries and bytes read)."""
+    the working set per window of ``window`` seconds (distinct entries and bytes read;
+    ``second`` is where the window starts)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -105,7 +198,6 @@ def trace_statistics(trace: DataFrame) -> dict[str, DataFrame]:
             F.sum(F.col("hit").cast("long")).alias("hits"),
             F.sum("size").alias("bytes"),
         )
-        .orderBy("topic", "subscription", "pattern")
     )
     same_entry = Window.partitionBy("broker", "topic", "ledger", "entry").orderBy("seq")
     reuse = (
@@ -122,54 +214,110 @@ def trace_statistics(trace: DataFrame) -> dict[str, DataFrame]:
         )
         .groupBy("events_bucket")
         .agg(F.count("*").alias("reads"), F.avg("seconds").alias("mean_seconds"))
-        .orderBy("events_bucket")
     )
+    width_ns = window * 1_000_000_000
     working_set = (
-        reads.withColumn("second", F.floor(F.col("ts_ns") / F.lit(1e9)).cast("long"))
+        reads.withColumn(
+            "second", (F.floor(F.col("ts_ns") / F.lit(width_ns)) * F.lit(window)).cast("long")
+        )
         .dropDuplicates(["second", "topic", "ledger", "entry"])
         .groupBy("second")
         .agg(F.count("*").alias("entries"), F.sum("size").alias("bytes"))
-        .orderBy("second")
+        .withColumn("window_seconds", F.lit(window).cast("long"))
     )
     return {"patterns": by_subscription, "reuse": reuse, "working_set": working_set}
 
 
+# ------------------------------------------------------------------ writing DataFrames
+
+
 @dataclasses.dataclass(frozen=True)
-class Cell:
-    """One task of the sweep."""
+class _PartWriter:
+    """``mapInArrow`` function: the partition as one Parquet part under ``uri``; yields
+    its row count. The part is named by the first row's ``ordered_by`` values (so the
+    parts of a sorted DataFrame are in name order), or by the partition's index; either
+    way a retried task writes the same name again."""
 
-    trace_uri: str
-    design: str
-    size_bytes: int
-    settings: dict[str, Any]
-    live: bool
+    uri: str
+    ordered_by: tuple[str, ...] = ()
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        nonempty = (batch for batch in batches if batch.num_rows)
+        first = next(nonempty, None)
+        rows = 0
+        if first is not None:
+            if self.ordered_by:
+                values = [first.column(name)[0].as_py() for name in self.ordered_by]
+                if any(not isinstance(v, int) or v < 0 for v in values):
+                    raise ValueError(f"parts are named by non-negative integers, not {values}")
+                name = "part-" + "-".join(f"{value:020d}" for value in values) + ".parquet"
+            else:
+                from pyspark import TaskContext
+
+                context = TaskContext.get()
+                name = f"part-{context.partitionId() if context else 0:05d}.parquet"
+            rows = trace_io.write_part(self.uri, name, itertools.chain([first], nonempty))
+        yield pa.RecordBatch.from_pydict({"rows": pa.array([rows], pa.int64())})
 
 
-def run_cell(cell: Cell) -> dict[str, Any]:
-    """Runs on a Spark worker: stream each broker's files in turn, replay them through
-    a cache of the broker's own, return one result row: the brokers' counts summed."""
-    settings = CacheConfig(**cell.settings)
-    spec = ReplaySpec(cell.design, cell.size_bytes, settings, cell.live)
-    results = [
-        replay(iter_rows(cell.trace_uri, file_prefix(broker)), spec)
-        for broker in trace_brokers(cell.trace_uri)
-    ]
-    return ReplayResult.total(spec, results).as_row()
+def write_frame(frame: DataFrame, uri: str, ordered_by: Sequence[str] = ()) -> int:
+    """Write ``frame`` as Parquet parts under ``uri`` (emptied first), each task its
+    partition; returns the rows written. With ``ordered_by``, ``frame`` must be sorted
+    by those (non-negative integer) columns: the parts in name order are then its rows
+    in order."""
+    trace_io.clear_dir(uri)
+    counts = frame.mapInArrow(_PartWriter(uri, tuple(ordered_by)), "rows long").collect()
+    return sum(int(row["rows"]) for row in counts)
 
 
-def sweep(spark: SparkSession, cells: list[Cell]) -> list[dict[str, Any]]:
-    """Every cell as its own Spark task; returns the result rows."""
-    if not cells:
+# ------------------------------------------------------------------ one task per cell
+
+
+def _results(spark: SparkSession, cells: int, task: Any) -> list[dict[str, Any]]:
+    """``task`` run once per cell index, each cell its own Spark task; its JSON rows."""
+    if cells == 0:
         return []
-    rdd = spark.sparkContext.parallelize(cells, len(cells))
-    return rdd.map(run_cell).collect()
+    frame = spark.range(cells, numPartitions=cells).mapInArrow(task, _RESULT_DDL)
+    return [json.loads(row["result"]) for row in frame.collect()]
+
+
+def _result_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"result": [json.dumps(row) for row in rows]})
+
+
+@dataclasses.dataclass(frozen=True)
+class _SweepTask:
+    trace_uri: str
+    groups: tuple[tuple[ReplaySpec, ...], ...]
+    sample_rate: float
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                results = replay_uri(self.trace_uri, self.groups[index], self.sample_rate)
+                yield _result_batch([result.as_row() for result in results])
+
+
+def sweep(
+    spark: SparkSession,
+    trace_uri: str,
+    specs: Sequence[ReplaySpec],
+    sample_rate: float = 1.0,
+    cells_per_task: int = 1,
+) -> list[dict[str, Any]]:
+    """Every spec replayed over the trace, ``cells_per_task`` specs per Spark task (one
+    pass over the trace each); returns one result row per spec."""
+    size = max(1, cells_per_task)
+    groups = tuple(tuple(specs[i : i + size]) for i in range(0, len(specs), size))
+    return _results(spark, len(groups), _SweepTask(trace_uri, groups, sample_rate))
 
 
 def next_reads(trace: DataFrame, out_uri: str) -> str:
     """Write (broker, seq, kind, key, size, next_read) of adds, reads and restarts,
     ordered by (broker, seq), where next_read is the seq of the entry's next read by the
     same broker: the input of the bound and the references, which give each broker a
-    cache of its own, emptied at the broker's restarts."""
+    cache of its own, emptied at the broker's restarts. The parts (``part-*``) in name
+    order are the rows in order."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -196,36 +344,46 @@ def next_reads(trace: DataFrame, out_uri: str) -> str:
         F.lit(None).cast("long").alias("next_read"),
     )
     ordered = annotated.unionByName(marks).orderBy("broker", "seq")
-    ordered.write.mode("overwrite").parquet(out_uri)
+    write_frame(ordered, out_uri, ordered_by=("broker", "seq"))
     return out_uri
 
 
-def _bound_cell(args: tuple[str, int]) -> dict[str, Any]:
-    uri, size = args
-    return belady(iter_rows(uri, "part-"), size).as_row()
+@dataclasses.dataclass(frozen=True)
+class _BoundTask:
+    next_reads_uri: str
+    sizes: tuple[int, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                rows = trace_io.iter_rows(self.next_reads_uri, "part-")
+                yield _result_batch([belady(rows, self.sizes[index]).as_row()])
 
 
-def bound(spark: SparkSession, next_reads_uri: str, sizes: list[int]) -> list[dict[str, Any]]:
+def bound(spark: SparkSession, next_reads_uri: str, sizes: Sequence[int]) -> list[dict[str, Any]]:
     """The bound at every size, one task per size."""
-    if not sizes:
-        return []
-    rdd = spark.sparkContext.parallelize([(next_reads_uri, s) for s in sizes], len(sizes))
-    return rdd.map(_bound_cell).collect()
+    return _results(spark, len(sizes), _BoundTask(next_reads_uri, tuple(sizes)))
 
 
-def _reference_cell(args: tuple[str, str, int]) -> dict[str, Any]:
-    from pipeline.reference import simulate
+@dataclasses.dataclass(frozen=True)
+class _ReferenceTask:
+    next_reads_uri: str
+    cells: tuple[tuple[str, int], ...]
 
-    uri, policy, size = args
-    return simulate(iter_rows(uri, "part-"), policy, size).as_row()
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pipeline.reference import simulate
+
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                policy, size = self.cells[index]
+                rows = trace_io.iter_rows(self.next_reads_uri, "part-")
+                yield _result_batch([simulate(rows, policy, size).as_row()])
 
 
 def references(
-    spark: SparkSession, next_reads_uri: str, policies: list[str], sizes: list[int]
+    spark: SparkSession, next_reads_uri: str, policies: Sequence[str], sizes: Sequence[int]
 ) -> list[dict[str, Any]]:
     """libcachesim's policies at every size, one task per (policy, size), on the same
     ordered accesses the bound reads."""
-    cells = [(next_reads_uri, policy, size) for policy in policies for size in sizes]
-    if not cells:
-        return []
-    return spark.sparkContext.parallelize(cells, len(cells)).map(_reference_cell).collect()
+    cells = tuple((policy, size) for policy in policies for size in sizes)
+    return _results(spark, len(cells), _ReferenceTask(next_reads_uri, cells))

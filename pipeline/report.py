@@ -1,6 +1,7 @@
 """``report.html``: one self-contained page (charts embedded as PNG, no network) with
 the miss-ratio curves of every design next to the bound, the ranking, storage reads
-saved, and the trace statistics."""
+saved, and the trace statistics. It is written next to the tables, on whatever file
+system they are (``pipeline.trace_io``)."""
 
 from __future__ import annotations
 
@@ -111,8 +112,76 @@ def _references(summary: dict[str, Any]) -> str:
     return _table(shown, columns)
 
 
-def write_report(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _png(figure: Any, label: str) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    encoded = base64.b64encode(buffer.getvalue()).decode()
+    return f'<img alt="{html.escape(label)}" src="data:image/png;base64,{encoded}">'
+
+
+def _working_set(summary: dict[str, Any]) -> str:
+    """The working set over time: distinct bytes read per window."""
+    points = summary["statistics"].get("working_set", [])
+    if not points:
+        return "<p>No reads.</p>"
+    window = summary.get("workingSetWindowSeconds", 1)
+    figure, axes = plt.subplots(figsize=(8, 3), dpi=100)
+    try:
+        axes.plot(
+            [row["second"] for row in points],
+            [row["bytes"] / 1048576 for row in points],
+            drawstyle="steps-post",
+        )
+        axes.set_xlabel("seconds since the recorder started")
+        axes.set_ylabel(f"MiB read per {window} s")
+        axes.grid(True, alpha=0.3)
+        axes.set_title("working set over time (distinct entries read per window)")
+        image = _png(figure, "working set over time")
+    finally:
+        plt.close(figure)
+    return (
+        f"<p>Windows of {window} s ({len(points):,} windows; one second wide, widened so a "
+        "long trace has at most 1,000).</p>" + image
+    )
+
+
+def _patterns(summary: dict[str, Any]) -> str:
+    stats = summary["statistics"]
+    shown = stats.get("patterns", [])
+    total = summary.get("patternRows", len(shown))
+    note = ""
+    if total > len(shown):
+        note = (
+            f"<p>The {len(shown):,} rows with the most reads of {total:,}; every row is in "
+            "<code>patterns/</code>. All subscriptions by pattern:</p>"
+        )
+        note += _table(
+            stats.get("patterns_by_kind", []),
+            [("pattern", "pattern"), ("rows", "subscriptions"), ("reads", "reads"),
+             ("hits", "live hits")],
+        )  # fmt: skip
+    return note + _table(
+        shown,
+        [
+            ("topic", "topic"),
+            ("subscription", "subscription"),
+            ("pattern", "pattern"),
+            ("reads", "reads"),
+            ("hits", "live hits"),
+            ("bytes", "bytes"),
+        ],
+    )
+
+
+def write_report(summary: dict[str, Any], target: str | pathlib.Path) -> str:
+    """Write the page at ``target`` (a URI, or a local path); returns its URI."""
+    from pipeline.trace_io import resolve_uri, write_text
+
+    return write_text(resolve_uri(target), render_report(summary))
+
+
+def render_report(summary: dict[str, Any]) -> str:
+    """The page."""
     reads = 0
     if summary["sweep"]:
         first = summary["sweep"][0]
@@ -135,6 +204,13 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
         if brokers > 1
         else ""
     )
+    rate = summary.get("sampleRate", 1.0)
+    sampled = (
+        f" The replays are miniature simulations: {rate:.2%} of the entries (spatially"
+        " hashed) through caches scaled by the same rate, so their counts are estimates."
+        if rate < 1
+        else ""
+    )
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>brokerlab analyze</title>
 <style>
@@ -150,7 +226,7 @@ th {{ background: #f4f4f4; }}
 {_mib(summary["live"]["sizeBytes"] or 0)} (the red star). Every design was replayed at
 every size through the broker's own cache classes; the dashed line is the optimal bound
 (Belady, size aware), dotted lines are general-purpose references from libcachesim (fed
-the adds as uncounted requests). Each hit is a storage read saved.</p>
+the adds as uncounted requests). Each hit is a storage read saved.{sampled}</p>
 <h2>Ranking</h2><ol>{ranking}</ol>
 <h2>Miss-ratio curves</h2>
 {_curves(summary, "hit_ratio", "hit ratio")}
@@ -190,19 +266,7 @@ the adds as uncounted requests). Each hit is a storage read saved.</p>
 <h2>References (libcachesim)</h2>
 {_references(summary)}
 <h2>Read patterns by subscription</h2>
-{
-        _table(
-            stats.get("patterns", []),
-            [
-                ("topic", "topic"),
-                ("subscription", "subscription"),
-                ("pattern", "pattern"),
-                ("reads", "reads"),
-                ("hits", "live hits"),
-                ("bytes", "bytes"),
-            ],
-        )
-    }
+{_patterns(summary)}
 <h2>Reuse distance (events between reads of an entry, log2 buckets)</h2>
 {
         _table(
@@ -214,8 +278,9 @@ the adds as uncounted requests). Each hit is a storage read saved.</p>
             ],
         )
     }
-<p>Sweep: {summary["sweepSeconds"]} s; whole analysis: {summary["seconds"]} s.</p>
+<h2>Working set</h2>
+{_working_set(summary)}
+<p>Sweep: {summary["sweepSeconds"]} s; whole analysis: {summary.get("seconds", "?")} s.</p>
 </body></html>
 """
-    path.write_text(page)
-    return path
+    return page

@@ -1,32 +1,84 @@
-"""The SparkSession the pipeline runs on: ``local[*]`` on a laptop, or a cluster given
-its master URL. Workers run the driver's Python (``PYSPARK_PYTHON``), so they import the
-same ``broker.cache`` the broker runs."""
+"""The SparkSession the pipeline runs on, and brokerlab's code shipped to its executors.
+
+Which session (``brokerlab analyze`` passes its ``--master`` and ``--remote``):
+
+- ``remote`` (``sc://host:port``, or a master given as ``sc://...``): a Spark Connect
+  session; the whole analysis is DataFrame operations, so it runs there as anywhere;
+- ``master`` (``local[*]``, ``spark://host:7077``, ``yarn``, ``k8s://...``): a classic
+  session on that master. An explicit master wins over a ``SPARK_REMOTE`` in the
+  environment (which PySpark would otherwise refuse to combine with a master);
+- neither: ``SPARK_REMOTE`` if set (Connect), else ``local[*]``.
+
+On a ``local`` master the executors' Python is the driver's own (``PYSPARK_PYTHON``
+defaults to it), which imports brokerlab as the driver does. Anywhere else the
+executors' Python is the cluster's (``PYSPARK_PYTHON`` or ``spark.pyspark.python``, as
+for any PySpark job) and need not have brokerlab: :func:`ship_code` zips the packages a
+task imports (``broker``, ``pipeline``; pure Python, checked) on the driver and adds the
+zip to the session (``addPyFile`` on a classic session, ``addArtifacts(pyfile=True)`` on
+Connect), so tasks import them from there. The executors' Python needs what those
+packages import: pyarrow, numpy, pandas (PySpark's Arrow UDFs), sortedcontainers, and
+libcachesim for the references if the driver has it.
+"""
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import os
+import pathlib
+import shutil
 import sys
-from typing import TYPE_CHECKING
+import tempfile
+import weakref
+import zipfile
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+#: the top-level packages a task imports (the replay, the bound, the references, I/O)
+SHIPPED_PACKAGES = ("broker", "pipeline")
+#: files that cannot be imported from a zip
+_COMPILED = (".so", ".pyd", ".dylib")
+
+_shipped: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class SparkMissing(Exception):
     """PySpark is not installed (it comes with the ``pipeline`` and ``test`` extras)."""
 
 
-def spark_session(master: str = "local[*]", app_name: str = "brokerlab-analyze") -> SparkSession:
+def spark_session(
+    master: str | None = None,
+    remote: str | None = None,
+    app_name: str = "brokerlab-analyze",
+) -> SparkSession:
+    """A classic or Connect session, as the module's docstring says."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise SparkMissing(
             "PySpark is not installed: pip install -e '.[pipeline]' (Java 17 on PATH)"
         ) from None
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master is not None and master.startswith("sc://"):
+        master, remote = None, master
+    if remote is None and master is None:
+        remote = os.environ.get("SPARK_REMOTE") or None
+    if remote is not None:
+        try:
+            import pyspark.sql.connect.session  # noqa: F401
+        except ImportError as error:
+            raise SparkMissing(
+                f"Spark Connect's client is missing ({error}): pip install -e '.[pipeline]'"
+            ) from None
+        return SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
+    master = master or "local[*]"
+    # a master was chosen: a SPARK_REMOTE in the environment would make PySpark refuse it
+    os.environ.pop("SPARK_REMOTE", None)
     builder = SparkSession.builder.master(master).appName(app_name)
     if master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (
             builder.config("spark.driver.host", "127.0.0.1")
@@ -34,7 +86,65 @@ def spark_session(master: str = "local[*]", app_name: str = "brokerlab-analyze")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "8")
         )
-    builder = builder.config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def is_connect(session: Any) -> bool:
+    """Whether ``session`` is a Spark Connect session."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def _is_local(session: Any) -> bool:
+    master = str(session.conf.get("spark.master", ""))
+    return master.startswith("local")
+
+
+def ship_code(session: Any) -> pathlib.Path | None:
+    """Add brokerlab's code to ``session`` (once per session), unless its executors run
+    the driver's own Python (a classic ``local`` master). Returns the zip added."""
+    if session in _shipped:
+        return None
+    connect = is_connect(session)
+    if not connect and _is_local(session):
+        return None
+    archive = code_archive()
+    if connect:
+        session.addArtifacts(str(archive), pyfile=True)
+    else:
+        session.sparkContext.addPyFile(str(archive))
+    _shipped.add(session)
+    return archive
+
+
+def code_archive(directory: pathlib.Path | None = None) -> pathlib.Path:
+    """A zip of :data:`SHIPPED_PACKAGES` as this process imports them, named by its
+    content (``brokerlab-<hash>.zip``: a changed tree is a new artifact name, which
+    Connect requires) in ``directory`` (a temporary one by default)."""
+    import importlib
+
+    members: list[tuple[str, bytes]] = []
+    for package in SHIPPED_PACKAGES:
+        module = importlib.import_module(package)
+        root = pathlib.Path(module.__file__ or "").parent
+        for path in sorted(root.rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
+                continue
+            if path.suffix in _COMPILED:
+                raise RuntimeError(f"{path}: a compiled module cannot be shipped in a zip")
+            name = f"{package}/{path.relative_to(root).as_posix()}"
+            members.append((name, path.read_bytes()))
+    digest = hashlib.sha256()
+    for name, data in members:
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    if directory is None:
+        directory = pathlib.Path(tempfile.mkdtemp(prefix="brokerlab-code-"))
+        atexit.register(shutil.rmtree, directory, True)
+    target = directory / f"brokerlab-{digest.hexdigest()[:16]}.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members:
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    return target

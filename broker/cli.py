@@ -21,6 +21,16 @@ from broker.config import load_broker_config, load_storage_config
 from storage_stub.confparse import ConfigError
 
 
+def _sample_rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = -1.0
+    if not 0 < rate <= 1:
+        raise argparse.ArgumentTypeError(f"a sample rate is in (0, 1], not {text!r}")
+    return rate
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brokerlab", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -65,9 +75,25 @@ def _parser() -> argparse.ArgumentParser:
         help="start, produce, consume, ack, restart over the same data, verify, exit",
     )
     bench = commands.add_parser("bench", help="run a benchmark and print ratios")
-    bench.add_argument("name", choices=["http", "cache", "cursors", "lac", "tiered", "wire"])
+    bench.add_argument(
+        "name", choices=["http", "cache", "cursors", "lac", "tiered", "wire", "replay"]
+    )
     bench.add_argument("--quick", action="store_true", help="seconds, not minutes (CI)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.add_argument(
+        "--trace", metavar="DIR", help="replay: a recorded trace (default: record one)"
+    )
+    bench.add_argument(
+        "--sample-rate",
+        type=_sample_rate,
+        default=0.01,
+        help="replay: the miniature simulation's rate (default 0.01)",
+    )
+    bench.add_argument(
+        "--presets",
+        action="store_true",
+        help="replay: also record every preset and report the sampling error on each",
+    )
     designs = commands.add_parser(
         "designs", help="list the cache designs (managedLedgerCacheImplementation values)"
     )
@@ -212,6 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         from broker.bench import run_bench
 
+        if args.name == "replay":
+            from broker.bench.replay import main as replay_main
+
+            return replay_main(args.quick, args.json, args.trace, args.sample_rate, args.presets)
         return run_bench(args.name, quick=args.quick, as_json=args.json)
     try:
         settings = load_settings(args)

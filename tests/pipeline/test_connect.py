@@ -1,0 +1,39 @@
+"""``brokerlab analyze --remote sc://...``: the whole analysis through a real Spark
+Connect server started from the pyspark package, whose Python workers lack brokerlab
+(its code goes to the server as an artifact)."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.pipeline.conftest import analyze_cli, tables
+from tests.pipeline.servers import plain_python, start_connect
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("connect")
+    server, url = start_connect(directory / "server", plain_python(directory / "plain"))
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+def test_the_analysis_runs_through_spark_connect(
+    connect_url: str,
+    recorded: tuple[pathlib.Path, dict[str, Any]],
+    local_tables: dict[str, list[tuple[Any, ...]]],
+    tmp_path: pathlib.Path,
+) -> None:
+    trace, _ = recorded
+    out = tmp_path / "analysis"
+    analyze_cli(str(trace), "--out", str(out), "--remote", connect_url, cwd=tmp_path)
+    assert tables(out.as_uri()) == local_tables
+    assert "Belady" in (out / "report.html").read_text()

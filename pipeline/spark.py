@@ -31,6 +31,7 @@ import sys
 import tempfile
 import weakref
 import zipfile
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -60,19 +61,16 @@ def spark_session(
         raise SparkMissing(
             "PySpark is not installed: pip install -e '.[pipeline]' (Java 17 on PATH)"
         ) from None
-    if master is not None and master.startswith("sc://"):
-        master, remote = None, master
-    if remote is None and master is None:
-        remote = os.environ.get("SPARK_REMOTE") or None
-    if remote is not None:
+    kind, where = session_target(master, remote, os.environ)
+    if kind == "remote":
         try:
             import pyspark.sql.connect.session  # noqa: F401
         except ImportError as error:
             raise SparkMissing(
                 f"Spark Connect's client is missing ({error}): pip install -e '.[pipeline]'"
             ) from None
-        return SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
-    master = master or "local[*]"
+        return SparkSession.builder.remote(where).appName(app_name).getOrCreate()
+    master = where
     # a master was chosen: a SPARK_REMOTE in the environment would make PySpark refuse it
     os.environ.pop("SPARK_REMOTE", None)
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -89,6 +87,21 @@ def spark_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def session_target(
+    master: str | None, remote: str | None, environ: Mapping[str, str]
+) -> tuple[str, str]:
+    """``("remote", url)`` for a Connect session, ``("master", master)`` for a classic
+    one: ``remote`` (or a master given as ``sc://...``), else ``master``, else the
+    environment's ``SPARK_REMOTE``, else ``local[*]``."""
+    if remote:
+        return "remote", remote
+    if master:
+        return ("remote", master) if master.startswith("sc://") else ("master", master)
+    if environ.get("SPARK_REMOTE"):
+        return "remote", environ["SPARK_REMOTE"]
+    return "master", "local[*]"
 
 
 def is_connect(session: Any) -> bool:
@@ -141,6 +154,7 @@ def code_archive(directory: pathlib.Path | None = None) -> pathlib.Path:
     if directory is None:
         directory = pathlib.Path(tempfile.mkdtemp(prefix="brokerlab-code-"))
         atexit.register(shutil.rmtree, directory, True)
+    directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"brokerlab-{digest.hexdigest()[:16]}.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, data in members:

@@ -1,0 +1,160 @@
+"""The pieces that let ``brokerlab analyze`` run anywhere: locations resolved to URIs on
+the driver, the pyarrow file-system layer, the zip of brokerlab's code for executors,
+the choice of session, and statistics aggregated to a bounded size."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import subprocess
+import zipfile
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from broker.trace.recorder import SCHEMA, file_name
+from pipeline import jobs
+from pipeline.cli import add_command
+from pipeline.spark import code_archive, session_target
+from pipeline.trace_io import (
+    join_uri,
+    parquet_files,
+    read_table,
+    read_text,
+    resolve_uri,
+    write_table,
+    write_text,
+)
+from tests.pipeline.servers import plain_python
+
+
+def test_a_relative_path_is_the_drivers(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert resolve_uri("run1/trace") == (tmp_path / "run1" / "trace").as_uri()
+    assert resolve_uri("a b/#1") == (tmp_path / "a b" / "#1").as_uri()  # quoted, and back
+    assert resolve_uri("s3a://bucket/run1?endpoint_override=h:1") == (
+        "s3://bucket/run1?endpoint_override=h:1"
+    )
+    assert resolve_uri("hdfs://nn:8020/traces/t1") == "hdfs://nn:8020/traces/t1"
+    with pytest.raises(ValueError, match="absolute"):
+        resolve_uri("file://run1/trace")
+
+
+def test_names_join_the_path_and_the_query_stays() -> None:
+    uri = "s3://bucket/run1/?endpoint_override=127.0.0.1:8333&scheme=http"
+    assert join_uri(uri, "sweep", "part-00000.parquet") == (
+        "s3://bucket/run1/sweep/part-00000.parquet?endpoint_override=127.0.0.1:8333&scheme=http"
+    )
+    assert join_uri("file:///tmp/out", "report.html") == "file:///tmp/out/report.html"
+
+
+def test_tables_and_text_are_written_whole_and_replace_what_was_there(
+    tmp_path: pathlib.Path,
+) -> None:
+    out = (tmp_path / "out").as_uri()
+    write_table(join_uri(out, "sweep"), pa.table({"a": [1, 2]}))
+    write_table(join_uri(out, "sweep"), pa.table({"a": [3]}))
+    assert read_table(join_uri(out, "sweep")).to_pylist() == [{"a": 3}]
+    write_text(join_uri(out, "report.html"), "<html>")
+    assert read_text(join_uri(out, "report.html")) == "<html>"
+    assert read_text(join_uri(out, "absent.html")) is None
+    left = sorted(path.name for path in (tmp_path / "out").rglob("*"))
+    assert left == ["part-00000.parquet", "report.html", "sweep"]
+
+
+def test_the_code_zip_runs_the_replay_on_a_python_without_brokerlab(
+    tmp_path: pathlib.Path,
+) -> None:
+    archive = code_archive(tmp_path / "a")
+    assert archive.name == code_archive(tmp_path / "b").name  # named by its content
+    names = zipfile.ZipFile(archive).namelist()
+    assert "pipeline/jobs.py" in names and "broker/cache/pip430.py" in names
+    assert not [name for name in names if "__pycache__" in name or name.endswith(".so")]
+    python = plain_python(tmp_path / "plain")
+    probe = subprocess.run(
+        [python, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+         "import pipeline.jobs, pipeline.replay, pipeline.belady; print(pipeline.jobs.__file__)",
+         str(archive)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.startswith(str(archive))
+
+
+@pytest.mark.parametrize(
+    ("master", "remote", "environ", "expected"),
+    [
+        (None, None, {}, ("master", "local[*]")),
+        (None, None, {"SPARK_REMOTE": "sc://h:15002"}, ("remote", "sc://h:15002")),
+        ("local[2]", None, {"SPARK_REMOTE": "sc://h:15002"}, ("master", "local[2]")),
+        (None, "sc://r:1", {"SPARK_REMOTE": "sc://h:15002"}, ("remote", "sc://r:1")),
+        ("sc://m:2", None, {}, ("remote", "sc://m:2")),
+        ("spark://m:7077", None, {}, ("master", "spark://m:7077")),
+    ],
+)
+def test_which_session(
+    master: str | None, remote: str | None, environ: dict[str, str], expected: tuple[str, str]
+) -> None:
+    assert session_target(master, remote, environ) == expected
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_command(parser.add_subparsers())
+    return parser
+
+
+def test_the_cli_takes_a_sample_rate_in_0_1_and_one_of_master_or_remote() -> None:
+    parser = _parser()
+    args = parser.parse_args(["analyze", "t", "--out", "o", "--sample-rate", "0.01"])
+    assert (args.sample_rate, args.master, args.remote) == (0.01, None, None)
+    assert parser.parse_args(["analyze", "t", "--out", "o"]).sample_rate == 1.0
+    for bad in (["--sample-rate", "0"], ["--sample-rate", "1.5"], ["--sample-rate", "x"],
+                ["--master", "local[2]", "--remote", "sc://h:1"]):  # fmt: skip
+        with pytest.raises(SystemExit):
+            parser.parse_args(["analyze", "t", "--out", "o", *bad])
+
+
+def test_the_working_set_of_a_long_trace_has_at_most_the_points_a_report_shows() -> None:
+    assert jobs.window_seconds(0) == 1
+    assert jobs.window_seconds(999_999_999_999) == 1  # 1,000 s: 1,000 windows of 1 s
+    for last_s in (1_000, 4_321, 86_400 * 30):
+        width = jobs.window_seconds(last_s * 1_000_000_000)
+        assert last_s // width + 1 <= jobs.WORKING_SET_POINTS
+        assert last_s // (width - 1) + 1 > jobs.WORKING_SET_POINTS  # the least width
+
+
+@pytest.mark.slow
+def test_a_long_trace_is_aggregated_on_the_executors_not_cut(
+    spark: Any, tmp_path: pathlib.Path
+) -> None:
+    """3 hours, a read every 2 s: 10,798 s from the first read to the last, in 982
+    windows of 11 s (10 s would make 1,080), every read counted (the first analysis
+    kept the first 10,000 rows of any table)."""
+    reads = 5_400
+    rows: list[dict[str, Any]] = [
+        {"broker": 0, "seq": 0, "ts_ns": 0, "kind": "add", "topic": "t", "ledger": 1,
+         "entry": 0, "last_entry": 0, "size": 100},
+    ]  # fmt: skip
+    read = {"broker": 0, "kind": "read", "topic": "t", "subscription": "s", "ledger": 1,
+            "entry": 0, "last_entry": 0, "size": 100, "hit": True, "replay": False}  # fmt: skip
+    rows += [{**read, "seq": i + 1, "ts_ns": i * 2_000_000_000} for i in range(reads)]
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), trace / file_name(0, 1))
+    uri = trace.as_uri()
+    assert len(parquet_files(uri, "trace-")) == 1
+    frame = jobs.load_trace(spark, uri)
+    assert jobs.trace_extent(frame) == (reads + 1, (reads - 1) * 2_000_000_000)
+    width = jobs.window_seconds((reads - 1) * 2_000_000_000)
+    assert width == 11
+    series = jobs.trace_statistics(frame, width)["working_set"].collect()
+    # one entry, read in every window: one distinct entry per window
+    assert {(row["entries"], row["window_seconds"]) for row in series} == {(1, 11)}
+    assert sorted(row["second"] for row in series) == [11 * i for i in range(982)]
+    reuse = jobs.trace_statistics(frame, width)["reuse"].collect()
+    assert sum(row["reads"] for row in reuse) == reads - 1

@@ -49,6 +49,8 @@ from pipeline.columns import (
     TRIM,
     UNLOAD,
     EventDecoder,
+    effective_sample_rate,
+    mean_entry_bytes,
 )  # fmt: skip
 from pipeline.outcome import CacheOutcome
 
@@ -454,13 +456,21 @@ def replay_uri(
     spec in one pass over each broker's files: for each spec, the brokers' counts
     summed, in the order of ``specs``. ``sample_rate`` < 1 replays a spatially hashed
     sample of the entries through caches scaled by the rate (miniature simulation);
-    the counts are then estimates."""
+    the counts are then estimates. The rate is raised where a miniature cache would
+    hold too few entries (``pipeline.columns.effective_sample_rate``); each result's
+    ``sample_rate`` is the rate used."""
     from broker.trace.recorder import file_prefix
     from pipeline.trace_io import iter_batches, trace_brokers
 
+    brokers = trace_brokers(uri)
+    if sample_rate < 1 and brokers and specs:
+        first = next(iter_batches(uri, file_prefix(brokers[0])), None)
+        entry_bytes = mean_entry_bytes(first) if first is not None else 0.0
+        smallest = min(spec.size_bytes for spec in specs)
+        sample_rate = effective_sample_rate(sample_rate, smallest, entry_bytes)
     per_broker = [
         replay_batches(iter_batches(uri, file_prefix(broker)), specs, sample_rate)
-        for broker in trace_brokers(uri)
+        for broker in brokers
     ]
     totals = []
     for index, spec in enumerate(specs):

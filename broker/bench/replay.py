@@ -10,7 +10,9 @@ On one recorded trace (``--trace DIR``, or one recorded here by ``brokerlab load
 - ``after x8``: eight sizes (1/4 to 32 times the live size) in one pass, as a Spark task
   with several cells runs them; the rate is rows times cells per second, per cell;
 - ``sampled``: ``--sample-rate`` (default 0.01) miniature simulation, one cell: its rate
-  and its hit ratio's distance from the full replay's, in points.
+  and its hit ratio's distance from the full replay's, in points, and the sampling rate
+  used (raised for a cache too small to sample at the rate asked, see
+  ``pipeline.columns.effective_sample_rate``).
 
 Rates are rows per second of this process's CPU time (``time.process_time``), so other
 work on the machine weighs on them less; ratios are of rates measured in this run. The
@@ -124,6 +126,8 @@ def measure_trace(trace: str, sample_rate: float) -> dict[str, Any]:
                 "exact": _counts(before) == _counts(after),
                 "hitRatio": after.hit_ratio,
                 "sampledRowsPerS": round(rows / sampled_s),
+                # the rate used: raised where the miniature cache would be too small
+                "sampledRate": round(sampled.sample_rate, 4),
                 "sampledHitRatio": sampled.hit_ratio,
                 "sampleErrorPoints": round(abs(sampled.hit_ratio - after.hit_ratio) * 100, 2),
                 "sampledCostRatio": round(sampled_s / after_s, 3),
@@ -149,7 +153,15 @@ def measure_presets(sample_rate: float, work: pathlib.Path) -> list[dict[str, An
             spec.design: round(abs(s.hit_ratio - f.hit_ratio) * 100, 2)
             for spec, f, s in zip(specs, full, sampled, strict=True)
         }
-        results.append({"preset": preset, "rows": full[0].events, "errorPoints": errors})
+        results.append(
+            {
+                "preset": preset,
+                "rows": full[0].events,
+                "liveSizeBytes": settings.max_size_bytes,
+                "sampledRate": round(sampled[0].sample_rate, 4),
+                "errorPoints": errors,
+            }
+        )
     return results
 
 
@@ -207,7 +219,7 @@ def main(
     header = (
         f"{'design':<10} {'before':>9} {'after':>10} {'x':>6} {'after x8/cell':>13} "
         f"{'x':>6} {'exact':>5} {'hit ratio':>9} {f'sampled {sample_rate:g}':>13} "
-        f"{'error pts':>9} {'cost':>6}"
+        f"{'error pts':>9} {'cost':>6} {'rate':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -217,11 +229,15 @@ def main(
             f"{d['speedup']:>6.1f} {d['afterX8RowsPerSPerCell']:>13,} {d['speedupX8']:>6.1f} "
             f"{'yes' if d['exact'] else 'NO':>5} {d['hitRatio']:>9.1%} "
             f"{d['sampledRowsPerS']:>13,} {d['sampleErrorPoints']:>9.2f} "
-            f"{d['sampledCostRatio']:>6.3f}"
+            f"{d['sampledCostRatio']:>6.3f} {d['sampledRate']:>6g}"
         )
     for preset in result.get("presets", []):
         errors = ", ".join(f"{k} {v:.2f}" for k, v in preset["errorPoints"].items())
-        print(f"preset {preset['preset']:<26} {preset['rows']:>10,} rows  error pts: {errors}")
+        print(
+            f"preset {preset['preset']:<24} {preset['rows']:>9,} rows, cache "
+            f"{preset['liveSizeBytes'] >> 20} MiB, rate {preset['sampledRate']:g}: "
+            f"error pts {errors}"
+        )
     print()
     print(
         f"after x8 >= {TARGET_SPEEDUP:g}x before for every design: "

@@ -99,7 +99,7 @@ def test_sampling_keeps_the_same_entries_whatever_the_batches(trace: pathlib.Pat
 
 
 def test_a_sampled_replay_estimates_the_full_one(trace: pathlib.Path) -> None:
-    spec = specs_of(trace, 512 * 1024)[0]
+    spec = specs_of(trace, 2 << 20)[0]  # at 0.5, about 500 of its 2,000 B entries
     full = replay_uri(str(trace), [spec])[0]
     estimate = replay_uri(str(trace), [spec], sample_rate=0.5)[0]
     assert estimate.sample_rate == 0.5
@@ -114,3 +114,18 @@ def test_a_sampled_replay_estimates_the_full_one(trace: pathlib.Path) -> None:
 def test_a_sample_rate_outside_zero_to_one_is_refused(rate: float) -> None:
     with pytest.raises(ValueError, match="sample rate"):
         EventDecoder(rate)
+
+
+def test_a_cache_too_small_to_sample_is_sampled_at_a_raised_rate(trace: pathlib.Path) -> None:
+    from pipeline.columns import MIN_SAMPLED_ENTRIES, effective_sample_rate
+
+    assert effective_sample_rate(0.01, 64 << 20, 1024) == 0.01
+    raised = effective_sample_rate(0.01, 2 << 20, 1024)
+    assert raised == MIN_SAMPLED_ENTRIES * 1024 / (2 << 20) and raised > 0.01
+    assert effective_sample_rate(0.01, 100 * 1024, 1024) == 1.0
+    # the workload's entries are 2,000 B: a 256 KiB cache would hold about 1 at 0.01,
+    # so it is replayed whole, and counts exactly as the full replay
+    spec = specs_of(trace, 256 * 1024)[0]
+    sampled = replay_uri(str(trace), [spec], sample_rate=0.01)[0]
+    assert sampled.sample_rate == 1.0
+    assert counts(sampled) == counts(replay_uri(str(trace), [spec])[0])

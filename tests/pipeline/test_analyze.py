@@ -110,3 +110,16 @@ def test_the_cli_writes_tables_and_report(
     report = (out / "report.html").read_text()
     assert "data:image/png;base64," in report and "Belady" in report
     assert "<b>pip430</b>" in report and "<b>legacy</b>" in report
+
+
+def test_a_sample_rate_reaches_every_replay_and_the_report(
+    spark: Any, recorded: tuple[pathlib.Path, dict[str, Any]], tmp_path: pathlib.Path
+) -> None:
+    trace, _ = recorded
+    options = AnalyzeOptions(
+        str(trace), str(tmp_path), sizes=[1 << 20], designs=("pip430",), sample_rate=0.5
+    )
+    summary = analyze(spark, options)
+    assert summary["sampleRate"] == 0.5
+    assert {row["sample_rate"] for row in summary["sweep"]} == {0.5}
+    assert "miniature simulations: 50.00%" in (tmp_path / "report.html").read_text()

@@ -127,10 +127,11 @@ def _working_set(summary: dict[str, Any]) -> str:
     window = summary.get("workingSetWindowSeconds", 1)
     figure, axes = plt.subplots(figsize=(8, 3), dpi=100)
     try:
-        axes.plot(
+        axes.bar(
             [row["second"] for row in points],
             [row["bytes"] / 1048576 for row in points],
-            drawstyle="steps-post",
+            width=window,
+            align="edge",
         )
         axes.set_xlabel("seconds since the recorder started")
         axes.set_ylabel(f"MiB read per {window} s")
@@ -140,8 +141,8 @@ def _working_set(summary: dict[str, Any]) -> str:
     finally:
         plt.close(figure)
     return (
-        f"<p>Windows of {window} s ({len(points):,} windows; one second wide, widened so a "
-        "long trace has at most 1,000).</p>" + image
+        f"<p>Windows of {window} s ({len(points):,} with reads; one second wide, widened so "
+        "a long trace has at most 1,000).</p>" + image
     )
 
 

@@ -5,6 +5,7 @@ required), started by the test on ports of 127.0.0.1."""
 from __future__ import annotations
 
 import pathlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,11 +27,29 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     server, endpoint = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
     try:
         env = s3_env(endpoint)
-        fs = _filesystem(env)
-        fs.create_dir(BUCKET)
+        _make_bucket(_filesystem(env))
         yield env
     finally:
         server.stop(grace=0)  # its data is the test's: no need to wait for a clean stop
+
+
+def _make_bucket(fs: pafs.S3FileSystem, seconds: float = 120) -> None:
+    """The bucket, once the server takes a write and reads it back (its volume server
+    may join a moment after the gateway is up): polled until the deadline."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fs.create_dir(BUCKET)
+            with fs.open_output_stream(f"{BUCKET}/ready") as stream:
+                stream.write(b"ready")
+            with fs.open_input_stream(f"{BUCKET}/ready") as stream:
+                assert stream.read() == b"ready"
+            fs.delete_file(f"{BUCKET}/ready")
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _filesystem(env: dict[str, str]) -> pafs.S3FileSystem:

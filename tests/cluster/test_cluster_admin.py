@@ -5,6 +5,7 @@ answers 503 on topic routes (and serves again once started)."""
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import re
 
 import orjson
@@ -355,3 +356,28 @@ async def test_a_request_in_flight_when_its_broker_stops_answers_503(
     storage.faults.clear()
     assert body["code"] == "unavailable"
     assert status == 503, body
+
+
+async def test_the_load_generator_sums_every_broker_s_trace_stats(
+    local_cluster: LocalClusterFactory, tmp_path: pathlib.Path
+) -> None:
+    """A trace of a cluster is every broker's files: the events and drops the load
+    generator reports (and checks before trusting a replay) are all brokers'."""
+    from loadgen.client import BrokerClient
+
+    # no eviction timer ticks meanwhile (each is a trace event), so the counts stand still
+    local = await local_cluster(
+        brokerlabTraceDir=str(tmp_path / "trace"), managedLedgerCacheEvictionIntervalMs=60_000
+    )
+    first, second = topics_in_distinct_bundles("traced", 2)
+    await produce_anywhere(local, 0, first, ["a"] * 5)
+    await produce_anywhere(local, 0, second, ["b"] * 7)
+    assert {local.owner_index(first), local.owner_index(second)} == {0, 1}
+    own = [
+        (await client.request("GET", "/admin/v2/broker-stats/trace"))[1] for client in local.clients
+    ]
+    assert all(stats["events"] > 0 for stats in own)
+    async with BrokerClient(local.urls[0], brokers=local.urls) as client:
+        summed = await client.trace_stats()
+    assert summed["events"] == sum(stats["events"] for stats in own)
+    assert summed["dropped"] == 0 and summed["enabled"] is True

@@ -115,11 +115,19 @@ def test_the_cli_writes_tables_and_report(
 def test_a_sample_rate_reaches_every_replay_and_the_report(
     spark: Any, recorded: tuple[pathlib.Path, dict[str, Any]], tmp_path: pathlib.Path
 ) -> None:
+    """Also: three cells (two sizes and the live one) replayed by one task."""
     trace, _ = recorded
     options = AnalyzeOptions(
-        str(trace), str(tmp_path), sizes=[1 << 20], designs=("pip430",), sample_rate=0.5
+        str(trace),
+        str(tmp_path),
+        sizes=[256 * 1024, 1 << 20],
+        designs=("pip430",),
+        sample_rate=0.5,
+        cells_per_task=3,
     )
     summary = analyze(spark, options)
     assert summary["sampleRate"] == 0.5
+    cells = {(row["size_bytes"], row["live"]) for row in summary["sweep"]}
+    assert cells == {(256 * 1024, False), (1 << 20, False), (1 << 20, True)}
     assert {row["sample_rate"] for row in summary["sweep"]} == {0.5}
     assert "miniature simulations: 50.00%" in (tmp_path / "report.html").read_text()

@@ -206,12 +206,18 @@ def render_report(summary: dict[str, Any]) -> str:
         else ""
     )
     rate = summary.get("sampleRate", 1.0)
-    sampled = (
-        f" The replays are miniature simulations: {rate:.2%} of the entries (spatially"
-        " hashed) through caches scaled by the same rate, so their counts are estimates."
-        if rate < 1
-        else ""
-    )
+    sampled = ""
+    if rate < 1:
+        sampled = (
+            f" The replays are miniature simulations: {rate:.2%} of the entries (spatially"
+            " hashed) through caches scaled by the same rate, so their counts are estimates."
+        )
+        used = {row.get("sample_rate", 1.0) for row in summary["sweep"]}
+        if used != {rate}:
+            sampled += (
+                " A replay whose scaled cache would hold too few entries ran at a higher"
+                " rate: the sample rate column gives each one's."
+            )
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>brokerlab analyze</title>
 <style>
@@ -248,6 +254,7 @@ the adds as uncounted requests). Each hit is a storage read saved.{sampled}</p>
                 ("evicted_ttl", "evicted by TTL"),
                 ("evicted_size", "evicted by size"),
                 ("evicted_invalidated", "invalidated"),
+                *([("sample_rate", "sample rate")] if rate < 1 else []),
             ],
         )
     }

@@ -55,8 +55,9 @@ class AnalyzeOptions:
     designs: tuple[str, ...] = tuple(DESIGNS)
     #: 1: replay every entry; < 1: miniature simulation of this share of the entries
     sample_rate: float = 1.0
-    #: (design, size) cells replayed by one task, in one pass over the trace
-    cells_per_task: int = 1
+    #: (design, size) cells replayed by one task, in one pass over the trace (None: as
+    #: many tasks as the session runs at once)
+    cells_per_task: int | None = None
 
 
 class TraceFormatError(ValueError):

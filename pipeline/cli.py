@@ -100,9 +100,9 @@ def add_command(commands: Any) -> None:
     analyze.add_argument(
         "--cells-per-task",
         type=_positive,
-        default=1,
+        default=None,
         help="(design, size) cells one Spark task replays in one pass over the trace "
-        "(default 1: the most parallelism)",
+        "(default: as many tasks as the session runs at once; 1: the most parallelism)",
     )
     analyze.set_defaults(analyze=True)
 

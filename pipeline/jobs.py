@@ -303,13 +303,39 @@ def sweep(
     trace_uri: str,
     specs: Sequence[ReplaySpec],
     sample_rate: float = 1.0,
-    cells_per_task: int = 1,
+    cells_per_task: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every spec replayed over the trace, ``cells_per_task`` specs per Spark task (one
-    pass over the trace each); returns one result row per spec."""
-    size = max(1, cells_per_task)
-    groups = tuple(tuple(specs[i : i + size]) for i in range(0, len(specs), size))
+    pass over the trace each; None: as many tasks as the session runs at once, so that a
+    task decodes the trace once for several cells rather than cores idling); returns one
+    result row per spec. Consecutive specs (one design's sizes) share a task."""
+    groups = task_groups(specs, cells_per_task, parallelism(spark))
     return _results(spark, len(groups), _SweepTask(trace_uri, groups, sample_rate))
+
+
+def task_groups(
+    specs: Sequence[ReplaySpec], cells_per_task: int | None, parallelism: int
+) -> tuple[tuple[ReplaySpec, ...], ...]:
+    """The specs cut into the sweep's tasks, consecutive specs together:
+    ``cells_per_task`` each, or (None) as evenly as ``parallelism`` tasks allow (one
+    each when the session's parallelism is unknown, 0)."""
+    if cells_per_task is None:
+        cells_per_task = -(-len(specs) // parallelism) if parallelism > 0 else 1
+    size = max(1, cells_per_task)
+    return tuple(tuple(specs[i : i + size]) for i in range(0, len(specs), size))
+
+
+def parallelism(spark: SparkSession) -> int:
+    """Tasks the session runs at once: the classic session's default parallelism, or
+    Connect's ``spark.default.parallelism`` setting; 0 when the session does not say."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # a Connect session has no SparkContext: it raises
+        pass
+    try:
+        return int(spark.conf.get("spark.default.parallelism", "0") or 0)
+    except Exception:  # not set on the server, or not a number
+        return 0
 
 
 def next_reads(trace: DataFrame, out_uri: str) -> str:

@@ -133,3 +133,31 @@ def test_a_sample_rate_reaches_every_replay_and_the_report(
     assert cells == {(4 << 20, False), (1 << 20, True)}
     assert {row["sample_rate"] for row in summary["sweep"]} == {0.5}
     assert "miniature simulations: 50.00%" in (tmp_path / "report.html").read_text()
+
+
+def test_the_sweep_gives_a_task_several_cells_when_cells_outnumber_the_cores(
+    spark: Any, recorded: tuple[pathlib.Path, dict[str, Any]]
+) -> None:
+    """By default, as many tasks as the session runs at once: 6 cells on local[2] are 2
+    tasks of 3 consecutive cells (one pass over the trace each), whose rows are those of
+    one cell per task."""
+    from pipeline import jobs
+    from pipeline.replay import ReplaySpec
+
+    trace, _ = recorded
+    specs = [
+        ReplaySpec(design, size) for design in ("pip430", "legacy") for size in (1 << 19, 1 << 21)
+    ] + [ReplaySpec("segmented", 1 << 20)]
+    assert jobs.parallelism(spark) == 2
+    assert [len(g) for g in jobs.task_groups(specs, None, 2)] == [3, 2]
+    assert [len(g) for g in jobs.task_groups(specs, 1, 2)] == [1] * 5
+    assert [len(g) for g in jobs.task_groups(specs, None, 0)] == [1] * 5  # unknown
+    assert jobs.task_groups(specs, None, 2)[0] == tuple(specs[:3])
+
+    def key(row: dict[str, Any]) -> tuple[str, int]:
+        return row["design"], row["size_bytes"]
+
+    grouped = jobs.sweep(spark, str(trace), specs)
+    alone = jobs.sweep(spark, str(trace), specs, cells_per_task=1)
+    assert sorted(grouped, key=key) == sorted(alone, key=key)
+    assert len(grouped) == len(specs)

@@ -49,6 +49,7 @@ from pipeline.columns import (
     TRIM,
     UNLOAD,
     EventDecoder,
+    count_entries,
     effective_sample_rate,
     mean_entry_bytes,
 )  # fmt: skip
@@ -467,7 +468,10 @@ def replay_uri(
         first = next(iter_batches(uri, file_prefix(brokers[0])), None)
         entry_bytes = mean_entry_bytes(first) if first is not None else 0.0
         smallest = min(spec.size_bytes for spec in specs)
-        sample_rate = effective_sample_rate(sample_rate, smallest, entry_bytes)
+        entries = sum(
+            count_entries(iter_batches(uri, file_prefix(broker), ["kind"])) for broker in brokers
+        )
+        sample_rate = effective_sample_rate(sample_rate, smallest, entry_bytes, entries)
     per_broker = [
         replay_batches(iter_batches(uri, file_prefix(broker)), specs, sample_rate)
         for broker in brokers

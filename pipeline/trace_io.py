@@ -112,16 +112,21 @@ def trace_brokers(uri: str) -> list[int]:
     return sorted(brokers)
 
 
-def iter_file_batches(uri: str, path: str) -> Iterator[pa.RecordBatch]:
-    """The record batches of one file, ``path`` in ``uri``'s file system."""
+def iter_file_batches(
+    uri: str, path: str, columns: list[str] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The record batches of one file, ``path`` in ``uri``'s file system (only
+    ``columns``, if given)."""
     fs, _ = filesystem(uri)
     with fs.open_input_file(path) as handle:
-        yield from pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS)
+        yield from pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS, columns=columns)
 
 
-def iter_batches(uri: str, pattern_prefix: str = "") -> Iterator[pa.RecordBatch]:
+def iter_batches(
+    uri: str, pattern_prefix: str = "", columns: list[str] | None = None
+) -> Iterator[pa.RecordBatch]:
     for name in parquet_files(uri, pattern_prefix):
-        yield from iter_file_batches(uri, name)
+        yield from iter_file_batches(uri, name, columns)
 
 
 def rows_of(batches: Iterable[Any]) -> Iterator[dict[str, Any]]:

@@ -129,3 +129,18 @@ def test_a_cache_too_small_to_sample_is_sampled_at_a_raised_rate(trace: pathlib.
     sampled = replay_uri(str(trace), [spec], sample_rate=0.01)[0]
     assert sampled.sample_rate == 1.0
     assert counts(sampled) == counts(replay_uri(str(trace), [spec])[0])
+
+
+def test_a_trace_too_small_to_sample_is_sampled_at_a_raised_rate(trace: pathlib.Path) -> None:
+    from pipeline.columns import MIN_SAMPLE_POPULATION, count_entries, effective_sample_rate
+    from pipeline.trace_io import iter_batches
+
+    assert effective_sample_rate(0.01, 64 << 20, 1024, entries=10_000_000) == 0.01
+    assert effective_sample_rate(0.01, 64 << 20, 1024, entries=20_000) == (
+        MIN_SAMPLE_POPULATION / 20_000
+    )
+    # the workload stores 3,000 entries: at 0.01 a sample would hold 30 of them
+    assert count_entries(iter_batches(str(trace), "trace-b0-", ["kind"])) == 3000
+    spec = specs_of(trace, 64 << 20)[0]
+    sampled = replay_uri(str(trace), [spec], sample_rate=0.01)[0]
+    assert sampled.sample_rate == MIN_SAMPLE_POPULATION / 3000

@@ -118,6 +118,22 @@ class ReplayResult(CacheOutcome):
         return row
 
     @classmethod
+    def of(cls, spec: ReplaySpec, stats: dict[str, Any], events: int) -> ReplayResult:
+        """The result of a replay of ``spec`` whose instances' summed stats (as
+        ``DesignInstance.stats`` names them) are ``stats``, over ``events`` trace rows."""
+        return cls(
+            design=spec.design,
+            size_bytes=spec.size_bytes,
+            live=spec.live,
+            hits=stats["hits"],
+            misses=stats["misses"],
+            hit_bytes=stats["hitBytes"],
+            miss_bytes=stats["missBytes"],
+            events=events,
+            evicted=stats["evicted"],
+        )
+
+    @classmethod
     def total(cls, spec: ReplaySpec, results: Iterable[ReplayResult]) -> ReplayResult:
         """The counts of several replays of ``spec`` (the brokers of a trace) summed."""
         summed = cls(
@@ -342,19 +358,7 @@ class EventReplayer:
 
     def result(self, rows: int) -> ReplayResult:
         """The counts so far as a result; ``rows``: trace rows behind the events."""
-        stats = self.stats()
-        spec = self._spec
-        return ReplayResult(
-            design=spec.design,
-            size_bytes=spec.size_bytes,
-            live=spec.live,
-            hits=stats["hits"],
-            misses=stats["misses"],
-            hit_bytes=stats["hitBytes"],
-            miss_bytes=stats["missBytes"],
-            events=rows,
-            evicted=stats["evicted"],
-        )
+        return ReplayResult.of(self._spec, self.stats(), rows)
 
 
 def _summed_stats(all_stats: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -495,15 +499,4 @@ def replay_rows_before(rows: Iterable[dict[str, Any]], spec: ReplaySpec) -> Repl
     for row in rows:
         feeder.apply(row)
     feeder.finish()
-    stats = feeder.stats()
-    return ReplayResult(
-        design=spec.design,
-        size_bytes=spec.size_bytes,
-        live=spec.live,
-        hits=stats["hits"],
-        misses=stats["misses"],
-        hit_bytes=stats["hitBytes"],
-        miss_bytes=stats["missBytes"],
-        events=feeder.events,
-        evicted=stats["evicted"],
-    )
+    return ReplayResult.of(spec, feeder.stats(), feeder.events)

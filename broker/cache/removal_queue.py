@@ -36,9 +36,6 @@ from collections.abc import Callable, Iterator
 
 from broker.cache.entry import CachedEntry
 
-#: the answers of an eviction rule
-REMOVE, REQUEUE, STOP = 0, 1, 2
-
 #: called with each entry the queue evicts and the pass's reason ("ttl" or "size")
 EvictListener = Callable[[CachedEntry, str], None]
 
@@ -46,7 +43,7 @@ EvictListener = Callable[[CachedEntry, str], None]
 class RangeCacheRemovalQueue:
     """The broker-wide FIFO of cached entries and its eviction loop."""
 
-    __slots__ = ("_cutoff_ns", "_extend_accessed", "_max_requeues", "_queue", "_to_free", "add")
+    __slots__ = ("_extend_accessed", "_max_requeues", "_queue", "add")
 
     def __init__(self, max_requeues: int, extend_recently_accessed: bool) -> None:
         self._queue: deque[CachedEntry] = deque()
@@ -55,8 +52,6 @@ class RangeCacheRemovalQueue:
         self.add = self._queue.append
         self._max_requeues = max_requeues
         self._extend_accessed = extend_recently_accessed
-        self._cutoff_ns = 0
-        self._to_free = 0
 
     def __len__(self) -> int:
         """Entries queued, including removed ones not yet reached. O(1)."""
@@ -66,22 +61,11 @@ class RangeCacheRemovalQueue:
         return iter(self._queue)
 
     def should_requeue(self, entry: CachedEntry) -> bool:
-        """Whether the entry gets another TTL instead of eviction. O(1)."""
+        """Whether the entry gets another TTL instead of eviction. O(1). (:meth:`evict`
+        asks the same of each entry inline: it runs once per entry a pass looks at.)"""
         return (self._extend_accessed and entry.accessed) or (
             entry.expected_reads >= 1 and entry.requeue_count < self._max_requeues
         )
-
-    # ------------------------------------------------------------------ the two rules
-
-    def _expired_rule(self, entry: CachedEntry, freed: int) -> int:
-        if entry.timestamp_ns >= self._cutoff_ns:
-            return STOP
-        return REQUEUE if self.should_requeue(entry) else REMOVE
-
-    def _size_rule(self, entry: CachedEntry, freed: int) -> int:
-        if freed >= self._to_free:
-            return STOP
-        return REQUEUE if self.should_requeue(entry) else REMOVE
 
     # ------------------------------------------------------------------ the passes
 
@@ -90,44 +74,51 @@ class RangeCacheRemovalQueue:
     ) -> tuple[int, int]:
         """The timestamp pass: entries cached before ``cutoff_ns``. Returns (entries
         removed, bytes freed)."""
-        self._cutoff_ns = cutoff_ns
-        return self.evict(self._expired_rule, now_ns, listener, "ttl")
+        return self.evict(True, cutoff_ns, now_ns, listener, "ttl")
 
     def evict_size(
         self, size_to_free: int, now_ns: int, listener: EvictListener | None
     ) -> tuple[int, int]:
         """The size pass: free at least ``size_to_free`` bytes, or everything that may
         go. Returns (entries removed, bytes freed)."""
-        self._to_free = size_to_free
-        return self.evict(self._size_rule, now_ns, listener, "size")
+        return self.evict(False, size_to_free, now_ns, listener, "size")
 
     def evict(
         self,
-        rule: Callable[[CachedEntry, int], int],
+        by_time: bool,
+        limit: int,
         now_ns: int,
         listener: EvictListener | None,
         reason: str,
     ) -> tuple[int, int]:
-        """The one eviction loop: ask ``rule`` about the head until it says STOP or the
-        queue is empty. Returns (entries removed, bytes freed)."""
+        """The one eviction loop. Its rule, for the entry at the head: STOP if the pass
+        is done (``by_time``: the entry was timestamped at or after ``limit``; else:
+        ``limit`` bytes freed); REQUEUE if :meth:`should_requeue`; else REMOVE. Until
+        STOP or the queue is empty. Returns (entries removed, bytes freed).
+
+        The rule is written out in the loop rather than called: a pass looks at every
+        expired entry, and two calls per entry were a third of a replay's cache work."""
         queue = self._queue
+        extend_accessed = self._extend_accessed
+        max_requeues = self._max_requeues
         removed = freed = 0
         while queue:
             entry = queue[0]
             if entry.removed:  # gone by other means: just drop it from the queue
                 queue.popleft()
                 continue
-            verdict = rule(entry, freed)
-            if verdict == STOP:
-                break
+            if (entry.timestamp_ns >= limit) if by_time else (freed >= limit):
+                break  # STOP
             queue.popleft()
-            if verdict == REQUEUE:
+            if (extend_accessed and entry.accessed) or (
+                entry.expected_reads >= 1 and entry.requeue_count < max_requeues
+            ):  # REQUEUE
                 entry.timestamp_ns = now_ns
                 entry.accessed = False
                 entry.requeue_count += 1
                 queue.append(entry)
                 continue
-            entry.cache._evict(entry)
+            entry.cache._evict(entry)  # REMOVE
             removed += 1
             freed += entry.size
             if listener is not None:

@@ -206,3 +206,44 @@ def test_expected_read_counts_are_ignored_when_the_strategy_is_off() -> None:
     entry = put(cache, 1, 0, b"x", 5)
     assert entry is not None and entry.expected_reads == 0
     assert manager.evict_entries(1) == 1
+
+
+@pytest.mark.parametrize(
+    ("expected_reads", "accessed", "extend", "requeues"),
+    [
+        (0, False, True, 0),  # nothing keeps it
+        (1, False, True, 2),  # one read left: kept up to the 2 requeues allowed
+        (2, False, True, 2),
+        (0, True, True, 1),  # accessed: one more TTL, the flag cleared with it
+        (0, True, False, 0),  # ... unless extending accessed entries is off
+        (1, True, True, 2),  # accessed first, then its expected read
+    ],
+)
+def test_the_size_pass_keeps_an_entry_as_long_as_should_requeue_says(
+    expected_reads: int, accessed: bool, extend: bool, requeues: int
+) -> None:
+    manager, cache, _ = make(max_requeues=2, extend_recently_accessed=extend)
+    entry = put(cache, 1, 1, None, expected_reads, size=10)
+    assert entry is not None
+    if accessed:
+        assert read_one(cache, 1, 1) is entry
+    verdicts = []
+    while manager.queue.should_requeue(entry) and len(verdicts) < 5:  # the predicate's
+        verdicts.append(entry.requeue_count)  # answers, as the loop should see them
+        entry.accessed = False
+        entry.requeue_count += 1
+    entry.accessed, entry.requeue_count = accessed, 0
+    assert len(verdicts) == requeues
+    assert manager.evict_entries(1 << 30) == 10  # free everything: it goes in the end
+    assert entry.requeue_count == requeues and cached_ids(cache) == []
+
+
+def test_the_timestamp_pass_gives_an_entry_with_reads_left_another_ttl() -> None:
+    manager, cache, clock = make(max_requeues=2)
+    kept = put(cache, 1, 1, None, 1, size=10)
+    dropped = put(cache, 1, 2, None, 0, size=10)
+    assert kept is not None and dropped is not None
+    clock.advance_ms(TTL_MS + 1)
+    assert manager.evict_expired() == 1
+    assert cached_ids(cache) == [1] and kept.requeue_count == 1
+    assert kept.timestamp_ns == clock.monotonic_ns()  # a new TTL from now

@@ -144,7 +144,11 @@ class EventDecoder:
     - ``(READ, ts, topic, subscription, ledger, first, last, available)``
     - ``(CHECK, ts, topic, [CursorCheck, ...])``
     - ``(TICK|RESTART, ts)``, ``(LOAD|UNLOAD, ts, topic)``
-    - ``(RELEASE|REPLAY_ADD, ts, topic, ledger, entry)``, ``(TRIM, ts, topic, ledger)``
+    - ``(RELEASE, ts, topic, ledger, entries, times)``: consecutive releases of one
+      ledger's entries (``times[i]`` the time of ``entries[i]``, ``ts`` the first); a
+      trace is about a quarter releases, one row each, and a tuple per run rather than
+      per row is most of the decoder's saving
+    - ``(REPLAY_ADD, ts, topic, ledger, entry)``, ``(TRIM, ts, topic, ledger)``
     - ``(MOVE, ts, topic, subscription, read_position, mark_delete)``
     - ``(ACTIVATE, ts, topic, subscription, read_position, mark_delete, entries_to_read)``
     - ``(DEACTIVATE, ts, topic, subscription)``
@@ -181,25 +185,28 @@ class EventDecoder:
         topic_ids, topics = _codes(batch.column("topic"), {}, -1)
         sub_ids, subscriptions = _codes(batch.column("subscription"), {}, -1)
         grouped = np.isin(ops, _GROUPED_CODES)
-        # row r continues into row r+1: the same event, cut as EventFeeder cuts it
+        releases = ops == RELEASE
+        # row r continues into row r+1: the same event, cut as EventFeeder cuts it, or
+        # the same run of releases of one ledger's entries
         cont = np.zeros(rows, dtype=bool)
         if rows > 1:
             nxt = slice(1, None)
             cur = slice(None, -1)
+            same_ledger = (topic_ids[nxt] == topic_ids[cur]) & (ledgers[nxt] == ledgers[cur])
             cont[cur] = (
                 grouped[cur]
                 & (ops[nxt] == ops[cur])
                 & (entries[cur] != lasts[cur])
                 & (entries[nxt] == entries[cur] + 1)
                 & (lasts[nxt] == lasts[cur])
-                & (topic_ids[nxt] == topic_ids[cur])
-                & (ledgers[nxt] == ledgers[cur])
+                & same_ledger
                 & ((ops[cur] == CHECK) | (sub_ids[nxt] == sub_ids[cur]))
-            )
+            ) | (releases[cur] & releases[nxt] & same_ledger)
         ends = np.flatnonzero(~cont)  # the last row always ends an event here
         rows_done = rows
-        if not final and grouped[-1] and entries[-1] != lasts[-1]:
-            # the last event may go on in the next batch: keep its rows for then
+        if not final and ((grouped[-1] and entries[-1] != lasts[-1]) or releases[-1]):
+            # the last event (or run of releases) may go on in the next batch: keep its
+            # rows for then, so the events do not depend on where batches are cut
             ends = ends[:-1]
             rows_done = int(ends[-1]) + 1 if len(ends) else 0
             self._carry = batch.slice(rows_done)
@@ -212,8 +219,9 @@ class EventDecoder:
         ts = np.asarray(batch.column("ts_ns").to_numpy(zero_copy_only=False), dtype=np.int64)
         if self._threshold < 1 << _SAMPLE_BITS:
             # keep the sampled rows of events about entries, each as an event of its own
-            # at its event's time, and every row of the other events; the rest goes
-            # before any Python work (most of the trace, at small rates)
+            # at its event's time (a run of releases stays a run, each at its own
+            # time), and every row of the other events; the rest goes before any Python
+            # work (most of the trace, at small rates)
             topic_hashes = np.array(
                 [zlib.crc32(topic.encode()) for topic in topics] + [0], dtype=np.uint64
             )
@@ -224,15 +232,25 @@ class EventDecoder:
             kept = np.flatnonzero((sampled | ~thinned)[: len(event_start)])
             if len(kept) == 0:
                 return []
-            begins = thinned[kept] | (event_start[kept] == kept)
+            kept_start = event_start[kept]
+            begins = (thinned & ~releases)[kept]
+            begins[0] = True
+            begins[1:] |= kept_start[1:] != kept_start[:-1]
             starts = np.flatnonzero(begins)
             ends = np.empty_like(starts)
             ends[:-1] = starts[1:] - 1
             ends[-1] = len(kept) - 1
-            ts = ts[event_start[kept]]
+            ts = np.where(releases[kept], ts[kept], ts[kept_start])
             ops, topic_ids, sub_ids = ops[kept], topic_ids[kept], sub_ids[kept]
             ledgers, entries, lasts = ledgers[kept], entries[kept], lasts[kept]
             batch = batch.take(pa.array(kept))
+        # "evict" rows (the live design's output, not an input) are events of one row
+        # each, a fifth of a trace: they go here rather than one by one in Python
+        inputs = ops[starts] != IGNORED
+        if not inputs.all():
+            starts, ends = starts[inputs], ends[inputs]
+            if len(ends) == 0:
+                return []
         return self._events(batch, ts, ops, starts, ends, topics, topic_ids, subscriptions,
                             sub_ids, ledgers, entries, lasts)  # fmt: skip
 
@@ -277,7 +295,10 @@ class EventDecoder:
             op = op_list[start]
             t = ts[start]
             topic = topics[topic_list[start]] if topic_list[start] >= 0 else None
-            if op in (RELEASE, REPLAY_ADD):
+            if op == RELEASE:
+                append((op, t, topic, ledger_list[start], entry_list[start : end + 1],
+                        ts[start : end + 1]))  # fmt: skip
+            elif op == REPLAY_ADD:
                 append((op, t, topic, ledger_list[start], entry_list[start]))
             elif op == READ:
                 available = {entry_list[r]: sizes[r] for r in range(start, end + 1) if hits[r]}

@@ -21,7 +21,9 @@ Cost: O(events) per replay, plus the design's own work; memory: the design's ent
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import pathlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -36,6 +38,7 @@ from pipeline.columns import (
     ACTIVATE,
     ADD,
     CHECK,
+    COLUMNS,
     DEACTIVATE,
     FILL,
     FILL_FAILED,
@@ -314,7 +317,11 @@ class EventReplayer:
             clock.now_ns = event[1]
             if op == RELEASE:
                 unit = units.get(event[2])
-                (unit or instance.unit(event[2])).released(event[3], event[4])
+                released = (unit or instance.unit(event[2])).released
+                ledger = event[3]
+                for now, entry in zip(event[5], event[4], strict=True):
+                    clock.now_ns = now
+                    released(ledger, entry)
             elif op == READ:
                 unit = units.get(event[2])
                 (unit or instance.unit(event[2])).read(
@@ -373,6 +380,22 @@ def _summed_stats(all_stats: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return summed
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off for the block. A replay allocates millions of
+    objects that live until their entry is evicted (event tuples, cached entries), and
+    each allocation burst set off a collection walking all of them: a third of a
+    pip430 replay. What a replay drops is freed by reference counting (an evicted entry
+    is in no cycle), so nothing piles up meanwhile."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def replay_batches(
     batches: Iterable[pa.RecordBatch], specs: Sequence[ReplaySpec], sample_rate: float = 1.0
 ) -> list[ReplayResult]:
@@ -389,13 +412,14 @@ def replay_batches(
     ]
     replayers = [EventReplayer(spec) for spec in scaled]
     decoder = EventDecoder(sample_rate)
-    for batch in batches:
-        events = decoder.decode(batch)
+    with _collector_paused():
+        for batch in batches:
+            events = decoder.decode(batch)
+            for replayer in replayers:
+                replayer.feed(events)
+        tail = decoder.finish()
         for replayer in replayers:
-            replayer.feed(events)
-    tail = decoder.finish()
-    for replayer in replayers:
-        replayer.feed(tail)
+            replayer.feed(tail)
     results = []
     for spec, replayer in zip(specs, replayers, strict=True):
         result = replayer.result(decoder.rows)
@@ -477,7 +501,7 @@ def replay_uri(
         )
         sample_rate = effective_sample_rate(sample_rate, smallest, entry_bytes, entries)
     per_broker = [
-        replay_batches(iter_batches(uri, file_prefix(broker)), specs, sample_rate)
+        replay_batches(iter_batches(uri, file_prefix(broker), list(COLUMNS)), specs, sample_rate)
         for broker in brokers
     ]
     totals = []

@@ -217,42 +217,44 @@ class EventDecoder:
         starts[0] = 0
         starts[1:] = ends[:-1] + 1
         ts = np.asarray(batch.column("ts_ns").to_numpy(zero_copy_only=False), dtype=np.int64)
-        if self._threshold < 1 << _SAMPLE_BITS:
-            # keep the sampled rows of events about entries, each as an event of its own
-            # at its event's time (a run of releases stays a run, each at its own
-            # time), and every row of the other events; the rest goes before any Python
-            # work (most of the trace, at small rates)
+        # rows that become Python values: not the "evict" rows (the live design's
+        # output, not an input: a fifth of a trace, gone here rather than one by one),
+        # and, sampling, only the sampled rows of events about entries
+        keep = (ops != IGNORED)[:rows_done]
+        sampling = self._threshold < 1 << _SAMPLE_BITS
+        if sampling:
+            # each sampled row of an event about entries becomes an event of its own at
+            # its event's time (a run of releases stays a run, each at its own time);
+            # every row of the other events is kept. Most of the trace goes here, at
+            # small rates, before any Python work
             topic_hashes = np.array(
                 [zlib.crc32(topic.encode()) for topic in topics] + [0], dtype=np.uint64
             )
             hashes = entry_hashes(topic_hashes[topic_ids], ledgers, entries)
             sampled = (hashes >> np.uint64(64 - _SAMPLE_BITS)) < np.uint64(self._threshold)
             thinned = np.isin(ops, (ADD, READ, FILL, RELEASE, REPLAY_ADD))
-            event_start = np.repeat(starts, ends - starts + 1)  # rows before any carry
-            kept = np.flatnonzero((sampled | ~thinned)[: len(event_start)])
-            if len(kept) == 0:
+            keep &= (sampled | ~thinned)[:rows_done]
+        rows_kept: np.ndarray | None = None
+        if not keep.all():
+            rows_kept = np.flatnonzero(keep)
+            if len(rows_kept) == 0:
                 return []
-            kept_start = event_start[kept]
-            begins = (thinned & ~releases)[kept]
+            event_start = np.repeat(starts, ends - starts + 1)[rows_kept]
+            begins = (
+                (thinned & ~releases)[rows_kept] if sampling else np.zeros_like(keep[rows_kept])
+            )
             begins[0] = True
-            begins[1:] |= kept_start[1:] != kept_start[:-1]
+            begins[1:] |= event_start[1:] != event_start[:-1]
             starts = np.flatnonzero(begins)
             ends = np.empty_like(starts)
             ends[:-1] = starts[1:] - 1
-            ends[-1] = len(kept) - 1
-            ts = np.where(releases[kept], ts[kept], ts[kept_start])
-            ops, topic_ids, sub_ids = ops[kept], topic_ids[kept], sub_ids[kept]
-            ledgers, entries, lasts = ledgers[kept], entries[kept], lasts[kept]
-            batch = batch.take(pa.array(kept))
-        # "evict" rows (the live design's output, not an input) are events of one row
-        # each, a fifth of a trace: they go here rather than one by one in Python
-        inputs = ops[starts] != IGNORED
-        if not inputs.all():
-            starts, ends = starts[inputs], ends[inputs]
-            if len(ends) == 0:
-                return []
-        return self._events(batch, ts, ops, starts, ends, topics, topic_ids, subscriptions,
-                            sub_ids, ledgers, entries, lasts)  # fmt: skip
+            ends[-1] = len(rows_kept) - 1
+            ts = np.where(releases[rows_kept], ts[rows_kept], ts[event_start])
+            ops, topic_ids, sub_ids = ops[rows_kept], topic_ids[rows_kept], sub_ids[rows_kept]
+            ledgers, entries = ledgers[rows_kept], entries[rows_kept]
+            lasts = lasts[rows_kept]
+        return self._events(batch, rows_kept, ts, ops, starts, ends, topics, topic_ids,
+                            subscriptions, sub_ids, ledgers, entries, lasts)  # fmt: skip
 
     def finish(self) -> list[tuple[Any, ...]]:
         """The events of rows left open at the end of the trace (rows dropped)."""
@@ -265,6 +267,7 @@ class EventDecoder:
     def _events(
         self,
         batch: pa.RecordBatch,
+        rows_kept: np.ndarray | None,
         ts_ns: np.ndarray,
         ops: np.ndarray,
         starts: np.ndarray,
@@ -277,11 +280,17 @@ class EventDecoder:
         entries: np.ndarray,
         lasts: np.ndarray,
     ) -> list[tuple[Any, ...]]:
-        """The event tuples of the events ``starts[i]..ends[i]`` (row indices)."""
+        """The event tuples of the events ``starts[i]..ends[i]``: indices in the arrays
+        given, which are ``batch``'s rows ``rows_kept`` (None: all of them)."""
+
+        def column(name: str, null: int | bool) -> list[Any]:
+            values = pc.fill_null(batch.column(name), null).to_numpy(zero_copy_only=False)
+            return (values if rows_kept is None else values[rows_kept]).tolist()
+
         ts = ts_ns.tolist()
         sampling = self._threshold < 1 << _SAMPLE_BITS
-        sizes = pc.fill_null(batch.column("size"), 0).to_pylist()
-        hits = pc.fill_null(batch.column("hit"), False).to_pylist()
+        sizes = column("size", 0)
+        hits = column("hit", False)
         op_list = ops.tolist()
         topic_list = topic_ids.tolist()
         sub_list = sub_ids.tolist()
@@ -309,9 +318,9 @@ class EventDecoder:
                         sizes[start : end + 1]))  # fmt: skip
             elif op in (MOVE, ACTIVATE):
                 if md_ledgers is None:
-                    md_ledgers = _ints(batch, "md_ledger").tolist()
-                    md_entries = _ints(batch, "md_entry").tolist()
-                    to_read = _ints(batch, "entries_to_read").tolist()
+                    md_ledgers = column("md_ledger", -1)
+                    md_entries = column("md_entry", -1)
+                    to_read = column("entries_to_read", -1)
                 assert md_entries is not None and to_read is not None
                 event: tuple[Any, ...] = (
                     op, t, topic, subscriptions[sub_list[start]],
@@ -321,11 +330,11 @@ class EventDecoder:
                 append((*event, to_read[start]) if op == ACTIVATE else event)
             elif op == CHECK:
                 if to_read is None:
-                    md_ledgers = _ints(batch, "md_ledger").tolist()
-                    md_entries = _ints(batch, "md_entry").tolist()
-                    to_read = _ints(batch, "entries_to_read").tolist()
+                    md_ledgers = column("md_ledger", -1)
+                    md_entries = column("md_entry", -1)
+                    to_read = column("entries_to_read", -1)
                 if consumers is None:
-                    consumers = pc.fill_null(batch.column("has_consumers"), False).to_pylist()
+                    consumers = column("has_consumers", False)
                 checks = [
                     CursorCheck(subscriptions[sub_list[r]], consumers[r], to_read[r])
                     for r in range(start, end + 1)

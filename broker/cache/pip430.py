@@ -236,12 +236,17 @@ class RangeEntryCache:
         counters.entries -= 1
 
     def _evict(self, entry: CachedEntry) -> None:
-        """Remove an entry the removal queue chose. O(1)."""
+        """Remove an entry the removal queue chose. O(1). (:meth:`_drop`'s accounting is
+        written out: this runs once per entry evicted.)"""
         entries = self._ledgers[entry.ledger_id]
         del entries[entry.entry_id]
         if not entries:
             del self._ledgers[entry.ledger_id]
-        self._drop(entry)
+        entry.removed = True
+        entry.data = None
+        counters = self._manager.counters
+        counters.size -= entry.size
+        counters.entries -= 1
 
 
 class Pip430EntryCacheManager(ManagerBase[RangeEntryCache]):

@@ -86,7 +86,9 @@ class TopicUnit:
     reads, one event per read (the live design, or a replay of it). A shadow's storage
     reads of an entry all complete with the live design's first read of it."""
 
-    __slots__ = ("_pending", "_shares", "cache", "counters", "live", "manager", "policy")
+    __slots__ = (
+        "_pending", "_shares", "cache", "counters", "live", "manager", "policy", "released",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -103,6 +105,10 @@ class TopicUnit:
         self._shares = manager.shares_pending_reads
         #: ledger id -> entry id -> the storage read of it in flight
         self._pending: dict[int, dict[int, PendingEntry]] = {}
+        #: ``released(ledger_id, entry_id)``: the entry was handed to a consumer, one
+        #: expected read happened. O(1). The cache's own ``mark_read``, bound here: it
+        #: runs once per entry delivered, the commonest event of a trace
+        self.released: Callable[[int, int], None] = cache.mark_read
 
     # ------------------------------------------------------------------ entries
 
@@ -249,10 +255,6 @@ class TopicUnit:
         expected = self.policy.storage_read_reads(reader)
         if expected > 0:
             self.cache.insert_from_read(ledger_id, entry_id, data, size, expected)
-
-    def released(self, ledger_id: int, entry_id: int) -> None:
-        """The entry was handed to a consumer: one expected read happened. O(1)."""
-        self.cache.mark_read(ledger_id, entry_id)
 
     def replay_added(self, ledger_id: int, entry_id: int) -> None:
         """The entry joined a replay queue: one more read is expected. O(1)."""

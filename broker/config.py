@@ -11,8 +11,9 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from broker.auth.service import check_config
 from broker.cache.config import CacheConfig
 from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from storage_stub.config import StorageConfig
@@ -44,6 +45,44 @@ class BrokerConfig(BaseModel):
     #: Name of the cluster this broker belongs to (admin routes). Pulsar's standalone
     #: mode names it "standalone".
     clusterName: str = Field(default="standalone", min_length=1)
+
+    # --- Security (broker/auth/service.py says what each role may do) ---
+    #: Clients must authenticate (HTTP, WebSocket, binary protocol). Pulsar: same.
+    authenticationEnabled: bool = False
+    #: Comma-separated providers, or none; brokerlab has Pulsar's token provider only.
+    #: Pulsar: same key (blank default).
+    authenticationProviders: str = Field(default="none", min_length=1)
+    #: Administration needs one of superUserRoles. Pulsar: same key and default.
+    authorizationEnabled: bool = False
+    #: Comma-separated roles that may administer, or none. Pulsar: same (blank default).
+    superUserRoles: str = Field(default="none", min_length=1)
+    #: Role of a client without credentials, or none (refused). Pulsar: same.
+    anonymousUserRole: str = Field(default="none", min_length=1)
+    #: HS256 secret key (data:;base64,..., file:///path, a path), or none. Pulsar: same.
+    tokenSecretKey: str = Field(default="none", min_length=1)
+    #: Public key of a key pair (same forms, DER), or none. Pulsar: same.
+    tokenPublicKey: str = Field(default="none", min_length=1)
+    #: Signature algorithm of tokenPublicKey's tokens. Pulsar: same key and default.
+    tokenPublicAlg: str = Field(
+        default="RS256", pattern="^(RS256|RS384|RS512|PS256|PS384|PS512|ES256|ES384|ES512)$"
+    )
+    #: The claim holding a token's role. Pulsar: same key (blank means sub).
+    tokenAuthClaim: str = Field(default="sub", min_length=1)
+    #: The claim holding a token's audiences, or none (not checked). Pulsar: same.
+    tokenAudienceClaim: str = Field(default="none", min_length=1)
+    #: This broker's audience name, required in tokenAudienceClaim. Pulsar: same.
+    tokenAudience: str = Field(default="none", min_length=1)
+    #: Seconds a token's exp may be off the broker's clock. Pulsar: same key and default.
+    tokenAllowedClockSkewSeconds: int = Field(default=0, ge=0)
+    #: /metrics needs a token too (when authentication is on). Pulsar: same.
+    authenticateMetricsEndpoint: bool = False
+    #: brokerlab only: Host header names (comma-separated) the HTTP service answers
+    #: besides loopback names; none: loopback names only when bound to loopback, any
+    #: name otherwise; * any name (DNS rebinding guard off).
+    httpAllowedHosts: str = Field(default="none", min_length=1)
+    #: brokerlab only: origins (comma-separated, or *) whose web pages may call the HTTP
+    #: API (CORS answers, cross-origin state changes); none: CORS off.
+    httpCorsAllowedOrigins: str = Field(default="none", min_length=1)
 
     # --- Several brokers (brokerlab serve --brokers N) ---
     #: Bundles a namespace is cut into; each bundle (a range of topic-name hashes) has
@@ -203,6 +242,11 @@ class BrokerConfig(BaseModel):
                     f"unknown: {', '.join(repr(name) for name in unknown)}"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _security_fits_together(self) -> BrokerConfig:
+        check_config(self)
+        return self
 
 
 def cache_config(config: BrokerConfig) -> CacheConfig:

@@ -26,6 +26,7 @@ from broker.dispatch.errors import (
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
+from broker.http import security
 from broker.http.b64 import decode_all_strict, decode_base64_strict
 from broker.http.errors import error_middleware
 from broker.http.metrics import BrokerMetrics
@@ -96,9 +97,12 @@ async def _one_broker_context(app: web.Application) -> AsyncIterator[None]:
 
 
 def _new_app(settings: Settings, clock: Clock) -> web.Application:
+    # security first: it adds CORS headers to every answer, errors included
     app = web.Application(
-        middlewares=[error_middleware], client_max_size=settings.broker.maxHttpRequestBodyBytes
+        middlewares=[security.security_middleware, error_middleware],
+        client_max_size=settings.broker.maxHttpRequestBodyBytes,
     )
+    security.setup(app, settings.broker)
     app[SETTINGS] = settings
     app[CLOCK] = clock
     return app
@@ -168,6 +172,24 @@ def topic_service(request: web.Request, name: TopicName) -> BrokerService:
     node.running_service()
     owner = node.cluster.ownership.owner(name)
     return node.cluster.nodes[owner.index].running_service()
+
+
+class HttpConsumer(Consumer):
+    """A consumer made over HTTP: it belongs to the role that made it (None with
+    authentication off), and only that role may poll, ack or close it."""
+
+    __slots__ = ("role",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.role: str | None = None
+
+
+def _consumer(request: web.Request, service: BrokerService | None = None) -> Consumer:
+    """The consumer of the path's id: 404 if unknown, 403 if another role's."""
+    consumer = (service or _service(request)).consumer(request.match_info["consumer_id"])
+    security.check_consumer_owner(request, consumer)
+    return consumer
 
 
 def _b64(data: bytes) -> str:
@@ -306,6 +328,7 @@ async def produce(request: web.Request) -> web.Response:
 
 
 @routes.delete(_ADMIN_TOPIC + "/subscription/{subscription}")
+@security.client_route
 async def delete_subscription(request: web.Request) -> web.Response:
     name = _topic(request)
     subscription = _subscription_name(request)
@@ -315,6 +338,7 @@ async def delete_subscription(request: web.Request) -> web.Response:
 
 
 @routes.post(_ADMIN_TOPIC + "/subscription/{subscription}/resetcursor/{timestamp}")
+@security.client_route
 async def reset_cursor_to_time(request: web.Request) -> web.Response:
     name = _topic(request)
     subscription_name = _subscription_name(request)
@@ -328,6 +352,7 @@ async def reset_cursor_to_time(request: web.Request) -> web.Response:
 
 
 @routes.post(_ADMIN_TOPIC + "/subscription/{subscription}/resetcursor")
+@security.client_route
 async def reset_cursor_to_id(request: web.Request) -> web.Response:
     name = _topic(request)
     subscription_name = _subscription_name(request)
@@ -355,14 +380,16 @@ async def create_consumer(request: web.Request) -> web.Response:
         ack_timeout_ms=field_int(body, "ackTimeoutMillis", 0, 0, 2**31 - 1),
         nack_delay_ms=field_int(body, "negativeAckRedeliveryDelayMillis", 60000, 0, 2**31 - 1),
     )
-    consumer = await _service(request).create_consumer(name, subscription, options)
+    consumer = await _service(request).create_consumer(name, subscription, options, HttpConsumer)
+    assert isinstance(consumer, HttpConsumer)
+    consumer.role = request.get(security.ROLE)
     return _json({"consumerId": consumer.consumer_id})
 
 
 @routes.get("/consumers/{consumer_id}/messages")
 async def receive(request: web.Request) -> web.Response:
     service = _service(request)
-    consumer = service.consumer(request.match_info["consumer_id"])
+    consumer = _consumer(request, service)
     max_messages = query_int(request, "maxMessages", 100, 1, MAX_POLL_MESSAGES)
     timeout_ms = query_int(request, "timeoutMs", 1000, 0, MAX_POLL_TIMEOUT_MS)
     clock = request.app[CLOCK]
@@ -418,7 +445,7 @@ async def receive(request: web.Request) -> web.Response:
 
 @routes.post("/consumers/{consumer_id}/ack")
 async def acknowledge(request: web.Request) -> web.Response:
-    consumer = _service(request).consumer(request.match_info["consumer_id"])
+    consumer = _consumer(request)
     body = await json_object(request)
     whole, indexed = message_ids_with_index(body)
     ack_type = field_choice(body, "ackType", "Individual", ("Individual", "Cumulative"))
@@ -444,7 +471,7 @@ async def acknowledge(request: web.Request) -> web.Response:
 
 @routes.post("/consumers/{consumer_id}/nack")
 async def negative_acknowledge(request: web.Request) -> web.Response:
-    consumer = _service(request).consumer(request.match_info["consumer_id"])
+    consumer = _consumer(request)
     whole, indexed = message_ids_with_index(await json_object(request))
     # a message of a batch: the entry is redelivered (its acked messages are skipped),
     # once however many of its messages are listed; other indexes are unknown ids
@@ -465,7 +492,7 @@ def _received(consumer: Consumer, position: Position) -> bool:
 
 @routes.post("/consumers/{consumer_id}/redeliverUnacknowledged")
 async def redeliver_unacknowledged(request: web.Request) -> web.Response:
-    consumer = _service(request).consumer(request.match_info["consumer_id"])
+    consumer = _consumer(request)
     consumer.subscription.redeliver_unacknowledged(consumer)
     return _no_content()
 
@@ -473,7 +500,7 @@ async def redeliver_unacknowledged(request: web.Request) -> web.Response:
 @routes.delete("/consumers/{consumer_id}")
 async def close_consumer(request: web.Request) -> web.Response:
     service = _service(request)
-    service.close_consumer(service.consumer(request.match_info["consumer_id"]))
+    service.close_consumer(_consumer(request, service))
     return _no_content()
 
 

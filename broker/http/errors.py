@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 from aiohttp import web
 
+from broker.auth.errors import AuthenticationError, AuthorizationError
 from broker.dispatch import errors
 from broker.dispatch.ownership import NotOwnerError
 from broker.ledger.managed_ledger import ManagedLedgerError
@@ -59,6 +60,13 @@ def error_response(status: int, code: str, reason: str) -> web.Response:
     return response
 
 
+def unauthorized(reason: str) -> web.Response:
+    """401 with the challenge RFC 6750 asks for: the client should send a Bearer token."""
+    response = error_response(401, "unauthorized", reason)
+    response.headers["WWW-Authenticate"] = 'Bearer realm="brokerlab"'
+    return response
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -82,6 +90,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return redirect_to_owner(request, error)
     except errors.BrokerError as error:
         return error_response(status_of(error), error.code, str(error))
+    except AuthenticationError as error:
+        return unauthorized(str(error))
+    except AuthorizationError as error:
+        return error_response(403, "forbidden", str(error))
     except (BookieError, ManagedLedgerError) as error:
         return error_response(503, "unavailable", f"storage unavailable: {error}")
     except OSError as error:

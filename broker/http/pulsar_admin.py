@@ -21,6 +21,7 @@ from broker.dispatch.errors import InvalidRequestError, NotFoundError
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.partitions import partition_name, partition_of
 from broker.dispatch.service import BrokerService
+from broker.http import security
 from broker.http.app import NODE, SETTINGS
 from broker.http.parsing import MAX_INT64, message_id
 from broker.ledger.entry import EntryFormatError, metadata_of
@@ -420,6 +421,7 @@ async def _subscription_start(request: web.Request) -> str | Position:
 
 
 @routes.put(_ADMIN_TOPIC + "/subscription/{subscription}")
+@security.client_route
 async def create_subscription(request: web.Request) -> web.Response:
     name = _topic(request)
     subscription = check_name_part("subscription", request.match_info["subscription"])

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from broker.auth.errors import AuthenticationError
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.errors import (
     BrokerError,
@@ -65,6 +66,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVER_VERSION = "brokerlab"
+#: the request id of an ERROR that answers no request (Pulsar's -1, as a uint64)
+NO_REQUEST_ID = (1 << 64) - 1
 _producer_names = itertools.count()
 
 
@@ -307,6 +310,8 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self.closed = False
         self.connected = False
+        #: the client's authenticated role (None: authentication is off)
+        self.role: str | None = None
         self.producers: dict[int, BinaryProducer] = {}
         self.consumers: dict[int, BinaryConsumer] = {}
         self.batch_index_acks = server.config.acknowledgmentAtBatchIndexLevelEnabled
@@ -518,6 +523,20 @@ class Connection(asyncio.Protocol):
     def _connect(self, connect: Any) -> None:
         if self.connected:
             raise FrameError("CONNECT on a connection that is connected already")
+        authentication = self.server.authentication
+        if authentication.enabled:
+            method = connect.auth_method_name if connect.HasField("auth_method_name") else None
+            data = connect.auth_data if connect.HasField("auth_data") else b""
+            try:
+                self.role = authentication.authenticate(
+                    method, data.decode("utf-8", "replace").strip()
+                )
+            except AuthenticationError as error:
+                # as Pulsar: an ERROR that answers no request, then the connection closes
+                reason = f"Failed to authenticate: {error}"
+                self._error(NO_REQUEST_ID, ServerError.AuthenticationError, reason)
+                self.abort(f"authentication failed: {error}")
+                return
         self.connected = True
         command = BaseCommand(type=Type.CONNECTED)
         connected = command.connected

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from broker.auth.service import AuthenticationService
 from broker.config import BrokerConfig
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
@@ -26,6 +27,8 @@ class ProtocolServer:
         self.service = service
         self.config = config
         self.max_frame = config.maxMessageSize + FRAME_PADDING
+        #: who a client is, from its CONNECT (authenticationEnabled)
+        self.authentication = AuthenticationService(config)
         self.connections: set[Connection] = set()
         #: what LOOKUP answers: this broker's pulsar:// URL, known once listening
         self.service_url = ""

@@ -15,10 +15,13 @@ from collections.abc import Sequence
 import uvloop
 from aiohttp import web
 
+from broker.auth.service import is_loopback_address
 from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from broker.cluster import Cluster, Settings, http_url
-from broker.config import load_broker_config, load_storage_config
+from broker.config import BrokerConfig, load_broker_config, load_storage_config
 from storage_stub.confparse import ConfigError
+
+log = logging.getLogger("brokerlab")
 
 
 def _sample_rate(text: str) -> float:
@@ -98,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
         "designs", help="list the cache designs (managedLedgerCacheImplementation values)"
     )
     designs.add_argument("--json", action="store_true", help="print one JSON object")
+    from broker.auth.cli import add_command as add_token_command
+
+    add_token_command(commands)
     from broker.cache.designs import VARIANTS
     from loadgen.cli import add_commands
 
@@ -176,11 +182,23 @@ def tune_gc_for_serving() -> None:
     gc.set_threshold(SERVE_GC_THRESHOLD, older, oldest)
 
 
+def warn_if_open(config: BrokerConfig) -> None:
+    """Warn when the broker will listen beyond this machine with no authentication."""
+    if not config.authenticationEnabled and not is_loopback_address(config.bindAddress):
+        log.warning(
+            "listening on %s with authentication off: anyone who can reach it may produce, "
+            "consume, delete topics, unload and inject storage faults; set "
+            "authenticationEnabled=true and authorizationEnabled=true (README, Security)",
+            config.bindAddress,
+        )
+
+
 async def serve(settings: Settings, brokers: int = 1) -> None:
     """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed).
     Each broker prints the address of its HTTP service and binary protocol."""
     from broker.http.app import node_app
 
+    warn_if_open(settings.broker)
     cluster = Cluster(settings, brokers=brokers)
     await cluster.open()
     runners: list[web.AppRunner] = []
@@ -235,6 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_command(args)
     if args.command == "designs":
         return print_designs(args.json)
+    if args.command == "token":
+        from broker.auth.cli import run as run_token
+
+        return run_token(args)
     if args.command == "bench":
         from broker.bench import run_bench
 

@@ -90,14 +90,19 @@ class ServedBroker:
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
 
-    def http(self, method: str, path: str, body: Any = None) -> Any:
-        """One admin request; the JSON answer (None for 204)."""
+    def http(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Any:
+        """One admin request (with these extra headers); the JSON answer (None for 204)."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.http_url + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json"} if data is not None else {},
+            headers={
+                **({"Content-Type": "application/json"} if data is not None else {}),
+                **(headers or {}),
+            },
         )
         with urllib.request.urlopen(request, timeout=30) as response:
             raw = response.read()

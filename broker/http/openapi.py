@@ -39,6 +39,7 @@ ERROR_CODES: dict[int, str] = {
     409: "conflict",
     412: "precondition-failed",
     413: "too-large",
+    415: "unsupported-media-type",
     501: "not-implemented",
     503: "unavailable",
 }
@@ -47,10 +48,18 @@ ERROR_CODES: dict[int, str] = {
 #: is the Error body all the same, as Pulsar's redirects carry a reason).
 REDIRECT_CODE = "not-owner"
 
-#: Statuses any route can return (authentication, when enabled); added to every operation.
+#: Statuses any route can return (security, see docs/api.md); added to every operation.
 COMMON_ERRORS: dict[int, str] = {
-    401: "Authentication is enabled and the request has no valid token.",
-    403: "Authentication is enabled and the token's role may not do this.",
+    401: "Authentication is enabled (authenticationEnabled) and the request has no valid "
+    "token: none, expired, badly signed, or not `Authorization: Bearer <token>`.",
+    403: "Not allowed: the token's role is not a super-user (authorizationEnabled) or the "
+    "consumer is another role's; or the Host is not a name of this broker (bound to "
+    "loopback); or a web page of another origin asks to change state.",
+}
+#: Statuses every route that changes state (not GET) can return; added to those operations.
+CHANGING_ERRORS: dict[int, str] = {
+    415: "The request has a body of a type a web page may send to any site without asking "
+    "(text/plain, a form type, or no Content-Type): send Content-Type: application/json.",
 }
 
 _BODY_TOO_LARGE = "The request body is over maxHttpRequestBodyBytes (default 16 MiB)."
@@ -1956,6 +1965,11 @@ def _paths() -> Json:
     for method, path, operation in routes:
         path_parameters = [_ref("parameters", name) for name in re.findall(r"{(\w+)}", path)]
         operation["parameters"] = path_parameters + operation["parameters"]
+        if method != "get":
+            responses = operation["responses"]
+            for status, when in CHANGING_ERRORS.items():
+                responses[str(status)] = _error(status, when)
+            operation["responses"] = dict(sorted(responses.items()))
         paths.setdefault(path, {})[method] = operation
     return paths
 
@@ -1991,7 +2005,19 @@ def openapi_spec() -> dict[str, Any]:
             {"name": "cluster", "description": "Extensions: the brokers of the cluster."},
         ],
         "paths": _paths(),
+        # a token when authenticationEnabled=true; none otherwise (the default)
+        "security": [{"bearerAuth": []}, {}],
         "components": {
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "Pulsar's token authentication: a JWT whose `sub` claim "
+                    "(tokenAuthClaim) is the role, signed with tokenSecretKey (HS256) or the "
+                    "private key of tokenPublicKey (RS256). Make them with `brokerlab token`.",
+                }
+            },
             "parameters": _parameters(),
             "headers": _headers(),
             "schemas": {

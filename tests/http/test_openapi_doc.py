@@ -3,9 +3,10 @@
 docs/api.md writes each route as a heading that starts with the method and path in
 backticks (``### `POST /consumers/{consumerId}/ack` — ...``) and lists every status of
 the route as ``- 404 `not-found` — when``; statuses that any route can return are listed
-once under "Errors any route can return". These tests parse that and compare it with
-``broker.http.openapi.openapi_spec()`` both ways, so a route or a status added to one
-side only fails here.
+once under "Errors any route can return", and those of every route that changes state
+(any method but GET) under "Errors any route that changes state can return". These
+tests parse that and compare it with ``broker.http.openapi.openapi_spec()`` both ways,
+so a route or a status added to one side only fails here.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ ROUTE_HEADING = re.compile(
 ROUTE_LIKE = re.compile(r"^`(?:" + "|".join(HTTP_METHODS) + r")\b", re.IGNORECASE)
 STATUS_LINE = re.compile(r"^- (?P<status>\d{3})(?: `(?P<code>[a-z][a-z-]*)`)? — \S")
 COMMON_ERRORS_HEADING = "Errors any route can return"
+CHANGING_ERRORS_HEADING = "Errors any route that changes state can return"
 
 Route = tuple[str, str]  # (METHOD, path template)
 
@@ -50,6 +52,7 @@ class DocRoute:
 class ApiDoc:
     routes: list[DocRoute]
     common_statuses: dict[int, str | None]
+    changing_statuses: dict[int, str | None]
     malformed_headings: list[tuple[int, str]]
 
 
@@ -57,6 +60,7 @@ def parse_api_doc(text: str) -> ApiDoc:
     """Route headings, each route's status lines, and the statuses common to all routes."""
     routes: list[DocRoute] = []
     common: dict[int, str | None] = {}
+    changing: dict[int, str | None] = {}
     malformed: list[tuple[int, str]] = []
     # Status lines go to the section being read: a route, the common list, or nowhere.
     current: dict[int, str | None] | None = None
@@ -75,6 +79,8 @@ def parse_api_doc(text: str) -> ApiDoc:
                 current = None
             elif title == COMMON_ERRORS_HEADING:
                 current, current_level = common, level
+            elif title == CHANGING_ERRORS_HEADING:
+                current, current_level = changing, level
             elif current is not None and level <= current_level:
                 current = None
             continue
@@ -83,7 +89,7 @@ def parse_api_doc(text: str) -> ApiDoc:
             code = int(status["status"])
             assert code not in current, f"docs/api.md:{number}: status {code} listed twice"
             current[code] = status["code"]
-    return ApiDoc(routes, common, malformed)
+    return ApiDoc(routes, common, changing, malformed)
 
 
 def spec_routes(spec: dict[str, Any]) -> dict[Route, dict[str, Any]]:
@@ -127,6 +133,8 @@ def test_parser_reads_route_headings_status_lines_and_common_errors() -> None:
             "## Errors",
             "### Errors any route can return",
             "- 401 `unauthorized` — no token.",
+            "### Errors any route that changes state can return",
+            "- 415 `unsupported-media-type` — a body of a simple type.",
             "## Consumers",
             "### `POST /consumers/{consumerId}/ack` — acknowledge",
             "| field | type |",
@@ -145,6 +153,7 @@ def test_parser_reads_route_headings_status_lines_and_common_errors() -> None:
         ("GET", "/metrics", {200: None}),
     ]
     assert parsed.common_statuses == {401: "unauthorized"}
+    assert parsed.changing_statuses == {415: "unsupported-media-type"}
     assert [line for _, line in parsed.malformed_headings] == [
         "### `get /lowercase` — a malformed route heading"
     ]
@@ -203,6 +212,7 @@ def test_each_route_has_the_same_statuses_in_docs_and_spec(
     doc: ApiDoc, spec: dict[str, Any]
 ) -> None:
     assert doc.common_statuses, f"no '{COMMON_ERRORS_HEADING}' list in docs/api.md"
+    assert doc.changing_statuses, f"no '{CHANGING_ERRORS_HEADING}' list in docs/api.md"
     operations = spec_routes(spec)
     drift: list[str] = []
     for route in doc.routes:
@@ -211,6 +221,8 @@ def test_each_route_has_the_same_statuses_in_docs_and_spec(
             continue  # reported by test_docs_and_spec_list_the_same_routes
         assert route.statuses, f"docs/api.md:{route.line}: no status lines for {route.path}"
         documented = set(route.statuses) | set(doc.common_statuses)
+        if route.method != "GET":
+            documented |= set(doc.changing_statuses)
         specified = {int(status) for status in operation["responses"]}
         if documented != specified:
             drift.append(
@@ -224,7 +236,7 @@ def test_each_error_status_carries_its_one_code_in_docs_and_spec(
     doc: ApiDoc, spec: dict[str, Any]
 ) -> None:
     operations = spec_routes(spec)
-    for status, code in doc.common_statuses.items():
+    for status, code in [*doc.common_statuses.items(), *doc.changing_statuses.items()]:
         assert code == ERROR_CODES[status], f"common {status}: docs say {code}"
     for route in doc.routes:
         for status, code in route.statuses.items():

@@ -56,8 +56,8 @@ PUBLIC_PATHS = frozenset({"/dashboard", "/openapi.json"})
 MAX_REMEMBERED_HOSTS = 256
 CORS_MAX_AGE_S = 600
 
-#: the authenticated role of a request (None: authentication is off)
-ROLE = "brokerlab.role"
+#: the authenticated role of a request (absent: authentication is off)
+ROLE = web.RequestKey("role", str)
 _CLIENT_ROUTE = "_brokerlab_client_route"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -246,7 +246,8 @@ def _authenticate_and_authorize(
         role = security.authenticate(request)
     except AuthenticationError as error:
         return unauthorized(str(error))
-    request[ROLE] = role
+    if role is not None:
+        request[ROLE] = role
     if (
         security.authorization.enabled
         and method not in SAFE_METHODS

@@ -90,6 +90,15 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
             max_num_partitions=config.maxNumPartitionsPerPartitionedTopic,
         ),
         cluster_name=config.clusterName,
+        delete_inactive_topics=config.brokerDeleteInactiveTopicsEnabled,
+        inactive_topics_frequency_s=config.brokerDeleteInactiveTopicsFrequencySeconds,
+        inactive_topics_mode=config.brokerDeleteInactiveTopicsMode,
+        inactive_topics_max_inactive_s=(
+            None
+            if config.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds < 0
+            else config.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
+        ),
+        unload_inactive_topics=config.brokerlabUnloadInactiveTopicsEnabled,
     )
 
 

@@ -209,12 +209,33 @@ class BrokerConfig(BaseModel):
     #: consumers have no connection whose loss would tell the broker they are gone.
     consumerIdleTimeoutMs: int = Field(default=30000, gt=0)
 
+    # --- Inactive topics ---
+    #: Delete topics inactive per brokerDeleteInactiveTopicsMode. Pulsar: same default.
+    brokerDeleteInactiveTopicsEnabled: bool = True
+    #: Seconds between checks for inactive topics. Pulsar: same key and default.
+    brokerDeleteInactiveTopicsFrequencySeconds: int = Field(default=60, gt=0)
+    #: Which inactive topics are deleted: delete_when_no_subscriptions (no subscription,
+    #: no producer) or delete_when_subscriptions_caught_up (no backlog, no client).
+    #: Pulsar: same key and default.
+    brokerDeleteInactiveTopicsMode: str = Field(
+        default="delete_when_no_subscriptions",
+        pattern="^(delete_when_no_subscriptions|delete_when_subscriptions_caught_up)$",
+    )
+    #: Seconds a topic must stay inactive before the check acts; -1: the frequency.
+    #: Pulsar: same key, unset by default (then the frequency).
+    brokerDeleteInactiveTopicsMaxInactiveDurationSeconds: int = Field(default=-1, ge=-1)
+    #: brokerlab only: unload inactive topics that must not be deleted, freeing memory.
+    brokerlabUnloadInactiveTopicsEnabled: bool = True
+
     # --- Stats ---
     #: Period (s) over which topic stats and /metrics rates are computed. Pulsar's
     #: default is 60; brokerlab uses 10 so dashboards move while you watch.
     statsUpdateFrequencyInSecs: int = Field(default=10, ge=1)
     #: Topic-labelled series in /metrics (turn off with many topics). Pulsar: same.
     exposeTopicLevelMetricsInPrometheus: bool = True
+    #: brokerlab only: most topics given their own topic-labelled series (those with
+    #: the largest backlogs); the rest are summed under topic="_other".
+    brokerlabMetricsMaxTopics: int = Field(default=1000, ge=0)
 
     # --- Access traces ---
     #: brokerlab only: write an access trace (Parquet) into this directory; none: off.

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import heapq
+import itertools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -49,6 +52,9 @@ log = logging.getLogger(__name__)
 
 #: topics of a namespace unload closed at once
 UNLOAD_CONCURRENCY = 64
+
+#: brokerDeleteInactiveTopicsMode values, as Pulsar spells them
+INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
 
 #: metadata key naming the format of the stored entries
 ENTRY_FORMAT_KEY = "format/entries"
@@ -99,6 +105,17 @@ class ServiceConfig:
     partitions: PartitionsConfig = field(default_factory=PartitionsConfig)
     #: clusterName: the one cluster of the tenants registry
     cluster_name: str = "standalone"
+    #: brokerDeleteInactiveTopicsEnabled: delete topics inactive per ``inactive_topics_mode``
+    delete_inactive_topics: bool = True
+    #: brokerDeleteInactiveTopicsFrequencySeconds: period of the inactive-topic check
+    inactive_topics_frequency_s: float = 60.0
+    #: brokerDeleteInactiveTopicsMode: one of INACTIVE_TOPIC_MODES
+    inactive_topics_mode: str = "delete_when_no_subscriptions"
+    #: brokerDeleteInactiveTopicsMaxInactiveDurationSeconds; None: the frequency
+    inactive_topics_max_inactive_s: float | None = None
+    #: brokerlabUnloadInactiveTopicsEnabled: unload (not delete) inactive topics that
+    #: must not be deleted, freeing their memory; the next use loads them again
+    unload_inactive_topics: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +141,18 @@ class ConsumerOptions:
 
 class BrokerService:
     """Owns topics (loaded on first use from the metadata store), consumers by id, and
-    the upkeep loop: idle consumers, ack timeouts, ledger rollover and trimming, rates."""
+    the upkeep loop: idle consumers, ack timeouts, ledger rollover and trimming, rates.
+
+    The upkeep costs O(active topics), not O(loaded topics). A topic is *active* from
+    its load or from anything its managed ledger reports (``ManagedLedger.touch``: adds,
+    cursor moves, consumers coming or going, subscriptions, offloads) until a whole stats
+    period passes with none of that and no client connected; then it is *quiet*: its
+    rates are zero, nothing about it changes, and no round visits it. What time alone
+    does to a quiet topic (its ledger's maximum rollover age, the offload deletion lag)
+    is a wake-up in a heap; the inactive-topic check (Pulsar's
+    ``brokerDeleteInactiveTopics*``) takes the quiet topics in the order they went quiet
+    and deletes or unloads those quiet for long enough. ``upkeep_topics_visited`` counts
+    the topics those rounds looked at."""
 
     def __init__(
         self,
@@ -166,6 +194,21 @@ class BrokerService:
         self._closing: dict[TopicName, asyncio.Future[None]] = {}
         self._owner = TaskOwner("broker service")
         self._last_stats_ns = clock.monotonic_ns()
+        #: the topics each upkeep round visits (a dict as an insertion-ordered set)
+        self._active: dict[PersistentTopic, None] = {}
+        #: quiet topics -> when they went quiet (monotonic ns), oldest first: a topic
+        #: that wakes leaves, and enters again at the end when it goes quiet again
+        self._quiet: dict[PersistentTopic, int] = {}
+        #: (due monotonic ns, tie-breaker, topic): quiet topics time gives upkeep work;
+        #: entries of topics awake or gone meanwhile are skipped when they come due
+        self._wakeups: list[tuple[int, int, PersistentTopic]] = []
+        self._wakeup_order = itertools.count()
+        #: topics looked at by upkeep rounds and inactive-topic checks since start (a
+        #: topic once per round): O(active topics) per round, whatever is loaded
+        self.upkeep_topics_visited = 0
+        #: topics the inactive-topic check deleted, and unloaded
+        self.inactive_topics_deleted = 0
+        self.inactive_topics_unloaded = 0
         self.evictor = CacheEvictor(cache, config.cache_eviction_interval_ms)
         self.totals = BrokerTotals()
         self.cache_rates = CacheRates()
@@ -180,19 +223,32 @@ class BrokerService:
     def start(self) -> None:
         self._owner.spawn(self._upkeep_loop(), name="broker upkeep")
         self._owner.spawn(self.evictor.run(), name="cache eviction")
+        config = self.config
+        if config.delete_inactive_topics or config.unload_inactive_topics:
+            self._owner.spawn(self._inactive_topics_loop(), name="inactive topics")
 
     async def close(self) -> None:
-        """Stop upkeep, disconnect consumers, close every topic (ledgers closed cleanly)."""
+        """Stop upkeep, disconnect consumers, close every topic (ledgers closed cleanly),
+        a bounded number at a time as an unload does: each close waits on storage."""
         await self._owner.close()
         for consumer in list(self.consumers.values()):
             self.close_consumer(consumer)
-        for name in list(self.topics):
-            topic = self.topics.pop(name)
-            try:
-                await topic.close()
-            except BookieError as error:
-                # a full disk, say: the next owner recovers the ledger from its metadata
-                log.warning("topic %s did not close cleanly: %s", name, error)
+        topics = list(self.topics.items())
+        self.topics.clear()
+        self._active.clear()
+        self._quiet.clear()
+        self._wakeups.clear()
+        remaining = iter(topics)
+
+        async def worker() -> None:
+            for name, topic in remaining:
+                try:
+                    await topic.close()
+                except BookieError as error:
+                    # a full disk, say: the next owner recovers the ledger from its metadata
+                    log.warning("topic %s did not close cleanly: %s", name, error)
+
+        await asyncio.gather(*(worker() for _ in range(min(UNLOAD_CONCURRENCY, len(topics)))))
 
     async def kill(self) -> None:
         """Stop abruptly, as a killed broker: upkeep and dispatch stop, consumers are
@@ -206,6 +262,9 @@ class BrokerService:
         self.consumers.clear()
         topics = list(self.topics.values())
         self.topics.clear()
+        self._active.clear()
+        self._quiet.clear()
+        self._wakeups.clear()
         for topic in topics:
             for subscription in topic.subscriptions.values():
                 await subscription.close()
@@ -272,7 +331,26 @@ class BrokerService:
             raise UnavailableError(f"cannot load topic {name}: {error}") from error
         topic = PersistentTopic(name, ledger, self.config.dispatch, self.clock, self.totals)
         self.topics[name] = topic
+        ledger.on_touch = functools.partial(self._wake, topic)
+        self._active[topic] = None
         return topic
+
+    def _wake(self, topic: PersistentTopic) -> None:
+        """``topic``'s ledger was touched: the upkeep visits it again. O(1)."""
+        if self.topics.get(topic.name) is topic:
+            self._quiet.pop(topic, None)
+            self._active[topic] = None
+
+    def _forget(self, topic: PersistentTopic) -> None:
+        """``topic`` is no longer loaded here: the upkeep forgets it. O(1) (its wake-up
+        entries are skipped when they come due)."""
+        self._active.pop(topic, None)
+        self._quiet.pop(topic, None)
+
+    @property
+    def active_topics(self) -> int:
+        """Topics each upkeep round visits now."""
+        return len(self._active)
 
     async def list_topics(self, tenant: str, namespace: str) -> list[str]:
         prefix = metadata_key(f"persistent://{tenant}/{namespace}/")
@@ -294,6 +372,7 @@ class BrokerService:
         topic.close_producers()
         async with self._closing_topic(name):
             self.topics.pop(name, None)
+            self._forget(topic)
             for subscription in topic.subscriptions.values():
                 await subscription.close()
             await topic.ledger.delete()
@@ -340,6 +419,7 @@ class BrokerService:
             return
         async with self._closing_topic(name):
             self.topics.pop(name, None)
+            self._forget(topic)
             for subscription in topic.subscriptions.values():
                 for consumer in list(subscription.consumers):
                     self.close_consumer(consumer)
@@ -440,8 +520,12 @@ class BrokerService:
                 log.warning("upkeep: storage error, will retry: %s", error)
 
     async def upkeep(self) -> None:
-        """One round: close idle consumers, redeliver timed-out messages, roll over and
-        trim ledgers, refresh rates when the stats period has passed."""
+        """One round: close idle consumers and redeliver timed-out messages (O(consumers));
+        wake the quiet topics whose timed work is due (O(log topics) each); roll over and
+        trim the ledgers of the active topics and offload; when the stats period has
+        passed, refresh their rates, check their cursors and put to sleep those that
+        stayed untouched and without clients for the whole period. O(active topics): a
+        loaded topic nobody uses costs nothing here."""
         now = self.clock.monotonic_ns()
         idle_ns = self.config.consumer_idle_timeout_ms * 1_000_000
         for consumer in list(self.consumers.values()):
@@ -450,18 +534,151 @@ class BrokerService:
                 self.close_consumer(consumer)
             else:
                 consumer.subscription.redeliver_timed_out(consumer, now)
-        for topic in list(self.topics.values()):
+        self._wake_due(now)
+        active = list(self._active)
+        self.upkeep_topics_visited += len(active)
+        for topic in active:
             await topic.ledger.maybe_roll_over()
             await topic.ledger.trim_consumed_ledgers()
         if self.tiered is not None:
-            await self._offload_round()
+            await self._offload_round(active)
         elapsed_s = (now - self._last_stats_ns) / 1e9
         if elapsed_s >= self.config.stats_update_frequency_s:
             self._last_stats_ns = now
-            for topic in self.topics.values():
+            for topic in active:
+                if self.topics.get(topic.name) is not topic:
+                    continue  # unloaded or deleted during this round
                 topic.refresh_rates(elapsed_s)
                 topic.check_cursors()
+                self._sleep_if_quiet(topic, now)
             self.cache_rates.refresh(self.cache.stats(), elapsed_s)
+
+    def _sleep_if_quiet(self, topic: PersistentTopic, now_ns: int) -> None:
+        """The stats period's verdict on an active topic: touched during the period, it
+        stays active (and must be touched again to stay another period); untouched, with
+        no client and nothing in progress, it goes quiet, with a wake-up at its ledger's
+        next timed work. Its rates were just refreshed over a period without adds: zero.
+        O(log topics + #ledgers)."""
+        ledger = topic.ledger
+        if ledger.touched:
+            ledger.touched = False  # the next touch runs on_touch: a cheap no-op while awake
+            return
+        if topic.has_clients() or topic.busy():
+            return
+        self._active.pop(topic, None)
+        self._quiet[topic] = now_ns
+        due_ms = ledger.next_timed_work_ms(self.config.offload_deletion_lag_ms)
+        if due_ms is not None:
+            due_ns = now_ns + max(0, due_ms - self.clock.wall_ms()) * 1_000_000
+            heapq.heappush(self._wakeups, (due_ns, next(self._wakeup_order), topic))
+            if len(self._wakeups) > 2 * len(self.topics) + 1024:
+                self._compact_wakeups()
+
+    def _wake_due(self, now_ns: int) -> None:
+        """Wake the quiet topics whose timed work is due. O(due x log wake-ups)."""
+        wakeups = self._wakeups
+        while wakeups and wakeups[0][0] <= now_ns:
+            topic = heapq.heappop(wakeups)[2]
+            if topic in self._quiet:
+                self._wake(topic)
+
+    def _compact_wakeups(self) -> None:
+        """Drop the wake-ups of topics awake or gone (amortized O(1) per wake-up: it runs
+        when they outnumber the loaded topics twice over)."""
+        self._wakeups = [entry for entry in self._wakeups if entry[2] in self._quiet]
+        heapq.heapify(self._wakeups)
+
+    # ------------------------------------------------------------------ inactive topics
+
+    async def _inactive_topics_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.inactive_topics_frequency_s)
+            await self.check_inactive_topics()
+
+    async def check_inactive_topics(self) -> tuple[int, int]:
+        """Pulsar's inactive-topic check (``brokerDeleteInactiveTopicsFrequencySeconds``):
+        each topic quiet for ``brokerDeleteInactiveTopicsMaxInactiveDurationSeconds``
+        (default: the frequency) with no producer or consumer is deleted when its mode
+        allows (``delete_when_no_subscriptions``: it has none;
+        ``delete_when_subscriptions_caught_up``: none has a backlog), as Pulsar deletes
+        it; otherwise, with ``brokerlabUnloadInactiveTopicsEnabled``, unloaded as a bundle
+        unload would (cursors and ledger closed durably; the next use loads it again).
+        Topics close a bounded number at a time. O(topics due): quiet topics are kept in
+        the order they went quiet. Returns (deleted, unloaded)."""
+        config = self.config
+        if not (config.delete_inactive_topics or config.unload_inactive_topics):
+            return 0, 0
+        max_inactive_s = config.inactive_topics_max_inactive_s
+        if max_inactive_s is None:
+            max_inactive_s = config.inactive_topics_frequency_s
+        cutoff = self.clock.monotonic_ns() - int(max_inactive_s * 1e9)
+        due = []
+        for topic, quiet_since in self._quiet.items():
+            if quiet_since > cutoff:
+                break
+            due.append(topic)
+        self.upkeep_topics_visited += len(due)
+        outcomes = {"deleted": 0, "unloaded": 0}
+        remaining = iter(due)
+
+        async def worker() -> None:
+            for topic in remaining:
+                # a stop cancels the check between topics, never inside one: a topic
+                # half deleted would be left for the next owner to recover
+                retiring = asyncio.ensure_future(self._retire_inactive(topic))
+                try:
+                    outcome = await asyncio.shield(retiring)
+                except asyncio.CancelledError:
+                    await asyncio.wait([retiring])
+                    if not retiring.cancelled() and (error := retiring.exception()) is not None:
+                        log.error("inactive topic %s", topic.name, exc_info=error)
+                    raise
+                if outcome is not None:
+                    outcomes[outcome] += 1
+
+        await asyncio.gather(*(worker() for _ in range(min(UNLOAD_CONCURRENCY, len(due)))))
+        self.inactive_topics_deleted += outcomes["deleted"]
+        self.inactive_topics_unloaded += outcomes["unloaded"]
+        return outcomes["deleted"], outcomes["unloaded"]
+
+    def _deletable(self, topic: PersistentTopic) -> bool:
+        """Pulsar's ``isActive(mode)`` negated, for a topic with no client connected."""
+        if self.config.inactive_topics_mode == "delete_when_no_subscriptions":
+            return not topic.subscriptions
+        return all(subscription.backlog() == 0 for subscription in topic.subscriptions.values())
+
+    async def _retire_inactive(self, topic: PersistentTopic) -> str | None:
+        """Delete or unload one topic found inactive, if it still is: the checks and the
+        fencing of its ledger happen with no await between them, so an add or a
+        subscription that comes after the checks fails (and is retried on a new load),
+        and none that came before is lost. "deleted", "unloaded", or None (kept)."""
+        name = topic.name
+        if topic not in self._quiet or self.topics.get(name) is not topic:
+            return None  # woken, unloaded or deleted meanwhile
+        if name in self._closing or topic.ledger.touched or topic.has_clients() or topic.busy():
+            self._wake(topic)  # in use after all: the upkeep looks at it again
+            return None
+        config = self.config
+        if config.delete_inactive_topics and self._deletable(topic):
+            async with self._closing_topic(name):  # not closing: no await here
+                self.topics.pop(name)
+                self._forget(topic)
+                try:
+                    await topic.ledger.delete()  # fences the ledger before its first await
+                    for subscription in topic.subscriptions.values():
+                        await subscription.close()
+                except BookieError as error:
+                    # the record is the commit point: a topic whose record stays is only
+                    # unloaded, and loads again as it was
+                    log.warning("inactive topic %s not deleted: %s", name, error)
+                    return None
+            log.info("deleted inactive topic %s", name)
+            return "deleted"
+        if config.unload_inactive_topics:
+            await self.unload_topic(name)  # pops it before its first await
+            return "unloaded"
+        self._quiet.pop(topic, None)  # kept loaded, asleep until something touches it
+        return None
 
     # ------------------------------------------------------------------ offload
 
@@ -495,14 +712,15 @@ class BrokerService:
         topic.offload_status, topic.offload_error = "SUCCESS", ""
         return count
 
-    async def _offload_round(self) -> None:
-        """Upkeep: offload topics over the threshold (together, one object), and delete
-        bookie copies whose deletion lag has passed."""
+    async def _offload_round(self, active: list[PersistentTopic]) -> None:
+        """Upkeep: offload the active topics over the threshold (together, one object),
+        and delete their bookie copies whose deletion lag has passed (a quiet topic is
+        woken when its lag passes). O(active topics x #ledgers)."""
         threshold = self.config.offload_threshold_bytes
         if threshold >= 0:
             work = []
-            for topic in list(self.topics.values()):
-                if topic.offload_status == "RUNNING":
+            for topic in active:
+                if topic.offload_status == "RUNNING" or topic.ledger.closed:
                     continue  # the route is offloading it
                 excess = topic.ledger.size_not_offloaded() - threshold
                 chosen = []
@@ -524,8 +742,9 @@ class BrokerService:
                         topic.offload_status = status
         assert self.tiered is not None
         await self.tiered.compact_if_needed()
-        for topic in list(self.topics.values()):
-            await topic.ledger.delete_offloaded_from_bookie(self.config.offload_deletion_lag_ms)
+        for topic in active:
+            if not topic.ledger.closed:
+                await topic.ledger.delete_offloaded_from_bookie(self.config.offload_deletion_lag_ms)
 
     def topic_loads(self) -> list[TopicLoad]:
         """Per loaded topic: backlog, replay-queue size per subscription, rates. O(topics

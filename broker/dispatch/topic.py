@@ -73,6 +73,7 @@ class PersistentTopic:
     async def create_subscription(self, name: str, start: str | Position) -> Subscription:
         """A new durable subscription whose first message is ``start``. ConflictError if
         it exists."""
+        self.ledger.touch()  # before any await: an inactive-topic check must not delete it now
         async with self._admin_lock:
             if name in self.subscriptions:
                 raise ConflictError(f"subscription {name} already exists on {self.name}")
@@ -100,6 +101,19 @@ class PersistentTopic:
             return subscription is not None and bool(subscription.consumers)
 
         self.ledger.check_cursors(has_consumers)
+
+    def has_clients(self) -> bool:
+        """Producers or consumers connected. O(subscriptions)."""
+        return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
+
+    def busy(self) -> bool:
+        """Work in progress that an unload or an inactive-topic deletion must not cut:
+        adds in flight, an admin change of subscriptions, an offload. O(1)."""
+        return (
+            self.ledger.adds_in_flight > 0
+            or self._admin_lock.locked()
+            or self.offload_status == "RUNNING"
+        )
 
     def subscription(self, name: str) -> Subscription:
         subscription = self.subscriptions.get(name)

@@ -112,6 +112,10 @@ class LedgerInfo:
         }
 
 
+def _nothing() -> None:
+    """The default ``on_touch``: a ledger no broker's upkeep watches."""
+
+
 def metadata_key(name: str) -> str:
     return _ML_PREFIX + name
 
@@ -167,6 +171,12 @@ class ManagedLedger:
         #: the tiered store offloaded ledgers are read from (None: no tiered storage)
         self.tiered: TieredStorage | None = None
         self.stream_id = stream_id_of(name)
+        #: something happened that the broker's upkeep must look at (adds, cursor moves,
+        #: consumers coming or going, offloads); the upkeep clears it when it puts the
+        #: topic to sleep, and ``on_touch`` runs when it is set again (the service wakes
+        #: the topic). A new ledger starts touched: the upkeep looks at it once.
+        self.touched = True
+        self.on_touch: Callable[[], None] = _nothing
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -309,6 +319,18 @@ class ManagedLedger:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def adds_in_flight(self) -> int:
+        """Adds started and not yet durable (or failed)."""
+        return self._inflight
+
+    def touch(self) -> None:
+        """Tell the broker's upkeep this ledger has something to look at. O(1), and
+        allocation-free once touched (the hot paths call it on every add and move)."""
+        if not self.touched:
+            self.touched = True
+            self.on_touch()
+
     # ------------------------------------------------------------------ writes
 
     async def add_entries(self, entries: Sequence[bytes]) -> Position:
@@ -387,6 +409,7 @@ class ManagedLedger:
             last, nbytes = following
         self.entries_added_counter += added
         self.last_confirmed = Position(info.ledger_id, info.entries - 1)
+        self.touch()
         for listener in self._listeners:
             listener()
 
@@ -395,6 +418,7 @@ class ManagedLedger:
     def activate_cursor(self, cursor: ManagedCursor) -> None:
         """A consumer subscribed on ``cursor`` (each time one does)."""
         if not self._closed:
+            self.touch()
             self.events.activated(
                 cursor.name,
                 cursor.read_position,
@@ -405,11 +429,13 @@ class ManagedLedger:
     def deactivate_cursor(self, cursor: ManagedCursor) -> None:
         """``cursor`` lost its last consumer, or was deleted."""
         if not self._closed:
+            self.touch()
             self.events.deactivated(cursor.name)
 
     def cursor_moved(self, cursor: ManagedCursor) -> None:
         """``cursor``'s read or mark-delete position changed. O(1) here."""
         if not self._closed:
+            self.touch()
             self.events.moved(cursor.name, cursor.read_position, cursor.mark_delete_position)
 
     def check_cursors(self, has_consumers: Callable[[str], bool]) -> None:
@@ -736,6 +762,7 @@ class ManagedLedger:
         await self._update_metadata(
             changes={info.ledger_id: {"offloaded": True, "offloaded_ms": now} for info in infos}
         )
+        self.touch()  # the deletion lag of the bookie copies starts now
 
     async def delete_offloaded_from_bookie(self, lag_ms: int) -> int:
         """Delete the bookie copies of ledgers offloaded at least ``lag_ms`` ago."""
@@ -751,6 +778,20 @@ class ManagedLedger:
             )
             await self._delete_ledgers(info.ledger_id for info in doomed)
         return len(doomed)
+
+    def next_timed_work_ms(self, offload_deletion_lag_ms: int) -> int | None:
+        """The wall time (ms) at which time alone gives this ledger upkeep work, with no
+        add or cursor move: the current ledger reaching the maximum rollover age, or an
+        offloaded ledger's bookie copy its deletion lag. None: never. O(#ledgers)."""
+        due: int | None = None
+        current = self._current
+        if current is not None and current.entries > 0 and not self._closed:
+            due = current.created_ms + self.config.max_rollover_ms
+        for info in self._ledgers.values():
+            if info.offloaded and not info.bookie_deleted:
+                deletion = info.offloaded_ms + offload_deletion_lag_ms
+                due = deletion if due is None else min(due, deletion)
+        return due
 
     def first_not_offloaded(self) -> Position:
         """The first position whose ledger is not offloaded."""

@@ -34,7 +34,7 @@ import pyarrow as pa
 from broker.cache.config import CacheConfig
 from broker.trace.recorder import FORMAT, META_FILE
 from pipeline import jobs, reference
-from pipeline.replay import DESIGNS, ReplaySpec
+from pipeline.replay import DESIGNS, ReplaySpec, sample_rate_for
 from pipeline.spark import ship_code
 from pipeline.trace_io import join_uri, read_json, resolve_uri, trace_brokers, write_table
 
@@ -115,8 +115,11 @@ def _analyze(
     live_size = settings.get("max_size_bytes")
     if live_design in DESIGNS and live_size:
         specs.append(ReplaySpec(live_design, live_size, config, live=True))
+    # one rate for every cell: the one asked, raised where the smallest miniature cache
+    # or the sample would be too small (pipeline/columns.py)
+    sample_rate = sample_rate_for(trace_uri, specs, options.sample_rate)
     sweep_started = time.monotonic()
-    rows = jobs.sweep(spark, trace_uri, specs, options.sample_rate, options.cells_per_task)
+    rows = jobs.sweep(spark, trace_uri, specs, sample_rate, options.cells_per_task)
     sweep_seconds = time.monotonic() - sweep_started
     next_reads = jobs.next_reads(trace, join_uri(out, "next_reads"))
     bound_rows = jobs.bound(spark, next_reads, sizes)
@@ -156,7 +159,8 @@ def _analyze(
         "workingSetBytes": working_set,
         "workingSetWindowSeconds": window,
         "sizes": sizes,
-        "sampleRate": options.sample_rate,
+        "sampleRate": sample_rate,
+        "sampleRateAsked": options.sample_rate,
         "live": {"design": live_design, "sizeBytes": live_size},
         "sweep": sorted(rows, key=lambda r: (r["design"], r["size_bytes"], r["live"])),
         "bound": sorted(bound_rows, key=lambda r: r["size_bytes"]),

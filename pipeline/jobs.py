@@ -294,7 +294,9 @@ class _SweepTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                results = replay_uri(self.trace_uri, self.groups[index], self.sample_rate)
+                results = replay_uri(
+                    self.trace_uri, self.groups[index], self.sample_rate, raise_rate=False
+                )
                 yield _result_batch([result.as_row() for result in results])
 
 
@@ -308,7 +310,9 @@ def sweep(
     """Every spec replayed over the trace, ``cells_per_task`` specs per Spark task (one
     pass over the trace each; None: as many tasks as the session runs at once, so that a
     task decodes the trace once for several cells rather than cores idling); returns one
-    result row per spec. Consecutive specs (one design's sizes) share a task."""
+    result row per spec. Consecutive specs (one design's sizes) share a task.
+    ``sample_rate`` is used as given: the caller raises it (``replay.sample_rate_for``)
+    once for all cells, so that every cell is sampled alike."""
     groups = task_groups(specs, cells_per_task, parallelism(spark))
     return _results(spark, len(groups), _SweepTask(trace_uri, groups, sample_rate))
 

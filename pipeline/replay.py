@@ -478,28 +478,43 @@ def replay_trace_dir(directory: pathlib.Path | str, spec: ReplaySpec) -> dict[in
     }
 
 
+def sample_rate_for(uri: str, specs: Sequence[ReplaySpec], requested: float) -> float:
+    """The rate replays of ``specs`` over the trace at ``uri`` sample at when
+    ``requested`` is asked: raised where the smallest miniature cache would hold too
+    few entries, or the sample too few of the trace's entries
+    (``pipeline.columns.effective_sample_rate``). Reads the trace's ``kind`` column once
+    and its first batch: O(rows) of Arrow work."""
+    from broker.trace.recorder import file_prefix
+    from pipeline.trace_io import iter_batches, trace_brokers
+
+    brokers = trace_brokers(uri)
+    if requested >= 1 or not brokers or not specs:
+        return min(requested, 1.0)
+    first = next(iter_batches(uri, file_prefix(brokers[0])), None)
+    entry_bytes = mean_entry_bytes(first) if first is not None else 0.0
+    smallest = min(spec.size_bytes for spec in specs)
+    entries = sum(
+        count_entries(iter_batches(uri, file_prefix(broker), ["kind"])) for broker in brokers
+    )
+    return effective_sample_rate(requested, smallest, entry_bytes, entries)
+
+
 def replay_uri(
-    uri: str, specs: Sequence[ReplaySpec], sample_rate: float = 1.0
+    uri: str, specs: Sequence[ReplaySpec], sample_rate: float = 1.0, *, raise_rate: bool = True
 ) -> list[ReplayResult]:
     """Replay the trace at ``uri`` (any URI ``pipeline.trace_io`` reads) through every
     spec in one pass over each broker's files: for each spec, the brokers' counts
     summed, in the order of ``specs``. ``sample_rate`` < 1 replays a spatially hashed
     sample of the entries through caches scaled by the rate (miniature simulation);
-    the counts are then estimates. The rate is raised where a miniature cache would
-    hold too few entries (``pipeline.columns.effective_sample_rate``); each result's
-    ``sample_rate`` is the rate used."""
+    the counts are then estimates. The rate is raised as :func:`sample_rate_for` says
+    unless ``raise_rate`` is false (the caller, a Spark task, was given the rate its
+    driver chose for every cell); each result's ``sample_rate`` is the rate used."""
     from broker.trace.recorder import file_prefix
     from pipeline.trace_io import iter_batches, trace_brokers
 
     brokers = trace_brokers(uri)
-    if sample_rate < 1 and brokers and specs:
-        first = next(iter_batches(uri, file_prefix(brokers[0])), None)
-        entry_bytes = mean_entry_bytes(first) if first is not None else 0.0
-        smallest = min(spec.size_bytes for spec in specs)
-        entries = sum(
-            count_entries(iter_batches(uri, file_prefix(broker), ["kind"])) for broker in brokers
-        )
-        sample_rate = effective_sample_rate(sample_rate, smallest, entry_bytes, entries)
+    if sample_rate < 1 and raise_rate:
+        sample_rate = sample_rate_for(uri, specs, sample_rate)
     per_broker = [
         replay_batches(iter_batches(uri, file_prefix(broker), list(COLUMNS)), specs, sample_rate)
         for broker in brokers

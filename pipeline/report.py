@@ -212,12 +212,13 @@ def render_report(summary: dict[str, Any]) -> str:
             f" The replays are miniature simulations: {rate:.2%} of the entries (spatially"
             " hashed) through caches scaled by the same rate, so their counts are estimates."
         )
-        used = {row.get("sample_rate", 1.0) for row in summary["sweep"]}
-        if used != {rate}:
-            sampled += (
-                " A replay whose scaled cache would hold too few entries ran at a higher"
-                " rate: the sample rate column gives each one's."
-            )
+    asked = summary.get("sampleRateAsked", rate)
+    if asked < rate:
+        sampled += (
+            f" {asked:.2%} was asked: that would have sampled too few entries (too few"
+            f" in the smallest scaled cache, or in the sample), so the replays ran at"
+            f" {rate:.2%}."
+        )
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>brokerlab analyze</title>
 <style>

@@ -98,7 +98,12 @@ def test_sampling_keeps_the_same_entries_whatever_the_batches(trace: pathlib.Pat
     assert 0 < len(whole) < len(everything) + table.num_rows
 
 
-def test_a_sampled_replay_estimates_the_full_one(trace: pathlib.Path) -> None:
+def test_a_sampled_replay_estimates_the_full_one(
+    trace: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the workload's 3,000 entries are under the sample floor, lowered here so that
+    # half of them (1,500) may be sampled
+    monkeypatch.setattr("pipeline.columns.MIN_SAMPLE_POPULATION", 1000)
     spec = specs_of(trace, 2 << 20)[0]  # at 0.5, about 500 of its 2,000 B entries
     full = replay_uri(str(trace), [spec])[0]
     estimate = replay_uri(str(trace), [spec], sample_rate=0.5)[0]
@@ -139,8 +144,11 @@ def test_a_trace_too_small_to_sample_is_sampled_at_a_raised_rate(trace: pathlib.
     assert effective_sample_rate(0.01, 64 << 20, 1024, entries=20_000) == (
         MIN_SAMPLE_POPULATION / 20_000
     )
-    # the workload stores 3,000 entries: at 0.01 a sample would hold 30 of them
+    # the workload stores 3,000 entries: at 0.01 a sample would hold 30 of them, and
+    # fewer than the floor even whole: it is replayed whole, and counts as the full one
     assert count_entries(iter_batches(str(trace), "trace-b0-", ["kind"])) == 3000
+    assert MIN_SAMPLE_POPULATION > 3000
     spec = specs_of(trace, 64 << 20)[0]
     sampled = replay_uri(str(trace), [spec], sample_rate=0.01)[0]
-    assert sampled.sample_rate == MIN_SAMPLE_POPULATION / 3000
+    assert sampled.sample_rate == 1.0
+    assert counts(sampled) == counts(replay_uri(str(trace), [spec])[0])

@@ -206,6 +206,8 @@ class BrokerService:
         #: topics looked at by upkeep rounds and inactive-topic checks since start (a
         #: topic once per round): O(active topics) per round, whatever is loaded
         self.upkeep_topics_visited = 0
+        #: upkeep rounds run since start
+        self.upkeep_rounds = 0
         #: topics the inactive-topic check deleted, and unloaded
         self.inactive_topics_deleted = 0
         self.inactive_topics_unloaded = 0
@@ -552,6 +554,7 @@ class BrokerService:
                 topic.check_cursors()
                 self._sleep_if_quiet(topic, now)
             self.cache_rates.refresh(self.cache.stats(), elapsed_s)
+        self.upkeep_rounds += 1
 
     def _sleep_if_quiet(self, topic: PersistentTopic, now_ns: int) -> None:
         """The stats period's verdict on an active topic: touched during the period, it

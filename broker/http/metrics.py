@@ -4,7 +4,9 @@ A collector reads them at scrape time, so nothing is added to hot paths except t
 latency histograms. Pulsar-compatible ``pulsar_ml_cache_*`` gauges carry the rates of
 the last stats period (``statsUpdateFrequencyInSecs``); ``brokerlab_*`` counters carry
 totals since start, by design (live cache and shadows), reason and storage tier.
-Topic-labelled series appear only with ``exposeTopicLevelMetricsInPrometheus``.
+Topic-labelled series appear only with ``exposeTopicLevelMetricsInPrometheus``, for at
+most ``brokerlabMetricsMaxTopics`` topics (the largest backlogs); the others are summed
+under ``topic="_other"``, so a scrape's size is bounded whatever the topic count.
 Every series carries a ``broker`` label, the broker's index in its cluster (0 alone), so
 the brokers of a cluster scraped together stay apart.
 """
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
     from broker.cluster import BrokerNode
     from broker.dispatch.service import BrokerService
     from storage_stub.bookie import Storage
+
+#: the ``topic`` label of the series that sum the topics beyond brokerlabMetricsMaxTopics
+OTHER_TOPICS = "_other"
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -62,8 +67,10 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 
 
 class BrokerCollector(Collector):
-    """Everything but the histograms. A scrape costs O(topics + subscriptions) (plus a
-    pass over PIP-430's queue for the expected-reads gauge)."""
+    """Everything but the histograms. A scrape costs O(topics + subscriptions) in
+    arithmetic (plus a pass over PIP-430's queue for the expected-reads gauge) and
+    O(topics log topics) to rank them; its output is O(brokerlabMetricsMaxTopics +
+    their subscriptions) series."""
 
     def __init__(
         self, node: BrokerNode, storage: Storage, topic_level: bool, watermark: float
@@ -270,6 +277,28 @@ class BrokerCollector(Collector):
             "Messages handed over again.",
             value=totals.redelivered,
         )
+        yield CounterMetricFamily(
+            "brokerlab_upkeep_topics_visited",
+            "Topics looked at by the broker's upkeep rounds and inactive-topic checks (each"
+            " once per round): it grows with the active topics, not the loaded ones.",
+            value=service.upkeep_topics_visited,
+        )
+        yield _gauge(
+            "brokerlab_upkeep_active_topics",
+            "Topics each upkeep round visits now (touched during the last stats period, or"
+            " with clients).",
+            service.active_topics,
+        )
+        yield CounterMetricFamily(
+            "brokerlab_inactive_topics_deleted",
+            "Topics deleted as inactive (brokerDeleteInactiveTopicsEnabled).",
+            value=service.inactive_topics_deleted,
+        )
+        yield CounterMetricFamily(
+            "brokerlab_inactive_topics_unloaded",
+            "Inactive topics unloaded (brokerlabUnloadInactiveTopicsEnabled).",
+            value=service.inactive_topics_unloaded,
+        )
         loads = service.topic_loads()
         backlog = sum(load.backlog for load in loads)
         replay = sum(sum(load.replay_by_subscription.values()) for load in loads)
@@ -291,7 +320,12 @@ class BrokerCollector(Collector):
             "Messages waiting in a replay queue.",
             labels=["topic", "subscription"],
         )
-        for load in loads:
+        cap = self._node.config.brokerlabMetricsMaxTopics
+        shown, rest = loads, []
+        if len(loads) > cap:
+            ranked = sorted(loads, key=lambda load: (load.backlog, load.storage_size), reverse=True)
+            shown, rest = ranked[:cap], ranked[cap:]
+        for load in shown:
             label = [load.topic]
             t_backlog.add_metric(label, load.backlog)
             t_rate_in.add_metric(label, load.rate_in)
@@ -299,4 +333,19 @@ class BrokerCollector(Collector):
             t_storage.add_metric(label, load.storage_size)
             for name, waiting in load.replay_by_subscription.items():
                 t_replay.add_metric([load.topic, name], waiting)
+        if rest:
+            other = [OTHER_TOPICS]
+            t_backlog.add_metric(other, sum(load.backlog for load in rest))
+            t_rate_in.add_metric(other, sum(load.rate_in for load in rest))
+            t_rate_out.add_metric(other, sum(load.rate_out for load in rest))
+            t_storage.add_metric(other, sum(load.storage_size for load in rest))
+            t_replay.add_metric(
+                [OTHER_TOPICS, OTHER_TOPICS],
+                sum(sum(load.replay_by_subscription.values()) for load in rest),
+            )
         yield from (t_backlog, t_rate_in, t_rate_out, t_storage, t_replay)
+        yield _gauge(
+            "brokerlab_metrics_topics_aggregated",
+            'Topics summed under topic="_other" (beyond brokerlabMetricsMaxTopics).',
+            len(rest),
+        )

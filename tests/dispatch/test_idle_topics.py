@@ -1,0 +1,107 @@
+"""50,000 idle topics leave a real broker idle at rest: its upkeep visits the topics in
+use, not every loaded one (issue #18 part 5). The CPU time at rest is measured and
+printed, never asserted; the upkeep's own counter of topics visited is."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from aiohttp import web
+
+from broker.dispatch.names import TopicName
+from broker.dispatch.service import BrokerService
+from broker.http.app import NODE, create_app
+from broker.ledger.entry import encode_message
+from tests.conftest import Client, make_settings
+
+TOPICS = 50_000
+#: the upkeep runs every 0.5 s; 20 rounds is about 10 s at rest
+ROUNDS_AT_REST = 20
+DEADLINE_S = 120.0
+
+
+async def until(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after the deadline."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while not condition():
+        assert loop.time() < end, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def rounds(service: BrokerService, count: int) -> None:
+    """Wait for ``count`` more upkeep rounds."""
+    target = service.upkeep_rounds + count
+    await until(lambda: service.upkeep_rounds >= target, f"{count} upkeep rounds")
+
+
+async def create_topics(service: BrokerService, count: int, prefix: str) -> None:
+    """``count`` topics of one message each, made through the service (HTTP would take
+    minutes on two cores), 50 loads at a time."""
+    entry = encode_message(b"x", 0)
+
+    async def make(first: int, last: int) -> None:
+        for i in range(first, last):
+            topic = await service.get_topic(TopicName("public", "default", f"{prefix}{i}"), True)
+            await topic.publish([entry])
+
+    step = max(1, count // 50)
+    await asyncio.gather(*(make(i, min(i + step, count)) for i in range(0, count, step)))
+
+
+@pytest.fixture
+async def idle_broker() -> AsyncIterator[tuple[Client, BrokerService]]:
+    """A real broker on a real port holding 50,000 topics nobody uses (kept loaded:
+    neither deleted nor unloaded), all of them quiet."""
+    app = create_app(
+        make_settings(
+            None,
+            statsUpdateFrequencyInSecs=1,
+            brokerDeleteInactiveTopicsEnabled=False,
+            brokerlabUnloadInactiveTopicsEnabled=False,
+        )
+    )
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    service = app[NODE].service
+    assert service is not None
+    try:
+        await create_topics(service, TOPICS, "idle-")
+        await until(lambda: service.active_topics == 0, "every topic to go quiet")
+        yield client, service
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+async def test_fifty_thousand_idle_topics_cost_the_upkeep_nothing_at_rest(
+    idle_broker: tuple[Client, BrokerService],
+) -> None:
+    client, service = idle_broker
+    assert len(service.topics) == TOPICS
+
+    visited = service.upkeep_topics_visited
+    cpu, wall = time.process_time(), time.perf_counter()
+    await rounds(service, ROUNDS_AT_REST)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    print(f"\n{TOPICS} idle topics: {cpu:.2f} s CPU over {wall:.1f} s at rest")
+    assert service.upkeep_topics_visited == visited, "a round at rest visits no topic"
+
+    # ten topics in use: each round visits those ten, not the 50,000
+    busy = [f"idle-{i}" for i in range(0, TOPICS, TOPICS // 10)]
+    visited = service.upkeep_topics_visited
+    start = service.upkeep_rounds
+    for _ in range(3):
+        for name in busy:
+            await client.produce(f"public/default/{name}", ["again"])
+        await rounds(service, 1)
+    await until(lambda: service.active_topics == 0, "the ten topics to go quiet again")
+    elapsed_rounds = service.upkeep_rounds - start
+    grew = service.upkeep_topics_visited - visited
+    assert 0 < grew <= len(busy) * (elapsed_rounds + 1)
+    assert grew < TOPICS // 100

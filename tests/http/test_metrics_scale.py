@@ -1,0 +1,103 @@
+"""/metrics with many topics stays small: topic-labelled series for at most
+``brokerlabMetricsMaxTopics`` topics (the largest backlogs), the rest summed under
+``topic="_other"`` (issue #18 part 5). Scrape times are printed, never asserted."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from typing import Any
+
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.dispatch.names import TopicName
+from broker.http.app import NODE, create_app
+from broker.ledger.entry import encode_message
+from tests.conftest import Client, LiveBroker, make_settings
+
+TOPIC_FAMILIES = ("pulsar_msg_backlog", "pulsar_rate_in", "pulsar_rate_out", "pulsar_storage_size")
+
+
+async def scrape(client: Client) -> tuple[str, dict[str, dict[str, float]]]:
+    """The text, and per family: topic label -> value (topic-labelled families only)."""
+    status, text = await client.request("GET", "/metrics")
+    assert status == 200
+    by_topic: dict[str, dict[str, float]] = defaultdict(dict)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if "topic" in sample.labels:
+                by_topic[sample.name][sample.labels["topic"]] = sample.value
+    return text, by_topic
+
+
+def value(text: str, name: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    raise AssertionError(f"{name} not in /metrics")
+
+
+async def test_topics_beyond_the_cap_are_summed_under_other(live_broker: LiveBroker) -> None:
+    client = await live_broker(brokerlabMetricsMaxTopics=3)
+    for backlog in range(1, 7):
+        topic = f"public/default/backlog-{backlog}"
+        await client.request("PUT", f"/admin/v2/persistent/{topic}/subscription/s")
+        await client.produce(topic, [f"m{i}" for i in range(backlog)])
+
+    text, by_topic = await scrape(client)
+
+    backlogs = by_topic["pulsar_msg_backlog"]
+    assert backlogs == {
+        "persistent://public/default/backlog-6": 6,
+        "persistent://public/default/backlog-5": 5,
+        "persistent://public/default/backlog-4": 4,
+        "_other": 1 + 2 + 3,
+    }
+    assert value(text, "brokerlab_metrics_topics_aggregated") == 3
+    assert sum(backlogs.values()) == value(text, "brokerlab_backlog_messages")
+    for family in TOPIC_FAMILIES:
+        assert len(by_topic[family]) == 4, family
+
+
+async def test_fifty_thousand_topics_give_a_bounded_scrape() -> None:
+    app = create_app(make_settings(None))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    service = app[NODE].service
+    assert service is not None
+    try:
+        await _create_topics(service, 50_000)
+
+        started = time.perf_counter()
+        text, by_topic = await scrape(client)
+        print(f"\n/metrics of 50,000 topics: {len(text) / 1e6:.2f} MB in "
+              f"{time.perf_counter() - started:.2f} s")  # fmt: skip
+
+        cap = app[NODE].config.brokerlabMetricsMaxTopics
+        for family in TOPIC_FAMILIES:
+            assert len(by_topic[family]) == cap + 1, family
+        assert value(text, "brokerlab_metrics_topics_aggregated") == 50_000 - cap
+        storage = by_topic["pulsar_storage_size"]
+        assert sum(storage.values()) == sum(t.ledger.total_size() for t in service.topics.values())
+        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+        assert series < 10 * cap, f"{series} series"
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+async def _create_topics(service: Any, count: int) -> None:
+    entry = encode_message(b"x", 0)
+
+    async def make(first: int, last: int) -> None:
+        for i in range(first, last):
+            topic = await service.get_topic(TopicName("public", "default", f"t{i}"), True)
+            await topic.publish([entry])
+
+    step = max(1, count // 50)
+    await asyncio.gather(*(make(i, min(i + step, count)) for i in range(0, count, step)))

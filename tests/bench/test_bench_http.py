@@ -28,6 +28,7 @@ def test_bench_http_quick_json() -> None:
     rows = {row["row"]: row for row in result["rows"]}
     assert set(rows) == {
         "ceiling",
+        "ceiling_produce_consume",
         "produce_none",
         "produce_batch",
         "produce_consume_none",
@@ -39,16 +40,31 @@ def test_bench_http_quick_json() -> None:
     assert result["config"]["host"] == "127.0.0.1"
 
     ceiling = rows["ceiling"]["rate_msgs_per_s"]
-    assert ceiling > 0
+    pc_ceiling = rows["ceiling_produce_consume"]["rate_msgs_per_s"]
+    assert ceiling > 0 and pc_ceiling > 0
     assert result["ceiling_msgs_per_s"] == ceiling
-    assert rows["ceiling"]["ratio"] == 1.0
+    assert result["ceiling_produce_consume_msgs_per_s"] == pc_ceiling
+    assert rows["ceiling"]["ratio"] == rows["ceiling_produce_consume"]["ratio"] == 1.0
+    # produce rows are a fraction of the produce ceiling, produce+consume rows of theirs
+    assert {key for key, row in rows.items() if row["ceiling"] == "ceiling"} == {
+        "ceiling",
+        "produce_none",
+        "produce_batch",
+    }
     for row in rows.values():
         assert row["rate_msgs_per_s"] > 0, row
         assert row["messages"] > 0, row
-        assert abs(row["ratio"] - row["rate_msgs_per_s"] / ceiling) < 1e-3, row
+        own_ceiling = rows[row["ceiling"]]["rate_msgs_per_s"]
+        assert abs(row["ratio"] - row["rate_msgs_per_s"] / own_ceiling) < 1e-3, row
     assert result["produce_ratio"] == rows["produce_none"]["ratio"]
     assert result["produce_batch_ratio"] == rows["produce_batch"]["ratio"]
     assert result["produce_consume_ratio"] == rows["produce_consume_none"]["ratio"]
+    assert result["produce_consume_over_produce_ceiling"] == round(
+        rows["produce_consume_none"]["rate_msgs_per_s"] / ceiling, 4
+    )
+    assert result["target_produce_ratio"] == 0.6
+    assert result["target_produce_consume_ratio"] == 0.5
+    assert "base64" in config_text(result)
 
     config = result["config"]
     expected = config["requests_per_row"] * config["messages_per_request"]
@@ -57,9 +73,17 @@ def test_bench_http_quick_json() -> None:
     consume = rows["produce_consume_none"]
     assert consume["consumed"] == consume["produced"] == expected
     assert consume["consumed_distinct"] == expected
+    bare_consume = rows["ceiling_produce_consume"]
+    assert bare_consume["consumed"] == bare_consume["consumed_distinct"] == expected
     traced = rows["produce_consume_traced_none"]
     assert traced["consumed"] == traced["consumed_distinct"] == expected
     assert result["traced_over_untraced"] == round(
         traced["rate_msgs_per_s"] / consume["rate_msgs_per_s"], 4
     )
     assert result["consumed"] == result["produced"] == expected
+
+
+def config_text(result: dict[str, object]) -> str:
+    config = result["config"]
+    assert isinstance(config, dict)
+    return f"{config['ceiling']} {config['ceiling_produce_consume']}"

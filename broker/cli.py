@@ -197,6 +197,7 @@ async def serve(settings: Settings, brokers: int = 1) -> None:
     """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed).
     Each broker prints the address of its HTTP service and binary protocol."""
     from broker.http.app import node_app
+    from broker.http.listener import LimitedTCPSite, http_runner
 
     warn_if_open(settings.broker)
     cluster = Cluster(settings, brokers=brokers)
@@ -204,12 +205,11 @@ async def serve(settings: Settings, brokers: int = 1) -> None:
     runners: list[web.AppRunner] = []
     try:
         for node in cluster.nodes:
-            runner = web.AppRunner(node_app(node), access_log=None, handle_signals=False)
+            config = node.config
+            runner = http_runner(node_app(node), config)
             await runner.setup()
             runners.append(runner)
-            config = node.config
-            site = web.TCPSite(runner, config.bindAddress, config.webServicePort)
-            await site.start()
+            await LimitedTCPSite.for_config(runner, config).start()
             port = runner.addresses[0][1]
             node.address.http_url = http_url(config.advertisedAddress, port)
         await cluster.start()

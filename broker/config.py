@@ -209,6 +209,36 @@ class BrokerConfig(BaseModel):
     #: consumers have no connection whose loss would tell the broker they are gone.
     consumerIdleTimeoutMs: int = Field(default=30000, gt=0)
 
+    # --- Limits (0 = no limit, as Pulsar) ---
+    #: Most binary-protocol connections; more are closed at accept. Pulsar: same key
+    #: and default.
+    brokerMaxConnections: int = Field(default=0, ge=0)
+    #: Most binary-protocol connections from one client address; more are closed at
+    #: accept. Pulsar: same key and default.
+    brokerMaxConnectionsPerIp: int = Field(default=0, ge=0)
+    #: Most HTTP connections (WebSocket included); more are answered 429 and closed at
+    #: accept. Pulsar: same key and default.
+    maxHttpServerConnections: int = Field(default=2048, ge=0)
+    #: brokerlab only: most HTTP connections from one client address (429 and closed
+    #: at accept), so one client cannot take every file descriptor.
+    brokerlabHttpMaxConnectionsPerIp: int = Field(default=0, ge=0)
+    #: Close an HTTP connection that has not sent a complete request head within this
+    #: many ms of opening or of its last response: idle keep-alive and slowloris
+    #: connections alike (partial bytes do not extend it). Pulsar: same key and default.
+    httpServerIdleTimeout: int = Field(default=30000, gt=0)
+    #: Most producers of a topic (binary protocol: ProducerBusy). Pulsar: same.
+    maxProducersPerTopic: int = Field(default=0, ge=0)
+    #: Most consumers of a topic (HTTP 409 limit-reached; binary: ConsumerBusy).
+    #: Pulsar: same key and default.
+    maxConsumersPerTopic: int = Field(default=0, ge=0)
+    #: Most consumers of a subscription (409; ConsumerBusy). Pulsar: same.
+    maxConsumersPerSubscription: int = Field(default=0, ge=0)
+    #: Most subscriptions of a topic (409; NotAllowedError). Pulsar: same.
+    maxSubscriptionsPerTopic: int = Field(default=0, ge=0)
+    #: Most topics of a namespace, partitions counted (409; NotAllowedError). Pulsar:
+    #: same key and default.
+    maxTopicsPerNamespace: int = Field(default=0, ge=0)
+
     # --- Inactive topics ---
     #: Delete topics inactive per brokerDeleteInactiveTopicsMode. Pulsar: same default.
     brokerDeleteInactiveTopicsEnabled: bool = True

@@ -37,3 +37,21 @@ class UnavailableError(BrokerError):
     """Storage fault or timeout; the request changed nothing and may be retried."""
 
     code = "unavailable"
+
+
+class LimitReachedError(ConflictError):
+    """A count limit of broker.conf (consumers, producers, subscriptions, topics) is
+    reached; the request may succeed once the count goes down. HTTP: 409 ``conflict``,
+    the reason naming the setting."""
+
+
+class ProducerLimitError(LimitReachedError):
+    """maxProducersPerTopic: Pulsar answers ProducerBusy."""
+
+
+class ConsumerLimitError(LimitReachedError):
+    """maxConsumersPerTopic, maxConsumersPerSubscription: Pulsar answers ConsumerBusy."""
+
+
+class NotAllowedLimitError(LimitReachedError):
+    """maxSubscriptionsPerTopic, maxTopicsPerNamespace: Pulsar answers NotAllowedError."""

@@ -20,6 +20,8 @@ from broker.dispatch.consumer import Consumer
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import (
     ConflictError,
+    ConsumerLimitError,
+    NotAllowedLimitError,
     NotFoundError,
     NotImplementedYetError,
     PreconditionFailedError,
@@ -116,6 +118,12 @@ class ServiceConfig:
     #: brokerlabUnloadInactiveTopicsEnabled: unload (not delete) inactive topics that
     #: must not be deleted, freeing their memory; the next use loads them again
     unload_inactive_topics: bool = True
+    #: maxConsumersPerTopic, maxConsumersPerSubscription, maxSubscriptionsPerTopic,
+    #: maxTopicsPerNamespace; 0: no limit
+    max_consumers_per_topic: int = 0
+    max_consumers_per_subscription: int = 0
+    max_subscriptions_per_topic: int = 0
+    max_topics_per_namespace: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,8 +327,11 @@ class BrokerService:
             )
         self.check_owner(name)
         ml_name = str(name)
-        if not create and await self.metadata.get(metadata_key(ml_name)) is None:
-            raise NotFoundError(f"topic {name} not found")
+        checks_stored = not create or self.config.max_topics_per_namespace
+        if checks_stored and await self.metadata.get(metadata_key(ml_name)) is None:
+            if not create:
+                raise NotFoundError(f"topic {name} not found")
+            await self._check_topics_per_namespace(name)
         events = self.cache.load_topic(ml_name)
         ledger = ManagedLedger(
             ml_name, self.bookie, self.metadata, events, self.config.ledger, self.clock
@@ -336,6 +347,16 @@ class BrokerService:
         ledger.on_touch = functools.partial(self._wake, topic)
         self._active[topic] = None
         return topic
+
+    async def _check_topics_per_namespace(self, name: TopicName) -> None:
+        """maxTopicsPerNamespace, before a new topic is created (partitions counted, as
+        Pulsar). O(topics of the namespace); only new topics pay it."""
+        limit = self.config.max_topics_per_namespace
+        if len(await self.list_topics(name.tenant, name.namespace)) >= limit:
+            raise NotAllowedLimitError(
+                f"namespace {name.tenant}/{name.namespace} has maxTopicsPerNamespace="
+                f"{limit} topics; cannot create {name}"
+            )
 
     def _wake(self, topic: PersistentTopic) -> None:
         """``topic``'s ledger was touched: the upkeep visits it again. O(1)."""
@@ -461,6 +482,7 @@ class BrokerService:
         position) if it does not exist."""
         check_subscription_type(options.subscription_type)
         topic = await self.get_topic(name, create=True)
+        self._check_consumer_limits(topic, subscription_name)
         begin: str | Position = start if start is not None else (
             "earliest" if options.initial_position == "Earliest" else "latest"
         )  # fmt: skip
@@ -484,6 +506,40 @@ class BrokerService:
             raise UnavailableError(f"topic {name} was unloaded meanwhile; retry")
         self.consumers[consumer_id] = consumer
         return consumer
+
+    def _check_consumer_limits(self, topic: PersistentTopic, subscription_name: str) -> None:
+        """maxConsumersPerTopic, maxConsumersPerSubscription and, for a new
+        subscription, maxSubscriptionsPerTopic. O(subscriptions of the topic) when a
+        topic limit is set, else O(1)."""
+        config = self.config
+        subscription = topic.subscriptions.get(subscription_name)
+        if subscription is None:
+            limit = config.max_subscriptions_per_topic
+            if limit and len(topic.subscriptions) >= limit:
+                raise NotAllowedLimitError(
+                    f"topic {topic.name} has maxSubscriptionsPerTopic={limit} subscriptions"
+                )
+        else:
+            limit = config.max_consumers_per_subscription
+            if limit and len(subscription.consumers) >= limit:
+                raise ConsumerLimitError(
+                    f"subscription {subscription_name} has maxConsumersPerSubscription="
+                    f"{limit} consumers"
+                )
+        limit = config.max_consumers_per_topic
+        if limit and sum(len(s.consumers) for s in topic.subscriptions.values()) >= limit:
+            raise ConsumerLimitError(
+                f"topic {topic.name} has maxConsumersPerTopic={limit} consumers"
+            )
+
+    def check_new_subscription(self, topic: PersistentTopic, subscription_name: str) -> None:
+        """maxSubscriptionsPerTopic for the admin route that creates a subscription."""
+        limit = self.config.max_subscriptions_per_topic
+        subscriptions = topic.subscriptions
+        if limit and subscription_name not in subscriptions and len(subscriptions) >= limit:
+            raise NotAllowedLimitError(
+                f"topic {topic.name} has maxSubscriptionsPerTopic={limit} subscriptions"
+            )
 
     def consumer(self, consumer_id: str) -> Consumer:
         consumer = self.consumers.get(consumer_id)

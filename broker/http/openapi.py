@@ -40,6 +40,7 @@ ERROR_CODES: dict[int, str] = {
     412: "precondition-failed",
     413: "too-large",
     415: "unsupported-media-type",
+    429: "too-many-requests",
     501: "not-implemented",
     503: "unavailable",
 }

@@ -436,6 +436,7 @@ async def create_subscription(request: web.Request) -> web.Response:
         await service.partitions.create_subscription(name, subscription, start)
         return _no_content()
     topic = await service.get_topic(name, create=True)
+    service.check_new_subscription(topic, subscription)
     await topic.create_subscription(subscription, start)
     return _no_content()
 

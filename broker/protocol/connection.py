@@ -25,10 +25,13 @@ from broker.dispatch.consumer import Consumer
 from broker.dispatch.errors import (
     BrokerError,
     ConflictError,
+    ConsumerLimitError,
     InvalidRequestError,
+    LimitReachedError,
     NotFoundError,
     NotImplementedYetError,
     PreconditionFailedError,
+    ProducerLimitError,
     TooLargeError,
     UnavailableError,
 )
@@ -38,6 +41,7 @@ from broker.dispatch.service import ConsumerOptions
 from broker.ledger.entry import Entry, checksum_ok, metadata_of
 from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
+from broker.limits import peer_ip
 from broker.protocol.frames import (
     FrameError,
     command_frame,
@@ -73,6 +77,12 @@ _producer_names = itertools.count()
 
 def server_error(error: BaseException) -> int:
     """Pulsar's ServerError code for a broker error."""
+    if isinstance(error, LimitReachedError):
+        if isinstance(error, ProducerLimitError):
+            return ServerError.ProducerBusy
+        if isinstance(error, ConsumerLimitError):
+            return ServerError.ConsumerBusy
+        return ServerError.NotAllowedError
     if isinstance(error, NotOwnerError | ServiceNotReadyError):
         return ServerError.ServiceNotReady  # the client looks the topic up again
     if isinstance(error, ConflictError | PreconditionFailedError):
@@ -309,6 +319,8 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.closed = False
+        #: the client address counted by the server's ConnectionLimiter (None: refused)
+        self.counted_ip: str | None = None
         self.connected = False
         #: the client's authenticated role (None: authentication is off)
         self.role: str | None = None
@@ -353,6 +365,15 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is duck-typed
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        ip = peer_ip(peer)
+        refused = self.server.limiter.admit(ip)
+        if refused is not None:
+            # as Pulsar's ConnectionController: the connection is closed, nothing said
+            log.warning("refusing pulsar connection from %s: %s", self.peer, refused)
+            self.closed = True
+            transport.close()
+            return
+        self.counted_ip = ip
         self.server.connections.add(self)
         self._schedule_keepalive()
 
@@ -410,6 +431,9 @@ class Connection(asyncio.Protocol):
                 self._out = []
             self.transport.close()
         self.server.connections.discard(self)
+        if self.counted_ip is not None:
+            self.server.limiter.release(self.counted_ip)
+            self.counted_ip = None
         for producer in self.producers.values():
             producer.detach()
         self.producers.clear()
@@ -614,6 +638,11 @@ class Connection(asyncio.Protocol):
                     if request.HasField("producer_name") and request.producer_name
                     else f"{self.server.config.clusterName}-0-{next(_producer_names)}"
                 )
+                limit = self.server.config.maxProducersPerTopic
+                if limit and len(topic.producers) >= limit:
+                    raise ProducerLimitError(
+                        f"topic {name} has maxProducersPerTopic={limit} producers"
+                    )
                 producer = BinaryProducer(self, request.producer_id, producer_name, topic)
                 if self.closed:
                     return

@@ -12,6 +12,7 @@ from broker.auth.service import AuthenticationService
 from broker.config import BrokerConfig
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
+from broker.limits import ConnectionLimiter
 from broker.protocol.connection import Connection
 from broker.protocol.frames import FRAME_PADDING
 from broker.tasks import TaskOwner
@@ -30,6 +31,10 @@ class ProtocolServer:
         #: who a client is, from its CONNECT (authenticationEnabled)
         self.authentication = AuthenticationService(config)
         self.connections: set[Connection] = set()
+        #: brokerMaxConnections and brokerMaxConnectionsPerIp, checked at accept
+        self.limiter = ConnectionLimiter(
+            config.brokerMaxConnections, config.brokerMaxConnectionsPerIp
+        )
         #: what LOOKUP answers: this broker's pulsar:// URL, known once listening
         self.service_url = ""
         self.port = 0

@@ -1,0 +1,154 @@
+"""Limits of the HTTP front end on a real port: idle and slowloris connections are
+closed after httpServerIdleTimeout, connections over a limit are answered 429 and
+closed, and count limits answer 409 naming the setting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import resource
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from broker.http.app import create_app
+from broker.http.listener import LimitedTCPSite, http_runner
+from tests.conftest import Client, make_settings
+
+DEADLINE_S = 30.0
+
+
+@contextlib.asynccontextmanager
+async def limited_broker(**broker: Any) -> AsyncIterator[tuple[LimitedTCPSite, Client]]:
+    """A broker served as ``brokerlab serve`` serves it: runner and site from config."""
+    settings = make_settings(None, **broker)
+    runner = http_runner(create_app(settings), settings.broker)
+    await runner.setup()
+    site = LimitedTCPSite.for_config(runner, settings.broker)  # port 0: a free one
+    await site.start()
+    client = Client(f"http://127.0.0.1:{site.port}")
+    try:
+        yield site, client
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+async def poll_until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
+    return await asyncio.wait_for(reader.read(), DEADLINE_S)
+
+
+def allow_files(count: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < count:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(count, hard), hard))
+
+
+async def test_two_thousand_idle_connections_are_closed_after_the_idle_timeout() -> None:
+    allow_files(2 * 2000 + 512)  # both ends of each connection live in this process
+    async with limited_broker(httpServerIdleTimeout=1000) as (site, _):
+        connections = [await asyncio.open_connection("127.0.0.1", site.port) for _ in range(2000)]
+        await poll_until(
+            lambda: site.limiter.total == 0, "the broker to close every idle connection"
+        )
+        for reader, writer in connections:
+            assert await read_to_eof(reader) == b""  # closed by the broker, nothing said
+            writer.close()
+
+
+async def test_a_slowloris_client_is_cut_before_its_request_head_completes() -> None:
+    head = (
+        b"GET /admin/v2/brokers/health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Pad: " + b"a" * 5000
+    )
+    async with limited_broker(httpServerIdleTimeout=500) as (site, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        sent = 0
+        deadline = time.monotonic() + DEADLINE_S
+        while not reader.at_eof() and sent < len(head):
+            assert time.monotonic() < deadline, "the slow client was never cut"
+            writer.write(head[sent : sent + 1])
+            sent += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reader.read(1), 0.01)  # the client's pace
+        assert reader.at_eof(), "the head completed before the broker cut the client"
+        assert sent < len(head)
+        assert site.limiter.total == 0
+        writer.close()
+
+
+async def test_connections_over_the_per_ip_limit_are_answered_429_and_closed() -> None:
+    async with limited_broker(brokerlabHttpMaxConnectionsPerIp=2) as (site, _):
+        held = [await asyncio.open_connection("127.0.0.1", site.port) for _ in range(2)]
+        await poll_until(lambda: site.limiter.total == 2, "two connections counted")
+        reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        answer = await read_to_eof(reader)
+        assert answer.startswith(b"HTTP/1.1 429 ")
+        assert b'"code":"too-many-requests"' in answer
+        assert b"Connection: close" in answer
+        writer.close()
+        # a held connection still works, and once one closes a new one is admitted
+        held_reader, held_writer = held[0]
+        held_writer.write(b"GET /admin/v2/brokers/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert (await held_reader.readline()).startswith(b"HTTP/1.1 200")
+        held[1][1].close()
+        await poll_until(lambda: site.limiter.total == 1, "the closed connection released")
+        client = Client(f"http://127.0.0.1:{site.port}")
+        try:
+            status, _ = await client.request("GET", "/admin/v2/brokers/health")
+            assert status == 200
+        finally:
+            await client.close()
+        held_writer.close()
+
+
+async def test_the_total_connection_limit_answers_429() -> None:
+    async with limited_broker(maxHttpServerConnections=1) as (site, client):
+        _, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        await poll_until(lambda: site.limiter.total == 1, "one connection counted")
+        status, body = await client.request("GET", "/admin/v2/brokers/health")
+        assert (status, body["code"]) == (429, "too-many-requests")
+        assert "maximum of 1 connections" in body["reason"]
+        writer.close()
+
+
+async def test_count_limits_answer_409_naming_the_setting() -> None:
+    async with limited_broker(
+        maxConsumersPerSubscription=1, maxSubscriptionsPerTopic=2, maxConsumersPerTopic=2
+    ) as (_, client):
+        topic = "public/default/limited"
+        await client.subscribe(topic, "a", subscriptionType="Shared")
+        status, body = await client.request(
+            "POST", f"/consumers/persistent/{topic}/a", json={"subscriptionType": "Shared"}
+        )
+        assert (status, body["code"]) == (409, "conflict")
+        assert "maxConsumersPerSubscription" in body["reason"]
+        await client.subscribe(topic, "b")
+        status, body = await client.request("POST", f"/consumers/persistent/{topic}/c", json={})
+        assert (status, body["code"]) == (409, "conflict")
+        assert "maxSubscriptionsPerTopic" in body["reason"]
+        status, body = await client.request("PUT", f"/admin/v2/persistent/{topic}/subscription/c")
+        assert (status, body["code"]) == (409, "conflict")
+        assert "maxSubscriptionsPerTopic" in body["reason"]
+
+
+async def test_consumers_per_topic_and_topics_per_namespace_answer_409() -> None:
+    async with limited_broker(maxConsumersPerTopic=1, maxTopicsPerNamespace=1) as (_, client):
+        await client.subscribe("public/default/first", "a")
+        status, body = await client.request(
+            "POST", "/consumers/persistent/public/default/first/b", json={}
+        )
+        assert (status, body["code"]) == (409, "conflict")
+        assert "maxConsumersPerTopic" in body["reason"]
+        status, body = await client.request(
+            "POST", "/topics/persistent/public/default/second", json={"messages": [{"payload": ""}]}
+        )
+        assert (status, body["code"]) == (409, "conflict")
+        assert "maxTopicsPerNamespace" in body["reason"]
+        await client.produce("public/default/first", ["still fine"])

@@ -217,8 +217,10 @@ class BrokerConfig(BaseModel):
     #: accept. Pulsar: same key and default.
     brokerMaxConnectionsPerIp: int = Field(default=0, ge=0)
     #: Most HTTP connections (WebSocket included); more are answered 429 and closed at
-    #: accept. Pulsar: same key and default.
-    maxHttpServerConnections: int = Field(default=2048, ge=0)
+    #: accept; 0: no limit. Pulsar's key; not its default (2048, for its admin web
+    #: server): here HTTP carries the data path, one connection per long-polling
+    #: consumer, and the many-topics preset alone holds more than 2,048.
+    maxHttpServerConnections: int = Field(default=0, ge=0)
     #: brokerlab only: most HTTP connections from one client address (429 and closed
     #: at accept), so one client cannot take every file descriptor.
     brokerlabHttpMaxConnectionsPerIp: int = Field(default=0, ge=0)

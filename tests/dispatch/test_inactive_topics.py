@@ -17,6 +17,7 @@ from broker.dispatch.topic import PersistentTopic
 from broker.ledger.entry import encode_message
 from broker.ledger.managed_ledger import ManagedLedgerConfig, ManagedLedgerError, metadata_key
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
+from tests.dispatch.test_service_unload import GatedCloseBookie
 
 STATS_PERIOD_S = 1
 MAX_INACTIVE_S = 60
@@ -216,20 +217,6 @@ async def test_an_inactive_topic_that_must_stay_is_unloaded_and_loads_again_inta
         encode_message(b"first", 0),
         encode_message(b"second", 0),
     ]
-
-
-class GatedCloseBookie(InMemoryBookie):
-    """Ledger closes wait on a gate, holding a deletion in the middle of its close."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-        self.closing = asyncio.Event()
-
-    async def close_ledger(self, ledger_id: int) -> int:
-        self.closing.set()
-        await self.gate.wait()
-        return await super().close_ledger(ledger_id)
 
 
 async def test_a_produce_racing_an_inactive_deletion_is_stored_in_the_new_topic() -> None:

@@ -25,7 +25,8 @@ def _no_cache() -> CacheEventStream:
 
 
 class GatedCloseBookie(InMemoryBookie):
-    """Ledger closes wait on a gate, holding an unload in the middle of its close."""
+    """Ledger closes wait on a gate, holding an unload (or a deletion) in the middle of
+    its close."""
 
     def __init__(self) -> None:
         super().__init__()

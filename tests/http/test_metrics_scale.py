@@ -4,18 +4,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import defaultdict
-from typing import Any
 
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.dispatch.names import TopicName
 from broker.http.app import NODE, create_app
-from broker.ledger.entry import encode_message
 from tests.conftest import Client, LiveBroker, make_settings
+from tests.dispatch.test_idle_topics import create_topics
 
 TOPIC_FAMILIES = ("pulsar_msg_backlog", "pulsar_rate_in", "pulsar_rate_out", "pulsar_storage_size")
 
@@ -71,7 +68,7 @@ async def test_fifty_thousand_topics_give_a_bounded_scrape() -> None:
     service = app[NODE].service
     assert service is not None
     try:
-        await _create_topics(service, 50_000)
+        await create_topics(service, 50_000, "t")
 
         started = time.perf_counter()
         text, by_topic = await scrape(client)
@@ -89,15 +86,3 @@ async def test_fifty_thousand_topics_give_a_bounded_scrape() -> None:
     finally:
         await client.close()
         await runner.cleanup()
-
-
-async def _create_topics(service: Any, count: int) -> None:
-    entry = encode_message(b"x", 0)
-
-    async def make(first: int, last: int) -> None:
-        for i in range(first, last):
-            topic = await service.get_topic(TopicName("public", "default", f"t{i}"), True)
-            await topic.publish([entry])
-
-    step = max(1, count // 50)
-    await asyncio.gather(*(make(i, min(i + step, count)) for i in range(0, count, step)))

@@ -1,42 +1,40 @@
-"""Domain errors of the broker, each mapped to one HTTP status and code by broker.http."""
+"""Domain errors of the broker. Each front end answers them in its own terms: HTTP with
+the status and code of ``broker.http.errors.ERRORS``, the binary protocol with Pulsar's
+ServerError codes."""
 
 from __future__ import annotations
 
 
 class BrokerError(Exception):
-    """Base: ``code`` is the kebab-case id in error bodies."""
-
-    code = "internal-error"
+    """Base of the broker's errors; an unlisted one is an internal error."""
 
 
 class InvalidRequestError(BrokerError):
-    code = "invalid-request"
+    """The request is malformed or names something badly; nothing changed."""
 
 
 class NotFoundError(BrokerError):
-    code = "not-found"
+    """What the request names (topic, subscription, consumer...) does not exist."""
 
 
 class ConflictError(BrokerError):
-    code = "conflict"
+    """The request contradicts the current state (an existing name, a busy subscription)."""
 
 
 class PreconditionFailedError(BrokerError):
-    code = "precondition-failed"
+    """The current state forbids the request (a subscription with consumers)."""
 
 
 class TooLargeError(BrokerError):
-    code = "too-large"
+    """A message, a batch or a request is over its configured size or count."""
 
 
 class NotImplementedYetError(BrokerError):
-    code = "not-implemented"
+    """Something Pulsar does that brokerlab does not."""
 
 
 class UnavailableError(BrokerError):
     """Storage fault or timeout; the request changed nothing and may be retried."""
-
-    code = "unavailable"
 
 
 class LimitReachedError(ConflictError):

@@ -38,8 +38,6 @@ class NotOwnerError(BrokerError):
     """The topic's bundle is owned by another broker: HTTP answers 307 to it, the binary
     protocol ``ServiceNotReady`` (the client looks the topic up again)."""
 
-    code = "not-owner"
-
     def __init__(self, topic: TopicName, owner: BrokerAddress) -> None:
         super().__init__(f"topic {topic} is served by broker {owner.index} ({owner.http_url})")
         self.owner = owner

@@ -16,18 +16,43 @@ from storage_stub.bookie.api import BookieError
 
 log = logging.getLogger(__name__)
 
-STATUS: dict[type[errors.BrokerError], int] = {
-    errors.InvalidRequestError: 400,
-    errors.NotFoundError: 404,
-    errors.ConflictError: 409,
-    errors.PreconditionFailedError: 412,
-    errors.TooLargeError: 413,
-    errors.NotImplementedYetError: 501,
-    errors.UnavailableError: 503,
+#: The one table of error answers: each status, the one code its body carries, and the
+#: broker errors that answer with it (a subclass answers as its nearest listed class).
+#: The OpenAPI document and docs/api.md take their codes from here.
+ERRORS: dict[int, tuple[str, tuple[type[Exception], ...]]] = {
+    400: ("invalid-request", (errors.InvalidRequestError,)),
+    401: ("unauthorized", (AuthenticationError,)),
+    403: ("forbidden", (AuthorizationError,)),
+    404: ("not-found", (errors.NotFoundError,)),
+    405: ("method-not-allowed", ()),
+    409: ("conflict", (errors.ConflictError,)),
+    412: ("precondition-failed", (errors.PreconditionFailedError,)),
+    413: ("too-large", (errors.TooLargeError,)),
+    415: ("unsupported-media-type", ()),
+    429: ("too-many-requests", ()),
+    500: ("internal-error", ()),
+    501: ("not-implemented", (errors.NotImplementedYetError,)),
+    503: ("unavailable", (errors.UnavailableError,)),
+}
+
+#: The code of a 307: another broker of the cluster owns the topic (not an error, but its
+#: body is the error body all the same, as Pulsar's redirects carry a reason).
+REDIRECT_CODE = "not-owner"
+
+#: status of each listed broker error class
+STATUS: dict[type[Exception], int] = {
+    cls: status for status, (_, classes) in ERRORS.items() for cls in classes
 }
 
 
-def status_of(error: errors.BrokerError) -> int:
+def code_of(status: int) -> str:
+    """The code of an error status: the table's, or ``http-{status}`` for one aiohttp
+    raises that the table does not list."""
+    entry = ERRORS.get(status)
+    return entry[0] if entry is not None else f"http-{status}"
+
+
+def status_of(error: Exception) -> int:
     """The HTTP status of a broker error: that of its nearest class in ``STATUS``, so a
     subclass (``ServiceNotReadyError`` is an ``UnavailableError``) answers as its kind.
     O(depth of the class hierarchy)."""
@@ -38,18 +63,13 @@ def status_of(error: errors.BrokerError) -> int:
     return 500
 
 
-_HTTP_CODES = {
-    400: "invalid-request",
-    404: "not-found",
-    405: "method-not-allowed",
-    413: "too-large",
-}
-
 #: seconds a client should wait before retrying after a storage fault
 RETRY_AFTER_S = 1
 
 
-def error_response(status: int, code: str, reason: str) -> web.Response:
+def error_response(status: int, reason: str) -> web.Response:
+    """The error body ``{"reason", "code"}`` with the status's one code."""
+    code = REDIRECT_CODE if status == 307 else code_of(status)
     response = web.Response(
         status=status,
         body=orjson.dumps({"reason": reason, "code": code}),
@@ -62,7 +82,7 @@ def error_response(status: int, code: str, reason: str) -> web.Response:
 
 def unauthorized(reason: str) -> web.Response:
     """401 with the challenge RFC 6750 asks for: the client should send a Bearer token."""
-    response = error_response(401, "unauthorized", reason)
+    response = error_response(401, reason)
     response.headers["WWW-Authenticate"] = 'Bearer realm="brokerlab"'
     return response
 
@@ -76,8 +96,8 @@ def redirect_to_owner(request: web.Request, error: NotOwnerError) -> web.Respons
     owner's address is not known yet."""
     owner = error.owner.http_url
     if not owner:
-        return error_response(503, "unavailable", f"{error}; its address is not known yet")
-    response = error_response(307, error.code, str(error))
+        return error_response(503, f"{error}; its address is not known yet")
+    response = error_response(307, str(error))
     response.headers["Location"] = owner + request.path_qs
     return response
 
@@ -89,33 +109,30 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except NotOwnerError as error:
         return redirect_to_owner(request, error)
     except errors.BrokerError as error:
-        return error_response(status_of(error), error.code, str(error))
+        return error_response(status_of(error), str(error))
     except AuthenticationError as error:
         return unauthorized(str(error))
     except AuthorizationError as error:
-        return error_response(403, "forbidden", str(error))
+        return error_response(403, str(error))
     except (BookieError, ManagedLedgerError) as error:
-        return error_response(503, "unavailable", f"storage unavailable: {error}")
+        return error_response(503, f"storage unavailable: {error}")
     except OSError as error:
         # the storage stub turns its I/O errors into BookieErrors; this is the net under
         # it: an I/O error is the storage's, never an internal error
         log.warning("I/O error on %s %s: %s", request.method, request.path, error)
-        return error_response(503, "unavailable", f"storage I/O error: {error}")
+        return error_response(503, f"storage I/O error: {error}")
     except web.HTTPRequestEntityTooLarge as error:
-        return error_response(413, "too-large", f"request body too large: {error.text}")
+        return error_response(413, f"request body too large: {error.text}")
     except web.RequestPayloadError:
         # aiohttp could not read the body as sent: corrupt Content-Encoding, bad chunking
-        return error_response(
-            400, "invalid-request", "the request body cannot be read (bad encoding or framing)"
-        )
+        return error_response(400, "the request body cannot be read (bad encoding or framing)")
     except web.HTTPException as error:
         if error.status < 400:
             raise
-        code = _HTTP_CODES.get(error.status, f"http-{error.status}")
-        response = error_response(error.status, code, error.reason)
+        response = error_response(error.status, error.reason)
         if isinstance(error, web.HTTPMethodNotAllowed):
             response.headers["Allow"] = error.headers["Allow"]
         return response
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(500, "internal-error", "internal error; see the broker log")
+        return error_response(500, "internal error; see the broker log")

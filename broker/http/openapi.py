@@ -1,7 +1,7 @@
 """The HTTP contract of ``docs/api.md`` as an OpenAPI 3.0.3 document.
 
 The HTTP layer serves :func:`openapi_spec` at ``GET /openapi.json``. It is plain data
-built from small helpers: no aiohttp, no broker state. ``tests/http/test_openapi_doc.py``
+built from small helpers, with no broker state. ``tests/http/test_openapi_doc.py``
 checks that it is valid OpenAPI and that it has the same routes, and the same statuses
 per route, as ``docs/api.md``: change the two together.
 """
@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from broker.cache.designs import DESIGNS
+from broker.http.errors import ERRORS, REDIRECT_CODE
 from storage_stub.bookie.api import OPERATIONS
 from storage_stub.tiered.api import OBJECT_OPERATIONS
 
@@ -29,25 +30,8 @@ POSITION_PATTERN = r"^-?[0-9]+:-?[0-9]+$"
 BUNDLE_PATTERN = r"^0x[0-9a-f]{8}_0x[0-9a-f]{8}$"
 INT32_MAX = 2_147_483_647
 
-#: The one code that goes with each error status.
-ERROR_CODES: dict[int, str] = {
-    400: "invalid-request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not-found",
-    405: "method-not-allowed",
-    409: "conflict",
-    412: "precondition-failed",
-    413: "too-large",
-    415: "unsupported-media-type",
-    429: "too-many-requests",
-    501: "not-implemented",
-    503: "unavailable",
-}
-
-#: The code of a 307: another broker of the cluster owns the topic (not an error; its body
-#: is the Error body all the same, as Pulsar's redirects carry a reason).
-REDIRECT_CODE = "not-owner"
+#: The one code that goes with each error status (the table of broker.http.errors).
+ERROR_CODES: dict[int, str] = {status: code for status, (code, _) in ERRORS.items()}
 
 #: Statuses any route can return (security, see docs/api.md); added to every operation.
 COMMON_ERRORS: dict[int, str] = {

@@ -188,7 +188,7 @@ def check_consumer_owner(request: web.Request, consumer: object) -> None:
 
 
 def _forbidden(reason: str) -> web.Response:
-    return error_response(403, "forbidden", reason)
+    return error_response(403, reason)
 
 
 @web.middleware
@@ -218,7 +218,6 @@ async def security_middleware(request: web.Request, handler: Handler) -> web.Str
         if not media_type or media_type.lower() in SIMPLE_CONTENT_TYPES:
             return error_response(
                 415,
-                "unsupported-media-type",
                 f"a request body of type {media_type or '(none)'!r} is refused: send "
                 "Content-Type: application/json (web pages can send this type to any site)",
             )

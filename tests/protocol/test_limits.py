@@ -1,0 +1,240 @@
+"""The binary protocol's limits, driven by the official Pulsar client against a served
+broker: connections over brokerMaxConnections or brokerMaxConnectionsPerIp are closed at
+accept; maxProducersPerTopic answers ProducerBusy; maxConsumersPerTopic and
+maxConsumersPerSubscription ConsumerBusy; maxSubscriptionsPerTopic and
+maxTopicsPerNamespace NotAllowedError. Each count goes down again when what it counts
+goes away, and the next one is admitted."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+
+from broker.protocol.frames import command_frame, parse_command
+from broker.pulsar_api import BaseCommand, Type
+from tests.protocol.conftest import BrokerFactory, ServedBroker, poll_until
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 20
+#: how long a client over a connection limit keeps trying before it gives up
+REFUSED_CLIENT_TIMEOUT_S = 2
+
+_topics = itertools.count()
+
+
+def new_topic() -> str:
+    return f"persistent://public/default/limits-{next(_topics)}"
+
+
+@pytest.fixture
+def clients() -> Iterator[list[pulsar.Client]]:
+    """Clients made by a test; those it left open are closed at the end."""
+    made: list[pulsar.Client] = []
+    yield made
+    for client in made:
+        with contextlib.suppress(pulsar.AlreadyClosed):
+            client.close()
+
+
+def admin_path(topic: str) -> str:
+    return "/admin/v2/persistent/" + topic.removeprefix("persistent://")
+
+
+def open_client(
+    broker: ServedBroker, made: list[pulsar.Client], timeout_s: int = DEADLINE_S
+) -> pulsar.Client:
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=timeout_s)
+    made.append(client)
+    return client
+
+
+def raw_connection(broker: ServedBroker, source_ip: str) -> socket.socket:
+    """A TCP connection to the binary port from ``source_ip`` (any 127.x.y.z is this
+    host's loopback, so one machine can be several client addresses)."""
+    host, port = broker.service_url.removeprefix("pulsar://").rsplit(":", 1)
+    return socket.create_connection(
+        (host, int(port)), timeout=DEADLINE_S, source_address=(source_ip, 0)
+    )
+
+
+def closed_without_a_word(connection: socket.socket) -> bool:
+    """The broker closed ``connection`` before it sent anything (a TimeoutError after
+    the deadline if it holds it open)."""
+    return connection.recv(1) == b""
+
+
+def answers_connect(connection: socket.socket) -> bool:
+    """The broker answers CONNECT on ``connection`` with CONNECTED."""
+    command = BaseCommand(type=Type.CONNECT)
+    command.connect.client_version = "limits-test"
+    command.connect.protocol_version = 19
+    connection.sendall(command_frame(command))
+    stream = connection.makefile("rb")
+    size = int.from_bytes(stream.read(4), "big")
+    answer, _ = parse_command(memoryview(stream.read(size)))
+    return bool(answer.type == Type.CONNECTED)
+
+
+def produces(client: pulsar.Client, topic: str) -> bool:
+    producer = client.create_producer(topic)
+    producer.send(b"admitted")
+    producer.close()
+    return True
+
+
+# ---------------------------------------------------------------------- connections
+
+
+def test_connections_over_broker_max_connections_are_closed_until_one_closes(
+    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+) -> None:
+    broker = pulsar_broker(brokerMaxConnections=1)
+    topic = new_topic()
+    first = open_client(broker, clients)
+    producer = first.create_producer(topic)  # the client's one connection: the limit
+    # another address is over the total limit too
+    with raw_connection(broker, "127.0.0.2") as refused:
+        assert closed_without_a_word(refused)
+    poll_until(
+        lambda: "the listener has its maximum of 1 connections" in broker.log(),
+        "the broker to log why it closed the connection",
+    )
+    second = open_client(broker, clients, REFUSED_CLIENT_TIMEOUT_S)
+    with pytest.raises((pulsar.Timeout, pulsar.ConnectError)):
+        second.create_producer(topic)
+    second.close()
+    producer.send(b"the admitted connection still works")
+    first.close()
+    # the count went down: a new client gets the free connection (it retries while the
+    # broker has not yet seen the first one close)
+    assert produces(open_client(broker, clients), topic)
+
+
+def test_broker_max_connections_per_ip_closes_a_second_connection_from_one_address(
+    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+) -> None:
+    broker = pulsar_broker(brokerMaxConnectionsPerIp=1)
+    topic = new_topic()
+    first = open_client(broker, clients)
+    producer = first.create_producer(topic)  # from 127.0.0.1
+    with raw_connection(broker, "127.0.0.1") as refused:
+        assert closed_without_a_word(refused)
+    poll_until(
+        lambda: "127.0.0.1 has its maximum of 1 connections" in broker.log(),
+        "the broker to log why it closed the connection",
+    )
+    with raw_connection(broker, "127.0.0.2") as elsewhere:
+        assert answers_connect(elsewhere)  # another address has a count of its own
+    second = open_client(broker, clients, REFUSED_CLIENT_TIMEOUT_S)
+    with pytest.raises((pulsar.Timeout, pulsar.ConnectError)):
+        second.create_producer(topic)
+    second.close()
+    producer.close()
+    first.close()
+    assert produces(open_client(broker, clients), topic)
+
+
+# ---------------------------------------------------------------------- producers
+
+
+def test_max_producers_per_topic_answers_producer_busy_until_a_producer_closes(
+    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+) -> None:
+    broker = pulsar_broker(maxProducersPerTopic=2)
+    client = open_client(broker, clients)
+    topic = new_topic()
+    producers = [client.create_producer(topic) for _ in range(2)]
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)
+    assert produces(client, new_topic())  # the limit is per topic
+    producers[0].close()
+    producers.append(client.create_producer(topic))
+    for producer in producers[1:]:
+        producer.send(b"both admitted producers publish")
+    stats = broker.http("GET", admin_path(topic) + "/stats")
+    assert stats["msgInCounter"] == 2
+
+
+# ---------------------------------------------------------------------- consumers
+
+
+def test_max_consumers_per_subscription_answers_consumer_busy_until_one_closes(
+    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+) -> None:
+    broker = pulsar_broker(maxConsumersPerSubscription=2)
+    client = open_client(broker, clients)
+    topic = new_topic()
+    shared = pulsar.ConsumerType.Shared
+    consumers = [client.subscribe(topic, "s", consumer_type=shared) for _ in range(2)]
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "s", consumer_type=shared)
+    client.subscribe(topic, "other", consumer_type=shared).close()  # per subscription
+    consumers[0].close()
+    client.subscribe(topic, "s", consumer_type=shared).close()
+
+
+def test_max_consumers_per_topic_answers_consumer_busy_across_subscriptions(
+    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+) -> None:
+    broker = pulsar_broker(maxConsumersPerTopic=2)
+    client = open_client(broker, clients)
+    topic = new_topic()
+    shared = pulsar.ConsumerType.Shared
+    first = client.subscribe(topic, "a", consumer_type=shared)
+    client.subscribe(topic, "b", consumer_type=shared)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "a", consumer_type=shared)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "c", consumer_type=shared)
+    client.subscribe(new_topic(), "a", consumer_type=shared).close()  # per topic
+    first.close()
+    client.subscribe(topic, "c", consumer_type=shared).close()
+
+
+# ---------------------------------------------------------------------- subscriptions, topics
+
+
+def test_max_subscriptions_per_topic_answers_not_allowed_until_one_is_deleted(
+    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+) -> None:
+    broker = pulsar_broker(maxSubscriptionsPerTopic=2)
+    client = open_client(broker, clients)
+    topic = new_topic()
+    shared = pulsar.ConsumerType.Shared
+    client.subscribe(topic, "a", consumer_type=shared)
+    second = client.subscribe(topic, "b", consumer_type=shared)
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe(topic, "c")
+    # a consumer of a subscription that exists is no new subscription
+    client.subscribe(topic, "a", consumer_type=shared).close()
+    # a closed consumer leaves its durable subscription behind: still two
+    second.close()
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe(topic, "c")
+    client.subscribe(topic, "b", consumer_type=shared).unsubscribe()
+    client.subscribe(topic, "c").close()
+
+
+def test_max_topics_per_namespace_answers_not_allowed_until_one_is_deleted(
+    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+) -> None:
+    broker = pulsar_broker(maxTopicsPerNamespace=2)
+    client = open_client(broker, clients)
+    first, second, third = new_topic(), new_topic(), new_topic()
+    assert produces(client, first)
+    assert produces(client, second)
+    with pytest.raises(pulsar.NotAllowedError):
+        client.create_producer(third)
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe(third, "s")
+    assert produces(client, first)  # topics that exist are used as before
+    names = broker.http("GET", "/admin/v2/persistent/public/default")
+    assert third not in names
+    broker.http("DELETE", admin_path(second))
+    assert produces(client, third)

@@ -26,6 +26,7 @@ import orjson
 from broker.dispatch.errors import (
     ConflictError,
     InvalidRequestError,
+    NotAllowedLimitError,
     NotFoundError,
     PreconditionFailedError,
 )
@@ -72,6 +73,9 @@ class PartitionsConfig:
     default_num_partitions: int = 1
     #: maxNumPartitionsPerPartitionedTopic; 0: no limit
     max_num_partitions: int = 0
+    #: maxTopicsPerNamespace: topics of a namespace, each partition of a partitioned
+    #: topic one of them; 0: no limit
+    max_topics_per_namespace: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +179,47 @@ class PartitionedTopics:
             for index in range(record.partitions)
         ]
 
+    async def namespace_topics(self, tenant: str, namespace: str) -> list[str]:
+        """Every topic of a namespace as a full name, sorted: the stored ones and, as
+        Pulsar lists them, every partition of its partitioned topics, used yet or not.
+        O(topics of the namespace)."""
+        keys = await self._metadata.keys_with_prefix(
+            metadata_key(f"persistent://{tenant}/{namespace}/")
+        )
+        stored = [key[len(metadata_key("")) :] for key in keys]
+        partitions = await self.partition_names(tenant, namespace)
+        return sorted({*stored, *partitions}) if partitions else stored
+
+    async def check_new_topic(self, name: TopicName) -> None:
+        """maxTopicsPerNamespace, before ``name`` is created as a topic:
+        NotAllowedLimitError if the namespace has no room for it. A partition of a
+        partitioned topic was counted when that was created (Pulsar creates them all
+        then; here they are created on first use). O(topics of the namespace) when the
+        limit is set, else O(1)."""
+        if not self.config.max_topics_per_namespace:
+            return
+        partition = partition_of(name)
+        if partition is not None:
+            parent, index = partition
+            record = (await self._records()).get(parent)
+            if record is not None and not record.deleted and index < record.partitions:
+                return
+        await self._check_room(name, 1)
+
+    async def _check_room(self, name: TopicName, new_topics: int) -> None:
+        """NotAllowedLimitError if ``new_topics`` more topics would take the namespace
+        of ``name`` over maxTopicsPerNamespace (Pulsar: topics + new > limit)."""
+        limit = self.config.max_topics_per_namespace
+        if not limit:
+            return
+        count = len(await self.namespace_topics(name.tenant, name.namespace))
+        if count + new_topics > limit:
+            what = f"{name} with {new_topics} partitions" if new_topics > 1 else str(name)
+            raise NotAllowedLimitError(
+                f"namespace {name.tenant}/{name.namespace} has {count} topics and "
+                f"maxTopicsPerNamespace={limit} (partitions counted); cannot create {what}"
+            )
+
     async def exists(self, name: TopicName) -> bool:
         """Whether ``name`` is a topic: loaded, stored, or a partition of a partitioned
         topic (partitions exist from its creation on). A partitioned topic's own name is
@@ -237,8 +282,9 @@ class PartitionedTopics:
         with ``auto_create`` (the client's checkAllowAutoCreation) and auto-creation on,
         0 (the client will create a non-partitioned topic), or, with
         allowAutoTopicCreationType=partitioned, a new partitioned topic's count
-        (defaultNumPartitions, capped at maxNumPartitionsPerPartitionedTopic);
-        otherwise NotFoundError."""
+        (defaultNumPartitions, capped at maxNumPartitionsPerPartitionedTopic;
+        NotAllowedLimitError if they would take the namespace over
+        maxTopicsPerNamespace); otherwise NotFoundError."""
         record = (await self._records()).get(name)
         if record is not None:
             return record.partitions
@@ -257,7 +303,9 @@ class PartitionedTopics:
             count = self.config.default_num_partitions
             if self.config.max_num_partitions:
                 count = min(count, self.config.max_num_partitions)
-            await self._write(name, PartitionedMetadata(self._check_count(name, count)))
+            self._check_count(name, count)
+            await self._check_room(name, count)
+            await self._write(name, PartitionedMetadata(count))
             log.info("auto-created partitioned topic %s with %d partitions", name, count)
             return count
 
@@ -312,7 +360,10 @@ class PartitionedTopics:
     async def create(self, name: TopicName, partitions: int) -> None:
         """Create a partitioned topic. InvalidRequestError: a count that is not positive
         or over the limit, or a name spelt as a partition. ConflictError: the name is a
-        partitioned topic or a topic already. One metadata read and one write."""
+        partitioned topic or a topic already. NotAllowedLimitError: its partitions
+        would take the namespace over maxTopicsPerNamespace, as Pulsar counts them. One
+        metadata read and one write, and a listing of the namespace when that limit is
+        set."""
         if partition_of(name) is not None:
             raise InvalidRequestError(
                 f"{name}: a partitioned topic's name may not end in '-partition-<n>'"
@@ -325,6 +376,7 @@ class PartitionedTopics:
                 raise ConflictError(f"partitioned topic {name} {state}")
             if await self.exists(name):
                 raise ConflictError(f"{name} already exists as a non-partitioned topic")
+            await self._check_room(name, partitions)
             await self._write(name, PartitionedMetadata(partitions))
 
     async def update(self, name: TopicName, partitions: int) -> None:

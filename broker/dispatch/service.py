@@ -118,12 +118,11 @@ class ServiceConfig:
     #: brokerlabUnloadInactiveTopicsEnabled: unload (not delete) inactive topics that
     #: must not be deleted, freeing their memory; the next use loads them again
     unload_inactive_topics: bool = True
-    #: maxConsumersPerTopic, maxConsumersPerSubscription, maxSubscriptionsPerTopic,
-    #: maxTopicsPerNamespace; 0: no limit
+    #: maxConsumersPerTopic, maxConsumersPerSubscription, maxSubscriptionsPerTopic;
+    #: 0: no limit (maxTopicsPerNamespace, which counts partitions, is in ``partitions``)
     max_consumers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
     max_subscriptions_per_topic: int = 0
-    max_topics_per_namespace: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,11 +326,11 @@ class BrokerService:
             )
         self.check_owner(name)
         ml_name = str(name)
-        checks_stored = not create or self.config.max_topics_per_namespace
+        checks_stored = not create or self.partitions.config.max_topics_per_namespace
         if checks_stored and await self.metadata.get(metadata_key(ml_name)) is None:
             if not create:
                 raise NotFoundError(f"topic {name} not found")
-            await self._check_topics_per_namespace(name)
+            await self.partitions.check_new_topic(name)
         events = self.cache.load_topic(ml_name)
         ledger = ManagedLedger(
             ml_name, self.bookie, self.metadata, events, self.config.ledger, self.clock
@@ -347,16 +346,6 @@ class BrokerService:
         ledger.on_touch = functools.partial(self._wake, topic)
         self._active[topic] = None
         return topic
-
-    async def _check_topics_per_namespace(self, name: TopicName) -> None:
-        """maxTopicsPerNamespace, before a new topic is created (partitions counted, as
-        Pulsar). O(topics of the namespace); only new topics pay it."""
-        limit = self.config.max_topics_per_namespace
-        if len(await self.list_topics(name.tenant, name.namespace)) >= limit:
-            raise NotAllowedLimitError(
-                f"namespace {name.tenant}/{name.namespace} has maxTopicsPerNamespace="
-                f"{limit} topics; cannot create {name}"
-            )
 
     def _wake(self, topic: PersistentTopic) -> None:
         """``topic``'s ledger was touched: the upkeep visits it again. O(1)."""
@@ -376,12 +365,7 @@ class BrokerService:
         return len(self._active)
 
     async def list_topics(self, tenant: str, namespace: str) -> list[str]:
-        prefix = metadata_key(f"persistent://{tenant}/{namespace}/")
-        keys = await self.metadata.keys_with_prefix(prefix)
-        stored = [key[len(metadata_key("")) :] for key in keys]
-        # as Pulsar, every partition of a partitioned topic, used yet or not
-        partitions = await self.partitions.partition_names(tenant, namespace)
-        return sorted({*stored, *partitions}) if partitions else stored
+        return await self.partitions.namespace_topics(tenant, namespace)
 
     async def delete_topic(self, name: TopicName, force: bool) -> None:
         topic = await self.get_topic(name, create=False)

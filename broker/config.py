@@ -226,7 +226,8 @@ class BrokerConfig(BaseModel):
     brokerlabHttpMaxConnectionsPerIp: int = Field(default=0, ge=0)
     #: Close an HTTP connection that has not sent a complete request head within this
     #: many ms of opening or of its last response: idle keep-alive and slowloris
-    #: connections alike (partial bytes do not extend it). Pulsar: same key and default.
+    #: connections alike (partial bytes do not extend it); and one whose request body
+    #: sends nothing for this long. Pulsar: same key and default.
     httpServerIdleTimeout: int = Field(default=30000, gt=0)
     #: Most producers of a topic (binary protocol: ProducerBusy). Pulsar: same.
     maxProducersPerTopic: int = Field(default=0, ge=0)

@@ -5,6 +5,12 @@ aiohttp arms its keep-alive timer when a connection opens and after each respons
 bytes of a request head still incomplete do not push it back: one timer closes idle
 keep-alive connections and slowloris clients (a head sent a byte at a time) alike.
 
+That timer sleeps while a request is handled, so a request body gets the same timeout
+apart, as Jetty's idle timeout covers Pulsar's body reads: :class:`BodyWatch` cuts the
+connection of a request whose body has received nothing for ``httpServerIdleTimeout``.
+As Jetty's, it is a timeout on silence: a body that keeps coming, however slowly, is
+read to its end.
+
 The limits are checked once per connection, at accept, by :class:`AdmissionProtocol`,
 the protocol the listening socket creates: it counts the connection and hands every
 event to aiohttp's own protocol. A connection over a limit gets a fixed 429 response and
@@ -17,22 +23,104 @@ from __future__ import annotations
 import asyncio
 
 import orjson
-from aiohttp import web
+from aiohttp import StreamReader, web
+from aiohttp.typedefs import Handler, Middleware
 
 from broker.config import BrokerConfig
 from broker.limits import ConnectionLimiter, peer_ip
 
-__all__ = ["AdmissionProtocol", "LimitedTCPSite", "http_runner"]
+__all__ = ["AdmissionProtocol", "BodyIdleTimeoutError", "LimitedTCPSite", "http_runner"]
+
+#: a body's progress is looked at this many times per httpServerIdleTimeout, so it is
+#: cut after between 1 and 1.25 timeouts of silence
+BODY_CHECKS_PER_TIMEOUT = 4
 
 
 def http_runner(app: web.Application, config: BrokerConfig) -> web.AppRunner:
-    """The app's runner with httpServerIdleTimeout as aiohttp's keep-alive timeout."""
-    return web.AppRunner(
-        app,
-        access_log=None,
-        handle_signals=False,
-        keepalive_timeout=config.httpServerIdleTimeout / 1000,
-    )
+    """The app's runner with httpServerIdleTimeout as aiohttp's keep-alive timeout and
+    as the longest silence of a request body (``app`` must not be running yet: this
+    adds the body's watch to its middlewares)."""
+    timeout_s = config.httpServerIdleTimeout / 1000
+    app.middlewares.append(body_idle_timeout(timeout_s))
+    return web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=timeout_s)
+
+
+class BodyIdleTimeoutError(web.RequestPayloadError):
+    """What a handler's read of a request body raises once :class:`BodyWatch` cut it
+    (a payload error: answered quietly, to a connection already closing)."""
+
+
+class BodyWatch:
+    """Watches the body of one request in hand: once it has received no byte for
+    ``timeout_s`` (looked at every ``timeout_s / BODY_CHECKS_PER_TIMEOUT``), a pending
+    or later read of it raises :class:`BodyIdleTimeoutError` and the connection is
+    closed. One timer per request whose body is incomplete; O(1) per look."""
+
+    __slots__ = ("_body", "_handle", "_period_s", "_quiet", "_seen", "_transport")
+
+    def __init__(
+        self, body: StreamReader, transport: asyncio.BaseTransport, timeout_s: float
+    ) -> None:
+        self._body = body
+        self._transport = transport
+        self._period_s = timeout_s / BODY_CHECKS_PER_TIMEOUT
+        #: bytes of the body received at the last look, and looks since that changed
+        self._seen = body.total_bytes
+        self._quiet = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self._schedule()
+
+    def _schedule(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._handle = loop.call_later(self._period_s, self._look)
+
+    def _look(self) -> None:
+        self._handle = None
+        body = self._body
+        if body.is_eof():
+            return
+        if body.total_bytes != self._seen:
+            self._seen = body.total_bytes
+            self._quiet = 0
+        else:
+            self._quiet += 1
+            if self._quiet >= BODY_CHECKS_PER_TIMEOUT:
+                timeout_ms = round(self._period_s * BODY_CHECKS_PER_TIMEOUT * 1000)
+                body.set_exception(
+                    BodyIdleTimeoutError(
+                        f"the request body sent nothing for {timeout_ms} ms (httpServerIdleTimeout)"
+                    )
+                )
+                self._transport.close()
+                return
+        self._schedule()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+def body_idle_timeout(timeout_s: float) -> Middleware:
+    """A middleware that keeps a :class:`BodyWatch` on each request whose body has not
+    all arrived when its handler starts (most bodies come with their head: they cost
+    one check)."""
+
+    @web.middleware
+    async def watch_body(request: web.Request, handler: Handler) -> web.StreamResponse:
+        body = request.content
+        if body.is_eof():
+            return await handler(request)
+        transport = request.transport
+        if transport is None:  # the client has gone already
+            return await handler(request)
+        watch = BodyWatch(body, transport, timeout_s)
+        try:
+            return await handler(request)
+        finally:
+            watch.stop()
+
+    return watch_body
 
 
 def refusal(reason: str) -> bytes:

@@ -83,6 +83,23 @@ async def test_a_slowloris_client_is_cut_before_its_request_head_completes() -> 
         writer.close()
 
 
+async def test_a_request_body_that_stops_coming_is_cut_after_the_idle_timeout() -> None:
+    topic = "public/default/slow-body"
+    body = b'{"messages": [{"payload": "bm90IHN0b3JlZA=="}]}'
+    head = (
+        f"POST /topics/persistent/{topic} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    async with limited_broker(httpServerIdleTimeout=500) as (site, client):
+        await client.produce(topic, ["stored"])
+        reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        writer.write(head + body[:10])  # then nothing more
+        assert await read_to_eof(reader) == b""  # closed by the broker, nothing said
+        await poll_until(lambda: site.limiter.total == 0, "the cut connection released")
+        assert (await client.stats(topic))["msgInCounter"] == 1  # the cut request stored nothing
+        writer.close()
+
+
 async def test_connections_over_the_per_ip_limit_are_answered_429_and_closed() -> None:
     async with limited_broker(brokerlabHttpMaxConnectionsPerIp=2) as (site, _):
         held = [await asyncio.open_connection("127.0.0.1", site.port) for _ in range(2)]

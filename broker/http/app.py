@@ -26,22 +26,29 @@ from broker.dispatch.errors import (
 )
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
-from broker.dispatch.subscription import SUBSCRIPTION_TYPES
 from broker.http import security
 from broker.http.b64 import decode_all_strict, decode_base64_strict
+from broker.http.contract import RouteTable
 from broker.http.errors import error_middleware
 from broker.http.metrics import BrokerMetrics
-from broker.http.openapi import openapi_spec
-from broker.http.parsing import (
-    decimal,
-    field_choice,
-    field_int,
-    field_str,
-    json_object,
-    message_id,
-    message_ids_with_index,
-    query_int,
+from broker.http.models import CONSUMER_DEFAULTS, MAX_KEY_BYTES, ProduceRequest, ProducerMessage
+from broker.http.openapi import (
+    ACK_BODY,
+    CONSUMER_BODY,
+    DOWNTIME_MS,
+    FAULT_BODY,
+    FORCE_TOPIC_DELETE,
+    MAX_MESSAGES,
+    NACK_BODY,
+    OFFLOAD_BODY,
+    PRODUCE_BODY,
+    RESET_CURSOR_BODY,
+    RESTART_MODE,
+    ROUTES,
+    TIMEOUT_MS,
+    openapi_spec,
 )
+from broker.http.parsing import decimal, message_id, message_ids_with_index
 from broker.ledger.entry import (
     BatchItem,
     EntryFormatError,
@@ -57,10 +64,6 @@ from storage_stub.bookie.faults import FaultInjector
 from storage_stub.tiered.api import OBJECT_OPERATIONS
 
 log = logging.getLogger(__name__)
-
-MAX_POLL_TIMEOUT_MS = 30000
-MAX_POLL_MESSAGES = 1000
-MAX_KEY_BYTES = 65535
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -138,10 +141,8 @@ def node_app(node: BrokerNode) -> web.Application:
 
 # ---------------------------------------------------------------------- helpers
 
-routes = web.RouteTableDef()
-
-_TOPIC = "/persistent/{tenant}/{namespace}/{topic}"
-_ADMIN_TOPIC = "/admin/v2" + _TOPIC
+api = RouteTable(ROUTES)
+routes = api.routes
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -188,7 +189,7 @@ class HttpConsumer(Consumer):
 
 def _consumer(request: web.Request, service: BrokerService | None = None) -> Consumer:
     """The consumer of the path's id: 404 if unknown, 403 if another role's."""
-    consumer = (service or _service(request)).consumer(request.match_info["consumer_id"])
+    consumer = (service or _service(request)).consumer(request.match_info["consumerId"])
     security.check_consumer_owner(request, consumer)
     return consumer
 
@@ -201,30 +202,21 @@ _b64 = pybase64.b64encode_as_string
 # ---------------------------------------------------------------------- produce
 
 
-def _string_map(value: object) -> bool:
-    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
-
-
 def _encode_messages(
-    body: dict[str, Any], config: BrokerConfig, now_ms: int
+    body: ProduceRequest, config: BrokerConfig, now_ms: int
 ) -> tuple[list[bytes], int]:
-    """Validate every message and encode it; nothing is stored if any is bad. With
-    ``"batch": true`` all messages become one batched entry, as a batching producer
-    sends them. Returns the entries and the batch's size (0: unbatched)."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequestError("messages must be a non-empty list")
+    """Check what the body's type cannot say (broker.conf's limits, base64, key bytes)
+    and encode every message; nothing is stored if any is bad. With ``"batch": true``
+    all messages become one batched entry, as a batching producer sends them. Returns
+    the entries and the batch's size (0: unbatched)."""
+    messages = body["messages"]
     if len(messages) > config.maxMessagesPerProduceRequest:
         raise TooLargeError(
             f"{len(messages)} messages in one request; the limit is "
             f"{config.maxMessagesPerProduceRequest} (maxMessagesPerProduceRequest)"
         )
-    field_str(body, "producerName")
     max_size = config.maxMessageSize
-    batch = body.get("batch", False)
-    if not isinstance(batch, bool):
-        raise InvalidRequestError("batch must be true or false")
-    if batch:
+    if body.get("batch", False):
         items = _validated(messages, max_size)
         if sum(len(item[0]) for item in items) > max_size:
             raise TooLargeError(f"the batch's payloads exceed maxMessageSize ({max_size} bytes)")
@@ -235,7 +227,7 @@ def _encode_messages(
     return _encode_each(messages, max_size, now_ms), 0
 
 
-def _encode_each(messages: list[Any], max_size: int, now_ms: int) -> list[bytes]:
+def _encode_each(messages: list[ProducerMessage], max_size: int, now_ms: int) -> list[bytes]:
     """Validate and encode message by message; the first bad one is reported by index and
     field. O(total payload bytes), about 3 us per 1 KiB message."""
     return [
@@ -246,17 +238,13 @@ def _encode_each(messages: list[Any], max_size: int, now_ms: int) -> list[bytes]
     ]
 
 
-def _validated(messages: list[Any], max_size: int) -> list[BatchItem]:
-    """Every message checked and decoded: (payload, key, properties, event time)."""
+def _validated(messages: list[ProducerMessage], max_size: int) -> list[BatchItem]:
+    """Every message (of the validated body) checked and decoded: (payload, key,
+    properties, event time)."""
     decoded: list[BatchItem] = []
     for index, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise InvalidRequestError(f"messages[{index}] must be an object")
-        payload_text = message.get("payload")
-        if not isinstance(payload_text, str):
-            raise InvalidRequestError(f"messages[{index}].payload must be a base64 string")
         try:
-            payload = decode_base64_strict(payload_text)
+            payload = decode_base64_strict(message["payload"])
         except (binascii.Error, ValueError):
             raise InvalidRequestError(f"messages[{index}].payload is not valid base64") from None
         if len(payload) > max_size:
@@ -264,56 +252,47 @@ def _validated(messages: list[Any], max_size: int) -> list[BatchItem]:
                 f"messages[{index}] is {len(payload)} bytes; maxMessageSize is {max_size}"
             )
         if len(message) == 1:
-            # only the payload: no optional field to validate (the common case)
+            # only the payload: no optional field (the common case)
             decoded.append((payload, None, None, 0))
             continue
         key = message.get("key")
-        if "key" in message:
-            if not isinstance(key, str):
-                raise InvalidRequestError(f"messages[{index}].key must be a string")
-            if len(key) * 4 > MAX_KEY_BYTES and len(key.encode()) > MAX_KEY_BYTES:
-                raise InvalidRequestError(f"messages[{index}].key is over {MAX_KEY_BYTES} bytes")
-        properties = message.get("properties")
-        if "properties" in message and not _string_map(properties):
-            raise InvalidRequestError(f"messages[{index}].properties must be an object of strings")
-        event_time = message.get("eventTime", 0)
-        if (
-            isinstance(event_time, bool)
-            or not isinstance(event_time, int)
-            or not (0 <= event_time < 2**63)
-        ):
-            raise InvalidRequestError(f"messages[{index}].eventTime must be a non-negative integer")
-        decoded.append((payload, key, properties, event_time))
+        if key is not None and len(key) * 4 > MAX_KEY_BYTES and len(key.encode()) > MAX_KEY_BYTES:
+            raise InvalidRequestError(f"messages[{index}].key is over {MAX_KEY_BYTES} bytes")
+        decoded.append((payload, key, message.get("properties"), message.get("eventTime", 0)))
     return decoded
 
 
 _payload_of = operator.itemgetter("payload")
 
 
-def _encode_payload_only(messages: list[Any], max_size: int, now_ms: int) -> list[bytes] | None:
-    """The common request, every message a valid ``{"payload": ...}`` within
-    ``max_size``, validated and encoded with loops in C (about 0.4 us per 1 KiB message,
-    base64 included). None for anything else, bad input included, which the per-message
-    path then checks field by field and reports precisely."""
+def _encode_payload_only(
+    messages: list[ProducerMessage], max_size: int, now_ms: int
+) -> list[bytes] | None:
+    """The common request, every message only a ``{"payload": ...}`` of valid base64
+    within ``max_size``, decoded and encoded with loops in C (about 0.4 us per 1 KiB
+    message). None for anything else, bad base64 included, which the per-message path
+    then reports with the message's index."""
+    if sum(map(len, messages)) != len(messages):
+        return None  # a message with optional fields
     try:
-        if sum(map(len, messages)) != len(messages):
-            return None  # a message with optional fields, an empty one, or not an object
         payloads = decode_all_strict(map(_payload_of, messages))
-    except (TypeError, KeyError, ValueError, binascii.Error):
+    except (ValueError, binascii.Error):
         return None
     if max(map(len, payloads)) > max_size:
         return None
     return encode_payloads(payloads, now_ms)
 
 
-@routes.post("/topics" + _TOPIC)
+@api.implements("produce")
 async def produce(request: web.Request) -> web.Response:
     started = time.perf_counter()
     name = _topic(request)
     # The parsed body (some 140 KiB for 100 x 1 KiB) is freed before the storage wait,
     # not after it: with it alive across the wait, produce cost ~10% more loop CPU.
     encoded, batch_size = _encode_messages(
-        await json_object(request), request.app[SETTINGS].broker, request.app[CLOCK].wall_ms()
+        await PRODUCE_BODY.read(request),
+        request.app[SETTINGS].broker,
+        request.app[CLOCK].wall_ms(),
     )
     topic = await _service(request).get_topic(name, create=True)
     first = await topic.publish(encoded, batch_size or len(encoded))
@@ -329,7 +308,7 @@ async def produce(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- subscriptions
 
 
-@routes.delete(_ADMIN_TOPIC + "/subscription/{subscription}")
+@api.implements("deleteSubscription")
 @security.client_route
 async def delete_subscription(request: web.Request) -> web.Response:
     name = _topic(request)
@@ -339,12 +318,12 @@ async def delete_subscription(request: web.Request) -> web.Response:
     return _no_content()
 
 
-@routes.post(_ADMIN_TOPIC + "/subscription/{subscription}/resetcursor/{timestamp}")
+@api.implements("resetCursorToTimestamp")
 @security.client_route
 async def reset_cursor_to_time(request: web.Request) -> web.Response:
     name = _topic(request)
     subscription_name = _subscription_name(request)
-    timestamp = decimal(request.match_info["timestamp"])
+    timestamp = decimal(request.match_info["timestampMs"])
     if timestamp is None:
         raise InvalidRequestError("timestamp must be epoch milliseconds (a decimal integer)")
     subscription = await _service(request).subscription(name, subscription_name)
@@ -353,12 +332,12 @@ async def reset_cursor_to_time(request: web.Request) -> web.Response:
     return _no_content()
 
 
-@routes.post(_ADMIN_TOPIC + "/subscription/{subscription}/resetcursor")
+@api.implements("resetCursorToMessageId")
 @security.client_route
 async def reset_cursor_to_id(request: web.Request) -> web.Response:
     name = _topic(request)
     subscription_name = _subscription_name(request)
-    position = message_id((await json_object(request)).get("messageId"))
+    position = message_id((await RESET_CURSOR_BODY.read(request))["messageId"])
     await _service(request).reset_cursor(name, subscription_name, position)
     return _no_content()
 
@@ -366,21 +345,20 @@ async def reset_cursor_to_id(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- consumers
 
 
-@routes.post("/consumers" + _TOPIC + "/{subscription}")
+@api.implements("createConsumer")
 async def create_consumer(request: web.Request) -> web.Response:
     name = _topic(request)
     subscription = _subscription_name(request)
-    body = await json_object(request, required=False)
+    given = await CONSUMER_BODY.read_optional(request)
+    body: dict[str, Any] = CONSUMER_DEFAULTS | (given or {})
     options = ConsumerOptions(
-        name=field_str(body, "consumerName"),
-        subscription_type=field_choice(body, "subscriptionType", "Exclusive", SUBSCRIPTION_TYPES),
-        receiver_queue_size=field_int(body, "receiverQueueSize", 1000, 1, 100000),
-        initial_position=field_choice(
-            body, "subscriptionInitialPosition", "Latest", ("Latest", "Earliest")
-        ),
-        priority_level=field_int(body, "priorityLevel", 0, 0, 2**31 - 1),
-        ack_timeout_ms=field_int(body, "ackTimeoutMillis", 0, 0, 2**31 - 1),
-        nack_delay_ms=field_int(body, "negativeAckRedeliveryDelayMillis", 60000, 0, 2**31 - 1),
+        name=body.get("consumerName"),
+        subscription_type=body["subscriptionType"],
+        receiver_queue_size=body["receiverQueueSize"],
+        initial_position=body["subscriptionInitialPosition"],
+        priority_level=body["priorityLevel"],
+        ack_timeout_ms=body["ackTimeoutMillis"],
+        nack_delay_ms=body["negativeAckRedeliveryDelayMillis"],
     )
     consumer = await _service(request).create_consumer(name, subscription, options, HttpConsumer)
     assert isinstance(consumer, HttpConsumer)
@@ -388,12 +366,12 @@ async def create_consumer(request: web.Request) -> web.Response:
     return _json({"consumerId": consumer.consumer_id})
 
 
-@routes.get("/consumers/{consumer_id}/messages")
+@api.implements("receiveMessages")
 async def receive(request: web.Request) -> web.Response:
     service = _service(request)
     consumer = _consumer(request, service)
-    max_messages = query_int(request, "maxMessages", 100, 1, MAX_POLL_MESSAGES)
-    timeout_ms = query_int(request, "timeoutMs", 1000, 0, MAX_POLL_TIMEOUT_MS)
+    max_messages = MAX_MESSAGES.read(request)
+    timeout_ms = TIMEOUT_MS.read(request)
     clock = request.app[CLOCK]
     consumer.polls += 1
     try:
@@ -445,12 +423,12 @@ async def receive(request: web.Request) -> web.Response:
     return _json({"messages": messages})
 
 
-@routes.post("/consumers/{consumer_id}/ack")
+@api.implements("acknowledge")
 async def acknowledge(request: web.Request) -> web.Response:
     consumer = _consumer(request)
-    body = await json_object(request)
-    whole, indexed = message_ids_with_index(body)
-    ack_type = field_choice(body, "ackType", "Individual", ("Individual", "Cumulative"))
+    body = await ACK_BODY.read(request)
+    whole, indexed = message_ids_with_index(body["messageIds"])
+    ack_type = body.get("ackType", "Individual")
     subscription = consumer.subscription
     cumulative = ack_type == "Cumulative"
     partial: list[tuple[Position, int]] = []
@@ -471,10 +449,10 @@ async def acknowledge(request: web.Request) -> web.Response:
     return _no_content()
 
 
-@routes.post("/consumers/{consumer_id}/nack")
+@api.implements("negativeAcknowledge")
 async def negative_acknowledge(request: web.Request) -> web.Response:
     consumer = _consumer(request)
-    whole, indexed = message_ids_with_index(await json_object(request))
+    whole, indexed = message_ids_with_index((await NACK_BODY.read(request))["messageIds"])
     # a message of a batch: the entry is redelivered (its acked messages are skipped),
     # once however many of its messages are listed; other indexes are unknown ids
     positions = dict.fromkeys(whole)
@@ -492,14 +470,14 @@ def _received(consumer: Consumer, position: Position) -> bool:
     return consumer.pending.get(position, NOT_RECEIVED) != NOT_RECEIVED
 
 
-@routes.post("/consumers/{consumer_id}/redeliverUnacknowledged")
+@api.implements("redeliverUnacknowledged")
 async def redeliver_unacknowledged(request: web.Request) -> web.Response:
     consumer = _consumer(request)
     consumer.subscription.redeliver_unacknowledged(consumer)
     return _no_content()
 
 
-@routes.delete("/consumers/{consumer_id}")
+@api.implements("closeConsumer")
 async def close_consumer(request: web.Request) -> web.Response:
     service = _service(request)
     service.close_consumer(_consumer(request, service))
@@ -509,43 +487,41 @@ async def close_consumer(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- topics
 
 
-@routes.get("/admin/v2/persistent/{tenant}/{namespace}")
+@api.implements("listTopics")
 async def list_topics(request: web.Request) -> web.Response:
     tenant = check_name_part("tenant", request.match_info["tenant"])
     namespace = check_name_part("namespace", request.match_info["namespace"])
     return _json(await _service(request).list_topics(tenant, namespace))
 
 
-@routes.delete(_ADMIN_TOPIC)
+@api.implements("deleteTopic")
 async def delete_topic(request: web.Request) -> web.Response:
-    force = request.query.get("force", "false")
-    if force not in ("true", "false"):
-        raise InvalidRequestError("force must be true or false")
-    await _service(request).delete_topic(_topic(request), force == "true")
+    force = FORCE_TOPIC_DELETE.read(request)
+    await _service(request).delete_topic(_topic(request), force)
     return _no_content()
 
 
-@routes.get(_ADMIN_TOPIC + "/stats")
+@api.implements("getTopicStats")
 async def topic_stats(request: web.Request) -> web.Response:
     topic = await _service(request).get_topic(_topic(request), create=False)
     return _json(topic.stats())
 
 
-@routes.get(_ADMIN_TOPIC + "/internalStats")
+@api.implements("getTopicInternalStats")
 async def topic_internal_stats(request: web.Request) -> web.Response:
     topic = await _service(request).get_topic(_topic(request), create=False)
     return _json(topic.internal_stats())
 
 
-@routes.put(_ADMIN_TOPIC + "/offload")
+@api.implements("triggerOffload")
 async def offload(request: web.Request) -> web.Response:
     name = _topic(request)
-    position = message_id((await json_object(request)).get("messageId"))
+    position = message_id((await OFFLOAD_BODY.read(request))["messageId"])
     await _service(request).offload_topic(name, position)
     return _no_content()
 
 
-@routes.get(_ADMIN_TOPIC + "/offload")
+@api.implements("getOffloadStatus")
 async def offload_status(request: web.Request) -> web.Response:
     topic = await _service(request).get_topic(_topic(request), create=False)
     first = topic.ledger.first_not_offloaded()
@@ -558,7 +534,7 @@ async def offload_status(request: web.Request) -> web.Response:
     )
 
 
-@routes.post("/admin/v2/namespaces/{tenant}/{namespace}/unload")
+@api.implements("unloadNamespace")
 async def unload_namespace(request: web.Request) -> web.Response:
     tenant = check_name_part("tenant", request.match_info["tenant"])
     namespace = check_name_part("namespace", request.match_info["namespace"])
@@ -570,24 +546,24 @@ async def unload_namespace(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- broker
 
 
-@routes.get("/admin/v2/brokers/health")
+@api.implements("healthCheck")
 async def health(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-@routes.get("/admin/v2/broker-stats/cache")
+@api.implements("getCacheStats")
 async def cache_stats(request: web.Request) -> web.Response:
     """This broker's own cache (its counters continue across its restarts)."""
     return _json(request.app[NODE].cache_stats())
 
 
-@routes.get("/admin/v2/broker-stats/storage")
+@api.implements("getStorageStats")
 async def storage_stats(request: web.Request) -> web.Response:
     storage = request.app[STORAGE]
     return _json({"bookie": storage.stats(), "tiered": storage.tiered.stats()})
 
 
-@routes.get("/admin/v2/broker-stats/trace")
+@api.implements("getTraceStats")
 async def trace_stats(request: web.Request) -> web.Response:
     trace = request.app[NODE].trace
     if trace is None:
@@ -595,7 +571,7 @@ async def trace_stats(request: web.Request) -> web.Response:
     return _json(trace.stats())
 
 
-@routes.get("/metrics")
+@api.implements("getMetrics")
 async def metrics(request: web.Request) -> web.Response:
     body = generate_latest(request.app[METRICS].registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -605,12 +581,12 @@ DASHBOARD_PAGE = pathlib.Path(__file__).with_name("static") / "dashboard.html"
 TOP_TOPICS = 10
 
 
-@routes.get("/dashboard")
+@api.implements("getDashboard")
 async def dashboard(request: web.Request) -> web.Response:
     return web.Response(body=DASHBOARD_PAGE.read_bytes(), content_type="text/html", charset="utf-8")
 
 
-@routes.get("/dashboard/data")
+@api.implements("getDashboardData")
 async def dashboard_data(request: web.Request) -> web.Response:
     """One snapshot of the counters the dashboard charts; the page computes the rates."""
     service = _service(request)
@@ -665,13 +641,13 @@ def _broker_summary(node: BrokerNode) -> dict[str, Any]:
 # ---------------------------------------------------------------------- cluster
 
 
-@routes.get("/admin/v2/brokerlab/brokers")
+@api.implements("listBrokers")
 async def list_brokers(request: web.Request) -> web.Response:
     """The brokers of this cluster: state, URLs, bundles owned, restarts."""
     return _json([node.describe() for node in request.app[NODE].cluster.nodes])
 
 
-@routes.post("/admin/v2/brokerlab/brokers/{index}/restart")
+@api.implements("restartBroker")
 async def restart_broker(request: web.Request) -> web.Response:
     """Restart broker ``index``: ``mode`` graceful (default) or kill, down for
     ``downtimeMs`` (default 0). Asked of another broker, the answer comes when the
@@ -680,8 +656,8 @@ async def restart_broker(request: web.Request) -> web.Response:
     node = request.app[NODE]
     cluster = node.cluster
     index = _path_int(request, "index")
-    mode = request.query.get("mode", "graceful")
-    downtime_ms = query_int(request, "downtimeMs", default=0, minimum=0, maximum=3_600_000)
+    mode = RESTART_MODE.read(request)
+    downtime_ms = DOWNTIME_MS.read(request)
     if index == node.index:
         cluster.spawn_restart(index, mode, downtime_ms / 1000)
         return _json({"broker": index, "mode": mode, "state": "restarting"}, status=202)
@@ -696,7 +672,7 @@ def _path_int(request: web.Request, name: str) -> int:
     return int(text)
 
 
-@routes.get("/openapi.json")
+@api.implements("getOpenApi")
 async def openapi(request: web.Request) -> web.Response:
     return _json(openapi_spec())
 
@@ -714,17 +690,12 @@ def _fault_injectors(storage: Storage) -> tuple[FaultInjector, FaultInjector]:
     return storage.faults, storage.tiered.store.object_store.faults
 
 
-@routes.put("/admin/v2/brokerlab/faults")
+@api.implements("setFault")
 async def set_fault(request: web.Request) -> web.Response:
-    body = await json_object(request)
-    operation = field_choice(body, "operation", "", FAULT_OPERATIONS)
+    body = await FAULT_BODY.read(request)
+    operation = body["operation"]
     error_rate = body.get("errorRate", 0.0)
     delay_ms = body.get("delayMs", 0.0)
-    for field, value, maximum in (("errorRate", error_rate, 1), ("delayMs", delay_ms, 600_000)):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise InvalidRequestError(f"{field} must be a number")
-        if not 0 <= value <= maximum:
-            raise InvalidRequestError(f"{field} must be within 0..{maximum}, got {value}")
     bookie_faults, object_faults = _fault_injectors(request.app[STORAGE])
     injector = object_faults if operation in OBJECT_OPERATIONS else bookie_faults
     try:
@@ -734,14 +705,14 @@ async def set_fault(request: web.Request) -> web.Response:
     return _no_content()
 
 
-@routes.delete("/admin/v2/brokerlab/faults")
+@api.implements("clearFaults")
 async def clear_faults(request: web.Request) -> web.Response:
     for injector in _fault_injectors(request.app[STORAGE]):
         injector.clear()
     return _no_content()
 
 
-@routes.get("/admin/v2/brokerlab/faults")
+@api.implements("getFaults")
 async def get_faults(request: web.Request) -> web.Response:
     bookie_faults, object_faults = _fault_injectors(request.app[STORAGE])
     return _json(bookie_faults.snapshot() | object_faults.snapshot())

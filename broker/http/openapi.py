@@ -1,18 +1,48 @@
-"""The HTTP contract of ``docs/api.md`` as an OpenAPI 3.0.3 document.
+"""The HTTP contract: every operation of the API, and the OpenAPI 3.1 document
+generated from them.
 
-The HTTP layer serves :func:`openapi_spec` at ``GET /openapi.json``. It is plain data
-built from small helpers, with no broker state. ``tests/http/test_openapi_doc.py``
-checks that it is valid OpenAPI and that it has the same routes, and the same statuses
-per route, as ``docs/api.md``: change the two together.
+The operations here are the route table: the handlers attach to them by operation id
+(:class:`broker.http.contract.RouteTable`), read their query parameters through the
+declarations here, and validate their bodies with the pydantic types of
+``broker/http/models.py`` that the document's request schemas are generated from.
+:func:`openapi_spec` is served at ``GET /openapi.json``. ``tests/http/test_routes_contract.py``
+checks the served routes against it both ways; ``tests/http/test_openapi_doc.py`` checks
+that ``docs/api.md`` has the same routes and statuses: change the two together.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
+from pydantic.json_schema import GenerateJsonSchema
 
 from broker.cache.designs import DESIGNS
+from broker.cluster import RESTART_MODES
+from broker.http.contract import (
+    ChoiceQuery,
+    FlagQuery,
+    IntQuery,
+    JsonBody,
+    PatternQuery,
+    Query,
+)
 from broker.http.errors import ERRORS, REDIRECT_CODE
+from broker.http.models import (
+    DEFAULTS,
+    AckRequest,
+    ConsumerRequest,
+    FaultSetting,
+    MessageIdRequest,
+    MessageIdsRequest,
+    NamespacePolicies,
+    PartitionCount,
+    ProduceRequest,
+    StartMessageId,
+    SubscriptionStart,
+    TenantInfo,
+)
 from storage_stub.bookie.api import OPERATIONS
 from storage_stub.tiered.api import OBJECT_OPERATIONS
 
@@ -139,24 +169,6 @@ def _counters(description: str, named: dict[str, str]) -> Json:
     )
 
 
-def _query(name: str, description: str, schema: Json) -> Json:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "description": description,
-        "schema": schema,
-    }
-
-
-def _json_body(schema_name: str, description: str, *, required: bool = True) -> Json:
-    return {
-        "description": description,
-        "required": required,
-        "content": {"application/json": {"schema": _schema(schema_name)}},
-    }
-
-
 def _json_answer(description: str, schema: Json) -> Json:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
@@ -226,8 +238,8 @@ def _operation(
     *,
     success: tuple[int, Json],
     errors: dict[int, str],
-    query: list[Json] | None = None,
-    body: Json | None = None,
+    query: list[Query] | None = None,
+    body: JsonBody[Any] | None = None,
     redirect: str | None = None,
     down: bool = True,
 ) -> Json:
@@ -249,12 +261,66 @@ def _operation(
         "tags": [tag],
         "summary": summary,
         "description": description,
-        "parameters": list(query or []),
+        "parameters": [parameter.parameter() for parameter in query or ()],
         "responses": responses,
     }
     if body is not None:
-        operation["requestBody"] = body
+        operation["requestBody"] = body  # its schema is generated with all the others
     return operation
+
+
+# --- what requests carry: read by the handlers, described here ---------------------------
+
+PRODUCE_BODY = JsonBody[ProduceRequest](ProduceRequest, "Messages to produce.")
+CONSUMER_BODY = JsonBody[ConsumerRequest](ConsumerRequest, "Consumer settings.", required=False)
+ACK_BODY = JsonBody[AckRequest](AckRequest, "What to acknowledge.")
+NACK_BODY = JsonBody[MessageIdsRequest](MessageIdsRequest, "What to redeliver.")
+RESET_CURSOR_BODY = JsonBody[MessageIdRequest](MessageIdRequest, "Where to move the cursor.")
+OFFLOAD_BODY = JsonBody[MessageIdRequest](MessageIdRequest, "Offload closed ledgers up to here.")
+FAULT_BODY = JsonBody[FaultSetting](FaultSetting, "The fault.")
+SUBSCRIPTION_START_BODY = JsonBody[str | StartMessageId](
+    SubscriptionStart,
+    "Pulsar's form of the start, instead of messageId (not with it).",
+    required=False,
+)
+PARTITIONS_BODY = JsonBody[int](PartitionCount, "The number of partitions.")
+NEW_PARTITIONS_BODY = JsonBody[int](PartitionCount, "The new number of partitions.")
+TENANT_BODY = JsonBody[TenantInfo](TenantInfo, "The tenant (optional).", required=False)
+POLICIES_BODY = JsonBody[dict[str, Any]](NamespacePolicies, "Ignored (optional).", required=False)
+
+MAX_MESSAGES = IntQuery(
+    "maxMessages", "Most entries to return the messages of (a batch comes whole).", 100, 1, 1000
+)
+TIMEOUT_MS = IntQuery("timeoutMs", "Longest wait; 0 answers at once.", 1000, 0, 30_000)
+START_MESSAGE_ID = PatternQuery(
+    "messageId",
+    "Start position: earliest, latest or L:E (inclusive).",
+    r"^(earliest|latest|[0-9]+:[0-9]+)$",
+    "latest",
+)
+FORCE_TOPIC_DELETE = FlagQuery("force", "Close connected consumers first.")
+RESTART_MODE = ChoiceQuery("mode", "The kind of restart.", RESTART_MODES, "graceful")
+#: The longest a restarted broker may be asked to stay down.
+MAX_DOWNTIME_MS = 3_600_000
+DOWNTIME_MS = IntQuery(
+    "downtimeMs", "How long it stays down before it starts again.", 0, 0, MAX_DOWNTIME_MS
+)
+CHECK_AUTO_CREATION = FlagQuery(
+    "checkAllowAutoCreation",
+    "A missing topic answers 0 when auto-creation is on, or, with "
+    "allowAutoTopicCreationType=partitioned, is created partitioned.",
+)
+FORCE_UPDATE_PARTITIONS = FlagQuery("force", "Accepted; no effect.")
+FORCE_PARTITIONS_DELETE = FlagQuery("force", "Close connected consumers first.")
+PER_PARTITION = FlagQuery("perPartition", "Include each partition's stats.", True)
+FORCE_TENANT_DELETE = FlagQuery("force", "Delete its namespaces first.")
+FORCE_NAMESPACE_DELETE = FlagQuery("force", "Delete its topics first.")
+TOPICS_MODE = ChoiceQuery(
+    "mode",
+    "Which topics; NON_PERSISTENT answers [].",
+    ("PERSISTENT", "NON_PERSISTENT", "ALL"),
+    "PERSISTENT",
+)
 
 
 # --- components --------------------------------------------------------------------------
@@ -341,44 +407,6 @@ def _message_schemas() -> Json:
     return {
         "MessageId": message_id,
         "BatchMessageId": batch_message_id,
-        "ProducerMessage": _object(
-            "One message to produce.",
-            {
-                "payload": _string(
-                    "Base64 (standard alphabet, padded, no whitespace or line breaks); "
-                    "decoded length at most maxMessageSize (default 5242880 bytes), else 413.",
-                    format="byte",
-                ),
-                "key": _string("Message key; at most 65535 bytes in UTF-8.", maxLength=65535),
-                "properties": {**properties, "default": {}},
-                "eventTime": _integer(
-                    "Event time, epoch ms; 0 means not set.", minimum=0, default=0
-                ),
-            },
-            required=["payload"],
-        ),
-        "ProduceRequest": _object(
-            "Messages to store, in order.",
-            {
-                "producerName": _string("Informational producer name.", minLength=1, maxLength=256),
-                "messages": {
-                    "type": "array",
-                    "description": "1..maxMessagesPerProduceRequest (default 1000) "
-                    "messages; empty: 400, more: 413.",
-                    "minItems": 1,
-                    "maxItems": 1000,
-                    "items": _schema("ProducerMessage"),
-                },
-                "batch": {
-                    "type": "boolean",
-                    "default": False,
-                    "description": "true: all the messages become one batched entry in "
-                    "Pulsar's format, with ids L:E:0, L:E:1, ...; their payloads together at "
-                    "most maxMessageSize, else 413.",
-                },
-            },
-            required=["messages"],
-        ),
         "MessagePublishResult": _object(
             "The fate of one produced message.",
             {
@@ -420,34 +448,6 @@ def _message_schemas() -> Json:
             {"messages": {"type": "array", "items": _schema("ConsumerMessage")}},
             required=["messages"],
         ),
-        "MessageIdRequest": _object(
-            "A position.",
-            {"messageId": _schema("MessageId")},
-            required=["messageId"],
-        ),
-        "MessageIdsRequest": _object(
-            "Messages pending for this consumer; other ids are ignored.",
-            {"messageIds": {"type": "array", "minItems": 1, "items": _schema("BatchMessageId")}},
-            required=["messageIds"],
-        ),
-        "AckRequest": _object(
-            "Acknowledgement of messages pending for this consumer; other ids are ignored.",
-            {
-                "messageIds": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": _schema("BatchMessageId"),
-                },
-                "ackType": _enum(
-                    "Cumulative acks everything up to the greatest id listed (L:E:I: "
-                    "messages 0..I of that batch and every entry before it); refused (400) on "
-                    "Shared and Key_Shared.",
-                    ["Individual", "Cumulative"],
-                    default="Individual",
-                ),
-            },
-            required=["messageIds"],
-        ),
     }
 
 
@@ -455,46 +455,6 @@ def _consumer_schemas() -> Json:
     return {
         "SubscriptionType": _enum(
             "Pulsar subscription type.", ["Exclusive", "Failover", "Shared", "Key_Shared"]
-        ),
-        "ConsumerRequest": _object(
-            "Consumer settings; every field has a default, so `{}` is an Exclusive consumer.",
-            {
-                "consumerName": _string("Default: generated.", minLength=1, maxLength=256),
-                "subscriptionType": {
-                    "allOf": [_schema("SubscriptionType")],
-                    "default": "Exclusive",
-                },
-                "receiverQueueSize": _integer(
-                    "Receiver queue size: the consumer's permits.",
-                    minimum=1,
-                    maximum=100_000,
-                    default=1000,
-                ),
-                "subscriptionInitialPosition": _enum(
-                    "Where a subscription created by this call starts; ignored otherwise.",
-                    ["Latest", "Earliest"],
-                    default="Latest",
-                ),
-                "priorityLevel": _integer(
-                    "Lower is dispatched to first (Shared, Key_Shared) "
-                    "or preferred as active (Failover).",
-                    minimum=0,
-                    maximum=INT32_MAX,
-                    default=0,
-                ),
-                "ackTimeoutMillis": _integer(
-                    "Redeliver a message not acked within this time; 0 disables.",
-                    minimum=0,
-                    maximum=INT32_MAX,
-                    default=0,
-                ),
-                "negativeAckRedeliveryDelayMillis": _integer(
-                    "Delay before a nacked message is redelivered.",
-                    minimum=0,
-                    maximum=INT32_MAX,
-                    default=60000,
-                ),
-            },
         ),
         "ConsumerCreated": _object(
             "The new consumer session.",
@@ -708,15 +668,6 @@ def _broker_schemas() -> Json:
             },
             required=["enabled"],
         ),
-        "FaultSetting": _object(
-            "The injected fault of one storage operation.",
-            {
-                "operation": _enum("Storage operation.", [*OPERATIONS, *OBJECT_OPERATIONS]),
-                "errorRate": error_rate,
-                "delayMs": fault_delay,
-            },
-            required=["operation"],
-        ),
         "FaultSettings": _object(
             "One key per storage operation that has a setting.",
             {operation: _schema("FaultState") for operation in (*OPERATIONS, *OBJECT_OPERATIONS)},
@@ -760,7 +711,7 @@ def _produce_routes() -> list[tuple[str, str, Json]]:
         "Stores the messages durably under the configured sync mode, all or none; a 200 "
         "means every stored message will reach every subscription that existed then. "
         "Auto-creates the topic when allowAutoTopicCreation=true.",
-        body=_json_body("ProduceRequest", "Messages to produce."),
+        body=PRODUCE_BODY,
         redirect=_NOT_OWNER,
         success=(200, _json_answer("Stored.", _schema("ProduceResponse"))),
         errors={
@@ -778,11 +729,6 @@ def _produce_routes() -> list[tuple[str, str, Json]]:
 
 
 def _subscription_routes() -> list[tuple[str, str, Json]]:
-    message_id = _query(
-        "messageId",
-        "Start position: earliest, latest or L:E (inclusive).",
-        {"type": "string", "pattern": r"^(earliest|latest|[0-9]+:[0-9]+)$", "default": "latest"},
-    )
     reset_errors = {
         400: "Bad topic or subscription name, or a bad position.",
         404: "Unknown topic or subscription.",
@@ -802,12 +748,8 @@ def _subscription_routes() -> list[tuple[str, str, Json]]:
                 "Create a subscription",
                 "Creates the subscription with no consumers (and the topic when missing and "
                 "allowAutoTopicCreation=true).",
-                query=[message_id],
-                body=_json_body(
-                    "SubscriptionStart",
-                    "Pulsar's form of the start, instead of messageId (not with it).",
-                    required=False,
-                ),
+                query=[START_MESSAGE_ID],
+                body=SUBSCRIPTION_START_BODY,
                 redirect=_NOT_OWNER + " Not on a partitioned topic's name: each partition is "
                 "reached at its owner.",
                 success=(204, _no_content("Created.")),
@@ -864,7 +806,7 @@ def _subscription_routes() -> list[tuple[str, str, Json]]:
                 "Reset a cursor to a message id",
                 "The message at messageId (or the first stored after it) is the next "
                 "delivered. " + reset_text,
-                body=_json_body("MessageIdRequest", "Where to move the cursor."),
+                body=RESET_CURSOR_BODY,
                 redirect=_NOT_OWNER,
                 success=(204, _no_content("Moved.")),
                 errors={**reset_errors, 413: _BODY_TOO_LARGE},
@@ -889,7 +831,7 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
                 "Create a consumer",
                 "Opens a consumer session on the subscription, creating the subscription (and "
                 "the topic, when allowAutoTopicCreation=true) if missing.",
-                body=_json_body("ConsumerRequest", "Consumer settings.", required=False),
+                body=CONSUMER_BODY,
                 redirect=_NOT_OWNER,
                 success=(200, _json_answer("Created.", _schema("ConsumerCreated"))),
                 errors={
@@ -913,18 +855,7 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
                 "Drains the receiver queue: returns as soon as at least one message is "
                 "available, or empty after timeoutMs. Returned messages are pending until "
                 "acked, nacked or redelivered.",
-                query=[
-                    _query(
-                        "maxMessages",
-                        "Most entries to return the messages of (a batch comes whole).",
-                        _integer("1..1000", minimum=1, maximum=1000, default=100),
-                    ),
-                    _query(
-                        "timeoutMs",
-                        "Longest wait; 0 answers at once.",
-                        _integer("0..30000", minimum=0, maximum=30000, default=1000),
-                    ),
-                ],
+                query=[MAX_MESSAGES, TIMEOUT_MS],
                 success=(200, _json_answer("Messages, possibly none.", _schema("ReceiveResponse"))),
                 errors={
                     400: "maxMessages or timeoutMs not an integer or out of range.",
@@ -940,7 +871,7 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
                 "consumers",
                 "Acknowledge messages",
                 "Acks messages pending for this consumer; other ids are ignored.",
-                body=_json_body("AckRequest", "What to acknowledge."),
+                body=ACK_BODY,
                 success=(204, _no_content("Applied.")),
                 errors={
                     **message_ids_errors,
@@ -960,7 +891,7 @@ def _consumer_routes() -> list[tuple[str, str, Json]]:
                 "Negatively acknowledge messages",
                 "Redelivers the listed pending messages after negativeAckRedeliveryDelayMillis "
                 "with redeliveryCount + 1; other ids are ignored.",
-                body=_json_body("MessageIdsRequest", "What to redeliver."),
+                body=NACK_BODY,
                 success=(204, _no_content("Scheduled.")),
                 errors=message_ids_errors,
             ),
@@ -1020,13 +951,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "topics",
                 "Delete a topic",
                 "Deletes the topic with its subscriptions, cursors and ledgers.",
-                query=[
-                    _query(
-                        "force",
-                        "Close connected consumers first.",
-                        {"type": "boolean", "default": False},
-                    )
-                ],
+                query=[FORCE_TOPIC_DELETE],
                 redirect=_NOT_OWNER,
                 success=(204, _no_content("Deleted.")),
                 errors={
@@ -1088,7 +1013,7 @@ def _topic_routes() -> list[tuple[str, str, Json]]:
                 "topics",
                 "Offload to tiered storage",
                 "Offloads every closed ledger up to messageId, before answering.",
-                body=_json_body("MessageIdRequest", "Offload closed ledgers up to here."),
+                body=OFFLOAD_BODY,
                 redirect=_NOT_OWNER,
                 success=(204, _no_content("Offloaded.")),
                 errors={
@@ -1243,10 +1168,10 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
             _operation(
                 "getOpenApi",
                 "broker",
-                "This contract as OpenAPI 3",
+                "This contract as OpenAPI 3.1",
                 "This document.",
                 down=False,
-                success=(200, _json_answer("OpenAPI 3.0.3 document.", {"type": "object"})),
+                success=(200, _json_answer("OpenAPI 3.1 document.", {"type": "object"})),
                 errors={},
             ),
         ),
@@ -1258,7 +1183,7 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
                 "brokerlab",
                 "Set the fault of one storage operation",
                 "Replaces the operation's setting; errorRate 0 with delayMs 0 clears it.",
-                body=_json_body("FaultSetting", "The fault."),
+                body=FAULT_BODY,
                 down=False,
                 success=(204, _no_content("Set.")),
                 errors={
@@ -1302,10 +1227,6 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
 #: A broker's states: serving; unloading its bundles (a graceful restart); stopped; down
 #: for the restart's downtime, then starting.
 BROKER_STATES = ["up", "stopping", "down", "restarting"]
-#: The kinds of restart (broker.cluster.RESTART_MODES).
-RESTART_MODES = ["graceful", "kill"]
-#: The longest downtime of a restart, ms.
-MAX_DOWNTIME_MS = 3_600_000
 
 
 def _cluster_schemas() -> Json:
@@ -1375,7 +1296,7 @@ def _cluster_schemas() -> Json:
             "The answer (202) to a restart asked of the broker itself.",
             {
                 "broker": _integer("Its index.", minimum=0),
-                "mode": _enum("The kind of restart.", RESTART_MODES),
+                "mode": _enum("The kind of restart.", list(RESTART_MODES)),
                 "state": _enum("Always restarting.", ["restarting"]),
             },
             required=["broker", "mode", "state"],
@@ -1420,20 +1341,7 @@ def _cluster_routes() -> list[tuple[str, str, Json]]:
                 "RestartAccepted object (one success status is listed per route; "
                 "docs/api.md gives both); a restart already under way then makes it do "
                 "nothing.",
-                query=[
-                    _query(
-                        "mode",
-                        "The kind of restart.",
-                        _enum("graceful or kill.", RESTART_MODES, default="graceful"),
-                    ),
-                    _query(
-                        "downtimeMs",
-                        "How long it stays down before it starts again.",
-                        _integer(
-                            f"0..{MAX_DOWNTIME_MS}", minimum=0, maximum=MAX_DOWNTIME_MS, default=0
-                        ),
-                    ),
-                ],
+                query=[RESTART_MODE, DOWNTIME_MS],
                 down=False,
                 success=(200, _json_answer("Up again.", _schema("Broker"))),
                 errors={
@@ -1453,14 +1361,6 @@ def _pulsar_admin_schemas() -> Json:
     nullable_url = {"type": "string", "nullable": True}
     names = {"type": "array", "items": {"type": "string"}}
     return {
-        "PartitionCount": {
-            "type": "integer",
-            "format": "int32",
-            "minimum": 1,
-            "description": "Number of partitions, a bare JSON number (`3`); at most "
-            "maxNumPartitionsPerPartitionedTopic when that is not 0.",
-            "example": 3,
-        },
         "PartitionedTopicMetadata": _object(
             "Pulsar's PartitionedTopicMetadata; partitions 0: not a partitioned topic.",
             {
@@ -1517,46 +1417,6 @@ def _pulsar_admin_schemas() -> Json:
                 "brokerUrlSsl",
             ],
         ),
-        "TenantInfo": _object(
-            "Pulsar's TenantInfo.",
-            {
-                "adminRoles": {**names, "description": "Kept and shown, not enforced."},
-                "allowedClusters": {
-                    **names,
-                    "description": "Only clusterName; default [clusterName].",
-                },
-            },
-        ),
-        "NamespacePolicies": {
-            "type": "object",
-            "description": "Pulsar's Policies; accepted and ignored.",
-            "additionalProperties": True,
-        },
-        "SubscriptionStart": {
-            "description": "Where a new subscription starts, as Pulsar's admin sends it.",
-            "oneOf": [
-                _enum("latest or earliest.", ["latest", "earliest"]),
-                _object(
-                    "Pulsar's MessageId / ResetCursorData.",
-                    {
-                        "ledgerId": _integer(
-                            "With entryId: the first message delivered; both "
-                            "9223372036854775807 = latest, both -1 = earliest.",
-                            minimum=-1,
-                        ),
-                        "entryId": _integer("See ledgerId.", minimum=-1),
-                        "isExcluded": {
-                            "type": "boolean",
-                            "default": False,
-                            "description": "Start after that message instead.",
-                        },
-                        "batchIndex": _integer("Ignored.", default=-1),
-                        "partitionIndex": _integer("Ignored.", default=-1),
-                    },
-                    required=["ledgerId", "entryId"],
-                ),
-            ],
-        },
         "TopicLastMessageId": _object(
             "Pulsar's MessageId of the last stored message.",
             {
@@ -1574,14 +1434,6 @@ def _pulsar_admin_schemas() -> Json:
         ),
         "NameList": {**names, "description": "Names, sorted."},
     }
-
-
-def _flag_query(name: str, description: str, default: bool = False) -> Json:
-    return _query(name, description, {"type": "boolean", "default": default})
-
-
-def _count_body(description: str) -> Json:
-    return _json_body("PartitionCount", description)
 
 
 def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
@@ -1663,7 +1515,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "partitioned topics",
                 "Create a partitioned topic",
                 "Its partitions {topic}-partition-{i} exist from now on (created on use).",
-                body=_count_body("The number of partitions."),
+                body=PARTITIONS_BODY,
                 success=(204, _no_content("Created.")),
                 errors={
                     400: f"{_BAD_TOPIC}, or one ending in -partition-<n>. {bad_count}; "
@@ -1684,13 +1536,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "Partitioned-topic metadata",
                 "The count of a partitioned topic; 0 for a topic. What Pulsar clients ask "
                 "before producing or consuming.",
-                query=[
-                    _flag_query(
-                        "checkAllowAutoCreation",
-                        "A missing topic answers 0 when auto-creation is on, or, with "
-                        "allowAutoTopicCreationType=partitioned, is created partitioned.",
-                    )
-                ],
+                query=[CHECK_AUTO_CREATION],
                 success=(
                     200,
                     _json_answer("The metadata.", _schema("PartitionedTopicMetadata")),
@@ -1710,8 +1556,8 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "partitioned topics",
                 "Raise the partition count",
                 "Counts only grow; new partitions get partition 0's subscriptions.",
-                query=[_flag_query("force", "Accepted; no effect.")],
-                body=_count_body("The new number of partitions."),
+                query=[FORCE_UPDATE_PARTITIONS],
+                body=NEW_PARTITIONS_BODY,
                 success=(204, _no_content("Updated.")),
                 errors={
                     400: f"{_BAD_TOPIC}. {bad_count}; force not true or false.",
@@ -1730,7 +1576,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "Delete a partitioned topic",
                 "With every partition's topic. Marked deleted first: a retry completes a "
                 "delete that failed half-way.",
-                query=[_flag_query("force", "Close connected consumers first.")],
+                query=[FORCE_PARTITIONS_DELETE],
                 success=(204, _no_content("Deleted.")),
                 errors={
                     400: f"{_BAD_TOPIC}; force not true or false.",
@@ -1748,7 +1594,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "partitioned topics",
                 "Partitioned-topic stats",
                 "Topic stats added up over the partitions, and each partition's.",
-                query=[_flag_query("perPartition", "Include each partition's stats.", True)],
+                query=[PER_PARTITION],
                 success=(200, _json_answer("Stats.", _schema("PartitionedTopicStats"))),
                 errors={
                     400: f"{_BAD_TOPIC}; perPartition not true or false.",
@@ -1820,7 +1666,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "tenants",
                 "Create a tenant",
                 "Registers the tenant; topics never need one.",
-                body=_json_body("TenantInfo", "The tenant (optional).", required=False),
+                body=TENANT_BODY,
                 success=(204, _no_content("Created.")),
                 errors={
                     400: "Bad tenant name; a body not a TenantInfo object; a cluster other "
@@ -1851,7 +1697,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "tenants",
                 "Delete a tenant",
                 "force=true deletes its namespaces (and their topics) first.",
-                query=[_flag_query("force", "Delete its namespaces first.")],
+                query=[FORCE_TENANT_DELETE],
                 success=(204, _no_content("Deleted.")),
                 errors={
                     400: "Bad tenant name; force not true or false.",
@@ -1881,7 +1727,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "namespaces",
                 "Create a namespace",
                 "Registers the namespace; topics never need one.",
-                body=_json_body("NamespacePolicies", "Ignored (optional).", required=False),
+                body=POLICIES_BODY,
                 success=(204, _no_content("Created.")),
                 errors={
                     400: "Bad tenant or namespace name; a body not a JSON object.",
@@ -1900,7 +1746,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "namespaces",
                 "Delete a namespace",
                 "force=true deletes its partitioned topics and topics first.",
-                query=[_flag_query("force", "Delete its topics first.")],
+                query=[FORCE_NAMESPACE_DELETE],
                 success=(204, _no_content("Deleted.")),
                 errors={
                     400: "Bad tenant or namespace name; force not true or false.",
@@ -1918,17 +1764,7 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
                 "namespaces",
                 "List a namespace's topics",
                 "As GET /admin/v2/persistent/{tenant}/{namespace}, partitions included.",
-                query=[
-                    _query(
-                        "mode",
-                        "NON_PERSISTENT answers [].",
-                        _enum(
-                            "Which topics.",
-                            ["PERSISTENT", "NON_PERSISTENT", "ALL"],
-                            default="PERSISTENT",
-                        ),
-                    )
-                ],
+                query=[TOPICS_MODE],
                 success=(200, _json_answer("Full topic names.", _schema("TopicList"))),
                 errors={400: "Bad tenant or namespace name; an unknown mode.", 503: fault},
             ),
@@ -1936,8 +1772,9 @@ def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
     ]
 
 
-def _paths() -> Json:
-    routes = [
+def _routes() -> list[tuple[str, str, Json]]:
+    """Every operation of the contract: (method, path template, operation)."""
+    return [
         *_produce_routes(),
         *_subscription_routes(),
         *_consumer_routes(),
@@ -1946,8 +1783,62 @@ def _paths() -> Json:
         *_broker_routes(),
         *_cluster_routes(),
     ]
+
+
+#: Path prefixes the app serves outside this document: the WebSocket API's upgrades
+#: (``/ws/v2/...``), which OpenAPI cannot describe; docs/api.md documents them.
+NOT_IN_SPEC = ("/ws/",)
+
+#: The route table: each operation id's method and path. The app's handlers attach to
+#: operations by id (:class:`broker.http.contract.RouteTable`), so what is served is
+#: what this document says.
+ROUTES: dict[str, tuple[str, str]] = {
+    operation["operationId"]: (method, path) for method, path, operation in _routes()
+}
+
+
+class _SchemaGenerator(GenerateJsonSchema):
+    """pydantic's JSON Schema, without a title on every property."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+#: Types whose schemas are components although no request body names them directly.
+_EXTRA_COMPONENTS: tuple[Any, ...] = (TenantInfo,)
+
+
+def _generate_bodies(paths: Json, schemas: Json) -> None:
+    """Replace each operation's JsonBody by its Request Body Object, every schema
+    generated in one pass by pydantic; named types become components."""
+    bodies: list[tuple[Json, JsonBody[Any]]] = [
+        (operation, operation["requestBody"])
+        for item in paths.values()
+        for operation in item.values()
+        if "requestBody" in operation
+    ]
+    adapters = [body.adapter for _, body in bodies]
+    adapters += [TypeAdapter(kind) for kind in _EXTRA_COMPONENTS]
+    mode: Literal["validation"] = "validation"
+    inputs = [(index, mode, adapter) for index, adapter in enumerate(adapters)]
+    generated, definitions = TypeAdapter.json_schemas(
+        inputs, ref_template="#/components/schemas/{model}", schema_generator=_SchemaGenerator
+    )
+    for name, schema in definitions.get("$defs", {}).items():
+        for field, default in DEFAULTS.get(name, {}).items():
+            schema["properties"][field]["default"] = default
+        schemas[name] = schema
+    for index, (operation, body) in enumerate(bodies):
+        operation["requestBody"] = {
+            "description": body.description,
+            "required": body.required,
+            "content": {"application/json": {"schema": generated[(index, "validation")]}},
+        }
+
+
+def _paths() -> Json:
     paths: Json = {}
-    for method, path, operation in routes:
+    for method, path, operation in _routes():
         path_parameters = [_ref("parameters", name) for name in re.findall(r"{(\w+)}", path)]
         operation["parameters"] = path_parameters + operation["parameters"]
         if method != "get":
@@ -1960,9 +1851,20 @@ def _paths() -> Json:
 
 
 def openapi_spec() -> dict[str, Any]:
-    """The whole contract as an OpenAPI 3.0.3 document (a fresh dict on each call)."""
+    """The whole contract as an OpenAPI 3.1 document (a fresh dict on each call)."""
+    paths = _paths()
+    schemas: Json = {
+        **_message_schemas(),
+        **_consumer_schemas(),
+        **_topic_stats_schemas(),
+        **_internal_stats_schemas(),
+        **_broker_schemas(),
+        **_pulsar_admin_schemas(),
+        **_cluster_schemas(),
+    }
+    _generate_bodies(paths, schemas)
     return {
-        "openapi": "3.0.3",
+        "openapi": "3.1.0",
         "info": {
             "title": "brokerlab",
             "version": "0.1.0",
@@ -1989,7 +1891,7 @@ def openapi_spec() -> dict[str, Any]:
             {"name": "brokerlab", "description": "Extensions: storage fault injection."},
             {"name": "cluster", "description": "Extensions: the brokers of the cluster."},
         ],
-        "paths": _paths(),
+        "paths": paths,
         # a token when authenticationEnabled=true; none otherwise (the default)
         "security": [{"bearerAuth": []}, {}],
         "components": {
@@ -2005,14 +1907,6 @@ def openapi_spec() -> dict[str, Any]:
             },
             "parameters": _parameters(),
             "headers": _headers(),
-            "schemas": {
-                **_message_schemas(),
-                **_consumer_schemas(),
-                **_topic_stats_schemas(),
-                **_internal_stats_schemas(),
-                **_broker_schemas(),
-                **_pulsar_admin_schemas(),
-                **_cluster_schemas(),
-            },
+            "schemas": dict(sorted(schemas.items())),
         },
     }

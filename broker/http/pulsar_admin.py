@@ -23,14 +23,31 @@ from broker.dispatch.partitions import partition_name, partition_of
 from broker.dispatch.service import BrokerService
 from broker.http import security
 from broker.http.app import NODE, SETTINGS
+from broker.http.contract import RouteTable
+from broker.http.models import TenantInfo
+from broker.http.openapi import (
+    CHECK_AUTO_CREATION,
+    FORCE_NAMESPACE_DELETE,
+    FORCE_PARTITIONS_DELETE,
+    FORCE_TENANT_DELETE,
+    FORCE_UPDATE_PARTITIONS,
+    NEW_PARTITIONS_BODY,
+    PARTITIONS_BODY,
+    PER_PARTITION,
+    POLICIES_BODY,
+    ROUTES,
+    START_MESSAGE_ID,
+    SUBSCRIPTION_START_BODY,
+    TENANT_BODY,
+    TOPICS_MODE,
+)
 from broker.http.parsing import MAX_INT64, message_id
 from broker.ledger.entry import EntryFormatError, metadata_of
 from broker.ledger.position import Position
 
-routes = web.RouteTableDef()
+api = RouteTable(ROUTES)
+routes = api.routes
 
-_ADMIN_TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
-_NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 
 #: Pulsar's MessageId.latest and MessageId.earliest as (ledgerId, entryId)
 _LATEST = (MAX_INT64, MAX_INT64)
@@ -65,64 +82,30 @@ def _namespace(request: web.Request) -> tuple[str, str]:
     return _tenant(request), check_name_part("namespace", request.match_info["namespace"])
 
 
-def _flag(request: web.Request, name: str) -> bool:
-    """A boolean query parameter: ``true`` or ``false``, false when absent."""
-    value = request.query.get(name, "false")
-    if value not in ("true", "false"):
-        raise InvalidRequestError(f"query parameter {name} must be true or false")
-    return value == "true"
-
-
-async def _json_body(request: web.Request) -> object:
-    """The body as any JSON value; ``None`` when the body is empty."""
-    raw = await request.read()
-    if not raw:
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise InvalidRequestError(f"malformed JSON: {error}") from None
-
-
-async def _partition_count(request: web.Request) -> int:
-    """The body of the partitions routes: the count as a JSON number, as Pulsar takes it."""
-    body = await _json_body(request)
-    if isinstance(body, bool) or not isinstance(body, int):
-        raise InvalidRequestError("the body must be the number of partitions, a JSON integer")
-    return body
-
-
-def _int_field(body: dict[str, Any], name: str, default: int | None = None) -> int:
-    value = body.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequestError(f"{name} must be an integer")
-    return value
-
-
 # ---------------------------------------------------------------------- partitioned topics
 
 
-@routes.put(_ADMIN_TOPIC + "/partitions")
+@api.implements("createPartitionedTopic")
 async def create_partitioned_topic(request: web.Request) -> web.Response:
     name = _topic(request)
-    count = await _partition_count(request)
+    count = await PARTITIONS_BODY.read(request)
     await _service(request).partitions.create(name, count)
     return _no_content()
 
 
-@routes.post(_ADMIN_TOPIC + "/partitions")
+@api.implements("updatePartitionedTopic")
 async def update_partitioned_topic(request: web.Request) -> web.Response:
     name = _topic(request)
-    _flag(request, "force")  # Pulsar's: skip a check of stray partitions brokerlab never has
-    count = await _partition_count(request)
+    FORCE_UPDATE_PARTITIONS.read(request)  # skips a check of stray partitions: none here
+    count = await NEW_PARTITIONS_BODY.read(request)
     await _service(request).partitions.update(name, count)
     return _no_content()
 
 
-@routes.get(_ADMIN_TOPIC + "/partitions")
+@api.implements("getPartitionedMetadata")
 async def get_partitioned_metadata(request: web.Request) -> web.Response:
     name = _topic(request)
-    auto_create = _flag(request, "checkAllowAutoCreation")
+    auto_create = CHECK_AUTO_CREATION.read(request)
     partitions = _service(request).partitions
     record = await partitions.metadata(name)
     if record is not None:
@@ -131,10 +114,10 @@ async def get_partitioned_metadata(request: web.Request) -> web.Response:
     return _json({"partitions": count, "deleted": False})
 
 
-@routes.delete(_ADMIN_TOPIC + "/partitions")
+@api.implements("deletePartitionedTopic")
 async def delete_partitioned_topic(request: web.Request) -> web.Response:
     name = _topic(request)
-    force = _flag(request, "force")
+    force = FORCE_PARTITIONS_DELETE.read(request)
     await _service(request).partitions.delete(name, force)
     return _no_content()
 
@@ -163,12 +146,10 @@ def _merge_stats(total: dict[str, Any], part: dict[str, Any]) -> None:
             total[key] = value  # a subscription's type, from a partition that has consumers
 
 
-@routes.get(_ADMIN_TOPIC + "/partitioned-stats")
+@api.implements("getPartitionedStats")
 async def partitioned_stats(request: web.Request) -> web.Response:
     name = _topic(request)
-    per_partition = request.query.get("perPartition", "true")
-    if per_partition not in ("true", "false"):
-        raise InvalidRequestError("query parameter perPartition must be true or false")
+    per_partition = PER_PARTITION.read(request)
     topics = await _service(request).partitions.partition_topics(name)
     total: dict[str, Any] = {}
     by_partition = {}
@@ -177,11 +158,11 @@ async def partitioned_stats(request: web.Request) -> web.Response:
         _merge_stats(total, stats)
         by_partition[str(topic.name)] = stats
     total["metadata"] = {"partitions": len(topics)}
-    total["partitions"] = by_partition if per_partition == "true" else {}
+    total["partitions"] = by_partition if per_partition else {}
     return _json(total)
 
 
-@routes.get("/admin/v2/persistent/{tenant}/{namespace}/partitioned")
+@api.implements("listPartitionedTopics")
 async def list_partitioned_topics(request: web.Request) -> web.Response:
     tenant, namespace = _namespace(request)
     names = await _service(request).partitions.names(tenant, namespace)
@@ -229,7 +210,7 @@ def _http_port(request: web.Request) -> int:
     return request.url.port or 80
 
 
-@routes.get("/lookup/v2/topic/persistent/{tenant}/{namespace}/{topic}")
+@api.implements("lookupTopic")
 async def lookup_topic(request: web.Request) -> web.Response:
     name = _topic(request)
     service = _service(request)
@@ -248,91 +229,73 @@ async def lookup_topic(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- clusters, tenants
 
 
-@routes.get("/admin/v2/clusters")
+@api.implements("getClusters")
 async def list_clusters(request: web.Request) -> web.Response:
     return _json([request.app[SETTINGS].broker.clusterName])
 
 
-@routes.get("/admin/v2/tenants")
+@api.implements("getTenants")
 async def list_tenants(request: web.Request) -> web.Response:
     return _json(await _service(request).namespaces.tenants())
 
 
-def _string_list(body: dict[str, Any], name: str) -> list[str] | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise InvalidRequestError(f"{name} must be a list of strings")
-    return value
-
-
-@routes.put("/admin/v2/tenants/{tenant}")
+@api.implements("createTenant")
 async def create_tenant(request: web.Request) -> web.Response:
     tenant = _tenant(request)
-    body = await _json_body(request)
-    if body is None:
-        body = {}
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the body must be a TenantInfo JSON object")
+    body = await TENANT_BODY.read_optional(request) or TenantInfo()
     registry = _service(request).namespaces
-    info = registry.tenant_info(
-        _string_list(body, "adminRoles") or [], _string_list(body, "allowedClusters")
-    )
+    info = registry.tenant_info(body.get("adminRoles") or [], body.get("allowedClusters"))
     await registry.create_tenant(tenant, info)
     return _no_content()
 
 
-@routes.get("/admin/v2/tenants/{tenant}")
+@api.implements("getTenant")
 async def get_tenant(request: web.Request) -> web.Response:
     return _json(await _service(request).namespaces.tenant(_tenant(request)))
 
 
-@routes.delete("/admin/v2/tenants/{tenant}")
+@api.implements("deleteTenant")
 async def delete_tenant(request: web.Request) -> web.Response:
     tenant = _tenant(request)
-    await _service(request).namespaces.delete_tenant(tenant, _flag(request, "force"))
+    force = FORCE_TENANT_DELETE.read(request)
+    await _service(request).namespaces.delete_tenant(tenant, force)
     return _no_content()
 
 
 # ---------------------------------------------------------------------- namespaces
 
 
-@routes.get("/admin/v2/namespaces/{tenant}")
+@api.implements("getNamespaces")
 async def list_namespaces(request: web.Request) -> web.Response:
     return _json(await _service(request).namespaces.namespaces(_tenant(request)))
 
 
-@routes.put(_NAMESPACE)
+@api.implements("createNamespace")
 async def create_namespace(request: web.Request) -> web.Response:
     tenant, namespace = _namespace(request)
-    body = await _json_body(request)
-    if body is not None and not isinstance(body, dict):
-        raise InvalidRequestError("the body, when given, must be a Policies JSON object")
+    await POLICIES_BODY.read_optional(request)  # accepted and ignored
     await _service(request).namespaces.create_namespace(tenant, namespace)
     return _no_content()
 
 
-@routes.delete(_NAMESPACE)
+@api.implements("deleteNamespace")
 async def delete_namespace(request: web.Request) -> web.Response:
     tenant, namespace = _namespace(request)
-    force = _flag(request, "force")
+    force = FORCE_NAMESPACE_DELETE.read(request)
     await _service(request).namespaces.delete_namespace(tenant, namespace, force)
     return _no_content()
 
 
-@routes.get(_NAMESPACE + "/topics")
+@api.implements("getNamespaceTopics")
 async def namespace_topics(request: web.Request) -> web.Response:
     tenant, namespace = _namespace(request)
-    mode = request.query.get("mode", "PERSISTENT")
-    if mode not in ("PERSISTENT", "NON_PERSISTENT", "ALL"):
-        raise InvalidRequestError("mode must be PERSISTENT, NON_PERSISTENT or ALL")
+    mode = TOPICS_MODE.read(request)
     if mode == "NON_PERSISTENT":
         return _json([])  # brokerlab has persistent topics only
     return _json(await _service(request).list_topics(tenant, namespace))
 
 
-@routes.put(_NAMESPACE + "/unload")
+@api.implements("unloadNamespacePut")
 async def unload_namespace(request: web.Request) -> web.Response:
     tenant, namespace = _namespace(request)
     _service(request)  # a broker that is down answers 503
@@ -340,7 +303,7 @@ async def unload_namespace(request: web.Request) -> web.Response:
     return _no_content()
 
 
-@routes.put(_NAMESPACE + "/{bundle}/unload")
+@api.implements("unloadNamespaceBundle")
 async def unload_bundle(request: web.Request) -> web.Response:
     """Unload one bundle (``0x00000000_0x40000000``) at its owner; the next lookup of
     its topics assigns it to another live broker when there is one."""
@@ -354,7 +317,7 @@ async def unload_bundle(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- topics
 
 
-@routes.get(_ADMIN_TOPIC + "/subscriptions")
+@api.implements("getSubscriptions")
 async def list_subscriptions(request: web.Request) -> web.Response:
     name = _topic(request)
     service = _service(request)
@@ -365,7 +328,7 @@ async def list_subscriptions(request: web.Request) -> web.Response:
     return _json(sorted({s for topic in topics for s in topic.subscriptions}))
 
 
-@routes.put(_ADMIN_TOPIC + "/unload")
+@api.implements("unloadTopic")
 async def unload_topic(request: web.Request) -> web.Response:
     name = _topic(request)
     service = _service(request)
@@ -388,8 +351,8 @@ async def _subscription_start(request: web.Request) -> str | Position:
     """Where a new subscription starts: Pulsar's body (a MessageId such as
     ``{"ledgerId": 3, "entryId": 17}``, or the string ``"latest"``/``"earliest"``), or
     brokerlab's ``messageId`` query parameter; latest when neither is given."""
-    body = await _json_body(request)
-    query = request.query.get("messageId")
+    body = await SUBSCRIPTION_START_BODY.read_optional(request)
+    query = START_MESSAGE_ID.read(request)
     if body is None:
         if query is None or query in ("earliest", "latest"):
             return query or "latest"
@@ -397,12 +360,8 @@ async def _subscription_start(request: web.Request) -> str | Position:
     if query is not None:
         raise InvalidRequestError("give the start in the body or in messageId, not in both")
     if isinstance(body, str):
-        if body not in ("earliest", "latest"):
-            raise InvalidRequestError("a start position given as a string is latest or earliest")
-        return body
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the body must be a MessageId object, 'latest' or 'earliest'")
-    ledger_id, entry_id = _int_field(body, "ledgerId"), _int_field(body, "entryId")
+        return body  # latest or earliest
+    ledger_id, entry_id = body["ledgerId"], body["entryId"]
     if (ledger_id, entry_id) == _LATEST:
         return "latest"
     if (ledger_id, entry_id) == _EARLIEST:
@@ -412,15 +371,11 @@ async def _subscription_start(request: web.Request) -> str | Position:
             "ledgerId and entryId must be within 0..9223372036854775807, or be "
             "MessageId.latest or MessageId.earliest"
         )
-    _int_field(body, "batchIndex", -1)
-    _int_field(body, "partitionIndex", -1)
     excluded = body.get("isExcluded", False)
-    if not isinstance(excluded, bool):
-        raise InvalidRequestError("isExcluded must be true or false")
     return Position(ledger_id, entry_id + 1 if excluded else entry_id)
 
 
-@routes.put(_ADMIN_TOPIC + "/subscription/{subscription}")
+@api.implements("createSubscription")
 @security.client_route
 async def create_subscription(request: web.Request) -> web.Response:
     name = _topic(request)
@@ -441,7 +396,7 @@ async def create_subscription(request: web.Request) -> web.Response:
     return _no_content()
 
 
-@routes.get(_ADMIN_TOPIC + "/lastMessageId")
+@api.implements("getLastMessageId")
 async def last_message_id(request: web.Request) -> web.Response:
     name = _topic(request)
     topic = await _service(request).get_topic(name, create=False)

@@ -163,7 +163,7 @@ def test_parser_reads_route_headings_status_lines_and_common_errors() -> None:
 
 
 def test_spec_is_a_valid_openapi_3_document(spec: dict[str, Any]) -> None:
-    assert spec["openapi"] == "3.0.3"
+    assert spec["openapi"] == "3.1.0"
     validate(spec)  # raises OpenAPIValidationError with the offending part
 
 

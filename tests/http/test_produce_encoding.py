@@ -1,7 +1,8 @@
 """The produce fast path (payload-only messages, loops in C) and the per-message path
 give the same entries for the same request, and the fast path never accepts what the
 per-message path refuses: on anything unusual it steps aside and the per-message path
-reports the first bad message by index."""
+reports the first bad message by index. Both take bodies validated by the produce
+route's type (PRODUCE_BODY); a body that type refuses never reaches them."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from broker.config import BrokerConfig
 from broker.dispatch.errors import InvalidRequestError, TooLargeError
 from broker.http.app import _encode_each, _encode_messages, _encode_payload_only
+from broker.http.openapi import PRODUCE_BODY
 from broker.ledger.entry import decode_message
 
 MAX_SIZE = 64
@@ -49,9 +52,22 @@ def whole_request(messages: list[Any], max_size: int, now_ms: int) -> list[bytes
     return encoded
 
 
+def validated(messages: list[Any]) -> list[Any] | None:
+    """The messages as the route's body type passes them on; None if it refuses them
+    (the route answers 400 before encoding)."""
+    try:
+        body = PRODUCE_BODY.adapter.validate_python({"messages": messages})
+    except ValidationError:
+        return None
+    return list(body["messages"])
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.lists(message, min_size=1, max_size=6))
-def test_fast_path_agrees_with_the_per_message_path(messages: list[Any]) -> None:
+def test_fast_path_agrees_with_the_per_message_path(raw: list[Any]) -> None:
+    messages = validated(raw)
+    if messages is None:
+        return
     per_message = outcome(_encode_each, messages)
     fast = _encode_payload_only(messages, MAX_SIZE, NOW_MS)
     if fast is not None:
@@ -73,11 +89,28 @@ def test_fast_path_takes_payload_only_requests_and_encodes_them_as_messages() ->
     "messages",
     [
         [{"payload": "QQ=="}, {"payload": "QQ==", "key": "k"}],  # optional fields
-        [{"payload": "QQ=="}, {}],  # an empty message
+        [{"payload": "QQ=="}, {"payload": "QQ==", "properties": {}}],  # optional fields
         [{"payload": "AAAA="}],  # valid for strict binascii, refused by pybase64
         [{"payload": base64.b64encode(bytes(MAX_SIZE + 1)).decode()}],  # too large
-        [{"payload": "QQ==", "key": "k"}, {}],  # lengths add up, yet not payload-only
+        [{"payload": "QQ==", "eventTime": 0}],  # an optional field at its default
     ],
 )
 def test_fast_path_steps_aside(messages: list[Any]) -> None:
-    assert _encode_payload_only(messages, MAX_SIZE, NOW_MS) is None
+    checked = validated(messages)
+    assert checked is not None
+    assert _encode_payload_only(checked, MAX_SIZE, NOW_MS) is None
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"payload": "QQ=="}, {}],  # a message without a payload
+        [{"payload": 3}],  # a payload that is not a string
+        ["QQ=="],  # a message that is not an object
+        [{"payload": "QQ==", "eventTime": -1}],
+        [{"payload": "QQ==", "eventTime": True}],  # strict: a boolean is not a number
+        [{"payload": "QQ==", "properties": {"a": 1}}],
+    ],
+)
+def test_the_body_type_refuses_what_neither_path_should_see(messages: list[Any]) -> None:
+    assert validated(messages) is None

@@ -229,34 +229,27 @@ FaultOperation = Literal[
 assert set(get_args(FaultOperation)) == set(OPERATIONS + OBJECT_OPERATIONS)
 
 
+ErrorRate = Annotated[
+    Double,
+    Field(ge=0.0, le=1.0, description="Probability that a call fails (it then changes nothing)."),
+]
+FaultDelay = Annotated[
+    Double,
+    Field(
+        ge=0.0,
+        le=600_000.0,
+        description="Milliseconds added to every call's latency, before it succeeds or fails.",
+    ),
+]
+
+
 @with_config(STRICT)
 class FaultSetting(TypedDict):
     """The injected fault of one storage operation."""
 
     operation: Annotated[FaultOperation, Field(description="Storage operation.")]
-    errorRate: NotRequired[
-        Annotated[
-            float,
-            Field(
-                description="Probability that a call fails (it then changes nothing).",
-                ge=0,
-                le=1,
-                json_schema_extra={"format": "double"},
-            ),
-        ]
-    ]
-    delayMs: NotRequired[
-        Annotated[
-            float,
-            Field(
-                description="Milliseconds added to every call's latency, before it succeeds "
-                "or fails.",
-                ge=0,
-                le=600_000,
-                json_schema_extra={"format": "double"},
-            ),
-        ]
-    ]
+    errorRate: NotRequired[ErrorRate]
+    delayMs: NotRequired[FaultDelay]
 
 
 @with_config(STRICT)

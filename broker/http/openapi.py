@@ -18,7 +18,6 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
-from broker.cache.designs import DESIGNS
 from broker.cluster import RESTART_MODES
 from broker.http.contract import (
     ChoiceQuery,
@@ -43,22 +42,14 @@ from broker.http.models import (
     SubscriptionStart,
     TenantInfo,
 )
-from storage_stub.bookie.api import OPERATIONS
-from storage_stub.tiered.api import OBJECT_OPERATIONS
+from broker.http.schemas import ANSWERS
 
 Json = dict[str, Any]
 
 #: A topic part (tenant, namespace, topic) or a subscription name: never ``.`` or ``..``.
 NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9_.=:-]{1,128}$"
-#: A message id ``"{ledgerId}:{entryId}"``.
-MESSAGE_ID_PATTERN = r"^[0-9]+:[0-9]+$"
-#: A message id that may name message ``I`` of a batched entry: ``"L:E"`` or ``"L:E:I"``.
-BATCH_MESSAGE_ID_PATTERN = r"^[0-9]+:[0-9]+(:[0-9]+)?$"
-#: A managed-ledger position as internalStats shows it: entry id may be -1.
-POSITION_PATTERN = r"^-?[0-9]+:-?[0-9]+$"
 #: A namespace bundle: the range of topic-name hashes ``0x{lower}_0x{upper}``.
 BUNDLE_PATTERN = r"^0x[0-9a-f]{8}_0x[0-9a-f]{8}$"
-INT32_MAX = 2_147_483_647
 
 #: The one code that goes with each error status (the table of broker.http.errors).
 ERROR_CODES: dict[int, str] = {status: code for status, (code, _) in ERRORS.items()}
@@ -124,19 +115,8 @@ def _integer(
     return schema
 
 
-def _number(description: str) -> Json:
-    return {"type": "number", "format": "double", "description": description}
-
-
 def _string(description: str, **constraints: Any) -> Json:
     return {"type": "string", "description": description, **constraints}
-
-
-def _enum(description: str, values: list[str], default: str | None = None) -> Json:
-    schema = _string(description, enum=values)
-    if default is not None:
-        schema["default"] = default
-    return schema
 
 
 def _object(
@@ -152,21 +132,6 @@ def _object(
     if additional is not None:
         schema["additionalProperties"] = additional
     return schema
-
-
-def _map_of(description: str, values: Json) -> Json:
-    """An object used as a map from names to ``values``."""
-    return {"type": "object", "description": description, "additionalProperties": values}
-
-
-def _counters(description: str, named: dict[str, str]) -> Json:
-    """Integer counters: the named ones always present, others may follow."""
-    return _object(
-        description,
-        {name: _integer(text, minimum=0) for name, text in named.items()},
-        required=list(named),
-        additional={"type": "integer", "format": "int64"},
-    )
 
 
 def _json_answer(description: str, schema: Json) -> Json:
@@ -388,310 +353,6 @@ def _headers() -> Json:
             "required": True,
             "schema": {"type": "string", "format": "uri"},
         },
-    }
-
-
-def _message_schemas() -> Json:
-    message_id = _string(
-        "Message id `{ledgerId}:{entryId}`, both at most 9223372036854775807.",
-        pattern=MESSAGE_ID_PATTERN,
-        example="3:17",
-    )
-    batch_message_id = _string(
-        "Message id `{ledgerId}:{entryId}`, or `{ledgerId}:{entryId}:{batchIndex}` for "
-        "message batchIndex of a batched entry (batchIndex below 1048576).",
-        pattern=BATCH_MESSAGE_ID_PATTERN,
-        example="3:17:0",
-    )
-    properties = _map_of("String properties of the message.", {"type": "string"})
-    return {
-        "MessageId": message_id,
-        "BatchMessageId": batch_message_id,
-        "MessagePublishResult": _object(
-            "The fate of one produced message.",
-            {
-                "messageId": _schema("BatchMessageId"),
-                "errorCode": _integer(
-                    "0: stored; 1: not stored (storage failure, retry).", minimum=0, maximum=1
-                ),
-                "errorMsg": _string("Why the message was not stored (errorCode 1 only)."),
-            },
-            required=["errorCode"],
-        ),
-        "ProduceResponse": _object(
-            "One result per produced message, in request order.",
-            {"messagePublishResults": {"type": "array", "items": _schema("MessagePublishResult")}},
-            required=["messagePublishResults"],
-        ),
-        "ConsumerMessage": _object(
-            "A message handed to a consumer; pending (unacked) until acked.",
-            {
-                "messageId": _schema("BatchMessageId"),
-                "payload": _string("Base64 payload.", format="byte"),
-                "key": _string("Present only when the message has a key."),
-                "properties": properties,
-                "publishTime": _integer("Broker time of storing, epoch ms.", minimum=0),
-                "eventTime": _integer("Producer's event time, epoch ms; 0 if not set.", minimum=0),
-                "redeliveryCount": _integer("Times delivered before.", minimum=0),
-            },
-            required=[
-                "messageId",
-                "payload",
-                "properties",
-                "publishTime",
-                "eventTime",
-                "redeliveryCount",
-            ],
-        ),
-        "ReceiveResponse": _object(
-            "Messages drained from the receiver queue (possibly none).",
-            {"messages": {"type": "array", "items": _schema("ConsumerMessage")}},
-            required=["messages"],
-        ),
-    }
-
-
-def _consumer_schemas() -> Json:
-    return {
-        "SubscriptionType": _enum(
-            "Pulsar subscription type.", ["Exclusive", "Failover", "Shared", "Key_Shared"]
-        ),
-        "ConsumerCreated": _object(
-            "The new consumer session.",
-            {"consumerId": _string("Opaque, unguessable id.")},
-            required=["consumerId"],
-        ),
-    }
-
-
-def _topic_stats_schemas() -> Json:
-    rate = "per second"
-    consumer_stats = {
-        "consumerName": _string("Consumer name."),
-        "availablePermits": _integer("Free slots in its receiver queue.", minimum=0),
-        "unackedMessages": _integer("Messages delivered and not acked.", minimum=0),
-        "msgRateOut": _number(f"Messages delivered {rate}."),
-    }
-    subscription_stats = {
-        "type": _schema("SubscriptionType"),
-        "msgBacklog": _integer("Messages not yet acknowledged.", minimum=0),
-        "msgRateOut": _number(f"Messages delivered {rate}."),
-        "msgRateRedeliver": _number(f"Messages redelivered {rate}."),
-        "unackedMessages": _integer("Messages delivered and not acked.", minimum=0),
-        "consumers": {"type": "array", "items": _schema("ConsumerStats")},
-    }
-    topic_stats = {
-        "msgRateIn": _number(f"Messages produced {rate}."),
-        "msgThroughputIn": _number(f"Bytes produced {rate}."),
-        "msgRateOut": _number(f"Messages delivered {rate}."),
-        "msgThroughputOut": _number(f"Bytes delivered {rate}."),
-        "msgInCounter": _integer("Messages produced since start.", minimum=0),
-        "bytesInCounter": _integer("Bytes produced since start.", minimum=0),
-        "msgOutCounter": _integer("Messages delivered since start.", minimum=0),
-        "bytesOutCounter": _integer("Bytes delivered since start.", minimum=0),
-        "storageSize": _integer("Bytes stored.", minimum=0),
-        "backlogSize": _integer("Bytes not yet acknowledged by every subscription.", minimum=0),
-        "offloadedStorageSize": _integer("Bytes in tiered storage.", minimum=0),
-        "subscriptions": _map_of("Stats by subscription name.", _schema("SubscriptionStats")),
-    }
-    return {
-        "ConsumerStats": _object(
-            "One consumer.", consumer_stats, required=list(consumer_stats), additional=False
-        ),
-        "SubscriptionStats": _object(
-            "One subscription.",
-            subscription_stats,
-            required=list(subscription_stats),
-            additional=False,
-        ),
-        "TopicStats": _object(
-            "Topic stats with Pulsar's field names; exactly these fields.",
-            topic_stats,
-            required=list(topic_stats),
-            additional=False,
-        ),
-    }
-
-
-def _internal_stats_schemas() -> Json:
-    position = _string(
-        "Position `L:E`; entry id -1 means before the ledger's first entry.",
-        pattern=POSITION_PATTERN,
-    )
-    ledger = {
-        "ledgerId": _integer("Ledger id.", minimum=0),
-        "entries": _integer("Entries in the ledger.", minimum=0),
-        "size": _integer("Bytes in the ledger.", minimum=0),
-        "offloaded": {"type": "boolean", "description": "Whether it is in tiered storage."},
-    }
-    cursor = {
-        "markDeletePosition": position,
-        "readPosition": position,
-        "individuallyDeletedMessages": _string(
-            "Acked ranges past the mark-delete position, Pulsar's form: "
-            "`[(3:4..3:7], (3:9..3:10]]`."
-        ),
-        "messagesConsumedCounter": _integer("Messages acknowledged through this cursor."),
-    }
-    internal = {
-        "entriesAddedCounter": _integer("Entries added since the topic was loaded.", minimum=0),
-        "numberOfEntries": _integer("Entries stored.", minimum=0),
-        "totalSize": _integer("Bytes stored.", minimum=0),
-        "currentLedgerEntries": _integer("Entries in the current ledger.", minimum=0),
-        "lastConfirmedEntry": position,
-        "ledgers": {"type": "array", "items": _schema("LedgerInfo")},
-        "cursors": _map_of("Cursors by subscription name.", _schema("CursorStats")),
-    }
-    return {
-        "LedgerInfo": _object("One ledger of the topic.", ledger, required=list(ledger)),
-        "CursorStats": _object("One cursor.", cursor, required=list(cursor)),
-        "PersistentTopicInternalStats": _object(
-            "Managed-ledger internals.", internal, required=list(internal)
-        ),
-        "LastMessageId": _object(
-            "Last stored message; entry id -1 when the topic has none.",
-            {
-                "ledgerId": _integer("Ledger id.", minimum=0),
-                "entryId": _integer("Entry id.", minimum=-1),
-            },
-            required=["ledgerId", "entryId"],
-        ),
-        "OffloadStatus": _object(
-            "Pulsar's OffloadProcessStatus.",
-            {
-                "status": _enum(
-                    "State of the last offload.", ["NOT_RUN", "RUNNING", "SUCCESS", "ERROR"]
-                ),
-                "lastError": _string("Empty unless status is ERROR."),
-                "firstUnoffloadedMessage": _schema("LastMessageId"),
-            },
-            required=["status", "lastError", "firstUnoffloadedMessage"],
-        ),
-        "TopicList": {
-            "type": "array",
-            "description": "Full topic names, sorted.",
-            "items": _string(
-                "`persistent://{tenant}/{namespace}/{topic}`.",
-                pattern=r"^persistent://[^/]+/[^/]+/[^/]+$",
-            ),
-        },
-    }
-
-
-def _broker_schemas() -> Json:
-    error_rate = {
-        **_number("Probability that a call fails (it then changes nothing)."),
-        "minimum": 0.0,
-        "maximum": 1.0,
-        "default": 0.0,
-    }
-    fault_delay = {
-        **_number("Milliseconds added to every call's latency, before it succeeds or fails."),
-        "minimum": 0.0,
-        "maximum": 600_000.0,
-        "default": 0.0,
-    }
-    cache = {
-        "implementation": _string(
-            f"managedLedgerCacheImplementation ({', '.join(DESIGNS)}; disabled at size 0)."
-        ),
-        "maxSizeBytes": _integer("Configured cache size.", minimum=0),
-        "sizeBytes": _integer("Bytes cached now.", minimum=0),
-        "entries": _integer("Entries cached now.", minimum=0),
-        "hits": _integer("Entries served from the cache.", minimum=0),
-        "misses": _integer(
-            "Entries read from storage for reads, one per entry each storage read fetches; a "
-            "reader that waits for a storage read another reader started counts neither.",
-            minimum=0,
-        ),
-        "hitBytes": _integer("Bytes served from the cache.", minimum=0),
-        "missBytes": _integer("Bytes read from storage.", minimum=0),
-        "inserted": _integer("Entries inserted.", minimum=0),
-        "evicted": _counters(
-            "Entries evicted, by reason.",
-            {"ttl": "By age.", "size": "By size.", "invalidated": "Because no reader needs them."},
-        ),
-        "evictionRuns": _integer("Eviction passes.", minimum=0),
-        "evictionCpuSeconds": _number(
-            "CPU time spent in eviction passes (timer rounds, size passes, ring rotations)."
-        ),
-        "entriesWithExpectedReads": _integer(
-            "Cached entries a cursor is still expected to read (PIP-430).", minimum=0
-        ),
-        "shadows": _map_of(
-            "Shadows by design name: each another design run beside the live one on the same "
-            "cache events, sizes only; its hits are what it would have served, its misses "
-            "what it would have read from storage.",
-            _counters("One shadow cache.", {"hits": "Hits.", "misses": "Misses."}),
-        ),
-    }
-    return {
-        "CacheStats": _object(
-            "Broker entry cache counters since start.", cache, required=list(cache)
-        ),
-        "StorageStats": _object(
-            "Storage counters since start.",
-            {
-                "bookie": _counters(
-                    "Bookie counters.",
-                    {
-                        "readRequests": "Read calls.",
-                        "entriesRead": "Entries read.",
-                        "bytesRead": "Bytes read.",
-                        "getFloorCalls": "Floor seeks on the location index.",
-                        "lastEntryCacheHits": "Last-entry cache hits.",
-                        "lastEntryCacheMisses": "Last-entry cache misses.",
-                    },
-                ),
-                "tiered": _counters(
-                    "Tiered store counters.",
-                    {
-                        "objectGets": "Object reads.",
-                        "bytesRead": "Bytes read.",
-                        "indexLoads": "Range index loads.",
-                        "bloomSkips": "Objects skipped thanks to a bloom filter.",
-                    },
-                ),
-            },
-            required=["bookie", "tiered"],
-        ),
-        "TraceStats": _object(
-            "The access trace recorder (brokerlabTraceDir).",
-            {
-                "enabled": {"type": "boolean", "description": "Whether a trace is recorded."},
-                "directory": _string("Where the Parquet files go."),
-                "events": _integer("Events recorded.", minimum=0),
-                "dropped": _integer("Events dropped while the writer was behind.", minimum=0),
-                "files": _integer("Files written.", minimum=0),
-                "pendingFiles": _integer("Files waiting for the writer.", minimum=0),
-                "writeErrors": _integer("Files that failed to write.", minimum=0),
-            },
-            required=["enabled"],
-        ),
-        "FaultSettings": _object(
-            "One key per storage operation that has a setting.",
-            {operation: _schema("FaultState") for operation in (*OPERATIONS, *OBJECT_OPERATIONS)},
-            additional=False,
-        ),
-        "FaultState": _object(
-            "The setting of one operation and what it did.",
-            {
-                "errorRate": error_rate,
-                "delayMs": fault_delay,
-                "injectedErrors": _integer("Calls made to fail since it was set.", minimum=0),
-            },
-            required=["errorRate", "delayMs", "injectedErrors"],
-        ),
-        "Error": _object(
-            "Body of every non-2xx answer.",
-            {
-                "reason": _string("A sentence for people."),
-                "code": _enum(
-                    "Stable id for programs.", sorted({*ERROR_CODES.values(), REDIRECT_CODE})
-                ),
-            },
-            required=["reason", "code"],
-        ),
     }
 
 
@@ -1224,85 +885,6 @@ def _broker_routes() -> list[tuple[str, str, Json]]:
 
 # --- the brokers of the cluster (brokerlab serve --brokers N) ----------------------------
 
-#: A broker's states: serving; unloading its bundles (a graceful restart); stopped; down
-#: for the restart's downtime, then starting.
-BROKER_STATES = ["up", "stopping", "down", "restarting"]
-
-
-def _cluster_schemas() -> Json:
-    broker = {
-        "index": _integer("Its index in the cluster.", minimum=0),
-        "state": _enum(
-            "up: serving; stopping: a graceful restart unloading its bundles; down: "
-            "stopped (before its first start too); restarting: down for the restart's "
-            "downtime, then starting.",
-            BROKER_STATES,
-        ),
-        "httpUrl": _string(
-            "Its HTTP service, http://{advertisedAddress}:{port}; empty until known."
-        ),
-        "serviceUrl": _string(
-            "Its binary protocol, pulsar://...; empty when the protocol is off (or before it "
-            "first listens)."
-        ),
-        "incarnation": _integer("Starts so far: 1 after the first, + 1 per restart.", minimum=0),
-        "restarts": _integer("Restarts so far.", minimum=0),
-        "bundles": {
-            "type": "array",
-            "description": "The bundles it owns, `{tenant}/{namespace}/0x{lower}_0x{upper}`.",
-            "items": _string(
-                "A bundle of a namespace.", pattern=r"^[^/]+/[^/]+/0x[0-9a-f]{8}_0x[0-9a-f]{8}$"
-            ),
-        },
-        "topics": _integer("Topics it has loaded (0 while down).", minimum=0),
-    }
-    dashboard = {
-        "broker": _integer("This broker's index.", minimum=0),
-        "brokers": {
-            "type": "array",
-            "description": "Every broker of the cluster, in index order.",
-            "items": _schema("DashboardBroker"),
-        },
-    }
-    return {
-        "Broker": _object("A broker of the cluster.", broker, required=list(broker)),
-        "DashboardBroker": {
-            "description": "A broker as GET /admin/v2/brokerlab/brokers lists it, plus its cache.",
-            "allOf": [
-                _schema("Broker"),
-                _object(
-                    "Its cache.",
-                    {
-                        "cache": {
-                            "nullable": True,
-                            "description": "Its cache stats; null before its first start.",
-                            "allOf": [_schema("CacheStats")],
-                        }
-                    },
-                    required=["cache"],
-                ),
-            ],
-        },
-        "DashboardData": {
-            "type": "object",
-            "description": "One snapshot of the counters the dashboard charts (timeMs, cache, "
-            "cacheWatermarkBytes, storage, messages, backlog, topTopics; see docs/api.md), "
-            "this broker's index and the cluster's brokers.",
-            "properties": dashboard,
-            "required": list(dashboard),
-            "additionalProperties": True,
-        },
-        "RestartAccepted": _object(
-            "The answer (202) to a restart asked of the broker itself.",
-            {
-                "broker": _integer("Its index.", minimum=0),
-                "mode": _enum("The kind of restart.", list(RESTART_MODES)),
-                "state": _enum("Always restarting.", ["restarting"]),
-            },
-            required=["broker", "mode", "state"],
-        ),
-    }
-
 
 def _cluster_routes() -> list[tuple[str, str, Json]]:
     brokers = "/admin/v2/brokerlab/brokers"
@@ -1355,85 +937,6 @@ def _cluster_routes() -> list[tuple[str, str, Json]]:
 
 
 # --- Pulsar's admin and lookup routes (broker/http/pulsar_admin.py) ----------------------
-
-
-def _pulsar_admin_schemas() -> Json:
-    nullable_url = {"type": "string", "nullable": True}
-    names = {"type": "array", "items": {"type": "string"}}
-    return {
-        "PartitionedTopicMetadata": _object(
-            "Pulsar's PartitionedTopicMetadata; partitions 0: not a partitioned topic.",
-            {
-                "partitions": _integer("Partitions; 0 for a topic.", minimum=0),
-                "deleted": {
-                    "type": "boolean",
-                    "description": "A delete of the partitioned topic is under way.",
-                },
-            },
-            required=["partitions", "deleted"],
-        ),
-        "PartitionedTopicStats": {
-            "type": "object",
-            "description": "The fields of TopicStats added up over the partitions, plus "
-            "metadata and each partition's stats.",
-            "properties": {
-                "metadata": _object(
-                    "The partitioned topic.",
-                    {"partitions": _integer("Partitions.", minimum=1)},
-                    required=["partitions"],
-                ),
-                "partitions": _map_of(
-                    "Each partition's stats by full name; {} with perPartition=false.",
-                    _schema("TopicStats"),
-                ),
-            },
-            "required": ["metadata", "partitions"],
-            "additionalProperties": True,
-        },
-        "LookupData": _object(
-            "Pulsar's LookupData: the broker owning the topic's bundle.",
-            {
-                "brokerUrl": {
-                    **nullable_url,
-                    "description": "The owner's pulsar:// URL; null when the binary "
-                    "protocol is off (brokerServicePort=0).",
-                },
-                "brokerUrlTls": {**nullable_url, "description": "Always null: no TLS."},
-                "httpUrl": _string(
-                    "The owner's http:// URL (this broker's: the port of this request)."
-                ),
-                "httpUrlTls": {**nullable_url, "description": "Always null: no TLS."},
-                "nativeUrl": {**nullable_url, "description": "Legacy twin of brokerUrl."},
-                "brokerUrlSsl": _string(
-                    "Legacy field, always empty; the C++ client needs it.", enum=[""]
-                ),
-            },
-            required=[
-                "brokerUrl",
-                "brokerUrlTls",
-                "httpUrl",
-                "httpUrlTls",
-                "nativeUrl",
-                "brokerUrlSsl",
-            ],
-        ),
-        "TopicLastMessageId": _object(
-            "Pulsar's MessageId of the last stored message.",
-            {
-                "ledgerId": _integer("Ledger id.", minimum=0),
-                "entryId": _integer("Entry id; -1 when the topic has none.", minimum=-1),
-                "partitionIndex": _integer(
-                    "Index of a partition {topic}-partition-{i}, else -1.", minimum=-1
-                ),
-                "batchIndex": _integer(
-                    "Index of the last message when the last entry is a batch, else -1.",
-                    minimum=-1,
-                ),
-            },
-            required=["ledgerId", "entryId", "partitionIndex", "batchIndex"],
-        ),
-        "NameList": {**names, "description": "Names, sorted."},
-    }
 
 
 def _pulsar_admin_routes() -> list[tuple[str, str, Json]]:
@@ -1804,13 +1307,15 @@ class _SchemaGenerator(GenerateJsonSchema):
         return False
 
 
-#: Types whose schemas are components although no request body names them directly.
-_EXTRA_COMPONENTS: tuple[Any, ...] = (TenantInfo,)
+#: The answers' types (``broker/http/schemas.py``), and request types an answer names:
+#: each becomes a component named as its class, which the operations refer to.
+_COMPONENTS: tuple[Any, ...] = (*ANSWERS, TenantInfo)
 
 
-def _generate_bodies(paths: Json, schemas: Json) -> None:
-    """Replace each operation's JsonBody by its Request Body Object, every schema
-    generated in one pass by pydantic; named types become components."""
+def _generate_schemas(paths: Json, schemas: Json) -> None:
+    """Every schema of the document, generated in one pass by pydantic: the answers'
+    components, and each operation's JsonBody replaced by its Request Body Object
+    (named types become components)."""
     bodies: list[tuple[Json, JsonBody[Any]]] = [
         (operation, operation["requestBody"])
         for item in paths.values()
@@ -1818,7 +1323,7 @@ def _generate_bodies(paths: Json, schemas: Json) -> None:
         if "requestBody" in operation
     ]
     adapters = [body.adapter for _, body in bodies]
-    adapters += [TypeAdapter(kind) for kind in _EXTRA_COMPONENTS]
+    adapters += [TypeAdapter(kind) for kind in _COMPONENTS]
     mode: Literal["validation"] = "validation"
     inputs = [(index, mode, adapter) for index, adapter in enumerate(adapters)]
     generated, definitions = TypeAdapter.json_schemas(
@@ -1853,16 +1358,8 @@ def _paths() -> Json:
 def openapi_spec() -> dict[str, Any]:
     """The whole contract as an OpenAPI 3.1 document (a fresh dict on each call)."""
     paths = _paths()
-    schemas: Json = {
-        **_message_schemas(),
-        **_consumer_schemas(),
-        **_topic_stats_schemas(),
-        **_internal_stats_schemas(),
-        **_broker_schemas(),
-        **_pulsar_admin_schemas(),
-        **_cluster_schemas(),
-    }
-    _generate_bodies(paths, schemas)
+    schemas: Json = {}
+    _generate_schemas(paths, schemas)
     return {
         "openapi": "3.1.0",
         "info": {

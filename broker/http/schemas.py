@@ -24,18 +24,22 @@ from typing import Annotated, Literal
 from pydantic import MISSING, BaseModel, ConfigDict, Field, RootModel
 
 from broker.cache.designs import DESIGNS
+from broker.http.models import (
+    BatchMessageId,
+    Double,
+    ErrorRate,
+    FaultDelay,
+    Int64,
+    SubscriptionType,
+)
 
 # --- scalars -----------------------------------------------------------------------------
 
-Int64 = Annotated[int, Field(json_schema_extra={"format": "int64"})]  # shared with models.py
 #: a counter, size or index: never negative
 Count = Annotated[Int64, Field(ge=0)]
-Double = Annotated[float, Field(json_schema_extra={"format": "double"})]  # shared with models.py
 #: base64 text of bytes (OpenAPI's ``format: byte``)
 Base64Text = Annotated[str, Field(json_schema_extra={"format": "byte"})]
 
-#: A message id that may name message ``I`` of a batched entry: ``"L:E"`` or ``"L:E:I"``.
-BATCH_MESSAGE_ID_PATTERN = r"^[0-9]+:[0-9]+(:[0-9]+)?$"  # shared with models.py
 #: A managed-ledger position as internalStats shows it: entry id may be -1.
 POSITION_PATTERN = r"^-?[0-9]+:-?[0-9]+$"
 #: A namespace's bundle as the cluster lists it: ``{tenant}/{namespace}/0x{lower}_0x{upper}``.
@@ -43,15 +47,6 @@ NAMESPACE_BUNDLE_PATTERN = r"^[^/]+/[^/]+/0x[0-9a-f]{8}_0x[0-9a-f]{8}$"
 #: A full topic name.
 TOPIC_NAME_PATTERN = r"^persistent://[^/]+/[^/]+/[^/]+$"
 
-BatchMessageId = Annotated[  # shared with models.py
-    str,
-    Field(
-        pattern=BATCH_MESSAGE_ID_PATTERN,
-        description="Message id `{ledgerId}:{entryId}`, or `{ledgerId}:{entryId}:{batchIndex}` "
-        "for message batchIndex of a batched entry (batchIndex below 1048576).",
-        examples=["3:17:0"],
-    ),
-]
 Position = Annotated[
     str,
     Field(
@@ -64,7 +59,6 @@ TopicFullName = Annotated[
     Field(pattern=TOPIC_NAME_PATTERN, description="`persistent://{tenant}/{namespace}/{topic}`."),
 ]
 
-SubscriptionType = Literal["Exclusive", "Failover", "Shared", "Key_Shared"]  # shared with models.py
 #: the codes of the error table (broker/http/errors.py: ERRORS and REDIRECT_CODE), sorted
 ErrorCode = Literal[
     "conflict",
@@ -430,19 +424,6 @@ class TraceStats(BaseModel):
 
 # --- fault injection ---------------------------------------------------------------------
 
-ErrorRate = Annotated[  # shared with models.py
-    Double,
-    Field(ge=0.0, le=1.0, description="Probability that a call fails (it then changes nothing)."),
-]
-FaultDelay = Annotated[  # shared with models.py
-    Double,
-    Field(
-        ge=0.0,
-        le=600_000.0,
-        description="Milliseconds added to every call's latency, before it succeeds or fails.",
-    ),
-]
-
 
 class FaultState(BaseModel):
     """The setting of one operation and what it did."""
@@ -555,3 +536,11 @@ class DashboardData(BaseModel):
     brokers: list[DashboardBroker] = Field(
         description="Every broker of the cluster, in index order."
     )
+
+
+#: Every answer type: each is a component of the OpenAPI document, named as its class.
+ANSWERS: tuple[type[BaseModel], ...] = tuple(
+    kind
+    for kind in list(globals().values())
+    if isinstance(kind, type) and issubclass(kind, BaseModel) and kind.__module__ == __name__
+)

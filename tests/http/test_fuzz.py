@@ -1,0 +1,96 @@
+"""Schemathesis drives every operation of the generated ``/openapi.json`` against a real
+``brokerlab serve`` process with requests generated from the document: valid ones and,
+as its negative mode makes them, invalid ones. The broker may refuse anything, but it
+never answers a 5xx other than a documented 503, and each answer has the status codes
+and the body the document gives the operation.
+
+The run is bounded (a few examples per operation, derandomized) so it fits the suite.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
+
+from broker.http.openapi import openapi_spec
+from tests.protocol.conftest import ServedBroker
+
+EXAMPLES_PER_OPERATION = 20
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedBroker]:
+    data_dir: pathlib.Path = tmp_path_factory.mktemp("fuzz") / "data"
+    broker = ServedBroker(data_dir, {}).start()
+    try:
+        yield broker
+    finally:
+        broker.kill()
+
+
+@pytest.fixture(scope="module")
+def fuzz_schema(served: ServedBroker) -> Any:
+    schema = schemathesis.openapi.from_dict(served.http("GET", "/openapi.json"))
+    schema.config.update(base_url=served.http_url, request_timeout=40)
+    return schema
+
+
+#: a restart of the broker under test would fail every request made while it is down
+NOT_FUZZED = {"restartBroker"}
+
+
+#: operations whose only input is the consumer id path parameter: any non-empty string
+#: is a valid one (an unknown id answers 404), and an empty one is no path
+NO_INVALID_INPUT = {"closeConsumer", "redeliverUnacknowledged"}
+
+
+def _takes_input(operation: dict[str, Any]) -> bool:
+    return bool(operation.get("parameters") or operation.get("requestBody"))
+
+
+def _runs() -> list[tuple[str, GenerationMode]]:
+    """Each operation with valid input, and, when it takes any input, with invalid."""
+    runs = []
+    for item in openapi_spec()["paths"].values():
+        for operation in item.values():
+            operation_id = operation["operationId"]
+            if operation_id in NOT_FUZZED:
+                continue
+            runs.append((operation_id, GenerationMode.POSITIVE))
+            if _takes_input(operation) and operation_id not in NO_INVALID_INPUT:
+                runs.append((operation_id, GenerationMode.NEGATIVE))
+    return sorted(runs)
+
+
+@pytest.mark.parametrize(("operation_id", "mode"), _runs())
+def test_every_operation_answers_as_documented_and_never_fails_inside(
+    served: ServedBroker, fuzz_schema: Any, operation_id: str, mode: GenerationMode
+) -> None:
+    operation = fuzz_schema.find_operation_by_id(operation_id)
+
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def answers_as_documented(case: Any) -> None:
+        response = case.call()
+        if operation_id == "setFault":
+            served.http("DELETE", "/admin/v2/brokerlab/faults")  # faults stay out of others
+        case.validate_response(
+            response,
+            checks=[not_a_server_error, status_code_conformance, response_schema_conformance],
+        )
+
+    answers_as_documented()

@@ -1,8 +1,9 @@
 """The stub bookie: ledgers of entries on disk (entry logs + RocksDB) or in memory.
 
 One class per storage concern, as in BookKeeper's ``ldb`` package: EntryLogger,
-EntryLocationIndex, LedgerMetadataIndex, RocksMetadataStore, GroupCommitter and the
-DiskUsageMonitor (a full disk makes the bookie read-only), composed by DiskBookie;
+EntryLocationIndex, LedgerMetadataIndex, RocksMetadataStore, GroupCommitter (adds),
+GroupedSyncWriter (the metadata database's synced writes) and the DiskUsageMonitor (a
+full disk makes the bookie read-only), composed by DiskBookie;
 InMemoryBookie for tests; the LatencyModel, FaultInjector and OpCounters every call goes
 through (InstrumentedBookie). ``open_storage`` builds all of it.
 """
@@ -24,6 +25,7 @@ from storage_stub.bookie.counters import OpCounter, OpCounters
 from storage_stub.bookie.disk import DiskBookie
 from storage_stub.bookie.disk_monitor import DiskUsageMonitor
 from storage_stub.bookie.faults import FaultInjector
+from storage_stub.bookie.grouped_writes import GroupedSyncWriter
 from storage_stub.bookie.instrumented import InstrumentedBookie, InstrumentedMetadataStore
 from storage_stub.bookie.last_entry_cache import LastEntryCache, LastEntryCachingBookie
 from storage_stub.bookie.latency import LatencyModel, parse_latency_spec
@@ -39,6 +41,7 @@ __all__ = [
     "DiskBookie",
     "DiskUsageMonitor",
     "FaultInjector",
+    "GroupedSyncWriter",
     "InMemoryBookie",
     "InMemoryMetadataStore",
     "InstrumentedBookie",

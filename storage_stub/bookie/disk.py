@@ -56,7 +56,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
+
+from rocksdict import WriteBatch
 
 from storage_stub.bookie.api import (
     BookieError,
@@ -72,6 +74,7 @@ from storage_stub.bookie.counters import OpCounters
 from storage_stub.bookie.disk_monitor import DiskUsageMonitor, UsageProbe, statvfs_probe
 from storage_stub.bookie.entry_log import EntryLogger, Frame, FrameLocation
 from storage_stub.bookie.group_commit import GroupCommitter
+from storage_stub.bookie.grouped_writes import GroupedSyncWriter
 from storage_stub.bookie.ledger_metadata import LedgerMetadataIndex
 from storage_stub.bookie.location_index import EntryLocationIndex
 from storage_stub.bookie.read_cache import ReadCache
@@ -79,6 +82,7 @@ from storage_stub.bookie.rocks import RocksDatabase
 from storage_stub.config import StorageConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class _DiskLedger:
@@ -128,7 +132,9 @@ class DiskBookie:
         "_ledgers",
         "_log",
         "_metadata_db",
+        "_metadata_writer",
         "_monitor",
+        "_owns_metadata_writer",
         "_read_ahead",
         "_sync",
         "_sync_mode",
@@ -145,6 +151,7 @@ class DiskBookie:
         config: StorageConfig,
         counters: OpCounters,
         probe: UsageProbe,
+        metadata_writer: GroupedSyncWriter | None = None,
     ) -> None:
         self._log = log
         self._index = index
@@ -164,10 +171,17 @@ class DiskBookie:
         )
         self._read_ahead = config.dbStorage_readAheadCacheBatchSize
         self._sync = config.syncMode != "none"
+        #: synced ledger metadata writes share fsyncs with the metadata database's others
+        self._owns_metadata_writer = self._sync and metadata_writer is None
+        self._metadata_writer = (
+            (metadata_writer or GroupedSyncWriter(self._metadata_db, name="metadata"))
+            if self._sync
+            else None
+        )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bookie-writer")
-        # The writer thread writes both databases: a reopen holds it off.
+        # The writer thread writes the location index (the metadata database has its
+        # GroupedSyncWriter's thread): a reopen holds it off.
         index.database.writers.append(self._executor)
-        self._metadata_db.writers.append(self._executor)
         self._metadata_db.on_write_failure = self._database_failed
         self._closed = False
         self._committer: GroupCommitter[_PendingAdd] | None = None
@@ -200,11 +214,14 @@ class DiskBookie:
         counters: OpCounters | None = None,
         *,
         probe: UsageProbe | None = None,
+        metadata_writer: GroupedSyncWriter | None = None,
     ) -> DiskBookie:
         """Open the bookie on ``data_dir`` (created if missing), using the shared metadata
         database ``metadata_db`` (not owned). Recovery: cut a torn tail off the newest
         entry log; for every open ledger read its last entry and size from the index.
 
+        ``metadata_writer``: the metadata database's GroupedSyncWriter (not owned), shared
+        with the metadata store; the bookie opens its own when none is given.
         ``probe`` reports the disk usage (default: statvfs of ``data_dir``). On a full disk
         the bookie opens read-only (with ``readOnlyModeEnabled``; without it, start-up
         fails with StorageFaultError, as a BookKeeper bookie does not start)."""
@@ -217,6 +234,7 @@ class DiskBookie:
             config=config,
             counters=counters if counters is not None else OpCounters(),
             probe=probe if probe is not None else statvfs_probe(data_dir),
+            metadata_writer=metadata_writer,
         )
         monitor = bookie._monitor
         for database in (bookie._index.database, metadata_db):
@@ -280,13 +298,17 @@ class DiskBookie:
         """Run a blocking call on the writer thread (FIFO with every other write)."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    async def _write(self, operation: str, call: Callable[..., None], *args: Any) -> None:
-        """A metadata write: synced on the writer thread, or plain on the loop (none)."""
+    async def _write(
+        self, operation: str, stage: Callable[[WriteBatch, T], None], argument: T
+    ) -> None:
+        """A ledger metadata write of the records ``stage(batch, argument)`` adds: synced
+        with the metadata database's other writes in flight (one fsync for the group), or
+        plain on the loop (none)."""
         try:
-            if self._sync:
-                await self._in_writer(functools.partial(call, *args, sync=True))
+            if self._metadata_writer is not None:
+                await self._metadata_writer.write(operation, stage, argument)
             else:
-                call(*args, sync=False)
+                self._ledger_index.write(operation, stage, argument, sync=False)
         except StorageFaultError as error:
             raise self._failed(operation, error) from None
 
@@ -340,7 +362,7 @@ class DiskBookie:
             length=0,
             created_ms=int(time.time() * 1000),
         )
-        await self._write("createLedger", self._ledger_index.create, metadata)
+        await self._write("createLedger", LedgerMetadataIndex.stage_create, metadata)
         self._ledgers[ledger_id] = _DiskLedger(metadata)
         return ledger_id
 
@@ -493,7 +515,7 @@ class DiskBookie:
             await self._drain(ledger)
             if not ledger.metadata.closed:
                 closed = replace(ledger.metadata, closed=True)
-                await self._write("closeLedger", self._ledger_index.put, closed)
+                await self._write("closeLedger", LedgerMetadataIndex.stage_put, closed)
                 ledger.metadata = closed
         finally:
             ledger.sealers -= 1
@@ -512,7 +534,7 @@ class DiskBookie:
                 if last != ledger.metadata.last_entry_id:
                     length = self._index.ledger_stats(ledger_id)[1]
                 closed = replace(ledger.metadata, closed=True, last_entry_id=last, length=length)
-                await self._write("closeLedger", self._ledger_index.put, closed)
+                await self._write("closeLedger", LedgerMetadataIndex.stage_put, closed)
                 ledger.metadata = closed
                 ledger.next_entry_id = last + 1
         finally:
@@ -533,7 +555,7 @@ class DiskBookie:
             # Metadata first: once it is gone the ledger is unknown, so locations left
             # behind by a crash (or a failed range delete) are unreachable (and ids are
             # never reused).
-            await self._write("deleteLedger", self._ledger_index.delete, ledger_id)
+            await self._write("deleteLedger", LedgerMetadataIndex.stage_delete, ledger_id)
             del self._ledgers[ledger_id]
             try:
                 self._index.delete_ledger(ledger_id, sync=False)
@@ -564,11 +586,15 @@ class DiskBookie:
                 await self._in_writer(self._log.sync)
             except StorageFaultError as error:
                 log.error("closing the bookie: %s", error)
+            if self._metadata_writer is not None:
+                if self._owns_metadata_writer:
+                    await self._metadata_writer.close()
+                else:
+                    await self._metadata_writer.drain()
         finally:
             self._executor.shutdown(wait=True)
-            for database in (self._index.database, self._metadata_db):
-                if self._executor in database.writers:
-                    database.writers.remove(self._executor)
+            if self._executor in self._index.database.writers:
+                self._index.database.writers.remove(self._executor)
             if self._metadata_db.on_write_failure == self._database_failed:
                 self._metadata_db.on_write_failure = None
             self._index.close(flush=not self.disk_full())

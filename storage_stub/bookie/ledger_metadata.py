@@ -9,7 +9,9 @@ RocksMetadataStore; each owner keeps to its own first key byte:
 - ``b"N"`` -> next ledger id u64, written in the same batch as every created ledger, so
   ids never repeat across restarts (ids of failed creations are skipped, not reused).
 
-Writes block (and fsync the WAL when ``sync``): the bookie runs synced ones on a thread.
+Writes block (and fsync the WAL when ``sync``); the ``stage_*`` methods add a write's
+records to a WriteBatch instead, for the bookie's synced writes, which go through the
+database's GroupedSyncWriter (one fsync for every write in flight together).
 A RocksDB failure raises StorageFaultError naming the bookie operation (NoSpaceError for
 a full disk, BookieReadOnlyError while the database is open read-only); a failed write
 leaves the database failed until it is reopened (see rocks.RocksDatabase).
@@ -18,6 +20,8 @@ leaves the database failed until it is reopened (see rocks.RocksDatabase).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import TypeVar
 
 from rocksdict import Rdict, WriteBatch
 
@@ -30,6 +34,7 @@ _ID = struct.Struct(">Q")
 _RECORD = struct.Struct(">?qQq")
 _SYNC = write_options(sync=True)
 _NO_SYNC = write_options(sync=False)
+T = TypeVar("T")
 
 
 def _key(ledger_id: int) -> bytes:
@@ -40,7 +45,7 @@ class LedgerMetadataIndex:
     """Persistence of ledger metadata; the bookie keeps the live copies in memory.
 
     ``allocate_ledger_id``: O(1), in memory. ``create``/``put``/``delete``: one RocksDB
-    write each. ``load_all``: one scan, O(ledgers).
+    write each; ``stage_*``: O(1), staging into a WriteBatch. ``load_all``: one scan, O(ledgers).
     """
 
     __slots__ = ("_next_ledger_id", "_rocks")
@@ -87,25 +92,43 @@ class LedgerMetadataIndex:
             created_ms=created_ms,
         )
 
-    def create(self, metadata: LedgerMetadata, *, sync: bool) -> None:
-        """Store a new ledger and advance the stored next id past it, atomically."""
-        batch = WriteBatch(raw_mode=True)
-        batch.put(_key(metadata.ledger_id), self.encode(metadata))
+    @staticmethod
+    def stage_create(batch: WriteBatch, metadata: LedgerMetadata) -> None:
+        """Add a new ledger and the next id past it (they land together) to ``batch``."""
+        batch.put(_key(metadata.ledger_id), LedgerMetadataIndex.encode(metadata))
         batch.put(NEXT_LEDGER_ID_KEY, _ID.pack(metadata.ledger_id + 1))
+
+    @staticmethod
+    def stage_put(batch: WriteBatch, metadata: LedgerMetadata) -> None:
+        batch.put(_key(metadata.ledger_id), LedgerMetadataIndex.encode(metadata))
+
+    @staticmethod
+    def stage_delete(batch: WriteBatch, ledger_id: int) -> None:
+        batch.delete(_key(ledger_id))
+
+    def write(
+        self,
+        operation: str,
+        stage: Callable[[WriteBatch, T], None],
+        argument: T,
+        *,
+        sync: bool,
+    ) -> None:
+        """Write the records ``stage(batch, argument)`` adds, atomically, now."""
+        batch = WriteBatch(raw_mode=True)
+        stage(batch, argument)
         rocks = self._rocks
         try:
             rocks.db.write(batch, _SYNC if sync else _NO_SYNC)
         except Exception as error:
-            raise rocks.write_fault("createLedger", "ledger metadata write", error) from None
+            raise rocks.write_fault(operation, "ledger metadata write", error) from None
+
+    def create(self, metadata: LedgerMetadata, *, sync: bool) -> None:
+        """Store a new ledger and advance the stored next id past it, atomically."""
+        self.write("createLedger", self.stage_create, metadata, sync=sync)
 
     def put(self, metadata: LedgerMetadata, *, sync: bool) -> None:
-        rocks = self._rocks
-        try:
-            rocks.db.put(
-                _key(metadata.ledger_id), self.encode(metadata), _SYNC if sync else _NO_SYNC
-            )
-        except Exception as error:
-            raise rocks.write_fault("closeLedger", "ledger metadata write", error) from None
+        self.write("closeLedger", self.stage_put, metadata, sync=sync)
 
     def get(self, ledger_id: int) -> LedgerMetadata | None:
         try:
@@ -115,11 +138,7 @@ class LedgerMetadataIndex:
         return None if value is None else self.decode(ledger_id, value)
 
     def delete(self, ledger_id: int, *, sync: bool) -> None:
-        rocks = self._rocks
-        try:
-            rocks.db.delete(_key(ledger_id), _SYNC if sync else _NO_SYNC)
-        except Exception as error:
-            raise rocks.write_fault("deleteLedger", "ledger metadata delete", error) from None
+        self.write("deleteLedger", self.stage_delete, ledger_id, sync=sync)
 
     def load_all(self) -> dict[int, LedgerMetadata]:
         """Every stored ledger, by id."""

@@ -10,38 +10,45 @@ read-only), and a failed write is reported to the database's ``on_write_failure`
 bookie, which turns read-only and checks the disk). The store keeps writing while the
 bookie is read-only: its records are small, and the broker needs them to acknowledge
 messages and to delete ledgers.
+
+Synced writes (syncMode always/batch) go through a GroupedSyncWriter, shared with the
+bookie's ledger metadata (one database, one writer): concurrent writes share one fsync.
 """
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
-
 from rocksdict import Rdict
 
 from storage_stub.bookie.api import StorageFaultError
+from storage_stub.bookie.grouped_writes import GroupedSyncWriter
 from storage_stub.bookie.rocks import RocksDatabase, write_options
 
 RECORD_PREFIX = b"M"
-_SYNC = write_options(sync=True)
 _NO_SYNC = write_options(sync=False)
 
 
 class RocksMetadataStore:
     """``get``: one point lookup on the loop. ``put``/``delete``: one write; synced writes
-    (syncMode always/batch) run on the store's own writer thread, one at a time, so
-    writes land in call order. ``keys_with_prefix``: one seek + O(k) iteration."""
+    (syncMode always/batch) are grouped with the other synced writes of the database in
+    flight (one fsync per group, see GroupedSyncWriter) and land in call order.
+    ``keys_with_prefix``: one seek + O(k) iteration."""
 
-    __slots__ = ("_closed", "_executor", "_rocks", "_sync")
+    __slots__ = ("_closed", "_owns_writer", "_rocks", "_writer")
 
-    def __init__(self, db: RocksDatabase | Rdict, *, sync: bool) -> None:
-        """Use the shared metadata database ``db`` (not owned: the caller closes it)."""
-        self._rocks = (
-            db if isinstance(db, RocksDatabase) else RocksDatabase.wrapping(db, name="metadata")
-        )
-        self._sync = sync
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metadata-sync")
-        self._rocks.writers.append(self._executor)
+    def __init__(
+        self, db: RocksDatabase | Rdict, *, sync: bool, writer: GroupedSyncWriter | None = None
+    ) -> None:
+        """Use the shared metadata database ``db`` (not owned: the caller closes it).
+        ``sync``: synced writes, through ``writer`` (the database's, not owned), or a
+        writer of the store's own when none is given."""
+        if writer is not None:
+            self._rocks = writer.rocks
+        else:
+            self._rocks = (
+                db if isinstance(db, RocksDatabase) else RocksDatabase.wrapping(db, name="metadata")
+            )
+        self._owns_writer = sync and writer is None
+        self._writer = (writer or GroupedSyncWriter(self._rocks, name="metadata")) if sync else None
         self._closed = False
 
     def _check_open(self, op: str) -> None:
@@ -62,21 +69,12 @@ class RocksMetadataStore:
             raise self._rocks.fault("metadataGet", "metadata read", error) from None
         return value
 
-    # Writer-thread jobs read ``db`` when they run: a reopen may have replaced it.
-    def _put(self, record_key: bytes, value: bytes) -> None:
-        self._rocks.db.put(record_key, value, _SYNC)
-
-    def _delete(self, record_key: bytes) -> None:
-        self._rocks.db.delete(record_key, _SYNC)
-
     async def put(self, key: str, value: bytes) -> None:
         self._check_open("metadataPut")
         record_key = RECORD_PREFIX + key.encode()
         try:
-            if self._sync:
-                await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._put, record_key, bytes(value)
-                )
+            if self._writer is not None:
+                await self._writer.put("metadataPut", record_key, bytes(value))
             else:
                 self._rocks.db.put(record_key, bytes(value), _NO_SYNC)
         except Exception as error:
@@ -86,10 +84,8 @@ class RocksMetadataStore:
         self._check_open("metadataDelete")
         record_key = RECORD_PREFIX + key.encode()
         try:
-            if self._sync:
-                await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._delete, record_key
-                )
+            if self._writer is not None:
+                await self._writer.delete("metadataDelete", record_key)
             else:
                 self._rocks.db.delete(record_key, _NO_SYNC)
         except Exception as error:
@@ -115,17 +111,15 @@ class RocksMetadataStore:
         return keys
 
     async def close(self) -> None:
-        """Wait for writes in flight, then stop the writer thread. Never raises for a
-        failed write: the writes' callers were told."""
+        """Wait for this store's writes in flight (with the writer's others), then stop
+        the writer if it is the store's own. Never raises for a failed write: the
+        writes' callers were told."""
         if self._closed:
             return
         self._closed = True
-        if self._sync:
-            await asyncio.get_running_loop().run_in_executor(self._executor, _barrier)
-        self._executor.shutdown(wait=True)
-        if self._executor in self._rocks.writers:
-            self._rocks.writers.remove(self._executor)
-
-
-def _barrier() -> None:
-    """Runs after every write queued before it (the writer thread is FIFO)."""
+        writer = self._writer
+        if writer is not None:
+            if self._owns_writer:
+                await writer.close()
+            else:
+                await writer.drain()

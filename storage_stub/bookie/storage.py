@@ -11,6 +11,7 @@ from storage_stub.bookie.counters import OpCounters
 from storage_stub.bookie.disk import DiskBookie
 from storage_stub.bookie.disk_monitor import UsageProbe
 from storage_stub.bookie.faults import FaultInjector
+from storage_stub.bookie.grouped_writes import GroupedSyncWriter
 from storage_stub.bookie.instrumented import InstrumentedBookie, InstrumentedMetadataStore
 from storage_stub.bookie.last_entry_cache import LastEntryCache, LastEntryCachingBookie
 from storage_stub.bookie.latency import LatencyModel
@@ -26,7 +27,9 @@ from storage_stub.tiered.persisted import PersistedTieredStore
 class Storage:
     """What the broker holds: ``bookie`` and ``metadata`` (every call faulted, delayed and
     counted), the ``counters``, ``faults`` and ``latency`` behind them, and ``close``;
-    ``read_only``, ``read_only_reason`` and ``disk_usage`` for the disk bookie's state."""
+    ``read_only``, ``read_only_reason`` and ``disk_usage`` for the disk bookie's state;
+    ``metadata_writer``, the metadata database's synced writer (None in memory mode and
+    in syncMode=none), whose counters say how many fsyncs its writes took."""
 
     __slots__ = (
         "_closers",
@@ -38,6 +41,7 @@ class Storage:
         "last_entry_cache",
         "latency",
         "metadata",
+        "metadata_writer",
         "read_cache",
         "tiered",
     )
@@ -56,8 +60,10 @@ class Storage:
         tiered: PersistedTieredStore,
         closers: list[Callable[[], Awaitable[None]]],
         disk: DiskBookie | None = None,
+        metadata_writer: GroupedSyncWriter | None = None,
     ) -> None:
         self._disk = disk
+        self.metadata_writer = metadata_writer
         self.tiered = tiered
         self.last_entry_cache = last_entry_cache
         self.read_cache = read_cache
@@ -152,6 +158,7 @@ async def open_storage(
     metadata: MetadataStore
     read_cache: ReadCache | None = None
     disk_bookie: DiskBookie | None = None
+    metadata_writer: GroupedSyncWriter | None = None
     closers: list[Callable[[], Awaitable[None]]]
     if config.storageMode == "memory":
         memory_bookie = InMemoryBookie(counters)
@@ -167,16 +174,32 @@ async def open_storage(
             name="metadata",
             allow_read_only=config.readOnlyModeEnabled,
         )
+        # one writer for the metadata database: the bookie's ledger records and the
+        # store's records written together share one fsync
+        metadata_writer = (
+            GroupedSyncWriter(metadata_db, name="metadata") if config.syncMode != "none" else None
+        )
         try:
             disk_bookie = await DiskBookie.open(
-                config, data_dir, metadata_db, counters, probe=disk_usage_probe
+                config,
+                data_dir,
+                metadata_db,
+                counters,
+                probe=disk_usage_probe,
+                metadata_writer=metadata_writer,
             )
         except BaseException:
+            if metadata_writer is not None:
+                await metadata_writer.close()
             metadata_db.close()
             raise
-        rocks_metadata = RocksMetadataStore(metadata_db, sync=config.syncMode != "none")
+        rocks_metadata = RocksMetadataStore(
+            metadata_db, sync=metadata_writer is not None, writer=metadata_writer
+        )
 
         async def close_metadata_db() -> None:
+            if metadata_writer is not None:
+                await metadata_writer.close()
             metadata_db.close(flush=not disk_bookie.disk_full())
 
         bookie, metadata = disk_bookie, rocks_metadata
@@ -204,4 +227,5 @@ async def open_storage(
         tiered=tiered,
         closers=closers,
         disk=disk_bookie,
+        metadata_writer=metadata_writer,
     )

@@ -13,11 +13,19 @@ the brokers of a cluster scraped together stay apart.
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
 from collections.abc import Iterator
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -46,20 +54,70 @@ class BrokerMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(node, storage, topic_level, watermark))
         broker = str(node.index)
-        self.produce_latency = Histogram(
+        self.produce_latency = LatencyHistogram(
             "brokerlab_produce_latency_seconds",
             "Time to store a produce request durably (receipt of the body to the answer).",
-            labelnames=("broker",),
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        ).labels(broker)
-        self.dispatch_latency = Histogram(
+            broker,
+        )
+        self.dispatch_latency = LatencyHistogram(
             "brokerlab_dispatch_latency_seconds",
             "Publish to delivery: from a message's publishTime to the poll that returns it.",
-            labelnames=("broker",),
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        ).labels(broker)
+            broker,
+        )
+        self.registry.register(self.produce_latency)
+        self.registry.register(self.dispatch_latency)
+
+
+class LatencyHistogram(Collector):
+    """A latency histogram cheap enough to observe once per delivered message, exposed
+    as Prometheus exposes its histograms (cumulative ``le`` buckets, ``_count``,
+    ``_sum``, ``_created``) with a ``broker`` label.
+
+    ``observe`` is a bisect over the bucket bounds and two additions: about 0.15 us,
+    against about 1-2 us for prometheus_client's Histogram, which takes a lock and walks
+    its buckets; at 100 messages a poll that was some 6% of the broker's CPU under
+    produce+consume. Observed from the event loop's thread only (no lock). O(log
+    buckets) per observation, O(buckets) per scrape."""
+
+    __slots__ = ("_bounds", "_broker", "_counts", "_created", "_documentation", "_name", "_sum")
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        broker: str,
+        bounds: tuple[float, ...] = LATENCY_BUCKETS,
+    ) -> None:
+        self._name = name.removesuffix("_seconds") + "_seconds"
+        self._documentation = documentation
+        self._broker = broker
+        self._bounds = bounds
+        #: observations per bucket, not cumulative; the last is above every bound (+Inf)
+        self._counts = [0] * (len(bounds) + 1)
+        self._sum = 0.0
+        self._created = time.time()
+
+    def observe(self, seconds: float) -> None:
+        """Count one observation: in the first bucket whose bound is >= it (``le``)."""
+        self._counts[bisect_left(self._bounds, seconds)] += 1
+        self._sum += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self._name, self._documentation, labels=("broker",))
+        cumulative = list(accumulate(self._counts))
+        buckets = [
+            (_bound_text(bound), count)
+            for bound, count in zip(self._bounds, cumulative[:-1], strict=True)
+        ]
+        buckets.append(("+Inf", cumulative[-1]))
+        family.add_metric([self._broker], buckets, self._sum)
+        family.add_sample(self._name + "_created", {"broker": self._broker}, self._created)
+        yield family
+
+
+def _bound_text(bound: float) -> str:
+    """A bucket bound as prometheus_client writes it (``0.005``, ``1.0``, ``30.0``)."""
+    return repr(float(bound))
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

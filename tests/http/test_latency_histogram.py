@@ -1,0 +1,56 @@
+"""The broker's own latency histogram is exposed exactly as prometheus_client's Histogram
+would expose the same observations: the same buckets (a value equal to a bound counts
+in that bound's bucket), count and sum, the same names and labels."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.http.metrics import LATENCY_BUCKETS, LatencyHistogram
+
+OBSERVATIONS = [0.0, 0.0004, 0.0005, 0.00051, 0.003, 0.025, 0.7, 1.0, 29.9, 30.0, 31.0, 1e6]
+
+
+def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    found = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue  # the creation time differs between the two
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def test_exposition_matches_prometheus_clients_histogram_for_the_same_observations() -> None:
+    theirs = CollectorRegistry()
+    reference = Histogram(
+        "brokerlab_x_latency_seconds",
+        "help",
+        labelnames=("broker",),
+        buckets=LATENCY_BUCKETS,
+        registry=theirs,
+    ).labels("3")
+    ours = CollectorRegistry()
+    histogram = LatencyHistogram("brokerlab_x_latency_seconds", "help", "3")
+    ours.register(histogram)
+    for value in OBSERVATIONS:
+        reference.observe(value)
+        histogram.observe(value)
+    expected = samples(theirs)
+    assert samples(ours) == expected
+    # and the comparison sees the buckets: the boundary value 0.0005 is in le=0.0005
+    assert (
+        expected[("brokerlab_x_latency_seconds_bucket", (("broker", "3"), ("le", "0.0005")))] == 3
+    )
+    assert expected[("brokerlab_x_latency_seconds_count", (("broker", "3"),))] == len(OBSERVATIONS)
+
+
+def test_an_unobserved_histogram_exposes_zero_counts() -> None:
+    registry = CollectorRegistry()
+    registry.register(LatencyHistogram("brokerlab_y_latency_seconds", "help", "0"))
+    found = samples(registry)
+    assert found[("brokerlab_y_latency_seconds_count", (("broker", "0"),))] == 0
+    assert found[("brokerlab_y_latency_seconds_bucket", (("broker", "0"), ("le", "+Inf")))] == 0
+    assert len([key for key in found if key[0].endswith("_bucket")]) == len(LATENCY_BUCKETS) + 1

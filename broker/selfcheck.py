@@ -14,6 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from broker.http.app import Settings, create_app
+from broker.http.listener import LimitedTCPSite, http_runner
 
 TOPIC = "public/default/self-check"
 MESSAGES = 2000
@@ -21,9 +22,11 @@ BATCH = 100
 
 
 async def _start(settings: Settings) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(create_app(settings), access_log=None)
+    """The broker served as ``brokerlab serve`` serves it (its limits and timeouts), on
+    a free port."""
+    runner = http_runner(create_app(settings), settings.broker)
     await runner.setup()
-    await web.TCPSite(runner, settings.broker.bindAddress, 0).start()
+    await LimitedTCPSite.for_config(runner, settings.broker, port=0).start()
     port = runner.addresses[0][1]
     return runner, f"http://{settings.broker.bindAddress}:{port}"
 

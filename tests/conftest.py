@@ -18,6 +18,7 @@ from aiohttp import web
 
 from broker.config import load_broker_config, load_storage_config
 from broker.http.app import Settings, create_app
+from broker.http.listener import LimitedTCPSite, http_runner
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -130,14 +131,21 @@ def make_settings(
     )
 
 
+async def served(settings: Settings) -> web.AppRunner:
+    """The broker of ``settings`` served as ``brokerlab serve`` serves it, with the
+    listener's limits and timeouts, on the configured address and port (0: a free one)."""
+    runner = http_runner(create_app(settings), settings.broker)
+    await runner.setup()
+    await LimitedTCPSite.for_config(runner, settings.broker).start()
+    return runner
+
+
 @contextlib.asynccontextmanager
 async def in_process_broker(
     data_dir: pathlib.Path | None = None, storage: dict[str, Any] | None = None, **broker: Any
 ) -> AsyncIterator[Client]:
     """One in-process broker on a real port, stopped cleanly (files closed) on exit."""
-    runner = web.AppRunner(create_app(make_settings(data_dir, storage, **broker)), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    runner = await served(make_settings(data_dir, storage, **broker))
     client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
     try:
         yield client
@@ -160,11 +168,7 @@ async def live_broker() -> AsyncIterator[LiveBroker]:
     async def start(
         data_dir: pathlib.Path | None = None, storage: dict[str, Any] | None = None, **broker: Any
     ) -> Client:
-        app = create_app(make_settings(data_dir, storage, **broker))
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        runner = await served(make_settings(data_dir, storage, **broker))
         runners.append(runner)
         port = runner.addresses[0][1]
         client = Client(f"http://127.0.0.1:{port}")

@@ -193,11 +193,16 @@ class LimitedTCPSite(web.TCPSite):
         self.limiter = limiter
 
     @classmethod
-    def for_config(cls, runner: web.AppRunner, config: BrokerConfig) -> LimitedTCPSite:
+    def for_config(
+        cls, runner: web.AppRunner, config: BrokerConfig, port: int | None = None
+    ) -> LimitedTCPSite:
+        """The site of ``config``'s address, limits and port (or ``port``: 0, any free
+        one)."""
         limiter = ConnectionLimiter(
             config.maxHttpServerConnections, config.brokerlabHttpMaxConnectionsPerIp
         )
-        return cls(runner, config.bindAddress, config.webServicePort, limiter)
+        port = config.webServicePort if port is None else port
+        return cls(runner, config.bindAddress, port, limiter)
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner

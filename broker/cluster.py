@@ -91,6 +91,7 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
             max_topics_per_namespace=config.maxTopicsPerNamespace,
         ),
         cluster_name=config.clusterName,
+        max_producers_per_topic=config.maxProducersPerTopic,
         max_consumers_per_topic=config.maxConsumersPerTopic,
         max_consumers_per_subscription=config.maxConsumersPerSubscription,
         max_subscriptions_per_topic=config.maxSubscriptionsPerTopic,

@@ -229,7 +229,8 @@ class BrokerConfig(BaseModel):
     #: connections alike (partial bytes do not extend it); and one whose request body
     #: sends nothing for this long. Pulsar: same key and default.
     httpServerIdleTimeout: int = Field(default=30000, gt=0)
-    #: Most producers of a topic (binary protocol: ProducerBusy). Pulsar: same.
+    #: Most producers of a topic, binary and WebSocket (binary protocol: ProducerBusy;
+    #: WebSocket handshake: 409). Pulsar: same key and default.
     maxProducersPerTopic: int = Field(default=0, ge=0)
     #: Most consumers of a topic (HTTP 409 limit-reached; binary: ConsumerBusy).
     #: Pulsar: same key and default.

@@ -25,6 +25,7 @@ from broker.dispatch.errors import (
     NotFoundError,
     NotImplementedYetError,
     PreconditionFailedError,
+    ProducerLimitError,
     UnavailableError,
 )
 from broker.dispatch.names import TopicName
@@ -33,7 +34,7 @@ from broker.dispatch.ownership import NotOwnerError, Ownership, ServiceNotReadyE
 from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
-from broker.dispatch.topic import PersistentTopic
+from broker.dispatch.topic import PersistentTopic, Producer
 from broker.ledger.cache_evictor import CacheEvictor
 from broker.ledger.managed_ledger import (
     LedgerInfo,
@@ -118,8 +119,10 @@ class ServiceConfig:
     #: brokerlabUnloadInactiveTopicsEnabled: unload (not delete) inactive topics that
     #: must not be deleted, freeing their memory; the next use loads them again
     unload_inactive_topics: bool = True
-    #: maxConsumersPerTopic, maxConsumersPerSubscription, maxSubscriptionsPerTopic;
-    #: 0: no limit (maxTopicsPerNamespace, which counts partitions, is in ``partitions``)
+    #: maxProducersPerTopic, maxConsumersPerTopic, maxConsumersPerSubscription,
+    #: maxSubscriptionsPerTopic; 0: no limit (maxTopicsPerNamespace, which counts
+    #: partitions, is in ``partitions``)
+    max_producers_per_topic: int = 0
     max_consumers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
     max_subscriptions_per_topic: int = 0
@@ -524,6 +527,18 @@ class BrokerService:
             raise NotAllowedLimitError(
                 f"topic {topic.name} has maxSubscriptionsPerTopic={limit} subscriptions"
             )
+
+    def add_producer(self, topic: PersistentTopic, producer: Producer) -> None:
+        """Count a front end's producer (binary or WebSocket) among ``topic``'s;
+        ProducerLimitError (Pulsar's ProducerBusy) when it has maxProducersPerTopic
+        already. The front end discards it from ``topic.producers`` when it closes.
+        O(1)."""
+        limit = self.config.max_producers_per_topic
+        if limit and len(topic.producers) >= limit:
+            raise ProducerLimitError(
+                f"topic {topic.name} has maxProducersPerTopic={limit} producers"
+            )
+        topic.producers.add(producer)
 
     def consumer(self, consumer_id: str) -> Consumer:
         consumer = self.consumers.get(consumer_id)

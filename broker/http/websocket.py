@@ -49,6 +49,7 @@ from broker.dispatch.errors import BrokerError, InvalidRequestError
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
+from broker.dispatch.topic import PersistentTopic
 from broker.http.app import CLOCK, METRICS, SETTINGS, topic_service
 from broker.http.b64 import decode_base64_strict
 from broker.http.parsing import query_int
@@ -972,13 +973,16 @@ class WebSocketProducer:
     answered at once and stores nothing); valid ones queue and are written group by
     group, one write in flight, each answered once its group is stored. With batching,
     a group's messages become batched entries of at most ``batch_max_messages``; a
-    group waits up to ``batch_delay_s`` after its first message to fill up."""
+    group waits up to ``batch_delay_s`` after its first message to fill up.
+
+    The session is one of its topic's producers, counted against maxProducersPerTopic
+    as a binary producer is. When the topic unloads, the next write counts it again
+    on the topic loaded anew, as Pulsar's WebSocket service's client reconnects."""
 
     def __init__(
         self,
         request: web.Request,
         ws: web.WebSocketResponse,
-        owner: TaskOwner,
         name: TopicName,
         producer_name: str,
         first_sequence_id: int,
@@ -1006,7 +1010,24 @@ class WebSocketProducer:
         self._writing = 0
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
-        owner.spawn(self._write_loop(), f"websocket producer {producer_name}")
+        #: the topic this producer is counted in (None: not since it unloaded)
+        self.topic: PersistentTopic | None = None
+
+    def attach(self, topic: PersistentTopic) -> None:
+        """Count this producer among ``topic``'s: ProducerLimitError over
+        maxProducersPerTopic."""
+        self.service.add_producer(topic, self)
+        self.topic = topic
+
+    def close_from_broker(self) -> None:
+        """The topic unloads or is deleted (it forgets its producers)."""
+        self.topic = None
+
+    def detach(self) -> None:
+        """The session ends: its topic counts it no more."""
+        if self.topic is not None:
+            self.topic.producers.discard(self)
+            self.topic = None
 
     async def receive(self, text: str) -> None:
         """One message from the client: queued for a write, or refused at once."""
@@ -1085,7 +1106,7 @@ class WebSocketProducer:
             answer["context"] = context
         await _send(self.ws, answer)
 
-    async def _write_loop(self) -> None:
+    async def write_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             if not self._queue:
@@ -1158,6 +1179,9 @@ class WebSocketProducer:
         entries, sizes = self._encode(group)
         try:
             topic = await self.service.get_topic(self.name, create=True)
+            if topic is not self.topic:
+                self.detach()
+                self.attach(topic)  # loaded anew: counted again, as a reconnect
         except _STORAGE_ERRORS as error:
             await self._fail(group, f"{type(error).__name__}: {error}")
             return
@@ -1250,37 +1274,42 @@ async def producer_session(request: web.Request) -> web.StreamResponse:
         )
         max_pending = query_int(request, "maxPendingMessages", max_pending, 0, MAX_INT32)
     service = topic_service(request, name)
-    # the producer's topic must exist or be creatable, else the handshake is refused
-    await service.get_topic(name, create=True)
     ws = _new_socket(request)
-    await ws.prepare(request)
-    sockets = request.app[SOCKETS].sockets
-    sockets.add(ws)
-    owner = TaskOwner("websocket producer")
+    producer = WebSocketProducer(
+        request,
+        ws,
+        name,
+        producer_name,
+        first_sequence_id,
+        send_timeout_ms,
+        max_pending,
+        batching,
+        batch_max_messages,
+        batch_delay_ms,
+    )
+    # the producer's topic must exist or be creatable and have room for one more
+    # producer, else the handshake is refused (ProducerBusy: 409, as Pulsar's
+    # WebSocket service answers)
+    producer.attach(await service.get_topic(name, create=True))
     try:
-        producer = WebSocketProducer(
-            request,
-            ws,
-            owner,
-            name,
-            producer_name,
-            first_sequence_id,
-            send_timeout_ms,
-            max_pending,
-            batching,
-            batch_max_messages,
-            batch_delay_ms,
-        )
-        async for message in ws:
-            if message.type == WSMsgType.TEXT:
-                await producer.receive(message.data)
-            elif message.type == WSMsgType.ERROR:
-                break
-    except Exception:
-        log.exception("websocket producer %s failed", producer_name)
-        await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"internal error")
+        await ws.prepare(request)
+        sockets = request.app[SOCKETS].sockets
+        sockets.add(ws)
+        owner = TaskOwner("websocket producer")
+        try:
+            owner.spawn(producer.write_loop(), f"websocket producer {producer_name}")
+            async for message in ws:
+                if message.type == WSMsgType.TEXT:
+                    await producer.receive(message.data)
+                elif message.type == WSMsgType.ERROR:
+                    break
+        except Exception:
+            log.exception("websocket producer %s failed", producer_name)
+            await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"internal error")
+        finally:
+            sockets.discard(ws)
+            # messages not yet stored were never acknowledged: the client resends them
+            await owner.close()
     finally:
-        sockets.discard(ws)
-        # messages not yet stored were never acknowledged: the client resends them
-        await owner.close()
+        producer.detach()
     return ws

@@ -638,16 +638,11 @@ class Connection(asyncio.Protocol):
                     if request.HasField("producer_name") and request.producer_name
                     else f"{self.server.config.clusterName}-0-{next(_producer_names)}"
                 )
-                limit = self.server.config.maxProducersPerTopic
-                if limit and len(topic.producers) >= limit:
-                    raise ProducerLimitError(
-                        f"topic {name} has maxProducersPerTopic={limit} producers"
-                    )
                 producer = BinaryProducer(self, request.producer_id, producer_name, topic)
                 if self.closed:
                     return
+                self.service.add_producer(topic, producer)  # maxProducersPerTopic
                 self.producers[request.producer_id] = producer
-                topic.producers.add(producer)
             command = BaseCommand(type=Type.PRODUCER_SUCCESS)
             success = command.producer_success
             success.request_id = request.request_id

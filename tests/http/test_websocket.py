@@ -509,6 +509,58 @@ async def test_a_second_exclusive_consumer_is_refused_with_409(live_broker: Live
         assert refused.value.status == 409
 
 
+async def upgrade_refused(client: Client, path: str) -> tuple[int, dict[str, Any]]:
+    """Open a WebSocket session that the broker refuses: its status and error body."""
+    headers = {
+        "Connection": "Upgrade",
+        "Upgrade": "websocket",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": base64.b64encode(b"limits-test-key!").decode(),
+    }
+    async with client.session.get(client.base_url + path, headers=headers) as response:
+        assert response.status != 101, "the broker accepted the session"
+        return response.status, dict(await response.json())
+
+
+async def test_producers_over_max_producers_per_topic_are_refused_409_until_one_closes(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker(maxProducersPerTopic=2)
+    async with connect(client, producer_path()) as first:
+        async with connect(client, producer_path()):
+            status, body = await upgrade_refused(client, producer_path())
+            assert (status, body["code"]) == (409, "conflict"), body
+            assert "maxProducersPerTopic=2" in body["reason"], body
+            assert (await produce_ws(first, "admitted"))["result"] == "ok"
+            async with connect(client, producer_path("public/default/ws-other")) as other:
+                assert (await produce_ws(other, "another topic"))["result"] == "ok"
+
+        async def admitted() -> bool:
+            # the broker counts a session out once it has seen it close
+            try:
+                async with connect(client, producer_path()) as again:
+                    return bool((await produce_ws(again, "in its place"))["result"] == "ok")
+            except aiohttp.WSServerHandshakeError as refused:
+                assert refused.status == 409
+                return False
+
+        await until(admitted)
+    assert (await client.stats(TOPIC))["msgInCounter"] == 2
+
+
+async def test_a_producer_session_outlives_an_unload_and_is_counted_on_the_reloaded_topic(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker(maxProducersPerTopic=1)
+    async with connect(client, producer_path()) as producer:
+        assert (await produce_ws(producer, "before"))["result"] == "ok"
+        status, body = await client.request("POST", "/admin/v2/namespaces/public/default/unload")
+        assert status == 204, body
+        assert (await produce_ws(producer, "after"))["result"] == "ok"  # on the new load
+        status, body = await upgrade_refused(client, producer_path())
+        assert (status, body["code"]) == (409, "conflict"), body
+
+
 # ---------------------------------------------------------------------- broker side
 
 

@@ -161,6 +161,59 @@ def test_max_producers_per_topic_answers_producer_busy_until_a_producer_closes(
     assert stats["msgInCounter"] == 2
 
 
+def websocket_producer(broker: ServedBroker, topic: str) -> tuple[socket.socket, int, bytes]:
+    """Ask for a WebSocket producer session of ``topic`` on a raw socket: the socket,
+    the answer's status and its body (none for 101: the session is open while the
+    socket is)."""
+    address = broker.http_url.removeprefix("http://")
+    host, port = address.rsplit(":", 1)
+    connection = socket.create_connection((host, int(port)), timeout=DEADLINE_S)
+    path = "/ws/v2/producer/persistent/" + topic.removeprefix("persistent://")
+    connection.sendall(
+        (
+            f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: Upgrade\r\n"
+            "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Key: bGltaXRzLXRlc3Qta2V5IQ==\r\n\r\n"
+        ).encode()
+    )
+    stream = connection.makefile("rb")
+    status = int(stream.readline().split()[1])
+    length = 0
+    while (line := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return connection, status, stream.read(length) if status != 101 else b""
+
+
+def test_binary_and_websocket_producers_share_max_producers_per_topic(
+    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+) -> None:
+    broker = pulsar_broker(maxProducersPerTopic=1)
+    client = open_client(broker, clients)
+    topic = new_topic()
+    producer = client.create_producer(topic)
+    refused, status, body = websocket_producer(broker, topic)
+    refused.close()
+    assert status == 409 and b"maxProducersPerTopic=1" in body, (status, body)
+    producer.close()
+    session, status, _ = websocket_producer(broker, topic)
+    with session:
+        assert status == 101
+        with pytest.raises(pulsar.ProducerBusy):
+            client.create_producer(topic)
+
+    def binary_admitted() -> bool:
+        # the broker counts the session out once it has seen its socket close
+        try:
+            client.create_producer(topic).close()
+        except pulsar.ProducerBusy:
+            return False
+        return True
+
+    poll_until(binary_admitted, "the closed session's place for a binary producer")
+
+
 # ---------------------------------------------------------------------- consumers
 
 

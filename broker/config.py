@@ -232,7 +232,7 @@ class BrokerConfig(BaseModel):
     #: Most producers of a topic, binary and WebSocket (binary protocol: ProducerBusy;
     #: WebSocket handshake: 409). Pulsar: same key and default.
     maxProducersPerTopic: int = Field(default=0, ge=0)
-    #: Most consumers of a topic (HTTP 409 limit-reached; binary: ConsumerBusy).
+    #: Most consumers of a topic (HTTP 409 conflict; binary: ConsumerBusy).
     #: Pulsar: same key and default.
     maxConsumersPerTopic: int = Field(default=0, ge=0)
     #: Most consumers of a subscription (409; ConsumerBusy). Pulsar: same.

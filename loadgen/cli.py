@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import uvloop
 
 from loadgen.broker_process import BrokerStartError
-from loadgen.client import BrokerError
+from loadgen.client import AuthenticationError, BrokerError
 from loadgen.runner import RunOptions, default_out_dir, run_scenario
 from loadgen.scenario import ScenarioError, load_scenario, preset_names
 
@@ -39,6 +39,25 @@ def _positive(text: str) -> float:
     return value
 
 
+def _token(text: str) -> str:
+    """A token as given; one that could not be a header value is refused here, not as a
+    stack trace from the first request."""
+    if not text or any(character.isspace() for character in text):
+        raise argparse.ArgumentTypeError("a token is one word, without spaces or line breaks")
+    return text
+
+
+def _token_file(text: str) -> str:
+    """The token in a file, read once; whitespace around it (a final newline) dropped."""
+    try:
+        token = pathlib.Path(text).read_text().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise argparse.ArgumentTypeError(f"cannot read {text}: {error}") from None
+    if not token:
+        raise argparse.ArgumentTypeError(f"{text} is empty")
+    return _token(token)
+
+
 def _overrides(pairs: list[str]) -> dict[str, object]:
     result: dict[str, object] = {}
     for pair in pairs:
@@ -55,6 +74,30 @@ def _driver_argument(parser: argparse.ArgumentParser) -> None:
         choices=("http", "pulsar"),
         help="how producers and consumers reach the broker: its HTTP routes, or the "
         "official Pulsar client over the binary protocol (default: the scenario's)",
+    )
+
+
+def _token_arguments(parser: argparse.ArgumentParser, started: str) -> None:
+    """--token and --token-file, one or the other, both into ``args.token``. ``started``:
+    what becomes of the token with a broker the command starts."""
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument(
+        "--token",
+        type=_token,
+        metavar="TOKEN",
+        help="authenticate with this token (brokerlab token create makes one): every HTTP "
+        "request carries Authorization: Bearer TOKEN, the pulsar driver's client uses "
+        "pulsar.AuthenticationToken, as pulsar-perf's --auth-plugin "
+        "org.apache.pulsar.client.impl.auth.AuthenticationToken --auth-params token:TOKEN; "
+        + started,
+    )
+    given.add_argument(
+        "--token-file",
+        type=_token_file,
+        dest="token",
+        metavar="PATH",
+        help="the token from a file, read once, whitespace around it dropped (as "
+        "--auth-params file:///PATH); keeps it out of ps and the shell history",
     )
 
 
@@ -137,6 +180,11 @@ def add_commands(
         help="after the run, let consumers catch up for up to S s; results.drain says "
         "whether every stored message reached every subscription",
     )
+    _token_arguments(
+        loadgen,
+        "a broker loadgen starts gets it too (turn its authentication on with --set or "
+        "--config); a broker with authentication off ignores it",
+    )
     _broker_arguments(loadgen)
     loadgen.add_argument("--duration", type=_positive, metavar="S", help="scale the run to S s")
     loadgen.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
@@ -167,6 +215,10 @@ def add_commands(
         "variant's settings, a --set of the same key wins over the variant's",
     )
     _driver_argument(compare)
+    _token_arguments(
+        compare,
+        "each broker compare starts gets it (turn their authentication on with --set or --config)",
+    )
     _broker_arguments(compare)
     compare.add_argument("--duration", type=_positive, metavar="S", help="scale each run to S s")
     compare.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
@@ -202,9 +254,27 @@ def run_command(args: argparse.Namespace) -> int:
     except BrokerStartError as error:
         console.print(f"[red]brokerlab {args.command}: {error}[/red]", highlight=False)
         return 1
+    except AuthenticationError as error:
+        refusal = f"brokerlab {args.command}: authentication failed: {_refused(error)}"
+        console.print(refusal, style="red", markup=False, highlight=False)
+        return 1
     except BrokerError as error:
         console.print(f"[red]brokerlab {args.command}: the broker said {error}[/red]")
         return 1
+
+
+def _refused(error: AuthenticationError) -> str:
+    """What to do about a 401, with what the broker said."""
+    said = f"(the broker said: {error})"
+    if error.token_sent:
+        return (
+            "the broker did not accept the token of --token or --token-file (one signed "
+            f"with this broker's key, not expired?) {said}"
+        )
+    return (
+        "the broker has authentication on and no token was given: pass --token TOKEN "
+        f"or --token-file PATH {said}"
+    )
 
 
 def _loadgen(args: argparse.Namespace, console: Console) -> int:
@@ -227,6 +297,7 @@ def _loadgen(args: argparse.Namespace, console: Console) -> int:
         progress=not args.no_progress,
         on_broker_ready=lambda url: console.print(f"broker: {url}", highlight=False),
         trace=args.trace,
+        token=args.token,
     )
     results = uvloop.run(run_scenario(scenario, options))
     print_summary(results, console)
@@ -310,6 +381,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
             out_dir=out / name,
             progress=not args.no_progress,
             driver=args.driver,
+            token=args.token,
         )
         results = uvloop.run(run_scenario(scenario, options))
         # two variants of a design share broker.implementation: name the run, and write

@@ -3,8 +3,10 @@ generator is a black box to the broker and never imports it.
 
 Every non-2xx answer raises :class:`BrokerError` with the contract's ``code``; a broker
 that cannot be reached (restarting, gone) raises :class:`Unavailable`, which callers
-retry. Bodies are encoded and decoded with orjson: at tens of thousands of messages a
-second the client's JSON is a visible share of the CPU.
+retry; a 401 raises :class:`AuthenticationError`. A client given a token sends it as
+``Authorization: Bearer <token>`` on every request, as Pulsar's HTTP clients do. Bodies
+are encoded and decoded with orjson: at tens of thousands of messages a second the
+client's JSON is a visible share of the CPU.
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ class Unavailable(BrokerError):
     """The broker could not be reached, or answered 503; try again later."""
 
 
+class AuthenticationError(BrokerError):
+    """The broker has authentication on and refused the client's credentials (401):
+    ``token_sent`` says whether there were any."""
+
+    def __init__(self, status: int, code: str, reason: str, *, token_sent: bool) -> None:
+        super().__init__(status, code, reason)
+        self.token_sent = token_sent
+
+
 def topic_path(topic: str) -> str:
     """``persistent://t/ns/x`` as it appears in URLs: ``persistent/t/ns/x``."""
     scheme, sep, rest = topic.partition("://")
@@ -55,12 +66,20 @@ class BrokerClient:
     In a cluster a topic's requests go to its owner: a 307 from another broker names it
     and is remembered per topic; a consumer's requests go to the broker that created
     it. A broker that is down (503 or unreachable) makes the next topic request start at
-    the next broker, as a Pulsar client walks its service URL's hosts."""
+    the next broker, as a Pulsar client walks its service URL's hosts.
+
+    ``token``: sent as a Bearer token on every request (None: no credentials)."""
 
     def __init__(
-        self, base_url: str, *, connections: int = 512, brokers: Sequence[str] = ()
+        self,
+        base_url: str,
+        *,
+        connections: int = 512,
+        brokers: Sequence[str] = (),
+        token: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._token = token
         self.brokers = [url.rstrip("/") for url in brokers] or [self.base_url]
         self._session: aiohttp.ClientSession | None = None
         self._connections = connections
@@ -83,6 +102,7 @@ class BrokerClient:
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                headers=None if self._token is None else {"Authorization": f"Bearer {self._token}"},
             )
         return self._session
 
@@ -102,7 +122,7 @@ class BrokerClient:
     ) -> tuple[int, bytes]:
         status, payload, _ = await self._request(method, path, body, params, base)
         if status >= 300:
-            raise _error(status, payload)
+            raise _error(status, payload, token_sent=self._token is not None)
         return status, payload
 
     async def _request(
@@ -154,7 +174,7 @@ class BrokerClient:
             if status >= 300:
                 if status == 503:
                     self._lost(topic)
-                raise _error(status, payload)
+                raise _error(status, payload, token_sent=self._token is not None)
             return payload, base
         raise Unavailable(0, "redirect-loop", f"{method} {path}: too many redirects")
 
@@ -317,11 +337,13 @@ def sum_stats(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
-def _error(status: int, payload: bytes) -> BrokerError:
+def _error(status: int, payload: bytes, *, token_sent: bool) -> BrokerError:
     try:
         body = orjson.loads(payload)
         code, reason = str(body["code"]), str(body["reason"])
     except (orjson.JSONDecodeError, KeyError, TypeError):
         code, reason = "unexpected", payload[:200].decode("utf-8", "replace")
+    if status == 401:
+        return AuthenticationError(status, code, reason, token_sent=token_sent)
     kind = Unavailable if status == 503 else BrokerError
     return kind(status, code, reason)

@@ -129,12 +129,18 @@ class LoopInbox:
 class PulsarDriver:
     """One run's clients: a callback client for the producers and an asyncio client for
     the consumers (each with its own connections, as the HTTP driver's pools), logging to
-    ``log_path`` (beside ``broker.log``) or, without one, errors only to the console."""
+    ``log_path`` (beside ``broker.log``) or, without one, errors only to the console;
+    both authenticated with ``token`` if given (``pulsar.AuthenticationToken``)."""
 
     name = "pulsar"
 
     def __init__(
-        self, scenario: Scenario, service_url: str, *, log_path: pathlib.Path | None = None
+        self,
+        scenario: Scenario,
+        service_url: str,
+        *,
+        log_path: pathlib.Path | None = None,
+        token: str | None = None,
     ) -> None:
         self.scenario = scenario
         self.options = scenario.pulsar
@@ -145,9 +151,10 @@ class PulsarDriver:
             logger = pulsar.FileLogger(pulsar.LoggerLevel.Info, str(log_path))
         else:
             logger = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        credentials = {} if token is None else {"authentication": pulsar.AuthenticationToken(token)}
         try:
-            self._client = pulsar.Client(service_url, logger=logger)
-            self._consumer_client = pulsar.asyncio.Client(service_url, logger=logger)
+            self._client = pulsar.Client(service_url, logger=logger, **credentials)
+            self._consumer_client = pulsar.asyncio.Client(service_url, logger=logger, **credentials)
         except CLIENT_ERRORS as error:
             raise broker_error(error, f"connect to {service_url}") from None
         self.inbox = LoopInbox(asyncio.get_running_loop())

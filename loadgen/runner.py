@@ -40,7 +40,7 @@ import pybase64
 from pydantic import ValidationError
 
 from loadgen.broker_process import BrokerProcess
-from loadgen.client import BrokerClient, BrokerError, Unavailable
+from loadgen.client import AuthenticationError, BrokerClient, BrokerError, Unavailable
 from loadgen.keys import KeyDistributor, key_name
 from loadgen.progress import ProgressDisplay
 from loadgen.recorder import CounterDeltas, Counters, Latency, flatten, summarize
@@ -101,6 +101,9 @@ class RunOptions:
     #: after the measured run, let the consumers catch up for up to this long (results'
     #: ``drain`` says whether every stored message reached every subscription)
     drain_s: float = 0.0
+    #: sent with every request, HTTP (``Authorization: Bearer``) and binary protocol
+    #: (``pulsar.AuthenticationToken``), to a started broker too (None: no credentials)
+    token: str | None = None
 
 
 class Producer(Protocol):
@@ -863,7 +866,9 @@ async def _run_against(
         admin: BrokerClient | None = None
         stats_error: str | None = f"no HTTP admin (the broker is {service_url} only)"
         if url is not None:
-            admin = BrokerClient(url, connections=ADMIN_CONCURRENCY + 8, brokers=cluster)
+            admin = BrokerClient(
+                url, connections=ADMIN_CONCURRENCY + 8, brokers=cluster, token=options.token
+            )
             stack.push_async_callback(admin.close)
             stats_error = await _probe_stats(admin, required=scenario.driver == "http")
         driver: Driver
@@ -871,13 +876,18 @@ async def _run_against(
             from loadgen.pulsar_driver import PulsarDriver
 
             log_path = options.out_dir / "pulsar-client.log" if options.out_dir else None
-            driver = PulsarDriver(scenario, service_url, log_path=log_path)
+            driver = PulsarDriver(scenario, service_url, log_path=log_path, token=options.token)
         else:
             assert url is not None and admin is not None
-            client = BrokerClient(url, connections=PRODUCE_CONNECTIONS, brokers=cluster)
+            client = BrokerClient(
+                url, connections=PRODUCE_CONNECTIONS, brokers=cluster, token=options.token
+            )
             stack.push_async_callback(client.close)
             consumer_client = BrokerClient(
-                url, connections=_connection_limit(consumer_count), brokers=cluster
+                url,
+                connections=_connection_limit(consumer_count),
+                brokers=cluster,
+                token=options.token,
             )
             stack.push_async_callback(consumer_client.close)
             driver = HttpDriver(client, consumer_client, admin)
@@ -888,11 +898,12 @@ async def _run_against(
 
 async def _probe_stats(admin: BrokerClient, *, required: bool) -> str | None:
     """Wait for the broker's HTTP admin to answer its cache stats; when they are not
-    ``required`` (the pulsar driver), why there are none instead of an error."""
+    ``required`` (the pulsar driver), why there are none instead of an error. A refused
+    token is an error either way: the run would be refused too, later and less clearly."""
     try:
         await _retry(admin.cache_stats)
     except BrokerError as error:
-        if required:
+        if required or isinstance(error, AuthenticationError):
             raise
         return f"no brokerlab stats at {admin.base_url}: {error}"
     return None

@@ -45,9 +45,10 @@ class EntryFormatError(ValueError):
 class Entry:
     """A stored entry read back from the ledger. ``data`` is the entry in Pulsar's
     format; ``messages`` (how many messages it holds, 1 for an unbatched entry) is read
-    from the metadata on first use and kept, so a cached entry parses it once."""
+    from the metadata on first use and kept, so a cached entry parses it once. Weakly
+    referable: the managed ledger's LiveEntries finds the entries held somewhere."""
 
-    __slots__ = ("_messages", "data", "position")
+    __slots__ = ("__weakref__", "_messages", "data", "position")
 
     def __init__(self, position: Position, data: bytes) -> None:
         self.position = position

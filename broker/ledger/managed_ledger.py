@@ -24,6 +24,7 @@ from broker.cache.api import CursorCheck
 from broker.cache.stream import TopicEvents
 from broker.clock import Clock
 from broker.ledger.entry import Entry
+from broker.ledger.live_entries import LiveEntries
 from broker.ledger.offload import TieredStorage, offset_of, stream_id_of
 from broker.ledger.pending_reads import PendingRead, PendingReads
 from broker.ledger.position import Position
@@ -168,6 +169,9 @@ class ManagedLedger:
         self.pending_reads = PendingReads(
             self._read_storage, self._tasks, events.filled, events.fill_failed
         )
+        #: the entries read and still held somewhere (receiver queues of several
+        #: subscriptions): reads share them
+        self.live_entries = LiveEntries()
         #: the tiered store offloaded ledgers are read from (None: no tiered storage)
         self.tiered: TieredStorage | None = None
         self.stream_id = stream_id_of(name)
@@ -688,8 +692,11 @@ class ManagedLedger:
         if self._closed:
             raise ManagedLedgerError(f"managed ledger {self.name} is closed")
         plan = self.events.read(reader, ledger_id, first, last, replay)
-        # take the payloads of the hits now: eviction may drop them while we await storage
-        served = [Entry(Position(ledger_id, c.entry_id), c.data) for c in plan.hits]  # type: ignore[arg-type]
+        # take the payloads of the hits now: eviction may drop them while we await storage;
+        # an entry another subscription's receiver queue holds is shared, not copied (one
+        # subscription has nobody to share with: its reads skip the index)
+        entry = self.live_entries.entry if len(self.cursors) > 1 else Entry
+        served = [entry(Position(ledger_id, c.entry_id), c.data) for c in plan.hits]  # type: ignore[arg-type]
         if not plan.own and not plan.joined:
             return served
         parts: list[tuple[int, int, PendingRead]] = []
@@ -704,7 +711,7 @@ class ManagedLedger:
             datas = await asyncio.shield(pending.future)
             offset = part_first - pending.first
             for entry_id in range(part_first, part_last + 1):
-                fetched[entry_id] = Entry(Position(ledger_id, entry_id), datas[offset])
+                fetched[entry_id] = entry(Position(ledger_id, entry_id), datas[offset])
                 offset += 1
         return [fetched[entry_id] for entry_id in range(first, last + 1)]
 

@@ -46,6 +46,7 @@ class Consumer:
         "nack_delay_ms",
         "name",
         "pending",
+        "polled",
         "polls",
         "priority_level",
         "queue",
@@ -78,6 +79,10 @@ class Consumer:
         self.last_active_ns = now_ns
         #: long polls in progress; a consumer that is polling is never idle
         self.polls = 0
+        #: its client has polled: entries handed over keep their decoded metadata for
+        #: the poll that takes them (one decode, here); a receiver queue nobody has
+        #: polled yet holds only bytes
+        self.polled = False
         self.closed = False
         self.msg_out = RateCounter()
         self.bytes_out = RateCounter()
@@ -89,13 +94,16 @@ class Consumer:
 
     def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
         """Hand an entry over: into the receiver queue, and pending until acked; the read
-        the cache designs expected for it has now happened (the ``released`` event). O(1)."""
+        the cache designs expected for it has now happened (the ``released`` event). O(1)
+        plus one decode of the entry's metadata (kept on the entry once this consumer has
+        polled: its poll reads the messages with ``Entry.decoded_messages``)."""
         position = entry.position
         self._released(self.subscription.name, position.ledger_id, position.entry_id)
         self.queue.append(Delivery(entry, redelivery_count))
         self.pending[entry.position] = NOT_RECEIVED
         nbytes = len(entry.data)
-        self.msg_out.add(entry.messages)  # messages, as msgInCounter counts them
+        # messages, as msgInCounter counts them
+        self.msg_out.add(entry.keep_metadata() if self.polled else entry.messages)
         self.bytes_out.add(nbytes)
         totals = self.subscription.topic.totals
         totals.dispatched += 1
@@ -106,7 +114,9 @@ class Consumer:
 
     def drain(self, max_messages: int, now_ns: int) -> list[Delivery]:
         """Take up to ``max_messages`` deliveries from the receiver queue; the client
-        has them as of ``now_ns``. O(n)."""
+        has them as of ``now_ns``. O(n). The deliveries' ``entry.decoded_messages()``
+        are their messages, decoded once."""
+        self.polled = True
         queue = self.queue
         count = min(max_messages, len(queue))
         taken = [queue.popleft() for _ in range(count)]

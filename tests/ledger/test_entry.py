@@ -123,3 +123,29 @@ def test_the_sticky_key_is_resolved_as_pulsar_resolves_it() -> None:
     assert key_of(entry_of(metadata.SerializeToString(), b"")) == b"\x00\xff"
     metadata.ordering_key = b"order"
     assert key_of(entry_of(metadata.SerializeToString(), b"")) == b"order"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        encode_message(b"payload", 1_700_000_000_123, 42, "k", {"a": "b"}, "p1", 7),
+        encode_batch([(b"one", "k1", {"x": "1"}, 5), (b"two", None, None, 0)], 99, "p2", 3),
+    ],
+    ids=["unbatched", "batch"],
+)
+def test_messages_decoded_from_kept_metadata_are_those_of_the_bytes(data: bytes) -> None:
+    entry = Entry(Position(1, 2), data)
+    entry.keep_metadata()
+    fields = [tuple(getattr(m, name) for name in m.__slots__) for m in messages_of(data)]
+
+    assert [tuple(getattr(m, n) for n in m.__slots__) for m in entry.decoded_messages()] == fields
+    assert entry.messages == max(len(fields), 1)
+
+
+def test_bytes_that_are_not_an_entry_keep_nothing_and_fail_to_decode() -> None:
+    entry = Entry(Position(1, 2), b"not an entry")
+    entry.keep_metadata()
+
+    assert entry.messages == 1
+    with pytest.raises(EntryFormatError):
+        entry.decoded_messages()

@@ -55,7 +55,6 @@ from broker.ledger.entry import (
     encode_batch,
     encode_message,
     encode_payloads,
-    messages_of,
 )
 from broker.ledger.position import Position
 from storage_stub.bookie import Storage
@@ -390,7 +389,7 @@ async def receive(request: web.Request) -> web.Response:
     for delivery in deliveries:
         entry = delivery.entry
         try:
-            decoded = messages_of(entry.data)
+            decoded = entry.decoded_messages()
         except EntryFormatError as error:
             log.warning(
                 "entry %s of %s is unreadable over HTTP: %s",

@@ -60,7 +60,6 @@ from broker.ledger.entry import (
     Message,
     encode_batch,
     encode_message,
-    messages_of,
 )
 from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
@@ -576,7 +575,7 @@ class WebSocketConsumer(Consumer):
             self._unacked_sent -= len(stale)
         subscription = self.subscription
         try:
-            decoded = messages_of(entry.data)
+            decoded = entry.decoded_messages()
         except EntryFormatError as error:
             log.warning(
                 "entry %s of %s is unreadable over WebSocket: %s",

@@ -31,7 +31,12 @@ from broker.http.b64 import decode_all_strict, decode_base64_strict
 from broker.http.contract import RouteTable
 from broker.http.errors import error_middleware
 from broker.http.metrics import BrokerMetrics
-from broker.http.models import CONSUMER_DEFAULTS, MAX_KEY_BYTES, ProduceRequest, ProducerMessage
+from broker.http.models import (
+    CONSUMER_DEFAULTS,
+    MAX_KEY_BYTES,
+    ProduceRequest,
+    ProducerMessage,
+)
 from broker.http.openapi import (
     ACK_BODY,
     CONSUMER_BODY,
@@ -58,7 +63,6 @@ from broker.ledger.entry import (
 )
 from broker.ledger.position import Position
 from storage_stub.bookie import Storage
-from storage_stub.bookie.api import OPERATIONS
 from storage_stub.bookie.faults import FaultInjector
 from storage_stub.tiered.api import OBJECT_OPERATIONS
 
@@ -677,11 +681,6 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 # ---------------------------------------------------------------------- fault injection
-
-
-#: every operation a fault can be set on: the bookie's and metadata's, then the tiered
-#: object store's
-FAULT_OPERATIONS: tuple[str, ...] = OPERATIONS + OBJECT_OPERATIONS
 
 
 def _fault_injectors(storage: Storage) -> tuple[FaultInjector, FaultInjector]:

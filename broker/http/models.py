@@ -17,9 +17,9 @@ Unknown fields are ignored, as Pulsar's REST API ignores them.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired, get_args
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import ConfigDict, Field, with_config
+from pydantic import AfterValidator, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 from storage_stub.bookie.api import OPERATIONS
@@ -212,21 +212,23 @@ class MessageIdRequest(TypedDict):
     messageId: MessageId
 
 
-FaultOperation = Literal[
-    "createLedger",
-    "addEntries",
-    "readEntries",
-    "getLastEntry",
-    "closeLedger",
-    "deleteLedger",
-    "metadataGet",
-    "metadataPut",
-    "metadataDelete",
-    "objectGet",
-    "objectPut",
-    "objectDelete",
+#: every storage operation a fault can be set on: the bookie's and metadata's, then the
+#: tiered object store's
+FAULT_OPERATIONS: tuple[str, ...] = OPERATIONS + OBJECT_OPERATIONS
+
+
+def _fault_operation(name: str) -> str:
+    if name not in FAULT_OPERATIONS:
+        raise ValueError(f"not a storage operation; one of {', '.join(FAULT_OPERATIONS)}")
+    return name
+
+
+#: a storage operation's name, checked against the storage stub's own list
+FaultOperation = Annotated[
+    str,
+    AfterValidator(_fault_operation),
+    Field(json_schema_extra={"enum": list(FAULT_OPERATIONS)}),
 ]
-assert set(get_args(FaultOperation)) == set(OPERATIONS + OBJECT_OPERATIONS)
 
 
 ErrorRate = Annotated[

@@ -4,8 +4,7 @@ hand-over, where the message count is taken, and its poll builds the messages fr
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,9 +17,9 @@ from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfi
 from broker.ledger import entry as entry_module
 from broker.ledger.entry import encode_batch, encode_message
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
+from tests.dispatch.test_idle_topics import until
 
 TOPIC = TopicName("public", "default", "decoded")
-DEADLINE_S = 30.0
 
 
 class Decodes:
@@ -35,14 +34,6 @@ class Decodes:
             return decode(data)
 
         monkeypatch.setattr(entry_module, "metadata_of", counted)
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + DEADLINE_S
-    while not condition():
-        assert loop.time() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture

@@ -6,9 +6,8 @@ last queue holding them does."""
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -20,20 +19,11 @@ from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfi
 from broker.ledger.entry import encode_message
 from storage_stub.bookie import open_storage
 from storage_stub.config import StorageConfig
+from tests.dispatch.test_idle_topics import until
 
 TOPIC = TopicName("public", "default", "prefetched")
 MESSAGES = 50
 SUBSCRIPTIONS = 20
-DEADLINE_S = 30.0
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after the deadline."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + DEADLINE_S
-    while not condition():
-        assert loop.time() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from broker.http.app import FAULT_OPERATIONS
+from broker.http.models import FAULT_OPERATIONS
 from tests.conftest import BrokerProcessFactory, Client, b64, unb64
 from tests.integration.fault_workload import (
     BROKER_ARGS,

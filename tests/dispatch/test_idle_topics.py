@@ -9,13 +9,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from aiohttp import web
 
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
-from broker.http.app import NODE, create_app
+from broker.http.app import NODE
 from broker.ledger.entry import encode_message
-from tests.conftest import Client, make_settings
+from tests.conftest import Client, make_settings, served
 
 TOPICS = 50_000
 #: the upkeep runs every 0.5 s; 20 rounds is about 10 s at rest
@@ -56,7 +55,7 @@ async def create_topics(service: BrokerService, count: int, prefix: str) -> None
 async def idle_broker() -> AsyncIterator[tuple[Client, BrokerService]]:
     """A real broker on a real port holding 50,000 topics nobody uses (kept loaded:
     neither deleted nor unloaded), all of them quiet."""
-    app = create_app(
+    runner = await served(
         make_settings(
             None,
             statsUpdateFrequencyInSecs=1,
@@ -64,11 +63,8 @@ async def idle_broker() -> AsyncIterator[tuple[Client, BrokerService]]:
             brokerlabUnloadInactiveTopicsEnabled=False,
         )
     )
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
     client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
-    service = app[NODE].service
+    service = runner.app[NODE].service
     assert service is not None
     try:
         await create_topics(service, TOPICS, "idle-")

@@ -7,11 +7,10 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.http.app import NODE, create_app
-from tests.conftest import Client, LiveBroker, make_settings
+from broker.http.app import NODE
+from tests.conftest import Client, LiveBroker, make_settings, served
 from tests.dispatch.test_idle_topics import create_topics
 
 TOPIC_FAMILIES = ("pulsar_msg_backlog", "pulsar_rate_in", "pulsar_rate_out", "pulsar_storage_size")
@@ -60,12 +59,9 @@ async def test_topics_beyond_the_cap_are_summed_under_other(live_broker: LiveBro
 
 
 async def test_fifty_thousand_topics_give_a_bounded_scrape() -> None:
-    app = create_app(make_settings(None))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    runner = await served(make_settings(None))
     client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
-    service = app[NODE].service
+    service = runner.app[NODE].service
     assert service is not None
     try:
         await create_topics(service, 50_000, "t")
@@ -75,7 +71,7 @@ async def test_fifty_thousand_topics_give_a_bounded_scrape() -> None:
         print(f"\n/metrics of 50,000 topics: {len(text) / 1e6:.2f} MB in "
               f"{time.perf_counter() - started:.2f} s")  # fmt: skip
 
-        cap = app[NODE].config.brokerlabMetricsMaxTopics
+        cap = runner.app[NODE].config.brokerlabMetricsMaxTopics
         for family in TOPIC_FAMILIES:
             assert len(by_topic[family]) == cap + 1, family
         assert value(text, "brokerlab_metrics_topics_aggregated") == 50_000 - cap

@@ -6,15 +6,19 @@ declared without a handler, fails here."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from aiohttp import web
 
+from broker.dispatch.subscription import SUBSCRIPTION_TYPES
 from broker.http import app as app_module
 from broker.http import pulsar_admin
 from broker.http.app import create_app
+from broker.http.models import SubscriptionType
 from broker.http.openapi import NOT_IN_SPEC, ROUTES, openapi_spec
+from storage_stub.bookie.api import OPERATIONS
+from storage_stub.tiered.api import OBJECT_OPERATIONS
 from tests.conftest import make_settings
 
 Route = tuple[str, str]
@@ -87,3 +91,11 @@ def test_a_path_parameter_is_declared_once_in_the_components(app: web.Applicatio
     declared = set(spec["components"]["parameters"])
     used = {name for names in served_routes(app).values() for name in names}
     assert used <= declared, used - declared
+
+
+def test_the_contracts_closed_lists_are_the_brokers_own() -> None:
+    """Names the contract enumerates come from, or equal, the lists the broker acts on."""
+    assert get_args(SubscriptionType) == SUBSCRIPTION_TYPES
+    schemas = openapi_spec()["components"]["schemas"]
+    operation = schemas["FaultSetting"]["properties"]["operation"]
+    assert tuple(operation["enum"]) == OPERATIONS + OBJECT_OPERATIONS

@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from crc32c import crc32c
@@ -184,25 +184,83 @@ def encode_message(
     return entry_of(metadata.SerializeToString(), payload)
 
 
+def _varint(value: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative integer, low group first."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+#: sequence ids a plain-metadata table covers (above: protobuf serializes each message)
+PLAIN_SEQUENCE_IDS = 4096
+
+
+class _PlainMetadata:
+    """The MessageMetadata of a message with only ``producer_name`` (field 1),
+    ``sequence_id`` (2) and ``publish_time`` (3) set, as protobuf serializes it: the
+    fields in number order, ``0a len name | 10 varint | 18 varint``. The part up to the
+    publish time (the head) depends only on the sequence id; for one producer and one
+    length of the publish time's varint, each head's bytes, the entry's metadata size
+    and the CRC32C of ``size | head`` are computed once, so a message costs one CRC over
+    the publish time and one over its payload. Built for sequence ids 0 up to the
+    highest asked, O(1) per message after."""
+
+    __slots__ = ("_prefix", "_rows", "_tail_size")
+
+    def __init__(self, producer_name: str, tail_size: int) -> None:
+        name = producer_name.encode()
+        self._prefix = b"\x0a" + _varint(len(name)) + name + b"\x10"
+        self._tail_size = tail_size
+        #: per sequence id: (head, metadata size, CRC32C of the size field and head)
+        self._rows: list[tuple[bytes, int, int]] = []
+
+    def rows(self, first: int, count: int) -> list[tuple[bytes, int, int]]:
+        """The rows of sequence ids ``first .. first + count - 1``."""
+        rows = self._rows
+        while len(rows) < first + count:
+            head = self._prefix + _varint(len(rows))
+            size = len(head) + self._tail_size
+            rows.append((head, size, crc32c(head, crc32c(_U32.pack(size)))))
+        return rows[first : first + count]
+
+
+_plain_metadata: dict[tuple[str, int], _PlainMetadata] = {}
+
+
 def encode_payloads(
-    payloads: Iterable[bytes],
+    payloads: Sequence[bytes],
     publish_time: int,
     producer_name: str = HTTP_PRODUCER,
     first_sequence_id: int = 0,
 ) -> list[bytes]:
     """``encode_message(payload, publish_time)`` for every payload (no event time, key
-    or properties; sequence ids counting up from ``first_sequence_id``). The metadata
-    differs only in the sequence id, so it is serialized once per message with the
-    other fields set once. O(total payload bytes)."""
-    metadata = MessageMetadata(producer_name=producer_name, sequence_id=0, publish_time=0)
-    metadata.publish_time = publish_time
-    out = []
-    sequence_id = first_sequence_id
-    for payload in payloads:
-        metadata.sequence_id = sequence_id
-        out.append(entry_of(metadata.SerializeToString(), payload))
-        sequence_id += 1
-    return out
+    or properties; sequence ids counting up from ``first_sequence_id``), byte for byte,
+    without protobuf: the metadata differs only in the sequence id, so its parts come
+    from a :class:`_PlainMetadata` table. O(total payload bytes); about 1 us per 1 KiB
+    message against 2.5 us through protobuf."""
+    count = len(payloads)
+    if not (0 <= first_sequence_id <= PLAIN_SEQUENCE_IDS - count and 0 <= publish_time < 1 << 64):
+        return [
+            encode_message(payload, publish_time, 0, None, None, producer_name, sequence_id)
+            for sequence_id, payload in enumerate(payloads, first_sequence_id)
+        ]
+    tail = b"\x18" + _varint(publish_time)
+    table_key = (producer_name, len(tail))
+    table = _plain_metadata.get(table_key)
+    if table is None:
+        if len(_plain_metadata) >= 8:
+            _plain_metadata.clear()  # a bound for callers that vary the producer name
+        table = _plain_metadata[table_key] = _PlainMetadata(producer_name, len(tail))
+    pack = _HEAD.pack
+    return [
+        b"".join((pack(0x0E01, crc32c(payload, crc32c(tail, head_crc)), size), head, tail, payload))
+        for (head, size, head_crc), payload in zip(
+            table.rows(first_sequence_id, count), payloads, strict=True
+        )
+    ]
 
 
 BatchItem = tuple[bytes, str | None, dict[str, str] | None, int]
@@ -245,7 +303,7 @@ def encode_batch(
 def _split(data: bytes) -> tuple[int, int]:
     """(metadata end, metadata size) of an entry, checking its framing (not its checksum:
     stored entries were checked when they came in). O(1)."""
-    if len(data) < HEAD_SIZE or data[:2] != MAGIC:
+    if len(data) < HEAD_SIZE or not data.startswith(MAGIC):
         raise EntryFormatError("not an entry in Pulsar's format (no magic 0x0e01)")
     size = _U32.unpack_from(data, 6)[0]
     end = HEAD_SIZE + size
@@ -275,7 +333,9 @@ def _key(metadata: Any) -> str | None:
 
 
 def _properties(metadata: Any) -> dict[str, str]:
-    return {item.key: item.value for item in metadata.properties}
+    properties = metadata.properties
+    # most messages have none: the test is cheaper than an empty comprehension
+    return {item.key: item.value for item in properties} if properties else {}
 
 
 def _payload(metadata: Any, data: bytes, start: int) -> bytes:
@@ -310,8 +370,10 @@ def messages_of(data: bytes, metadata: Any = None) -> list[Message]:
                 _key(metadata),
                 _properties(metadata),
                 payload,
-                producer_name=producer,
-                sequence_id=sequence_id,
+                -1,
+                0,
+                producer,
+                sequence_id,
             )
         ]
     count = metadata.num_messages_in_batch

@@ -7,8 +7,11 @@ import struct
 
 import pytest
 from crc32c import crc32c
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.ledger.entry import (
+    PLAIN_SEQUENCE_IDS,
     Entry,
     EntryFormatError,
     checksum_ok,
@@ -55,6 +58,31 @@ def test_the_payload_only_path_writes_what_encode_message_writes() -> None:
         encode_message(b"a", 99, sequence_id=3),
         encode_message(b"bc", 99, sequence_id=4),
     ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=6),
+    publish_time=st.one_of(
+        st.integers(0, 300), st.integers(1_600_000_000_000, 1 << 45), st.integers(0, (1 << 64) - 1)
+    ),
+    producer=st.one_of(st.just("brokerlab-http"), st.text(max_size=200)),
+    first=st.one_of(st.integers(0, 300), st.integers(0, PLAIN_SEQUENCE_IDS + 10)),
+)
+def test_payload_only_entries_are_what_protobuf_serializes_byte_for_byte(
+    payloads: list[bytes], publish_time: int, producer: str, first: int
+) -> None:
+    """The table-built metadata (no protobuf) against MessageMetadata.SerializeToString,
+    across varint lengths of the sequence id and publish time, names over 127 bytes (a
+    two-byte length) and sequence ids past the table (protobuf's path)."""
+    expected = [
+        encode_message(payload, publish_time, producer_name=producer, sequence_id=first + index)
+        for index, payload in enumerate(payloads)
+    ]
+    assert encode_payloads(payloads, publish_time, producer, first) == expected
+    # twice: the second call reads the rows the first one built
+    assert encode_payloads(payloads, publish_time, producer, first) == expected
+    assert all(checksum_ok(data) for data in expected)
 
 
 def test_a_batch_holds_each_message_with_its_own_metadata() -> None:

@@ -344,7 +344,10 @@ def _payload(metadata: Any, data: bytes, start: int) -> bytes:
     if compression == COMPRESSION_NONE:
         return payload
     if compression == COMPRESSION_ZLIB:
-        return zlib.decompress(payload)
+        try:
+            return zlib.decompress(payload)
+        except zlib.error as error:
+            raise EntryFormatError(f"bad ZLIB payload: {error}") from None
     raise EntryFormatError(
         f"compression {compression} is not readable over HTTP (only none and ZLIB); "
         "consume it with a Pulsar client"

@@ -170,6 +170,26 @@ def test_messages_decoded_from_kept_metadata_are_those_of_the_bytes(data: bytes)
     assert entry.messages == max(len(fields), 1)
 
 
+@pytest.mark.parametrize(
+    ("compression", "reason"),
+    [(1, "compression 1 is not readable"), (2, "bad ZLIB payload")],
+    ids=["lz4", "zlib-garbage"],
+)
+def test_an_entry_the_http_view_cannot_read_is_an_entry_format_error(
+    compression: int, reason: str
+) -> None:
+    """What the HTTP and WebSocket views cannot read (LZ4, which they do not
+    decompress; ZLIB that does not inflate) is the entry format error their polls log
+    and skip, not another exception that fails the poll."""
+    metadata = MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+    metadata.compression = compression
+    entry = Entry(Position(1, 2), entry_of(metadata.SerializeToString(), b"not inflatable"))
+
+    assert entry.keep_metadata() == 1
+    with pytest.raises(EntryFormatError, match=reason):
+        entry.decoded_messages()
+
+
 def test_bytes_that_are_not_an_entry_keep_nothing_and_fail_to_decode() -> None:
     entry = Entry(Position(1, 2), b"not an entry")
     entry.keep_metadata()

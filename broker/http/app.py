@@ -219,14 +219,18 @@ def _encode_messages(
             f"{config.maxMessagesPerProduceRequest} (maxMessagesPerProduceRequest)"
         )
     max_size = config.maxMessageSize
+    payloads = _payloads_only(messages, max_size)
     if body.get("batch", False):
-        items = _validated(messages, max_size)
+        items: list[BatchItem] = (
+            _validated(messages, max_size)
+            if payloads is None
+            else [(payload, None, None, 0) for payload in payloads]
+        )
         if sum(len(item[0]) for item in items) > max_size:
             raise TooLargeError(f"the batch's payloads exceed maxMessageSize ({max_size} bytes)")
         return [encode_batch(items, now_ms)], len(items)
-    encoded = _encode_payload_only(messages, max_size, now_ms)
-    if encoded is not None:
-        return encoded, 0
+    if payloads is not None:
+        return encode_payloads(payloads, now_ms), 0
     return _encode_each(messages, max_size, now_ms), 0
 
 
@@ -268,13 +272,11 @@ def _validated(messages: list[ProducerMessage], max_size: int) -> list[BatchItem
 _payload_of = operator.itemgetter("payload")
 
 
-def _encode_payload_only(
-    messages: list[ProducerMessage], max_size: int, now_ms: int
-) -> list[bytes] | None:
-    """The common request, every message only a ``{"payload": ...}`` of valid base64
-    within ``max_size``, decoded and encoded with loops in C (about 0.4 us per 1 KiB
-    message). None for anything else, bad base64 included, which the per-message path
-    then reports with the message's index."""
+def _payloads_only(messages: list[ProducerMessage], max_size: int) -> list[bytes] | None:
+    """The decoded payloads of the common request, every message only a ``{"payload":
+    ...}`` of valid base64 within ``max_size``, decoded with a loop in C (about 0.4 us
+    per 1 KiB message). None for anything else, bad base64 included, which the
+    per-message path then reports with the message's index."""
     if sum(map(len, messages)) != len(messages):
         return None  # a message with optional fields
     try:
@@ -283,7 +285,7 @@ def _encode_payload_only(
         return None
     if max(map(len, payloads)) > max_size:
         return None
-    return encode_payloads(payloads, now_ms)
+    return payloads
 
 
 @api.implements("produce")

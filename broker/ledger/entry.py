@@ -267,6 +267,19 @@ BatchItem = tuple[bytes, str | None, dict[str, str] | None, int]
 """One message of a batch: payload, key, properties, event time."""
 
 
+#: varints of 0 .. 16383 (the sizes and sequence ids of most batched messages), built once
+_SMALL_VARINTS = [_varint(value) for value in range(1 << 14)]
+
+
+def _plain_single(payload_size: int, sequence_id: int) -> bytes:
+    """The SingleMessageMetadata of a message with only ``payload_size`` (field 3) and
+    ``sequence_id`` (8) set, as protobuf serializes it: ``18 varint | 40 varint``. O(1)."""
+    small = _SMALL_VARINTS
+    size = small[payload_size] if payload_size < len(small) else _varint(payload_size)
+    sequence = small[sequence_id] if sequence_id < len(small) else _varint(sequence_id)
+    return b"\x18" + size + b"\x40" + sequence
+
+
 def encode_batch(
     items: Sequence[BatchItem],
     publish_time: int,
@@ -275,7 +288,9 @@ def encode_batch(
 ) -> bytes:
     """Several messages as one batched entry, as a batching producer builds it: the
     entry's metadata from the first message (its key is the entry's key), each message
-    with its SingleMessageMetadata. O(total payload bytes)."""
+    with its SingleMessageMetadata, serialized without protobuf for a message with no
+    key, properties or event time (:func:`_plain_single`, byte for byte the same).
+    O(total payload bytes): one CRC32C pass over the batch, about 0.5 us a message."""
     if not items:
         raise ValueError("a batch holds at least one message")
     first_key = items[0][1]
@@ -283,17 +298,21 @@ def encode_batch(
     metadata.num_messages_in_batch = len(items)
     metadata.highest_sequence_id = sequence_id + len(items) - 1
     parts: list[bytes] = []
-    for index, (payload, key, properties, event_time) in enumerate(items):
-        single = _Single(payload_size=len(payload), sequence_id=sequence_id + index)
-        if key is not None:
-            single.partition_key = key
-        if properties:
-            for name, value in properties.items():
-                single.properties.add(key=name, value=value)
-        if event_time:
-            single.event_time = event_time
-        encoded = single.SerializeToString()
-        parts += (_U32.pack(len(encoded)), encoded, payload)
+    pack = _U32.pack
+    for index, (payload, key, properties, event_time) in enumerate(items, sequence_id):
+        if key is None and not properties and not event_time and 0 <= index < 1 << 64:
+            encoded = _plain_single(len(payload), index)
+        else:
+            single = _Single(payload_size=len(payload), sequence_id=index)
+            if key is not None:
+                single.partition_key = key
+            if properties:
+                for name, value in properties.items():
+                    single.properties.add(key=name, value=value)
+            if event_time:
+                single.event_time = event_time
+            encoded = single.SerializeToString()
+        parts += (pack(len(encoded)), encoded, payload)
     return entry_of(metadata.SerializeToString(), b"".join(parts))
 
 

@@ -16,9 +16,9 @@ from pydantic import ValidationError
 
 from broker.config import BrokerConfig
 from broker.dispatch.errors import InvalidRequestError, TooLargeError
-from broker.http.app import _encode_each, _encode_messages, _encode_payload_only
+from broker.http.app import _encode_each, _encode_messages, _payloads_only, _validated
 from broker.http.openapi import PRODUCE_BODY
-from broker.ledger.entry import decode_message
+from broker.ledger.entry import decode_message, encode_batch, encode_payloads
 
 MAX_SIZE = 64
 NOW_MS = 1_763_700_000_000
@@ -52,6 +52,24 @@ def whole_request(messages: list[Any], max_size: int, now_ms: int) -> list[bytes
     return encoded
 
 
+def payload_only(messages: list[Any], max_size: int, now_ms: int) -> list[bytes] | None:
+    """The fast path's entries: None where it steps aside."""
+    payloads = _payloads_only(messages, max_size)
+    return None if payloads is None else encode_payloads(payloads, now_ms)
+
+
+def batched(messages: list[Any]) -> bytes | tuple[str, str]:
+    """The request with ``"batch": true``: its one entry, or the error."""
+    try:
+        encoded, batch_size = _encode_messages(
+            {"messages": messages, "batch": True}, CONFIG, NOW_MS
+        )
+    except (InvalidRequestError, TooLargeError) as error:
+        return type(error).__name__, str(error)
+    assert (len(encoded), batch_size) == (1, len(messages))
+    return encoded[0]
+
+
 def validated(messages: list[Any]) -> list[Any] | None:
     """The messages as the route's body type passes them on; None if it refuses them
     (the route answers 400 before encoding)."""
@@ -69,16 +87,23 @@ def test_fast_path_agrees_with_the_per_message_path(raw: list[Any]) -> None:
     if messages is None:
         return
     per_message = outcome(_encode_each, messages)
-    fast = _encode_payload_only(messages, MAX_SIZE, NOW_MS)
+    fast = payload_only(messages, MAX_SIZE, NOW_MS)
     if fast is not None:
         assert fast == per_message
     assert outcome(whole_request, messages) == per_message
+    # batched: the fast path's payloads make the entry the per-message checks make
+    if isinstance(per_message, list):
+        items = _validated(messages, MAX_SIZE)
+        if sum(len(item[0]) for item in items) <= MAX_SIZE:
+            assert batched(messages) == encode_batch(items, NOW_MS)
+        else:
+            assert batched(messages)[0] == "TooLargeError"
 
 
 def test_fast_path_takes_payload_only_requests_and_encodes_them_as_messages() -> None:
     payloads = [b"", b"x", bytes(range(MAX_SIZE))]
     messages = [{"payload": base64.b64encode(p).decode()} for p in payloads]
-    encoded = _encode_payload_only(messages, MAX_SIZE, NOW_MS)
+    encoded = payload_only(messages, MAX_SIZE, NOW_MS)
     assert encoded is not None
     decoded = [decode_message(entry) for entry in encoded]
     assert [m.payload for m in decoded] == payloads
@@ -98,7 +123,7 @@ def test_fast_path_takes_payload_only_requests_and_encodes_them_as_messages() ->
 def test_fast_path_steps_aside(messages: list[Any]) -> None:
     checked = validated(messages)
     assert checked is not None
-    assert _encode_payload_only(checked, MAX_SIZE, NOW_MS) is None
+    assert payload_only(checked, MAX_SIZE, NOW_MS) is None
 
 
 @pytest.mark.parametrize(

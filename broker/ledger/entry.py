@@ -373,6 +373,41 @@ def _payload(metadata: Any, data: bytes, start: int) -> bytes:
     )
 
 
+def _plain_single_fields(raw: bytes) -> tuple[int, int] | None:
+    """``(payload_size, sequence_id)`` when ``raw`` is a SingleMessageMetadata with
+    exactly those two fields as protobuf writes them (``18 varint 40 varint``, what
+    :func:`_plain_single` writes and a batching client writes for a message with no key,
+    properties or event time); None for anything else, which protobuf then parses.
+    O(len(raw)), about 0.5 us against 1.7 us to parse and read it through protobuf."""
+    end = len(raw)
+    if end < 4 or raw[0] != 0x18:
+        return None
+    size = shift = 0
+    index = 1
+    while True:  # payload_size's varint
+        if index >= end or shift > 63:
+            return None
+        byte = raw[index]
+        index += 1
+        size |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+        shift += 7
+    if index >= end or raw[index] != 0x40:
+        return None
+    index += 1
+    sequence = shift = 0
+    while True:  # sequence_id's varint, which must end the bytes
+        if index >= end or shift > 63:
+            return None
+        byte = raw[index]
+        index += 1
+        sequence |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (size, sequence) if index == end else None
+        shift += 7
+
+
 def messages_of(data: bytes, metadata: Any = None) -> list[Message]:
     """Every message of an entry: one for an unbatched entry, each message of a batch
     (compacted-out ones skipped) with its batch index. ``metadata``: the entry's
@@ -405,8 +440,22 @@ def messages_of(data: bytes, metadata: Any = None) -> list[Message]:
         for index in range(count):
             size = _U32.unpack_from(payload, offset)[0]
             offset += 4
-            single = _Single.FromString(payload[offset : offset + size])
+            raw = payload[offset : offset + size]
             offset += size
+            plain = _plain_single_fields(raw)
+            if plain is not None:
+                payload_size, message_sequence = plain
+                body = payload[offset : offset + payload_size]
+                if len(body) != payload_size:
+                    raise EntryFormatError("batch message runs past the end of the entry")
+                offset += payload_size
+                messages.append(
+                    Message(
+                        publish_time, 0, None, {}, body, index, count, producer, message_sequence
+                    )
+                )
+                continue
+            single = _Single.FromString(raw)
             body = payload[offset : offset + single.payload_size]
             if len(body) != single.payload_size:
                 raise EntryFormatError("batch message runs past the end of the entry")

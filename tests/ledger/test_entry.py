@@ -16,6 +16,7 @@ from broker.ledger.entry import (
     BatchItem,
     Entry,
     EntryFormatError,
+    _plain_single_fields,
     checksum_ok,
     decode_message,
     encode_batch,
@@ -135,6 +136,66 @@ def test_a_batch_is_what_protobuf_serializes_byte_for_byte(
     it: computed), the others from protobuf; the bytes are protobuf's either way."""
     expected = _batch_through_protobuf(items, publish_time, sequence_id)
     assert encode_batch(items, publish_time, HTTP_PRODUCER, sequence_id) == expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    payload_size=st.one_of(st.integers(0, 20_000), st.integers(0, (1 << 31) - 1)),
+    sequence_id=st.one_of(st.none(), st.integers(0, (1 << 64) - 1)),
+    key=st.one_of(st.none(), st.text(max_size=3)),
+    event_time=st.one_of(st.just(0), st.integers(1, 1 << 40)),
+    compacted_out=st.booleans(),
+    properties=st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=2),
+)
+def test_only_a_single_metadata_of_size_and_sequence_id_is_read_without_protobuf(
+    payload_size: int,
+    sequence_id: int | None,
+    key: str | None,
+    event_time: int,
+    compacted_out: bool,
+    properties: dict[str, str],
+) -> None:
+    single = SingleMessageMetadata(payload_size=payload_size)
+    if sequence_id is not None:
+        single.sequence_id = sequence_id
+    if key is not None:
+        single.partition_key = key
+    if event_time:
+        single.event_time = event_time
+    if compacted_out:
+        single.compacted_out = True
+    for name, value in properties.items():
+        single.properties.add(key=name, value=value)
+    raw = single.SerializeToString()
+    plain = (
+        sequence_id is not None
+        and key is None
+        and not event_time
+        and not compacted_out
+        and not properties
+    )
+
+    assert _plain_single_fields(raw) == ((payload_size, sequence_id) if plain else None)
+    for cut in range(len(raw)):  # a truncated one is not plain: protobuf reports it
+        assert _plain_single_fields(raw[:cut]) is None
+    assert _plain_single_fields(raw + b"\x00") is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=_batch_items, sequence_id=st.integers(0, 1 << 20))
+def test_a_batch_reads_back_as_its_messages(items: list[BatchItem], sequence_id: int) -> None:
+    messages = messages_of(encode_batch(items, 77, "p", sequence_id))
+
+    assert [(m.payload, m.key, m.properties, m.event_time) for m in messages] == [
+        (payload, key, properties or {}, event_time)
+        for payload, key, properties, event_time in items
+    ]
+    assert [(m.batch_index, m.sequence_id) for m in messages] == [
+        (index, sequence_id + index) for index in range(len(items))
+    ]
+    assert {(m.batch_size, m.publish_time, m.producer_name) for m in messages} == {
+        (len(items), 77, "p")
+    }
 
 
 def test_a_batch_holds_each_message_with_its_own_metadata() -> None:

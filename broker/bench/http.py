@@ -18,7 +18,11 @@ Rows, all for 1 KiB messages sent 100 to a request by a few concurrent producers
   consumed per second until every produced message was consumed;
 - ``produce+consume, traced``: the same on a broker recording its access trace
   (``brokerlabTraceDir``): an add, a read and a release per message. Its rate over the
-  untraced row is what tracing costs.
+  untraced row is what tracing costs;
+- ``produce, batched`` and ``produce+consume, batched``: the ``syncMode=none`` rows with
+  ``"batch": true`` in every request, so its 100 messages are stored as one batched
+  entry, as a Pulsar producer with batching on (the client's default) sends them. The
+  ceilings are the same: the bare server parses the same JSON and ignores the flag.
 
 The headlines are ``produce / ceiling`` (target >= 0.6) and ``produce+consume /
 ceiling_produce_consume`` (target >= 0.5), measured in one run, never an absolute time:
@@ -248,13 +252,19 @@ def broker_server(
 class Workload:
     config: BenchConfig
     body: bytes  # one produce request, built once and sent by every producer
+    batched_body: bytes  # the same with "batch": true (one batched entry a request)
     payload: str  # the base64 payload of every message
 
     @classmethod
     def build(cls, config: BenchConfig) -> Workload:
         payload = base64.b64encode(os.urandom(config.message_bytes)).decode("ascii")
         messages = [{"payload": payload}] * config.messages_per_request
-        return cls(config, orjson.dumps({"messages": messages}), payload)
+        return cls(
+            config,
+            orjson.dumps({"messages": messages}),
+            orjson.dumps({"messages": messages, "batch": True}),
+            payload,
+        )
 
 
 async def _all(coroutines: list[Coroutine[Any, Any, None]]) -> None:
@@ -279,17 +289,22 @@ async def _check(response: aiohttp.ClientResponse, expected: int, what: str) -> 
 
 
 async def produce_requests(
-    session: aiohttp.ClientSession, url: str, work: Workload, requests: int
+    session: aiohttp.ClientSession,
+    url: str,
+    work: Workload,
+    requests: int,
+    batched: bool = False,
 ) -> None:
     """Send ``requests`` produce requests from ``work.config.producers`` tasks."""
     remaining = requests
     per_request = work.config.messages_per_request
+    body = work.batched_body if batched else work.body
 
     async def producer() -> None:
         nonlocal remaining
         while remaining > 0:
             remaining -= 1
-            async with session.post(url, data=work.body) as response:
+            async with session.post(url, data=body) as response:
                 raw = await _check(response, 200, f"POST {url}")
             results = orjson.loads(raw)["messagePublishResults"]
             if len(results) != per_request or results[-1].get("errorCode") != 0:
@@ -375,6 +390,7 @@ class Row:
     server: ServerProcess
     sync_mode: str | None
     ceiling: str  # the key of the row this one is a fraction of
+    batched: bool = False  # its requests ask for one batched entry ("batch": true)
     messages: int = 0  # measured: produced (produce rows) or consumed (produce+consume)
     produced: int = 0
     elapsed_s: float = 0.0
@@ -446,7 +462,27 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             "none",
             pc_ceiling,
         )
-        rows = [ceiling, ceiling_pc, produce_none, produce_consume, produce_batch, traced]
+        produce_batched = Row(
+            "produce_batched_none", "produce, batched", broker_none, "none", CEILING, True
+        )
+        produce_consume_batched = Row(
+            "produce_consume_batched_none",
+            "produce+consume, batched",
+            broker_none,
+            "none",
+            pc_ceiling,
+            True,
+        )
+        rows = [
+            ceiling,
+            ceiling_pc,
+            produce_none,
+            produce_consume,
+            produce_batch,
+            traced,
+            produce_batched,
+            produce_consume_batched,
+        ]
 
         urls = {
             CEILING: _url(bare_url, "ceiling"),
@@ -455,6 +491,8 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             "produce_consume_none": _url(none_url, "produce-consume"),
             "produce_batch": _url(batch_url, "produce"),
             "produce_consume_traced_none": _url(traced_url, "produce-consume"),
+            produce_batched.key: _url(none_url, "produce-batched"),
+            produce_consume_batched.key: _url(none_url, "produce-consume-batched"),
         }
         # Consumer first (its subscription then sees every message), then warm-up:
         # connections, topic loading, ledger creation, the consume path.
@@ -467,16 +505,21 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
         bare_consumer = ConsumerState(
             await create_consumer(session, bare_url, "ceiling-produce-consume", config)
         )
+        batched_consumer = ConsumerState(
+            await create_consumer(session, none_url, "produce-consume-batched", config)
+        )
         consumers = {
             pc_ceiling: bare_consumer,
             produce_consume.key: consumer,
             traced.key: traced_consumer,
+            produce_consume_batched.key: batched_consumer,
         }
+        batched = {row.key for row in rows if row.batched}
         warm = config.warmup_requests
-        for key in (CEILING, "produce_none", "produce_batch"):
-            await produce_requests(session, urls[key], work, warm)
+        for key in (CEILING, "produce_none", "produce_batch", produce_batched.key):
+            await produce_requests(session, urls[key], work, warm, key in batched)
         for key, warming in consumers.items():
-            await _produce_and_consume(session, urls[key], work, warming, warm)
+            await _produce_and_consume(session, urls[key], work, warming, warm, key in batched)
             warming.ids.clear()
             warming.received = 0
 
@@ -495,15 +538,20 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
                         url: str = url,
                         requests: int = requests,
                         state: ConsumerState = row_consumer,
+                        batched: bool = row.batched,
                     ) -> int:
-                        return await _produce_and_consume(session, url, work, state, requests)
+                        return await _produce_and_consume(
+                            session, url, work, state, requests, batched
+                        )
 
                     await row.measure(run_pc, produced)
                     await drain_extra(session, row_consumer)
                 else:
 
-                    async def run_p(url: str = url, requests: int = requests) -> int:
-                        await produce_requests(session, url, work, requests)
+                    async def run_p(
+                        url: str = url, requests: int = requests, batched: bool = row.batched
+                    ) -> int:
+                        await produce_requests(session, url, work, requests, batched)
                         return requests * per_request
 
                     await row.measure(run_p, produced)
@@ -521,6 +569,7 @@ async def _produce_and_consume(
     work: Workload,
     consumer: ConsumerState,
     requests: int,
+    batched: bool = False,
 ) -> int:
     """Produce ``requests`` requests while the consumer drains them all; messages consumed."""
     before = consumer.received
@@ -528,7 +577,7 @@ async def _produce_and_consume(
     await _all(
         [
             consume_until(session, consumer, work, count),
-            produce_requests(session, url, work, requests),
+            produce_requests(session, url, work, requests, batched),
         ]
     )
     return consumer.received - before
@@ -565,6 +614,8 @@ def _report(
     for key, state in consumers.items():
         by_key[key]["consumed"] = state.received
         by_key[key]["consumed_distinct"] = len(state.ids)
+        # ids "ledger:entry:index" are messages of batched entries
+        by_key[key]["consumed_from_batches"] = sum(i.count(":") == 2 for i in state.ids)
     pc = by_key["produce_consume_none"]
     traced_row = by_key["produce_consume_traced_none"]
     cpu_count = os.cpu_count() or 0
@@ -586,6 +637,8 @@ def _report(
         "produce_ratio": by_key["produce_none"]["ratio"],
         "produce_batch_ratio": by_key["produce_batch"]["ratio"],
         "produce_consume_ratio": pc["ratio"],
+        "produce_batched_ratio": by_key["produce_batched_none"]["ratio"],
+        "produce_consume_batched_ratio": by_key["produce_consume_batched_none"]["ratio"],
         # the same row over the produce ceiling, as this bench reported it before
         "produce_consume_over_produce_ceiling": round(
             pc["rate_msgs_per_s"] / by_key[CEILING]["rate_msgs_per_s"], 4
@@ -653,6 +706,9 @@ def format_table(result: dict[str, Any]) -> str:
         "produce+consume / produce+consume ceiling (syncMode=none): "
         f"{result['produce_consume_ratio']:.2f} ({pc_verdict} the target {pc_target:.2f}; "
         f"{result['produce_consume_over_produce_ceiling']:.2f} of the produce ceiling)",
+        f'batched ("batch": true, one entry a request): produce '
+        f"{result['produce_batched_ratio']:.2f}, produce+consume "
+        f"{result['produce_consume_batched_ratio']:.2f} of the same ceilings",
         f"produce+consume: consumed {result['consumed']:,} of {result['produced']:,} produced",
         f"produce+consume traced / untraced: {result['traced_over_untraced']:.2f} "
         "(what recording the access trace costs)",

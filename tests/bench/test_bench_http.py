@@ -33,6 +33,8 @@ def test_bench_http_quick_json() -> None:
         "produce_batch",
         "produce_consume_none",
         "produce_consume_traced_none",
+        "produce_batched_none",
+        "produce_consume_batched_none",
     }
     assert rows["produce_none"]["syncMode"] == "none"
     assert rows["produce_batch"]["syncMode"] == "batch"
@@ -50,6 +52,7 @@ def test_bench_http_quick_json() -> None:
         "ceiling",
         "produce_none",
         "produce_batch",
+        "produce_batched_none",
     }
     for row in rows.values():
         assert row["rate_msgs_per_s"] > 0, row
@@ -59,6 +62,8 @@ def test_bench_http_quick_json() -> None:
     assert result["produce_ratio"] == rows["produce_none"]["ratio"]
     assert result["produce_batch_ratio"] == rows["produce_batch"]["ratio"]
     assert result["produce_consume_ratio"] == rows["produce_consume_none"]["ratio"]
+    assert result["produce_batched_ratio"] == rows["produce_batched_none"]["ratio"]
+    assert result["produce_consume_batched_ratio"] == rows["produce_consume_batched_none"]["ratio"]
     assert result["produce_consume_over_produce_ceiling"] == round(
         rows["produce_consume_none"]["rate_msgs_per_s"] / ceiling, 4
     )
@@ -77,6 +82,10 @@ def test_bench_http_quick_json() -> None:
     assert bare_consume["consumed"] == bare_consume["consumed_distinct"] == expected
     traced = rows["produce_consume_traced_none"]
     assert traced["consumed"] == traced["consumed_distinct"] == expected
+    batched = rows["produce_consume_batched_none"]  # each message of each batch, once
+    assert batched["consumed"] == batched["consumed_distinct"] == expected
+    assert batched["consumed_from_batches"] == expected
+    assert consume["consumed_from_batches"] == traced["consumed_from_batches"] == 0
     assert result["traced_over_untraced"] == round(
         traced["rate_msgs_per_s"] / consume["rate_msgs_per_s"], 4
     )

@@ -105,7 +105,9 @@ class BenchConfig:
 
 
 QUICK = BenchConfig(requests_per_row=300, rounds=1, warmup_requests=10)
-FULL = BenchConfig(requests_per_row=4000, rounds=4, warmup_requests=40)
+#: eight rounds: slices of 500 requests (a second or two a row), so a drift of the shared
+#: machine's speed lands on every row; with four, two runs' ceilings differed by 37%
+FULL = BenchConfig(requests_per_row=4000, rounds=8, warmup_requests=40)
 
 
 # ---------------------------------------------------------------------- server processes
@@ -396,6 +398,8 @@ class Row:
     elapsed_s: float = 0.0
     server_cpu_s: float | None = 0.0
     client_cpu_s: float = 0.0
+    #: the row's rate in each round, for its ratio round by round
+    round_rates: list[float] = field(default_factory=list)
 
     def rate(self) -> float:
         return self.messages / self.elapsed_s if self.elapsed_s > 0 else 0.0
@@ -413,6 +417,7 @@ class Row:
         self.messages += counted
         self.produced += produced
         self.elapsed_s += elapsed
+        self.round_rates.append(counted / elapsed if elapsed > 0 else 0.0)
         self.client_cpu_s += client_after - client_before
         if server_before is None or server_after is None or self.server_cpu_s is None:
             self.server_cpu_s = None
@@ -590,9 +595,16 @@ def _report(
     for key, rate in ceilings.items():
         if rate <= 0:
             raise BenchError(f"the {key} row measured no throughput")
+    round_ceilings = {row.key: row.round_rates for row in rows if row.key == row.ceiling}
     by_key: dict[str, dict[str, Any]] = {}
     for row in rows:
         rate = row.rate()
+        # the row's rate over its ceiling's in the same round: the spread within this run
+        round_ratios = sorted(
+            own / ceiling
+            for own, ceiling in zip(row.round_rates, round_ceilings[row.ceiling], strict=True)
+            if ceiling > 0
+        )
         by_key[row.key] = {
             "row": row.key,
             "label": row.label,
@@ -602,6 +614,7 @@ def _report(
             "produced": row.produced,
             "rate_msgs_per_s": round(rate, 1),
             "ratio": round(rate / ceilings[row.ceiling], 4),
+            "round_ratios": [round(ratio, 4) for ratio in round_ratios],
             "server_cpu_cores": (
                 None
                 if row.server_cpu_s is None or row.elapsed_s <= 0
@@ -659,9 +672,16 @@ def _report(
 # ---------------------------------------------------------------------- output
 
 
+def _spread(ratios: list[float]) -> str:
+    """Lowest-highest of a row's ratios round by round ("-" for a single round)."""
+    if len(ratios) < 2:
+        return "-"
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
+
+
 def format_table(result: dict[str, Any]) -> str:
     config = result["config"]
-    header = ("row", "sync", "msgs/s", "ratio", "server CPU", "client CPU")
+    header = ("row", "sync", "msgs/s", "ratio", "rounds", "server CPU", "client CPU")
     lines_in: list[tuple[str, ...]] = [header]
     for row in result["rows"]:
         server_cpu = row["server_cpu_cores"]
@@ -672,6 +692,7 @@ def format_table(result: dict[str, Any]) -> str:
                 row["syncMode"] or "-",
                 f"{row['rate_msgs_per_s']:,.0f}",
                 f"{row['ratio']:.2f}",
+                _spread(row["round_ratios"]),
                 "?" if server_cpu is None else f"{server_cpu:.2f}",
                 "?" if client_cpu is None else f"{client_cpu:.2f}",
             )
@@ -713,8 +734,9 @@ def format_table(result: dict[str, Any]) -> str:
         f"produce+consume traced / untraced: {result['traced_over_untraced']:.2f} "
         "(what recording the access trace costs)",
         "ratio = msgs/s / its ceiling's msgs/s (produce rows: the produce ceiling; "
-        "produce+consume rows: the produce+consume ceiling), measured in this run; CPU "
-        "columns are cores busy during the row (server process; client = this process).",
+        "produce+consume rows: the produce+consume ceiling), measured in this run; rounds: "
+        "the lowest and highest of the same ratio taken round by round; CPU columns are "
+        "cores busy during the row (server process; client = this process).",
     ]
     if config["cpu_count"] <= 2:
         out.append(

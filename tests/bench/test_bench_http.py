@@ -9,6 +9,9 @@ import json
 import pathlib
 import subprocess
 import sys
+from typing import Any, cast
+
+from broker.bench import http
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
@@ -67,6 +70,14 @@ def test_bench_http_quick_json() -> None:
     assert result["produce_consume_over_produce_ceiling"] == round(
         rows["produce_consume_none"]["rate_msgs_per_s"] / ceiling, 4
     )
+    rounds = result["config"]["rounds"]
+    for row in rows.values():  # one ratio a round, the ceilings' all 1
+        assert len(row["round_ratios"]) == rounds, row
+        if row["ceiling"] == row["row"]:
+            assert row["round_ratios"] == [1.0] * rounds, row
+    if rounds == 1:
+        for row in rows.values():
+            assert abs(row["round_ratios"][0] - row["ratio"]) < 1e-3, row
     assert result["target_produce_ratio"] == 0.6
     assert result["target_produce_consume_ratio"] == 0.5
     assert "base64" in config_text(result)
@@ -96,3 +107,45 @@ def config_text(result: dict[str, object]) -> str:
     config = result["config"]
     assert isinstance(config, dict)
     return f"{config['ceiling']} {config['ceiling_produce_consume']}"
+
+
+def test_a_rows_round_ratios_pair_it_with_its_ceiling_round_by_round() -> None:
+    """Two rounds in which the machine ran at different speeds: each round's ratio is
+    the row's rate over its own ceiling's in that round, not over the run's total."""
+    rows = []
+    for key, ceiling in (
+        (http.CEILING, http.CEILING),
+        (http.CEILING_PRODUCE_CONSUME, http.CEILING_PRODUCE_CONSUME),
+        ("produce_none", http.CEILING),
+        ("produce_batch", http.CEILING),
+        ("produce_batched_none", http.CEILING),
+        ("produce_consume_none", http.CEILING_PRODUCE_CONSUME),
+        ("produce_consume_traced_none", http.CEILING_PRODUCE_CONSUME),
+        ("produce_consume_batched_none", http.CEILING_PRODUCE_CONSUME),
+    ):
+        row = http.Row(key, key, cast(Any, None), "none", ceiling)
+        # the ceilings: 100 then 200 msgs/s; every other row: 50 then 150 msgs/s
+        fast = key in (http.CEILING, http.CEILING_PRODUCE_CONSUME)
+        for messages in (100, 200) if fast else (50, 150):
+            row.messages += messages
+            row.produced += messages
+            row.elapsed_s += 1.0
+            row.round_rates.append(float(messages))
+        rows.append(row)
+    consumers = {
+        key: http.ConsumerState(key)
+        for key in (
+            http.CEILING_PRODUCE_CONSUME,
+            "produce_consume_none",
+            "produce_consume_traced_none",
+            "produce_consume_batched_none",
+        )
+    }
+
+    result = http._report(http.FULL, rows, consumers)
+
+    by_key = {row["row"]: row for row in result["rows"]}
+    assert by_key["produce_none"]["round_ratios"] == [0.5, 0.75]
+    assert by_key["produce_none"]["ratio"] == round(200 / 300, 4)
+    assert by_key[http.CEILING]["round_ratios"] == [1.0, 1.0]
+    assert "0.50-0.75" in http.format_table(result)

@@ -58,6 +58,10 @@ class BrokerConfig(BaseModel):
     superUserRoles: str = Field(default="none", min_length=1)
     #: Role of a client without credentials, or none (refused). Pulsar: same.
     anonymousUserRole: str = Field(default="none", min_length=1)
+    #: How often a binary-protocol connection checks that its client's token has not
+    #: expired; an expired one is challenged for a new token (AUTH_CHALLENGE), and the
+    #: connection closed if none comes by the next check. Pulsar: same key and default.
+    authenticationRefreshCheckSeconds: int = Field(default=60, gt=0)
     #: HS256 secret key (data:;base64,..., file:///path, a path), or none. Pulsar: same.
     tokenSecretKey: str = Field(default="none", min_length=1)
     #: Public key of a key pair (same forms, DER), or none. Pulsar: same.

@@ -99,6 +99,20 @@ _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
         (6, "proxy_to_broker_url", "opt", "string", None),
         (10, "feature_flags", "opt", "FeatureFlags", None),
     ],
+    "AuthData": [
+        (1, "auth_method_name", "opt", "string", None),
+        (2, "auth_data", "opt", "bytes", None),
+    ],
+    "CommandAuthChallenge": [
+        (1, "server_version", "opt", "string", None),
+        (2, "challenge", "opt", "AuthData", None),
+        (3, "protocol_version", "opt", "int32", 0),
+    ],
+    "CommandAuthResponse": [
+        (1, "client_version", "opt", "string", None),
+        (2, "response", "opt", "AuthData", None),
+        (3, "protocol_version", "opt", "int32", 0),
+    ],
     "CommandConnected": [
         (1, "server_version", "req", "string", None),
         (2, "protocol_version", "opt", "int32", 0),
@@ -358,6 +372,8 @@ _COMMANDS = [
     (33, "getTopicsOfNamespaceResponse", "CommandGetTopicsOfNamespaceResponse"),
     (34, "getSchema", "CommandGetSchema"),
     (35, "getSchemaResponse", "CommandGetSchemaResponse"),
+    (36, "authChallenge", "CommandAuthChallenge"),
+    (37, "authResponse", "CommandAuthResponse"),
 ]
 _SCHEMA["BaseCommand"] = [(1, "type", "req", "int32", None)] + [
     (number, field, "opt", message, None) for number, field, message in _COMMANDS
@@ -440,6 +456,8 @@ class Type:
     GET_TOPICS_OF_NAMESPACE_RESPONSE = 33
     GET_SCHEMA = 34
     GET_SCHEMA_RESPONSE = 35
+    AUTH_CHALLENGE = 36
+    AUTH_RESPONSE = 37
 
 
 class ServerError:

@@ -20,6 +20,7 @@ A consumer made over HTTP belongs to the role that made it, whatever the setting
 from __future__ import annotations
 
 import ipaddress
+import math
 from typing import TYPE_CHECKING
 
 from broker.auth.errors import AuthenticationError, AuthorizationError
@@ -105,11 +106,18 @@ class AuthenticationService:
         """The role of a client that gave ``credentials`` by ``method`` (None: the
         client named none; the HTTP front end's Bearer token is ``token``'s).
         AuthenticationError when they are missing or not valid."""
+        return self.authenticate_until(method, credentials)[0]
+
+    def authenticate_until(
+        self, method: str | None, credentials: str | None
+    ) -> tuple[str | None, float]:
+        """``authenticate``'s role and when the credentials expire (epoch seconds;
+        infinity for none, an anonymous client and a token without ``exp``)."""
         if not self.enabled:
-            return None
+            return None, math.inf
         if not credentials:
             if self.anonymous_role is not None:
-                return self.anonymous_role
+                return self.anonymous_role, math.inf
             raise AuthenticationError(
                 "authentication is enabled and the request has no token "
                 "(send Authorization: Bearer <token>)"
@@ -119,7 +127,7 @@ class AuthenticationService:
                 f"authentication method {method!r} is not enabled; this broker takes tokens"
             )
         assert self.token is not None
-        return self.token.authenticate(credentials)
+        return self.token.authenticate_until(credentials)
 
 
 class AuthorizationService:

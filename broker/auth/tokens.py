@@ -255,11 +255,16 @@ class AuthenticationProviderToken:
     def authenticate(self, token: str) -> str:
         """The role of a valid token. AuthenticationError when the token is blank,
         malformed, badly signed, expired, for another audience or without a role."""
+        return self.authenticate_until(token)[0]
+
+    def authenticate_until(self, token: str) -> tuple[str, float]:
+        """The role of a valid token and when it expires (its ``exp``, epoch seconds;
+        infinity without one). AuthenticationError as ``authenticate``."""
         cached = self._cache.get(token)
         if cached is not None:
             role, expires = cached
             if time.time() < expires + self._skew_s:
-                return role
+                return cached
             del self._cache[token]
         if not token.strip():
             raise AuthenticationError("blank token")
@@ -282,7 +287,7 @@ class AuthenticationProviderToken:
         exp = claims.get("exp")
         valid_until = float(exp) if isinstance(exp, int | float) else math.inf
         self._cache[token] = (role, valid_until)
-        return role
+        return role, valid_until
 
     def _check_audience(self, claims: Mapping[str, Any]) -> None:
         if self._audience_claim is None:

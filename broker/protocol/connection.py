@@ -17,10 +17,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
+import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from broker.auth.errors import AuthenticationError
+from broker.auth.service import TOKEN_METHOD
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.errors import (
     BrokerError,
@@ -309,6 +312,11 @@ def _mask(words: Any) -> int:
     return mask
 
 
+#: the data of an AUTH_CHALLENGE that asks for new credentials (Pulsar's AuthData
+#: REFRESH_AUTH_DATA)
+REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
+
+
 class Connection(asyncio.Protocol):
     """One client connection. Frames are parsed as they arrive; a frame that breaks the
     protocol closes this connection (logged with its reason) and nothing else."""
@@ -324,6 +332,14 @@ class Connection(asyncio.Protocol):
         self.connected = False
         #: the client's authenticated role (None: authentication is off)
         self.role: str | None = None
+        #: when the client's credentials expire (epoch seconds, as a token's exp)
+        self._auth_expires = math.inf
+        #: the client said in CONNECT it can answer an AUTH_CHALLENGE with new credentials
+        self._auth_refreshable = False
+        #: an AUTH_CHALLENGE is waiting for its AUTH_RESPONSE
+        self._auth_challenged = False
+        self._auth_check: asyncio.TimerHandle | None = None
+        self._protocol_version = 0
         self.producers: dict[int, BinaryProducer] = {}
         self.consumers: dict[int, BinaryConsumer] = {}
         self.batch_index_acks = server.config.acknowledgmentAtBatchIndexLevelEnabled
@@ -341,6 +357,7 @@ class Connection(asyncio.Protocol):
             Type.CONNECT: self._connect,
             Type.PING: self._ping,
             Type.PONG: self._pong,
+            Type.AUTH_RESPONSE: self._auth_response,
             Type.LOOKUP: self._lookup,
             Type.PARTITIONED_METADATA: self._partitioned_metadata,
             Type.PRODUCER: self._producer,
@@ -425,6 +442,8 @@ class Connection(asyncio.Protocol):
         self.closed = True
         if self._keepalive is not None:
             self._keepalive.cancel()
+        if self._auth_check is not None:
+            self._auth_check.cancel()
         if self.transport is not None:
             if self._out:  # an ERROR or SEND_ERROR said before closing goes out first
                 self.transport.writelines(self._out)
@@ -552,7 +571,7 @@ class Connection(asyncio.Protocol):
             method = connect.auth_method_name if connect.HasField("auth_method_name") else None
             data = connect.auth_data if connect.HasField("auth_data") else b""
             try:
-                self.role = authentication.authenticate(
+                self.role, self._auth_expires = authentication.authenticate_until(
                     method, data.decode("utf-8", "replace").strip()
                 )
             except AuthenticationError as error:
@@ -561,14 +580,81 @@ class Connection(asyncio.Protocol):
                 self._error(NO_REQUEST_ID, ServerError.AuthenticationError, reason)
                 self.abort(f"authentication failed: {error}")
                 return
+            self._auth_refreshable = (
+                connect.HasField("feature_flags") and connect.feature_flags.supports_auth_refresh
+            )
+            self._schedule_auth_check()
         self.connected = True
+        self._protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         command = BaseCommand(type=Type.CONNECTED)
         connected = command.connected
         connected.server_version = SERVER_VERSION
-        connected.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
+        connected.protocol_version = self._protocol_version
         connected.max_message_size = self.server.config.maxMessageSize
         connected.feature_flags.supports_auth_refresh = False
         self.write_command(command)
+
+    # ------------------------------------------------------------------ credentials
+
+    def _schedule_auth_check(self) -> None:
+        interval = self.server.config.authenticationRefreshCheckSeconds
+        self._auth_check = self._loop.call_later(interval, self._check_credentials)
+
+    def _check_credentials(self) -> None:
+        """Every authenticationRefreshCheckSeconds, as Pulsar's broker does: nothing
+        while the client's token is valid; once it expired, an AUTH_CHALLENGE for a new
+        one, and the connection closed if the client cannot refresh or left the previous
+        challenge unanswered. Tokens without ``exp`` never expire."""
+        if self.closed:
+            return
+        if time.time() >= self._auth_expires:
+            if not self._auth_refreshable:
+                self.abort("the client's token expired and it cannot refresh credentials")
+                return
+            if self._auth_challenged:
+                self.abort("the client's token expired and the AUTH_CHALLENGE went unanswered")
+                return
+            command = BaseCommand(type=Type.AUTH_CHALLENGE)
+            challenge = command.authChallenge
+            challenge.server_version = SERVER_VERSION
+            challenge.protocol_version = self._protocol_version
+            challenge.challenge.auth_method_name = TOKEN_METHOD
+            challenge.challenge.auth_data = REFRESH_AUTH_DATA
+            self.write_command(command)
+            self._auth_challenged = True
+        self._schedule_auth_check()
+
+    def _auth_response(self, response: Any) -> None:
+        """New credentials, in answer to an AUTH_CHALLENGE: they must be valid and of
+        the same role (Pulsar: the principal cannot change), or the connection closes
+        with an authentication error."""
+        authentication = self.server.authentication
+        if not authentication.enabled:
+            return  # nothing to refresh
+        data = response.response.auth_data if response.HasField("response") else b""
+        method = (
+            response.response.auth_method_name
+            if response.HasField("response") and response.response.HasField("auth_method_name")
+            else None
+        )
+        try:
+            role, expires = authentication.authenticate_until(
+                method, data.decode("utf-8", "replace").strip()
+            )
+        except AuthenticationError as error:
+            reason = f"Failed to authenticate: {error}"
+            self._error(NO_REQUEST_ID, ServerError.AuthenticationError, reason)
+            self.abort(f"authentication refresh failed: {error}")
+            return
+        if role != self.role:
+            self.abort(
+                f"refreshed credentials are for role {role!r}, not {self.role!r}: the "
+                "principal cannot change"
+            )
+            return
+        self._auth_expires = expires
+        self._auth_challenged = False
+        log.info("refreshed the credentials of role %s from %s", role, self.peer)
 
     def _ping(self, ping: Any) -> None:
         self.write_command(BaseCommand(type=Type.PONG))

@@ -570,16 +570,10 @@ class Connection(asyncio.Protocol):
         if authentication.enabled:
             method = connect.auth_method_name if connect.HasField("auth_method_name") else None
             data = connect.auth_data if connect.HasField("auth_data") else b""
-            try:
-                self.role, self._auth_expires = authentication.authenticate_until(
-                    method, data.decode("utf-8", "replace").strip()
-                )
-            except AuthenticationError as error:
-                # as Pulsar: an ERROR that answers no request, then the connection closes
-                reason = f"Failed to authenticate: {error}"
-                self._error(NO_REQUEST_ID, ServerError.AuthenticationError, reason)
-                self.abort(f"authentication failed: {error}")
+            authenticated = self._authenticate(method, data, "authentication failed")
+            if authenticated is None:
                 return
+            self.role, self._auth_expires = authenticated
             self._auth_refreshable = (
                 connect.HasField("feature_flags") and connect.feature_flags.supports_auth_refresh
             )
@@ -595,6 +589,22 @@ class Connection(asyncio.Protocol):
         self.write_command(command)
 
     # ------------------------------------------------------------------ credentials
+
+    def _authenticate(
+        self, method: str | None, data: bytes, failure: str
+    ) -> tuple[str | None, float] | None:
+        """The role of credentials a client sent and when they expire; None when they
+        are not valid, after answering as Pulsar does (an ERROR ``AuthenticationError``
+        that answers no request) and closing the connection (logged as ``failure``)."""
+        try:
+            return self.server.authentication.authenticate_until(
+                method, data.decode("utf-8", "replace").strip()
+            )
+        except AuthenticationError as error:
+            reason = f"Failed to authenticate: {error}"
+            self._error(NO_REQUEST_ID, ServerError.AuthenticationError, reason)
+            self.abort(f"{failure}: {error}")
+            return None
 
     def _schedule_auth_check(self) -> None:
         interval = self.server.config.authenticationRefreshCheckSeconds
@@ -628,8 +638,7 @@ class Connection(asyncio.Protocol):
         """New credentials, in answer to an AUTH_CHALLENGE: they must be valid and of
         the same role (Pulsar: the principal cannot change), or the connection closes
         with an authentication error."""
-        authentication = self.server.authentication
-        if not authentication.enabled:
+        if not self.server.authentication.enabled:
             return  # nothing to refresh
         data = response.response.auth_data if response.HasField("response") else b""
         method = (
@@ -637,15 +646,10 @@ class Connection(asyncio.Protocol):
             if response.HasField("response") and response.response.HasField("auth_method_name")
             else None
         )
-        try:
-            role, expires = authentication.authenticate_until(
-                method, data.decode("utf-8", "replace").strip()
-            )
-        except AuthenticationError as error:
-            reason = f"Failed to authenticate: {error}"
-            self._error(NO_REQUEST_ID, ServerError.AuthenticationError, reason)
-            self.abort(f"authentication refresh failed: {error}")
+        authenticated = self._authenticate(method, data, "authentication refresh failed")
+        if authenticated is None:
             return
+        role, expires = authenticated
         if role != self.role:
             self.abort(
                 f"refreshed credentials are for role {role!r}, not {self.role!r}: the "

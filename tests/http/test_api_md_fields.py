@@ -1,15 +1,15 @@
-"""docs/api.md's JSON examples of answers have the fields of the answers' schemas.
+"""docs/api.md's JSON examples of answers and requests have the fields of their schemas.
 
 ``tests/http/test_openapi_doc.py`` holds docs/api.md and ``openapi_spec()`` to the same
-routes and statuses; this module holds the examples of answer bodies to the same fields.
-In a route section of docs/api.md (from its ``### `METHOD /path` — ...`` heading to the
-next heading of the same or a higher level), every fenced block marked ```` ```json ````
-is an example of the route's success answer, and one marked ```` ```json request ```` is
-an example of its request body (not checked here). Each answer example must be one
-strict JSON value; it is compared with the JSON schema of the route's success answer in
-the generated spec (``$ref`` resolved into ``components/schemas``), at every level the
-example shows (the answer object, or the items of an answer array, and the objects and
-array items nested in them):
+routes and statuses; this module holds the examples of bodies to the same fields. In a
+route section of docs/api.md (from its ``### `METHOD /path` — ...`` heading to the next
+heading of the same or a higher level), every fenced block marked ```` ```json ```` is
+an example of the route's success answer, and one marked ```` ```json request ```` is an
+example of its request body, compared the same way with the request body's schema. Each
+answer example must be one strict JSON value; it is compared with the JSON schema of the
+route's success answer in the generated spec (``$ref`` resolved into
+``components/schemas``), at every level the example shows (the answer object, or the
+items of an answer array, and the objects and array items nested in them):
 
 - a field of the example that the schema does not name fails, unless the schema takes
   any name there (``additionalProperties`` given as a schema, as for maps and for
@@ -359,5 +359,42 @@ def test_answer_examples_have_the_fields_of_the_answer_schema(
         drift += [f"{block.where}: {line}" for line in field_drift(example, schema, components)]
     assert not drift, (
         "answer examples of docs/api.md differ from the answer schemas of the spec:\n"
+        + "\n".join(f"  {line}" for line in drift)
+    )
+
+
+def request_schema(operation: Json) -> Json | None:
+    """The JSON schema of the route's request body (None: it takes none)."""
+    content = operation.get("requestBody", {}).get("content", {})
+    json_content = content.get("application/json")
+    return None if json_content is None else json_content["schema"]
+
+
+def test_request_examples_have_the_fields_of_the_request_schema(
+    blocks: list[JsonBlock], spec: Json
+) -> None:
+    """The same comparison for the ```json request examples: a field the route's body
+    type does not name (the broker would ignore it) or a required one left out fails."""
+    operations = spec_routes(spec)
+    components: Json = spec["components"]["schemas"]
+    requests = [block for block in blocks if block.info == REQUEST_INFO]
+    assert requests, "no ```json request example found in docs/api.md"
+    drift: list[str] = []
+    for block in requests:
+        operation = operations.get((block.method, block.path))
+        if operation is None:
+            continue  # reported by test_openapi_doc.py: test_docs_and_spec_list_the_same_routes
+        schema = request_schema(operation)
+        if schema is None:
+            drift.append(f"{block.where}: a request example, but the route takes no JSON body")
+            continue
+        try:
+            example = json.loads(block.text)
+        except json.JSONDecodeError as error:
+            drift.append(f"{block.where}: the example is not valid JSON: {error}")
+            continue
+        drift += [f"{block.where}: {line}" for line in field_drift(example, schema, components)]
+    assert not drift, (
+        "request examples of docs/api.md differ from the request schemas of the spec:\n"
         + "\n".join(f"  {line}" for line in drift)
     )

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -335,21 +336,27 @@ def test_each_route_shows_at_most_one_answer_example(blocks: list[JsonBlock]) ->
         seen[key] = block.line
 
 
-def test_answer_examples_have_the_fields_of_the_answer_schema(
-    blocks: list[JsonBlock], spec: Json
-) -> None:
+def examples_drift(
+    blocks: list[JsonBlock],
+    spec: Json,
+    info: str,
+    schema_of: Callable[[Json], tuple[Json | None, str]],
+) -> list[str]:
+    """Every way the examples marked ``info`` differ from their schemas in the spec.
+    ``schema_of(operation)``: the schema an example is held to, or None and why an
+    example there is wrong."""
     operations = spec_routes(spec)
     components: Json = spec["components"]["schemas"]
-    answers = [block for block in blocks if block.info == ANSWER_INFO]
-    assert answers, "no ```json answer example found in docs/api.md"
+    examples = [block for block in blocks if block.info == info]
+    assert examples, f"no ```{info} example found in docs/api.md"
     drift: list[str] = []
-    for block in answers:
+    for block in examples:
         operation = operations.get((block.method, block.path))
         if operation is None:
             continue  # reported by test_openapi_doc.py: test_docs_and_spec_list_the_same_routes
-        status, schema = success_schema(operation)
+        schema, why = schema_of(operation)
         if schema is None:
-            drift.append(f"{block.where}: an answer example, but the {status} answer is not JSON")
+            drift.append(f"{block.where}: {why}")
             continue
         try:
             example = json.loads(block.text)
@@ -357,17 +364,30 @@ def test_answer_examples_have_the_fields_of_the_answer_schema(
             drift.append(f"{block.where}: the example is not valid JSON: {error}")
             continue
         drift += [f"{block.where}: {line}" for line in field_drift(example, schema, components)]
+    return drift
+
+
+def answer_schema(operation: Json) -> tuple[Json | None, str]:
+    status, schema = success_schema(operation)
+    return schema, f"an answer example, but the {status} answer is not JSON"
+
+
+def request_schema(operation: Json) -> tuple[Json | None, str]:
+    """The JSON schema of the route's request body (None: it takes none)."""
+    content = operation.get("requestBody", {}).get("content", {})
+    json_content = content.get("application/json")
+    schema = None if json_content is None else json_content["schema"]
+    return schema, "a request example, but the route takes no JSON body"
+
+
+def test_answer_examples_have_the_fields_of_the_answer_schema(
+    blocks: list[JsonBlock], spec: Json
+) -> None:
+    drift = examples_drift(blocks, spec, ANSWER_INFO, answer_schema)
     assert not drift, (
         "answer examples of docs/api.md differ from the answer schemas of the spec:\n"
         + "\n".join(f"  {line}" for line in drift)
     )
-
-
-def request_schema(operation: Json) -> Json | None:
-    """The JSON schema of the route's request body (None: it takes none)."""
-    content = operation.get("requestBody", {}).get("content", {})
-    json_content = content.get("application/json")
-    return None if json_content is None else json_content["schema"]
 
 
 def test_request_examples_have_the_fields_of_the_request_schema(
@@ -375,25 +395,7 @@ def test_request_examples_have_the_fields_of_the_request_schema(
 ) -> None:
     """The same comparison for the ```json request examples: a field the route's body
     type does not name (the broker would ignore it) or a required one left out fails."""
-    operations = spec_routes(spec)
-    components: Json = spec["components"]["schemas"]
-    requests = [block for block in blocks if block.info == REQUEST_INFO]
-    assert requests, "no ```json request example found in docs/api.md"
-    drift: list[str] = []
-    for block in requests:
-        operation = operations.get((block.method, block.path))
-        if operation is None:
-            continue  # reported by test_openapi_doc.py: test_docs_and_spec_list_the_same_routes
-        schema = request_schema(operation)
-        if schema is None:
-            drift.append(f"{block.where}: a request example, but the route takes no JSON body")
-            continue
-        try:
-            example = json.loads(block.text)
-        except json.JSONDecodeError as error:
-            drift.append(f"{block.where}: the example is not valid JSON: {error}")
-            continue
-        drift += [f"{block.where}: {line}" for line in field_drift(example, schema, components)]
+    drift = examples_drift(blocks, spec, REQUEST_INFO, request_schema)
     assert not drift, (
         "request examples of docs/api.md differ from the request schemas of the spec:\n"
         + "\n".join(f"  {line}" for line in drift)

@@ -11,6 +11,7 @@ import pathlib
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import uvloop
 from aiohttp import web
@@ -193,16 +194,18 @@ def warn_if_open(config: BrokerConfig) -> None:
         )
 
 
-async def serve(settings: Settings, brokers: int = 1) -> None:
-    """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed).
-    Each broker prints the address of its HTTP service and binary protocol."""
-    from broker.http.app import node_app
+async def serve(settings: Settings, brokers: int = 1) -> int:
+    """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed),
+    and return 0; 1 after the same close if a codec process died. Each broker prints the
+    address of its HTTP service and binary protocol."""
+    from broker.http.app import CODEC, node_app
     from broker.http.listener import LimitedTCPSite, http_runner
 
     warn_if_open(settings.broker)
     cluster = Cluster(settings, brokers=brokers)
     await cluster.open()
     runners: list[web.AppRunner] = []
+    exit_code = 0
     try:
         for node in cluster.nodes:
             config = node.config
@@ -230,12 +233,26 @@ async def serve(settings: Settings, brokers: int = 1) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        await stop.wait()
-        print("brokerlab: shutting down", flush=True)
+        stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+        # a codec process that dies takes the broker down rather than leave it half-alive
+        died: list[asyncio.Future[Any]] = [
+            runner.app[CODEC].died for runner in runners if CODEC in runner.app
+        ]
+        try:
+            await asyncio.wait([stopped, *died], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        failure = next((future.result() for future in died if future.done()), None)
+        if failure is not None:
+            print(f"brokerlab: {failure}; shutting down", file=sys.stderr, flush=True)
+            exit_code = 1
+        else:
+            print("brokerlab: shutting down", flush=True)
     finally:
         for runner in runners:
             await runner.cleanup()
         await cluster.close()
+    return exit_code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -280,11 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.brokers < 1:
             print("brokerlab: --brokers must be at least 1", file=sys.stderr)
             return 2
-        uvloop.run(serve(settings, args.brokers))
+        return uvloop.run(serve(settings, args.brokers))
     except DataFormatError as error:
         print(f"brokerlab: cannot serve {settings.data_dir}: {error}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

@@ -121,6 +121,9 @@ class BrokerConfig(BaseModel):
     maxHttpRequestBodyBytes: int = Field(default=16777216, gt=0)
     #: brokerlab only: most messages in one produce request.
     maxMessagesPerProduceRequest: int = Field(default=1000, gt=0)
+    #: brokerlab only: processes that decode and encode produce bodies beside the event
+    #: loop (broker.http.codec); 0 does it on the loop; -1 picks by the machine's cores.
+    httpCodecProcesses: int = Field(default=-1, ge=-1, le=64)
     #: What a produce or consumer auto-creates: non-partitioned or partitioned (with
     #: defaultNumPartitions). Pulsar: same key and default.
     allowAutoTopicCreationType: str = Field(

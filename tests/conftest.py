@@ -122,6 +122,9 @@ def make_settings(
     data dir is given."""
     storage_overrides = {"storageMode": "memory"} if data_dir is None else {}
     storage_overrides.update(storage or {})
+    # No codec processes unless a test asks: one per served broker would cost each test
+    # a Python start; tests/http/test_codec.py covers them.
+    broker = {"httpCodecProcesses": 0, **broker}
     return Settings(
         broker=load_broker_config(
             CONF / "broker.conf", {"webServicePort": 0, "brokerServicePort": 0, **broker}

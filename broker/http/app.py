@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import binascii
 import logging
-import operator
 import pathlib
 import time
 from collections.abc import AsyncIterator
@@ -17,26 +15,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.clock import Clock, SystemClock
 from broker.cluster import RESTART_MODES, BrokerNode, Cluster, Settings, service_config  # noqa: F401 (re-exported)
-from broker.config import BrokerConfig
 from broker.dispatch.consumer import NOT_RECEIVED, Consumer
 from broker.dispatch.errors import (
     InvalidRequestError,
-    TooLargeError,
     UnavailableError,
 )
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.http import security
-from broker.http.b64 import decode_all_strict, decode_base64_strict
+from broker.http.codec import MIN_BODY_BYTES as CODEC_MIN_BODY_BYTES
+from broker.http.codec import CodecError, CodecPool, Encoded, default_codec_processes
 from broker.http.contract import RouteTable
 from broker.http.errors import error_middleware
-from broker.http.metrics import BrokerMetrics
-from broker.http.models import (
-    CONSUMER_DEFAULTS,
-    MAX_KEY_BYTES,
-    ProduceRequest,
-    ProducerMessage,
-)
+from broker.http.metrics import BrokerMetrics, CodecCollector
+from broker.http.models import CONSUMER_DEFAULTS
 from broker.http.openapi import (
     ACK_BODY,
     CONSUMER_BODY,
@@ -54,12 +46,9 @@ from broker.http.openapi import (
     openapi_spec,
 )
 from broker.http.parsing import decimal, message_id, message_ids_with_index
+from broker.http.produce_encoding import encode_produce
 from broker.ledger.entry import (
-    BatchItem,
     EntryFormatError,
-    encode_batch,
-    encode_message,
-    encode_payloads,
 )
 from broker.ledger.position import Position
 from storage_stub.bookie import Storage
@@ -77,6 +66,8 @@ METRICS = web.AppKey("metrics", BrokerMetrics)
 NODE = web.AppKey("node", BrokerNode)
 #: the cluster, when this app started it (one broker, tests and embedding)
 CLUSTER = web.AppKey("cluster", Cluster)
+#: the codec processes that encode produce bodies (absent with httpCodecProcesses=0)
+CODEC = web.AppKey("codec", CodecPool)
 
 
 def _attach(app: web.Application, node: BrokerNode) -> None:
@@ -101,6 +92,27 @@ async def _one_broker_context(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await cluster.close()
+
+
+async def _codec_context(app: web.Application) -> AsyncIterator[None]:
+    """The app's codec processes (broker.http.codec), started with it and stopped with it."""
+    processes = app[SETTINGS].broker.httpCodecProcesses
+    if processes < 0:
+        processes = default_codec_processes()
+    if processes == 0:
+        yield
+        return
+    pool = CodecPool(processes)
+    collector = CodecCollector(pool, str(app[NODE].index))
+    try:
+        await pool.start()
+        app[CODEC] = pool
+        app[METRICS].registry.register(collector)
+        yield
+    finally:
+        if CODEC in app:
+            app[METRICS].registry.unregister(collector)
+        await pool.close()
 
 
 def _new_app(settings: Settings, clock: Clock) -> web.Application:
@@ -130,6 +142,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     """An app that runs a one-broker cluster for its lifetime (tests, embedding)."""
     app = _new_app(settings, clock or SystemClock())
     app.cleanup_ctx.append(_one_broker_context)
+    app.cleanup_ctx.append(_codec_context)
     _add_routes(app, settings)
     return app
 
@@ -138,6 +151,7 @@ def node_app(node: BrokerNode) -> web.Application:
     """The HTTP front end of one broker of a cluster that its owner opens and closes."""
     app = _new_app(node.settings, node.cluster.clock)
     _attach(app, node)
+    app.cleanup_ctx.append(_codec_context)
     _add_routes(app, node.settings)
     return app
 
@@ -205,100 +219,32 @@ _b64 = pybase64.b64encode_as_string
 # ---------------------------------------------------------------------- produce
 
 
-def _encode_messages(
-    body: ProduceRequest, config: BrokerConfig, now_ms: int
-) -> tuple[list[bytes], int]:
-    """Check what the body's type cannot say (broker.conf's limits, base64, key bytes)
-    and encode every message; nothing is stored if any is bad. With ``"batch": true``
-    all messages become one batched entry, as a batching producer sends them. Returns
-    the entries and the batch's size (0: unbatched)."""
-    messages = body["messages"]
-    if len(messages) > config.maxMessagesPerProduceRequest:
-        raise TooLargeError(
-            f"{len(messages)} messages in one request; the limit is "
-            f"{config.maxMessagesPerProduceRequest} (maxMessagesPerProduceRequest)"
-        )
-    max_size = config.maxMessageSize
-    payloads = _payloads_only(messages, max_size)
-    if body.get("batch", False):
-        items: list[BatchItem] = (
-            _validated(messages, max_size)
-            if payloads is None
-            else [(payload, None, None, 0) for payload in payloads]
-        )
-        if sum(len(item[0]) for item in items) > max_size:
-            raise TooLargeError(f"the batch's payloads exceed maxMessageSize ({max_size} bytes)")
-        return [encode_batch(items, now_ms)], len(items)
-    if payloads is not None:
-        return encode_payloads(payloads, now_ms), 0
-    return _encode_each(messages, max_size, now_ms), 0
-
-
-def _encode_each(messages: list[ProducerMessage], max_size: int, now_ms: int) -> list[bytes]:
-    """Validate and encode message by message; the first bad one is reported by index and
-    field. O(total payload bytes), about 3 us per 1 KiB message."""
-    return [
-        encode_message(payload, now_ms, event_time, key, properties, sequence_id=index)
-        for index, (payload, key, properties, event_time) in enumerate(
-            _validated(messages, max_size)
-        )
-    ]
-
-
-def _validated(messages: list[ProducerMessage], max_size: int) -> list[BatchItem]:
-    """Every message (of the validated body) checked and decoded: (payload, key,
-    properties, event time)."""
-    decoded: list[BatchItem] = []
-    for index, message in enumerate(messages):
+async def _encoded_body(request: web.Request) -> Encoded:
+    """The produce body's entries and batch size: encoded in a codec process when the
+    broker has them and the body is large enough to be worth the trip, else (or where the
+    process refused it, to raise the error) on the loop. The parsed body never outlives
+    this call: with it alive across the storage wait, produce cost ~10% more loop CPU."""
+    raw = await request.read()
+    app = request.app
+    config = app[SETTINGS].broker
+    now_ms = app[CLOCK].wall_ms()
+    limits = config.maxMessagesPerProduceRequest, config.maxMessageSize
+    codec = app.get(CODEC)
+    if codec is not None and len(raw) >= CODEC_MIN_BODY_BYTES:
         try:
-            payload = decode_base64_strict(message["payload"])
-        except (binascii.Error, ValueError):
-            raise InvalidRequestError(f"messages[{index}].payload is not valid base64") from None
-        if len(payload) > max_size:
-            raise TooLargeError(
-                f"messages[{index}] is {len(payload)} bytes; maxMessageSize is {max_size}"
-            )
-        if len(message) == 1:
-            # only the payload: no optional field (the common case)
-            decoded.append((payload, None, None, 0))
-            continue
-        key = message.get("key")
-        if key is not None and len(key) * 4 > MAX_KEY_BYTES and len(key.encode()) > MAX_KEY_BYTES:
-            raise InvalidRequestError(f"messages[{index}].key is over {MAX_KEY_BYTES} bytes")
-        decoded.append((payload, key, message.get("properties"), message.get("eventTime", 0)))
-    return decoded
-
-
-_payload_of = operator.itemgetter("payload")
-
-
-def _payloads_only(messages: list[ProducerMessage], max_size: int) -> list[bytes] | None:
-    """The decoded payloads of the common request, every message only a ``{"payload":
-    ...}`` of valid base64 within ``max_size``, decoded with a loop in C (about 0.4 us
-    per 1 KiB message). None for anything else, bad base64 included, which the
-    per-message path then reports with the message's index."""
-    if sum(map(len, messages)) != len(messages):
-        return None  # a message with optional fields
-    try:
-        payloads = decode_all_strict(map(_payload_of, messages))
-    except (ValueError, binascii.Error):
-        return None
-    if max(map(len, payloads)) > max_size:
-        return None
-    return payloads
+            encoded = await codec.encode(raw, *limits, now_ms)
+        except CodecError as error:
+            raise UnavailableError(str(error)) from None
+        if encoded is not None:
+            return encoded
+    return encode_produce(PRODUCE_BODY.parse(raw), *limits, now_ms)
 
 
 @api.implements("produce")
 async def produce(request: web.Request) -> web.Response:
     started = time.perf_counter()
     name = _topic(request)
-    # The parsed body (some 140 KiB for 100 x 1 KiB) is freed before the storage wait,
-    # not after it: with it alive across the wait, produce cost ~10% more loop CPU.
-    encoded, batch_size = _encode_messages(
-        await PRODUCE_BODY.read(request),
-        request.app[SETTINGS].broker,
-        request.app[CLOCK].wall_ms(),
-    )
+    encoded, batch_size = await _encoded_body(request)
     topic = await _service(request).get_topic(name, create=True)
     first = await topic.publish(encoded, batch_size or len(encoded))
     request.app[METRICS].produce_latency.observe(time.perf_counter() - started)

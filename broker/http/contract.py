@@ -180,16 +180,23 @@ class JsonBody(Generic[T]):
 
     async def read(self, request: web.Request) -> T:
         """The validated body; 400 when there is none. O(body size)."""
-        body = await self.read_optional(request)
-        if body is None:
-            raise InvalidRequestError("request body is empty; a JSON body is expected")
-        return body
+        return self.parse(await request.read())
 
     async def read_optional(self, request: web.Request) -> T | None:
         """The validated body, None when the request has none. O(body size)."""
         raw = await request.read()
         if not raw:
             return None
+        return self.validate(raw)
+
+    def parse(self, raw: bytes) -> T:
+        """``read`` for a body already read."""
+        if not raw:
+            raise InvalidRequestError("request body is empty; a JSON body is expected")
+        return self.validate(raw)
+
+    def validate(self, raw: bytes) -> T:
+        """The validated body of non-empty ``raw``; 400 if its type refuses it."""
         try:
             return self.adapter.validate_json(raw)
         except ValidationError as error:

@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from broker.cluster import BrokerNode
     from broker.dispatch.service import BrokerService
+    from broker.http.codec import CodecPool
     from storage_stub.bookie import Storage
 
 #: the ``topic`` label of the series that sum the topics beyond brokerlabMetricsMaxTopics
@@ -66,6 +67,25 @@ class BrokerMetrics:
         )
         self.registry.register(self.produce_latency)
         self.registry.register(self.dispatch_latency)
+
+
+class CodecCollector(Collector):
+    """``brokerlab_http_codec_requests_total``: produce bodies a codec process encoded or
+    refused (refused ones the loop encoded again and reported). O(1) a scrape."""
+
+    def __init__(self, pool: CodecPool, broker: str) -> None:
+        self._pool = pool
+        self._broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "brokerlab_http_codec_requests",
+            "Produce bodies sent to a codec process (httpCodecProcesses), by outcome.",
+            labels=["outcome", "broker"],
+        )
+        family.add_metric(["encoded", self._broker], self._pool.encoded)
+        family.add_metric(["refused", self._broker], self._pool.refused)
+        yield family
 
 
 class LatencyHistogram(Collector):

@@ -16,13 +16,13 @@ from pydantic import ValidationError
 
 from broker.config import BrokerConfig
 from broker.dispatch.errors import InvalidRequestError, TooLargeError
-from broker.http.app import _encode_each, _encode_messages, _payloads_only, _validated
 from broker.http.openapi import PRODUCE_BODY
+from broker.http.produce_encoding import _encode_each, _payloads_only, _validated, encode_produce
 from broker.ledger.entry import decode_message, encode_batch, encode_payloads
 
 MAX_SIZE = 64
 NOW_MS = 1_763_700_000_000
-CONFIG = BrokerConfig(maxMessageSize=MAX_SIZE)
+LIMIT = BrokerConfig().maxMessagesPerProduceRequest
 
 
 def outcome(encode: Any, messages: list[Any]) -> list[bytes] | tuple[str, str]:
@@ -47,7 +47,7 @@ message = st.one_of(
 
 
 def whole_request(messages: list[Any], max_size: int, now_ms: int) -> list[bytes]:
-    encoded, batch_size = _encode_messages({"messages": messages}, CONFIG, now_ms)
+    encoded, batch_size = encode_produce({"messages": messages}, LIMIT, MAX_SIZE, now_ms)
     assert batch_size == 0
     return encoded
 
@@ -61,8 +61,8 @@ def payload_only(messages: list[Any], max_size: int, now_ms: int) -> list[bytes]
 def batched(messages: list[Any]) -> bytes | tuple[str, str]:
     """The request with ``"batch": true``: its one entry, or the error."""
     try:
-        encoded, batch_size = _encode_messages(
-            {"messages": messages, "batch": True}, CONFIG, NOW_MS
+        encoded, batch_size = encode_produce(
+            {"messages": messages, "batch": True}, LIMIT, MAX_SIZE, NOW_MS
         )
     except (InvalidRequestError, TooLargeError) as error:
         return type(error).__name__, str(error)

@@ -1,0 +1,300 @@
+"""Produce bodies encoded in codec processes, beside the event loop.
+
+Under produce the loop's thread is the broker's bottleneck: it runs on one core, and
+about 40% of its time per message went to the body: JSON validation, base64 decoding
+and Pulsar's entry format with its CRC32C. That work is a pure function of the body's
+bytes, two limits and the publish time (``broker.http.produce_encoding``), so a codec
+process does it on another core: the loop sends the raw body and gets the entries back.
+Pulsar's broker likewise decodes requests on its I/O threads, not its ordered executors.
+
+The answers are the loop's own. A process refuses whatever it does not encode (a body
+the route's type refuses, a limit, bad base64, any exception), and the loop then runs
+the same functions itself, which raise the error the route reports. Bodies under
+``MIN_BODY_BYTES`` stay on the loop: the round trip costs more than their encoding.
+
+``httpCodecProcesses`` (brokerlab only) sets how many processes; 0 encodes on the loop,
+and -1 (the default) picks ``default_codec_processes()``: none on a machine of one or two
+cores, one on more. The trip costs CPU (about 2 us a 1 KiB message on the loop for the
+socket copies and wake-ups, against some 4 us of encoding moved away; the process itself
+spends about 5), so it pays only where a core is free: on two cores, shared with a
+client, ``brokerlab bench http`` measured the same throughput with it at a third more CPU
+a message. A process that exits while the broker runs takes the broker down (``died``).
+
+Wire format over a Unix socket pair, little-endian, answers in request order:
+
+- request: u32 body length, u32 max messages, u32 max size, u64 publish time (ms), body;
+- answer: u32 length of what follows, i32 batch size (-1: refused), u32 entry count,
+  the entries' u32 lengths, the entries.
+
+Run as ``python -m broker.http.codec FD`` with FD one end of the pair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import struct
+import sys
+import typing
+from collections.abc import Sequence
+
+from broker.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+REQUEST = struct.Struct("<IIIQ")
+ANSWER = struct.Struct("<IiI")
+REFUSED = ANSWER.pack(0, -1, 0)
+#: smaller bodies are encoded on the loop: 16 KiB is about ten 1 KiB messages, whose
+#: encoding (~30 us) is as long as a round trip to the process
+MIN_BODY_BYTES = 16 * 1024
+#: Linux clamps this to net.core.wmem_max / rmem_max; larger buffers take a whole
+#: produce body of 100 x 1 KiB in one send
+_SOCKET_BUFFER_BYTES = 1 << 20
+_STOP_DEADLINE_S = 10.0
+_U32_MAX = (1 << 32) - 1
+#: a process writes at most this many buffers with one sendmsg (Linux's IOV_MAX is 1024)
+_MAX_IOVECS = 1000
+
+
+def default_codec_processes() -> int:
+    """What httpCodecProcesses=-1 means here: 1 with three or more usable cores (the loop,
+    the process, and one for the storage writer and clients), else 0."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return 1 if cores >= 3 else 0
+
+
+Encoded = tuple[list[bytes], int]
+"""The entries of a produce body and its batch size (0: unbatched)."""
+
+
+class CodecError(Exception):
+    """A codec process is gone: the broker cannot encode in it any more."""
+
+
+class _Connection(asyncio.Protocol):
+    """The loop's end of one process's socket: writes requests, reads answers and
+    resolves them in order. Reading an answer is O(entries) slices of the bytes it
+    arrived in; an answer split over several reads is joined once."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.pending: collections.deque[asyncio.Future[Encoded | None]] = collections.deque()
+        self._partial = bytearray()
+        self.lost: BaseException | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = typing.cast(asyncio.Transport, transport)  # uvloop's is no subclass
+
+    def data_received(self, data: bytes) -> None:
+        if self._partial:
+            self._partial += data
+            data = bytes(self._partial)
+            self._partial.clear()
+        offset = 0
+        size = len(data)
+        header = ANSWER.size
+        while size - offset >= header:
+            length, batch_size, count = ANSWER.unpack_from(data, offset)
+            start = offset + header
+            end = start + length
+            if end > size:
+                break
+            result: Encoded | None = None
+            if batch_size >= 0:
+                lengths = struct.unpack_from(f"<{count}I", data, start)
+                starts = list(itertools.accumulate(lengths, initial=start + 4 * count))
+                entries = list(map(data.__getitem__, map(slice, starts, starts[1:])))
+                result = (entries, batch_size)
+            future = self.pending.popleft()
+            if not future.done():
+                future.set_result(result)
+            offset = end
+        if offset < size:
+            self._partial += memoryview(data)[offset:]
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.lost = exc or CodecError("the codec process closed its socket")
+        while self.pending:
+            future = self.pending.popleft()
+            if not future.done():
+                future.set_exception(CodecError(f"codec process lost: {self.lost}"))
+
+
+class _Process:
+    __slots__ = ("connection", "process")
+
+    def __init__(self, process: asyncio.subprocess.Process, connection: _Connection) -> None:
+        self.process = process
+        self.connection = connection
+
+
+class CodecPool:
+    """``processes`` codec processes, started by ``start`` and stopped by ``close``.
+    ``encode`` sends a body to the process with the fewest requests pending: O(body)
+    on the loop for the socket copy, O(entries) to take the answer apart."""
+
+    def __init__(self, processes: int) -> None:
+        if processes < 1:
+            raise ValueError(f"a codec pool needs at least one process, not {processes}")
+        self.size = processes
+        self._processes: list[_Process] = []
+        self._owner = TaskOwner("codec pool")
+        self._closing = False
+        #: bodies encoded in a process, and bodies a process refused (the loop reported them)
+        self.encoded = 0
+        self.refused = 0
+        #: set (to the reason) when a process exits while the broker runs
+        self.died: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for index in range(self.size):
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                for sock in (ours, theirs):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER_BYTES)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER_BYTES)
+                process = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "broker.http.codec",
+                    str(theirs.fileno()),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
+                )
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                theirs.close()
+            _, connection = await loop.create_unix_connection(_Connection, sock=ours)
+            self._processes.append(_Process(process, connection))
+            self._owner.spawn(self._watch(process), name=f"codec process {index}")
+
+    async def _watch(self, process: asyncio.subprocess.Process) -> None:
+        code = await process.wait()
+        if self._closing:
+            return
+        reason = f"codec process {process.pid} exited with status {code}"
+        log.error("%s while the broker runs: the broker stops", reason)
+        if not self.died.done():
+            self.died.set_result(reason)
+
+    async def encode(
+        self, body: bytes, max_messages: int, max_size: int, now_ms: int
+    ) -> Encoded | None:
+        """The body's entries and batch size, or None where the process refused it (the
+        caller encodes it on the loop, which raises the error to report). CodecError
+        if the process is gone."""
+        if self.died.done():
+            raise CodecError(self.died.result())
+        if not (
+            len(body) <= _U32_MAX
+            and 0 <= max_messages <= _U32_MAX
+            and 0 <= max_size <= _U32_MAX
+            and 0 <= now_ms < 1 << 64
+        ):
+            return None  # past the wire format's fields: the loop encodes it
+        chosen = min(self._processes, key=_pending_count)
+        connection = chosen.connection
+        transport = connection.transport
+        if transport is None or connection.lost is not None or transport.is_closing():
+            raise CodecError(f"codec process {chosen.process.pid} is not connected")
+        future: asyncio.Future[Encoded | None] = asyncio.get_running_loop().create_future()
+        connection.pending.append(future)
+        transport.write(REQUEST.pack(len(body), max_messages, max_size, now_ms))
+        transport.write(body)
+        result = await future
+        if result is None:
+            self.refused += 1
+        else:
+            self.encoded += 1
+        return result
+
+    async def close(self) -> None:
+        """Close every socket (a process stops at its end of input) and wait for the
+        processes; one that does not stop within the deadline is killed."""
+        self._closing = True
+        for entry in self._processes:
+            if entry.connection.transport is not None:
+                entry.connection.transport.close()
+        for entry in self._processes:
+            try:
+                await asyncio.wait_for(entry.process.wait(), _STOP_DEADLINE_S)
+            except TimeoutError:
+                log.error("codec process %d did not stop: killed", entry.process.pid)
+                entry.process.kill()
+                await entry.process.wait()
+        await self._owner.close()
+        if not self.died.done():
+            self.died.cancel()
+
+
+def _pending_count(entry: _Process) -> int:
+    return len(entry.connection.pending)
+
+
+# ---------------------------------------------------------------------- the process
+
+
+def _send(sock: socket.socket, parts: Sequence[bytes]) -> None:
+    """Write every part, in one sendmsg when the socket takes it all."""
+    total = sum(map(len, parts))
+    sent = sock.sendmsg(parts) if len(parts) <= _MAX_IOVECS else 0
+    if sent < total:
+        sock.sendall(b"".join(parts)[sent:])
+
+
+def serve(sock: socket.socket) -> None:
+    """Answer requests until the other end closes. O(body) each."""
+    from pydantic import TypeAdapter
+
+    from broker.http.models import ProduceRequest
+    from broker.http.produce_encoding import encode_produce
+
+    adapter: TypeAdapter[ProduceRequest] = TypeAdapter(ProduceRequest)
+    reader = sock.makefile("rb", buffering=_SOCKET_BUFFER_BYTES)
+    while True:
+        head = reader.read(REQUEST.size)
+        if len(head) < REQUEST.size:
+            return
+        size, max_messages, max_size, now_ms = REQUEST.unpack(head)
+        body = reader.read(size)
+        if len(body) < size:
+            return
+        try:
+            entries, batch_size = encode_produce(
+                adapter.validate_json(body), max_messages, max_size, now_ms
+            )
+        except Exception:  # the loop encodes it again and reports what it raises
+            sock.sendall(REFUSED)
+            continue
+        lengths = struct.pack(f"<{len(entries)}I", *map(len, entries))
+        length = len(lengths) + sum(map(len, entries))
+        _send(sock, [ANSWER.pack(length, batch_size, len(entries)), lengths, *entries])
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m broker.http.codec FD", file=sys.stderr)
+        return 2
+    # a broken or reset socket: the broker went away first
+    with (
+        socket.socket(fileno=int(argv[0])) as sock,
+        contextlib.suppress(BrokenPipeError, ConnectionResetError),
+    ):
+        serve(sock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,98 @@
+"""The produce route's work between its body and its entries, as pure functions of the
+validated body and two limits: the broker runs them on its loop or in a codec process
+(``broker.http.codec``), with the same result either way.
+
+Imports nothing of aiohttp or the broker's services, so a codec process starts quickly.
+"""
+
+from __future__ import annotations
+
+import binascii
+import operator
+
+from broker.dispatch.errors import InvalidRequestError, TooLargeError
+from broker.http.b64 import decode_all_strict, decode_base64_strict
+from broker.http.models import MAX_KEY_BYTES, ProduceRequest, ProducerMessage
+from broker.ledger.entry import BatchItem, encode_batch, encode_message, encode_payloads
+
+
+def encode_produce(
+    body: ProduceRequest, max_messages: int, max_size: int, now_ms: int
+) -> tuple[list[bytes], int]:
+    """Check what the body's type cannot say (broker.conf's limits, base64, key bytes)
+    and encode every message; nothing is stored if any is bad. With ``"batch": true``
+    all messages become one batched entry, as a batching producer sends them. Returns
+    the entries and the batch's size (0: unbatched)."""
+    messages = body["messages"]
+    if len(messages) > max_messages:
+        raise TooLargeError(
+            f"{len(messages)} messages in one request; the limit is "
+            f"{max_messages} (maxMessagesPerProduceRequest)"
+        )
+    payloads = _payloads_only(messages, max_size)
+    if body.get("batch", False):
+        items: list[BatchItem] = (
+            _validated(messages, max_size)
+            if payloads is None
+            else [(payload, None, None, 0) for payload in payloads]
+        )
+        if sum(len(item[0]) for item in items) > max_size:
+            raise TooLargeError(f"the batch's payloads exceed maxMessageSize ({max_size} bytes)")
+        return [encode_batch(items, now_ms)], len(items)
+    if payloads is not None:
+        return encode_payloads(payloads, now_ms), 0
+    return _encode_each(messages, max_size, now_ms), 0
+
+
+def _encode_each(messages: list[ProducerMessage], max_size: int, now_ms: int) -> list[bytes]:
+    """Validate and encode message by message; the first bad one is reported by index and
+    field. O(total payload bytes), about 3 us per 1 KiB message."""
+    return [
+        encode_message(payload, now_ms, event_time, key, properties, sequence_id=index)
+        for index, (payload, key, properties, event_time) in enumerate(
+            _validated(messages, max_size)
+        )
+    ]
+
+
+def _validated(messages: list[ProducerMessage], max_size: int) -> list[BatchItem]:
+    """Every message (of the validated body) checked and decoded: (payload, key,
+    properties, event time)."""
+    decoded: list[BatchItem] = []
+    for index, message in enumerate(messages):
+        try:
+            payload = decode_base64_strict(message["payload"])
+        except (binascii.Error, ValueError):
+            raise InvalidRequestError(f"messages[{index}].payload is not valid base64") from None
+        if len(payload) > max_size:
+            raise TooLargeError(
+                f"messages[{index}] is {len(payload)} bytes; maxMessageSize is {max_size}"
+            )
+        if len(message) == 1:
+            # only the payload: no optional field (the common case)
+            decoded.append((payload, None, None, 0))
+            continue
+        key = message.get("key")
+        if key is not None and len(key) * 4 > MAX_KEY_BYTES and len(key.encode()) > MAX_KEY_BYTES:
+            raise InvalidRequestError(f"messages[{index}].key is over {MAX_KEY_BYTES} bytes")
+        decoded.append((payload, key, message.get("properties"), message.get("eventTime", 0)))
+    return decoded
+
+
+_payload_of = operator.itemgetter("payload")
+
+
+def _payloads_only(messages: list[ProducerMessage], max_size: int) -> list[bytes] | None:
+    """The decoded payloads of the common request, every message only a ``{"payload":
+    ...}`` of valid base64 within ``max_size``, decoded with a loop in C (about 0.4 us
+    per 1 KiB message). None for anything else, bad base64 included, which the
+    per-message path then reports with the message's index."""
+    if sum(map(len, messages)) != len(messages):
+        return None  # a message with optional fields
+    try:
+        payloads = decode_all_strict(map(_payload_of, messages))
+    except (ValueError, binascii.Error):
+        return None
+    if max(map(len, payloads)) > max_size:
+        return None
+    return payloads

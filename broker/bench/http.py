@@ -54,6 +54,7 @@ import uvloop
 
 import broker
 from broker.bench.bare_server import READY_PREFIX as BARE_READY_PREFIX
+from broker.http.codec import default_codec_processes
 
 HOST = "127.0.0.1"
 BROKER_READY_PREFIX = "brokerlab listening on "
@@ -119,15 +120,35 @@ def _conf_dir() -> pathlib.Path | None:
 
 
 def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process (Linux /proc; None elsewhere)."""
+    """User + system CPU time of a process and its live children, the broker's codec
+    processes (Linux /proc; None elsewhere)."""
+    own = _own_cpu_seconds(pid)
+    if own is None:
+        return None
+    return own + sum(filter(None, map(_own_cpu_seconds, _children(pid))))
+
+
+def _own_cpu_seconds(pid: int, thread: int | None = None) -> float | None:
+    """One process's CPU time, or one of its threads' (``thread``)."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
+        with open(path, "rb") as stat:
             text = stat.read().decode()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2 :].split()
     # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid``, from every thread's children list."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
+                found += map(int, f.read().split())
+    return found
 
 
 class ServerProcess:
@@ -190,6 +211,12 @@ class ServerProcess:
             return None
         return _cpu_seconds(self.process.pid)
 
+    def loop_cpu_seconds(self) -> float | None:
+        """The main thread's: the event loop's, whose one core bounds the server."""
+        if self.process is None or self.process.returncode is not None:
+            return None
+        return _own_cpu_seconds(self.process.pid, self.process.pid)
+
     def check_alive(self) -> None:
         if self.process is not None and self.process.returncode is not None:
             raise BenchError(
@@ -226,10 +253,18 @@ def bare_server(label: str) -> ServerProcess:
 
 
 def broker_server(
-    label: str, data_dir: pathlib.Path, sync_mode: str, trace_dir: pathlib.Path | None = None
+    label: str,
+    data_dir: pathlib.Path,
+    sync_mode: str,
+    trace_dir: pathlib.Path | None = None,
+    codec_processes: int | None = None,
 ) -> ServerProcess:
+    """``brokerlab serve`` with the shipped conf files; ``codec_processes`` overrides
+    httpCodecProcesses (the shipped value picks by the machine's cores)."""
     argv = [sys.executable, "-m", "broker.cli", "serve", "--host", HOST, "--port", "0"]
     argv += ["--broker-port", "0"]  # HTTP only
+    if codec_processes is not None:
+        argv += ["--set", f"httpCodecProcesses={codec_processes}"]
     # A topic caches what is added for 2 x the cache TTL after it loads (Pulsar's grace
     # for consumers about to connect), then not while nobody reads. A produce-only round
     # inside that window paid for caching, later rounds did not; without the grace every
@@ -397,6 +432,7 @@ class Row:
     produced: int = 0
     elapsed_s: float = 0.0
     server_cpu_s: float | None = 0.0
+    loop_cpu_s: float | None = 0.0
     client_cpu_s: float = 0.0
     #: the row's rate in each round, for its ratio round by round
     round_rates: list[float] = field(default_factory=list)
@@ -408,12 +444,14 @@ class Row:
         """Time one slice of this row: ``run`` returns the messages it counts."""
         self.server.check_alive()
         server_before = self.server.cpu_seconds()
+        loop_before = self.server.loop_cpu_seconds()
         client_before = time.process_time()
         start = time.perf_counter()
         counted = await run()
         elapsed = time.perf_counter() - start
         client_after = time.process_time()
         server_after = self.server.cpu_seconds()
+        loop_after = self.server.loop_cpu_seconds()
         self.messages += counted
         self.produced += produced
         self.elapsed_s += elapsed
@@ -423,6 +461,10 @@ class Row:
             self.server_cpu_s = None
         else:
             self.server_cpu_s += server_after - server_before
+        if loop_before is None or loop_after is None or self.loop_cpu_s is None:
+            self.loop_cpu_s = None
+        else:
+            self.loop_cpu_s += loop_after - loop_before
 
 
 def _url(base: str, topic: str) -> str:
@@ -437,7 +479,10 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
     broker_traced = broker_server(
         "broker (syncMode=none, traced)", data_root / "traced", "none", data_root / "trace"
     )
-    servers = [bare, broker_none, broker_batch, broker_traced]
+    broker_codec = broker_server(
+        "broker (syncMode=none, one codec process)", data_root / "codec", "none", None, 1
+    )
+    servers = [bare, broker_none, broker_batch, broker_traced, broker_codec]
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=config.producers + 2)
     session = aiohttp.ClientSession(
         connector=connector,
@@ -445,7 +490,7 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
         headers={"Content-Type": "application/json"},
     )
     try:
-        bare_url, none_url, batch_url, traced_url = await asyncio.gather(
+        bare_url, none_url, batch_url, traced_url, codec_url = await asyncio.gather(
             *(s.start() for s in servers)
         )
         for server, mode in ((broker_none, "none"), (broker_batch, "batch")):
@@ -460,6 +505,9 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             "produce_consume_none", "produce+consume", broker_none, "none", pc_ceiling
         )
         produce_batch = Row("produce_batch", "produce", broker_batch, "batch", CEILING)
+        produce_codec = Row(
+            "produce_none_codec", "produce, codec process", broker_codec, "none", CEILING
+        )
         traced = Row(
             "produce_consume_traced_none",
             "produce+consume, traced",
@@ -482,6 +530,7 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             ceiling,
             ceiling_pc,
             produce_none,
+            produce_codec,
             produce_consume,
             produce_batch,
             traced,
@@ -495,6 +544,7 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             "produce_none": _url(none_url, "produce"),
             "produce_consume_none": _url(none_url, "produce-consume"),
             "produce_batch": _url(batch_url, "produce"),
+            produce_codec.key: _url(codec_url, "produce"),
             "produce_consume_traced_none": _url(traced_url, "produce-consume"),
             produce_batched.key: _url(none_url, "produce-batched"),
             produce_consume_batched.key: _url(none_url, "produce-consume-batched"),
@@ -521,7 +571,13 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
         }
         batched = {row.key for row in rows if row.batched}
         warm = config.warmup_requests
-        for key in (CEILING, "produce_none", "produce_batch", produce_batched.key):
+        for key in (
+            CEILING,
+            "produce_none",
+            produce_codec.key,
+            "produce_batch",
+            produce_batched.key,
+        ):
             await produce_requests(session, urls[key], work, warm, key in batched)
         for key, warming in consumers.items():
             await _produce_and_consume(session, urls[key], work, warming, warm, key in batched)
@@ -588,6 +644,11 @@ async def _produce_and_consume(
     return consumer.received - before
 
 
+def _per_message(cpu_s: float | None, messages: int) -> float | None:
+    """Microseconds of CPU per message, None where unknown."""
+    return None if cpu_s is None or messages <= 0 else round(cpu_s / messages * 1e6, 2)
+
+
 def _report(
     config: BenchConfig, rows: list[Row], consumers: dict[str, ConsumerState]
 ) -> dict[str, Any]:
@@ -623,6 +684,10 @@ def _report(
             "client_cpu_cores": (
                 round(row.client_cpu_s / row.elapsed_s, 3) if row.elapsed_s > 0 else None
             ),
+            # the server's CPU (all its processes) per message the row counts
+            "server_cpu_us_per_msg": _per_message(row.server_cpu_s, row.messages),
+            # the event loop's thread alone: its one core bounds the server's rate
+            "loop_cpu_us_per_msg": _per_message(row.loop_cpu_s, row.messages),
         }
     for key, state in consumers.items():
         by_key[key]["consumed"] = state.received
@@ -639,8 +704,12 @@ def _report(
             "storageMode": "disk",
             "host": HOST,
             "cpu_count": cpu_count,
+            "codec_processes_default": default_codec_processes(),
             "client": "aiohttp ClientSession in the bench process (uvloop)",
-            "servers": "child processes: bare aiohttp+uvloop; brokerlab serve x3",
+            "servers": (
+                "child processes: bare aiohttp+uvloop; brokerlab serve x4, one with "
+                "httpCodecProcesses=1 (the others: the shipped broker.conf)"
+            ),
             "ceiling": CEILING_DOES,
             "ceiling_produce_consume": CEILING_PRODUCE_CONSUME_DOES,
         },
@@ -649,6 +718,7 @@ def _report(
         "ceiling_produce_consume_msgs_per_s": by_key[CEILING_PRODUCE_CONSUME]["rate_msgs_per_s"],
         "produce_ratio": by_key["produce_none"]["ratio"],
         "produce_batch_ratio": by_key["produce_batch"]["ratio"],
+        "produce_codec_ratio": by_key["produce_none_codec"]["ratio"],
         "produce_consume_ratio": pc["ratio"],
         "produce_batched_ratio": by_key["produce_batched_none"]["ratio"],
         "produce_consume_batched_ratio": by_key["produce_consume_batched_none"]["ratio"],
@@ -681,11 +751,16 @@ def _spread(ratios: list[float]) -> str:
 
 def format_table(result: dict[str, Any]) -> str:
     config = result["config"]
-    header = ("row", "sync", "msgs/s", "ratio", "rounds", "server CPU", "client CPU")
+    header = (
+        "row", "sync", "msgs/s", "ratio", "rounds", "server CPU", "us/msg", "loop us/msg",
+        "client CPU",
+    )  # fmt: skip
     lines_in: list[tuple[str, ...]] = [header]
     for row in result["rows"]:
         server_cpu = row["server_cpu_cores"]
         client_cpu = row["client_cpu_cores"]
+        per_message = row["server_cpu_us_per_msg"]
+        loop_per_message = row["loop_cpu_us_per_msg"]
         lines_in.append(
             (
                 row["label"],
@@ -694,6 +769,8 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{row['ratio']:.2f}",
                 _spread(row["round_ratios"]),
                 "?" if server_cpu is None else f"{server_cpu:.2f}",
+                "?" if per_message is None else f"{per_message:.1f}",
+                "?" if loop_per_message is None else f"{loop_per_message:.1f}",
                 "?" if client_cpu is None else f"{client_cpu:.2f}",
             )
         )
@@ -730,19 +807,25 @@ def format_table(result: dict[str, Any]) -> str:
         f'batched ("batch": true, one entry a request): produce '
         f"{result['produce_batched_ratio']:.2f}, produce+consume "
         f"{result['produce_consume_batched_ratio']:.2f} of the same ceilings",
+        "produce with one codec process (httpCodecProcesses=1; the shipped default "
+        f"picks {config['codec_processes_default']} here): "
+        f"{result['produce_codec_ratio']:.2f} of the produce ceiling",
         f"produce+consume: consumed {result['consumed']:,} of {result['produced']:,} produced",
         f"produce+consume traced / untraced: {result['traced_over_untraced']:.2f} "
         "(what recording the access trace costs)",
         "ratio = msgs/s / its ceiling's msgs/s (produce rows: the produce ceiling; "
         "produce+consume rows: the produce+consume ceiling), measured in this run; rounds: "
         "the lowest and highest of the same ratio taken round by round; CPU columns are "
-        "cores busy during the row (server process; client = this process).",
+        "cores busy during the row (server: its process and codec processes; client: this "
+        "process); us/msg: server CPU per message counted; loop us/msg: its event loop "
+        "thread's, which runs on one core and so bounds the server's rate.",
     ]
     if config["cpu_count"] <= 2:
         out.append(
             f"note: {config['cpu_count']} CPU core(s) shared by the client and the servers; "
             "if the client is busy near a full core on the ceiling row, the ceiling is "
-            "client-bound and every ratio reads high."
+            "client-bound and every ratio reads high; codec processes compete with the "
+            "client for the second core."
         )
     return "\n".join(out)
 

@@ -6,6 +6,7 @@ Never asserts on timing: only that every figure is there, positive and consisten
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -33,6 +34,7 @@ def test_bench_http_quick_json() -> None:
         "ceiling",
         "ceiling_produce_consume",
         "produce_none",
+        "produce_none_codec",
         "produce_batch",
         "produce_consume_none",
         "produce_consume_traced_none",
@@ -40,6 +42,7 @@ def test_bench_http_quick_json() -> None:
         "produce_consume_batched_none",
     }
     assert rows["produce_none"]["syncMode"] == "none"
+    assert rows["produce_none_codec"]["syncMode"] == "none"
     assert rows["produce_batch"]["syncMode"] == "batch"
     assert rows["produce_consume_none"]["syncMode"] == "none"
     assert result["config"]["host"] == "127.0.0.1"
@@ -54,6 +57,7 @@ def test_bench_http_quick_json() -> None:
     assert {key for key, row in rows.items() if row["ceiling"] == "ceiling"} == {
         "ceiling",
         "produce_none",
+        "produce_none_codec",
         "produce_batch",
         "produce_batched_none",
     }
@@ -64,6 +68,12 @@ def test_bench_http_quick_json() -> None:
         assert abs(row["ratio"] - row["rate_msgs_per_s"] / own_ceiling) < 1e-3, row
     assert result["produce_ratio"] == rows["produce_none"]["ratio"]
     assert result["produce_batch_ratio"] == rows["produce_batch"]["ratio"]
+    assert result["produce_codec_ratio"] == rows["produce_none_codec"]["ratio"]
+    for row in rows.values():  # CPU per message is the CPU cores over the rate
+        cores, per_message = row["server_cpu_cores"], row["server_cpu_us_per_msg"]
+        assert cores is not None and per_message is not None, row
+        assert abs(per_message - cores / row["rate_msgs_per_s"] * 1e6) <= 0.02 * per_message + 0.01
+        assert 0 < row["loop_cpu_us_per_msg"] <= per_message, row  # one thread of them
     assert result["produce_consume_ratio"] == rows["produce_consume_none"]["ratio"]
     assert result["produce_batched_ratio"] == rows["produce_batched_none"]["ratio"]
     assert result["produce_consume_batched_ratio"] == rows["produce_consume_batched_none"]["ratio"]
@@ -117,6 +127,7 @@ def test_a_rows_round_ratios_pair_it_with_its_ceiling_round_by_round() -> None:
         (http.CEILING, http.CEILING),
         (http.CEILING_PRODUCE_CONSUME, http.CEILING_PRODUCE_CONSUME),
         ("produce_none", http.CEILING),
+        ("produce_none_codec", http.CEILING),
         ("produce_batch", http.CEILING),
         ("produce_batched_none", http.CEILING),
         ("produce_consume_none", http.CEILING_PRODUCE_CONSUME),
@@ -149,3 +160,31 @@ def test_a_rows_round_ratios_pair_it_with_its_ceiling_round_by_round() -> None:
     assert by_key["produce_none"]["ratio"] == round(200 / 300, 4)
     assert by_key[http.CEILING]["round_ratios"] == [1.0, 1.0]
     assert "0.50-0.75" in http.format_table(result)
+
+
+def test_server_cpu_counts_the_servers_children() -> None:
+    """A broker's codec processes are its children: the server CPU column adds theirs."""
+    burn = (
+        "import sys, time\n"
+        "start = time.process_time()\n"
+        "while time.process_time() - start < 0.3: pass\n"
+        "print('burnt', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline() == "burnt\n"
+        assert child.pid in http._children(os.getpid())
+        own = http._own_cpu_seconds(os.getpid())
+        theirs = http._own_cpu_seconds(child.pid)
+        total = http._cpu_seconds(os.getpid())
+        assert own is not None and theirs is not None and total is not None
+        assert theirs >= 0.29
+        assert total >= own + theirs  # read after both, and CPU time only grows
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+    assert child.pid not in http._children(os.getpid())

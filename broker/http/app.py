@@ -338,6 +338,8 @@ async def receive(request: web.Request) -> web.Response:
     observe = request.app[METRICS].dispatch_latency.observe
     subscription = consumer.subscription
     ack_sets = subscription.ack_sets
+    # each run of messages with one publish time is observed at once: same latency
+    run_time = run_length = 0
     for delivery in deliveries:
         entry = delivery.entry
         try:
@@ -359,7 +361,12 @@ async def receive(request: web.Request) -> web.Response:
             index = message.batch_index
             if batched and not (remaining >> index) & 1:
                 continue  # acknowledged already (a batch-index ack): not delivered again
-            observe(max(delivered_ms - message.publish_time, 0) / 1000)
+            if message.publish_time != run_time:
+                if run_length:
+                    observe(max(delivered_ms - run_time, 0) / 1000, run_length)
+                run_time = message.publish_time
+                run_length = 0
+            run_length += 1
             out: dict[str, Any] = {
                 "messageId": f"{position}:{index}" if batched else position,
                 "payload": _b64(message.payload),
@@ -371,6 +378,8 @@ async def receive(request: web.Request) -> web.Response:
             if message.key is not None:
                 out["key"] = message.key
             messages.append(out)
+    if run_length:
+        observe(max(delivered_ms - run_time, 0) / 1000, run_length)
     return _json({"messages": messages})
 
 

@@ -117,10 +117,12 @@ class LatencyHistogram(Collector):
         self._sum = 0.0
         self._created = time.time()
 
-    def observe(self, seconds: float) -> None:
-        """Count one observation: in the first bucket whose bound is >= it (``le``)."""
-        self._counts[bisect_left(self._bounds, seconds)] += 1
-        self._sum += seconds
+    def observe(self, seconds: float, times: int = 1) -> None:
+        """Count ``times`` observations of ``seconds``: in the first bucket whose bound is
+        >= it (``le``). A poll observes each run of messages published in the same
+        millisecond at once."""
+        self._counts[bisect_left(self._bounds, seconds)] += times
+        self._sum += seconds * times
 
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(self._name, self._documentation, labels=("broker",))

@@ -70,8 +70,10 @@ class Entry:
             metadata = self._metadata
             try:
                 if metadata is None:
-                    metadata = metadata_of(self.data)
-                self._messages = max(metadata.num_messages_in_batch, 1)
+                    metadata = _plain_or_metadata(self.data)
+                self._messages = (
+                    1 if type(metadata) is tuple else max(metadata.num_messages_in_batch, 1)
+                )
             except EntryFormatError:
                 self._messages = 1
         return self._messages
@@ -80,14 +82,18 @@ class Entry:
         """Decode the metadata now (if not yet) and keep it for ``decoded_messages``;
         returns ``messages``, which comes with it. O(metadata size) once (about 1.4 us),
         O(1) after. Bytes that are not an entry keep nothing (1 message):
-        ``decoded_messages`` raises for them."""
+        ``decoded_messages`` raises for them. The metadata of a plain message (what
+        ``encode_payloads`` writes) is kept as its :class:`PlainFields`, read without
+        protobuf."""
         if self._metadata is None:
             try:
-                metadata = metadata_of(self.data)
+                metadata = _plain_or_metadata(self.data)
             except EntryFormatError:
                 return self.messages
             self._metadata = metadata
-            self._messages = max(metadata.num_messages_in_batch, 1)
+            self._messages = (
+                1 if type(metadata) is tuple else max(metadata.num_messages_in_batch, 1)
+            )
         return self._messages
 
     def decoded_messages(self) -> list[Message]:
@@ -331,6 +337,86 @@ def _split(data: bytes) -> tuple[int, int]:
     return end, size
 
 
+PlainFields = tuple[str, int, int, int]
+"""What the metadata of a plain message holds (see :class:`_PlainMetadata`), and where
+it ends: producer name, sequence id, publish time, the payload's start. A plain tuple
+(no protobuf message is one), cheaper to build than a named one."""
+
+
+#: the values of the varints in _SMALL_VARINTS, by their bytes
+_SMALL_VARINT_VALUES = {varint: value for value, varint in enumerate(_SMALL_VARINTS)}
+#: producer names and publish times of plain metadata read lately, by their bytes: the
+#: messages of one produce request share both (each bounded: cleared when full)
+_plain_names: dict[bytes, str] = {}
+_plain_times: dict[bytes, int] = {}
+_PLAIN_CACHE_SIZE = 1024
+
+
+def plain_fields(data: bytes) -> PlainFields | None:
+    """The fields of an entry's metadata when its bytes are exactly what
+    :class:`_PlainMetadata` writes, ``0a len name | 10 varint | 18 varint`` (a name of
+    at most 127 bytes, a sequence id of at most two varint bytes, a publish time of at
+    most nine), with nothing after; None for anything else (protobuf then parses it).
+    O(metadata size), about 0.5 us against 1.3 us to parse it through protobuf;
+    EntryFormatError for bytes that are not an entry."""
+    start = HEAD_SIZE
+    end, _ = _split(data)
+    if end - start < 6 or data[start] != 0x0A or data[start + 1] >= 0x80:
+        return None
+    name_end = start + 2 + data[start + 1]
+    if name_end + 4 > end or data[name_end] != 0x10:
+        return None
+    position = name_end + 1
+    if data[position] < 0x80:
+        sequence_id = _SMALL_VARINT_VALUES.get(data[position : position + 1])
+        position += 1
+    else:
+        sequence_id = _SMALL_VARINT_VALUES.get(data[position : position + 2])
+        position += 2
+    if sequence_id is None or position + 1 >= end or data[position] != 0x18:
+        return None
+    tail = data[position + 1 : end]
+    publish_time = _plain_times.get(tail)
+    if publish_time is None:
+        publish_time = _varint_value(tail)
+        if publish_time is None:
+            return None
+        if len(_plain_times) >= _PLAIN_CACHE_SIZE:
+            _plain_times.clear()
+        _plain_times[tail] = publish_time
+    raw_name = data[start + 2 : name_end]
+    name = _plain_names.get(raw_name)
+    if name is None:
+        try:
+            name = raw_name.decode()
+        except UnicodeDecodeError:
+            return None
+        if len(_plain_names) >= _PLAIN_CACHE_SIZE:
+            _plain_names.clear()
+        _plain_names[raw_name] = name
+    return name, sequence_id, publish_time, end
+
+
+def _varint_value(raw: bytes) -> int | None:
+    """The value of ``raw`` when it is exactly one varint of one to nine bytes."""
+    last = len(raw) - 1
+    if not 0 <= last < 9:
+        return None
+    value = shift = 0
+    for index, byte in enumerate(raw):
+        if (byte < 0x80) != (index == last):
+            return None
+        value |= (byte & 0x7F) << shift
+        shift += 7
+    return value
+
+
+def _plain_or_metadata(data: bytes) -> Any:
+    """PlainFields where :func:`plain_fields` reads them, else the MessageMetadata."""
+    plain = plain_fields(data)
+    return metadata_of(data) if plain is None else plain
+
+
 def metadata_of(data: bytes) -> Any:
     """The entry's MessageMetadata. O(metadata size), about 1 us."""
     end, _ = _split(data)
@@ -411,10 +497,14 @@ def _plain_single_fields(raw: bytes) -> tuple[int, int] | None:
 def messages_of(data: bytes, metadata: Any = None) -> list[Message]:
     """Every message of an entry: one for an unbatched entry, each message of a batch
     (compacted-out ones skipped) with its batch index. ``metadata``: the entry's
-    MessageMetadata if already decoded (see ``Entry.keep_metadata``). O(len(data))."""
-    end, _ = _split(data)
+    MessageMetadata or PlainFields if already decoded (see ``Entry.keep_metadata``).
+    O(len(data))."""
     if metadata is None:
-        metadata = metadata_of(data)
+        metadata = _plain_or_metadata(data)
+    if type(metadata) is tuple:
+        producer, sequence_id, publish_time, end = metadata
+        return [Message(publish_time, 0, None, {}, data[end:], -1, 0, producer, sequence_id)]
+    end, _ = _split(data)
     publish_time = metadata.publish_time
     producer = metadata.producer_name
     sequence_id = metadata.sequence_id

@@ -47,6 +47,24 @@ def test_exposition_matches_prometheus_clients_histogram_for_the_same_observatio
     assert expected[("brokerlab_x_latency_seconds_count", (("broker", "3"),))] == len(OBSERVATIONS)
 
 
+def test_observing_a_value_n_times_at_once_is_observing_it_n_times() -> None:
+    once, at_once = CollectorRegistry(), CollectorRegistry()
+    each = LatencyHistogram("brokerlab_x_latency_seconds", "help", "0")
+    grouped = LatencyHistogram("brokerlab_x_latency_seconds", "help", "0")
+    once.register(each)
+    at_once.register(grouped)
+    for times, value in enumerate(OBSERVATIONS, 1):
+        for _ in range(times):
+            each.observe(value)
+        grouped.observe(value, times)
+    theirs, ours = samples(once), samples(at_once)
+    assert ours.keys() == theirs.keys()
+    for key, expected in theirs.items():
+        assert abs(ours[key] - expected) <= 1e-9 * max(1.0, abs(expected)), key
+    count = ("brokerlab_x_latency_seconds_count", (("broker", "0"),))
+    assert ours[count] == len(OBSERVATIONS) * (len(OBSERVATIONS) + 1) // 2
+
+
 def test_an_unobserved_histogram_exposes_zero_counts() -> None:
     registry = CollectorRegistry()
     registry.register(LatencyHistogram("brokerlab_y_latency_seconds", "help", "0"))

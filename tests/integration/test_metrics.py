@@ -122,3 +122,20 @@ async def test_topic_series_only_when_exposed(live_broker: LiveBroker) -> None:
     names = {name for name, _ in await scrape(client)}
     assert "pulsar_msg_backlog" not in names and "pulsar_rate_in" not in names
     assert "brokerlab_backlog_messages" in names
+
+
+async def test_a_poll_observes_the_dispatch_latency_of_every_message_it_returns(
+    live_broker: LiveBroker,
+) -> None:
+    """A poll observes each run of messages with one publish time at once: every message
+    still counts once."""
+    client = await live_broker()
+    consumer = await client.subscribe(TOPIC, "latency")
+    before = await scrape(client)
+    sizes = (3, 1, 4)
+    for size in sizes:  # one publish time per request, perhaps the same for several
+        await client.produce(TOPIC, [f"m{i}" for i in range(size)])
+    assert len(await client.receive_until(consumer, sum(sizes))) == sum(sizes)
+    after = await scrape(client)
+    name = "brokerlab_dispatch_latency_seconds_count"
+    assert value(after, name) - value(before, name) == sum(sizes)

@@ -7,10 +7,11 @@ import struct
 
 import pytest
 from crc32c import crc32c
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker.ledger.entry import (
+    HEAD_SIZE,
     HTTP_PRODUCER,
     PLAIN_SEQUENCE_IDS,
     BatchItem,
@@ -26,6 +27,7 @@ from broker.ledger.entry import (
     key_of,
     messages_of,
     metadata_of,
+    plain_fields,
     publish_time_of,
 )
 from broker.ledger.position import Position
@@ -179,6 +181,113 @@ def test_only_a_single_metadata_of_size_and_sequence_id_is_read_without_protobuf
     for cut in range(len(raw)):  # a truncated one is not plain: protobuf reports it
         assert _plain_single_fields(raw[:cut]) is None
     assert _plain_single_fields(raw + b"\x00") is None
+
+
+def _message_fields(data: bytes, metadata: object = None) -> list[tuple[object, ...]]:
+    return [tuple(getattr(m, n) for n in m.__slots__) for m in messages_of(data, metadata)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    producer=st.one_of(st.text(max_size=3), st.text(min_size=40, max_size=140)),
+    sequence_id=st.one_of(st.integers(0, 20_000), st.integers(0, (1 << 64) - 1)),
+    publish_time=st.one_of(st.integers(0, 1 << 45), st.integers(0, (1 << 64) - 1)),
+    event_time=st.one_of(st.just(0), st.integers(1, 1 << 40)),
+    key=st.one_of(st.none(), st.text(max_size=3)),
+    batch=st.one_of(st.none(), st.integers(0, 3)),
+    payload=st.binary(max_size=40),
+)
+# the edges: a ten-byte publish time, a two-byte name length, a three-byte sequence id
+@example("p", 1, 1 << 63, 0, None, None, b"x")
+@example("p" * 128, 1, 1, 0, None, None, b"x")
+@example("p" * 127, (1 << 14) - 1, (1 << 63) - 1, 0, None, None, b"x")
+@example("p", 1 << 14, 1, 0, None, None, b"x")
+def test_only_plain_metadata_is_read_without_protobuf_and_reads_as_protobuf_reads_it(
+    producer: str,
+    sequence_id: int,
+    publish_time: int,
+    event_time: int,
+    key: str | None,
+    batch: int | None,
+    payload: bytes,
+) -> None:
+    metadata = MessageMetadata(
+        producer_name=producer, sequence_id=sequence_id, publish_time=publish_time
+    )
+    if event_time:
+        metadata.event_time = event_time
+    if key is not None:
+        metadata.partition_key = key
+    if batch is not None:
+        metadata.num_messages_in_batch = batch
+    raw = metadata.SerializeToString()
+    data = entry_of(raw, payload)
+    plain = (
+        len(producer.encode()) < 128
+        and sequence_id < 1 << 14
+        and publish_time < 1 << 63
+        and not event_time
+        and key is None
+        and batch is None
+    )
+
+    fields = plain_fields(data)
+    if plain:
+        assert fields == (producer, sequence_id, publish_time, len(data) - len(payload))
+    else:
+        assert fields is None
+    if batch is None:  # the plain and the protobuf reading give the same message
+        assert _message_fields(data) == _message_fields(data, metadata_of(data))
+    for cut in range(len(raw)):  # cut short: plain metadata is not plain any more
+        _assert_read_as_protobuf_reads(entry_of(raw[:cut], payload))
+        if plain:
+            assert plain_fields(entry_of(raw[:cut], payload)) is None
+    assert plain_fields(entry_of(raw + b"\x00", payload)) is None
+
+
+def _assert_read_as_protobuf_reads(data: bytes) -> None:
+    """Either the entry's metadata is not plain, or protobuf reads the same three fields
+    from it and nothing else."""
+    fields = plain_fields(data)
+    if fields is not None:
+        parsed = metadata_of(data)
+        assert {field.name for field, _ in parsed.ListFields()} == {
+            "producer_name", "sequence_id", "publish_time"
+        }  # fmt: skip
+        assert fields[:3] == (parsed.producer_name, parsed.sequence_id, parsed.publish_time)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sequence_id=st.integers(0, PLAIN_SEQUENCE_IDS - 1),
+    flip=st.tuples(st.integers(0, 200), st.integers(0, 255)),
+)
+def test_plain_metadata_with_any_byte_changed_reads_as_protobuf_reads_it(
+    sequence_id: int, flip: tuple[int, int]
+) -> None:
+    """A byte of a plain metadata changed: either it is not plain any more, or protobuf
+    reads the same three fields from it and nothing else."""
+    (data,) = encode_payloads([b"payload"], 1_763_700_000_123, "producer", sequence_id)
+    end = len(data) - len(b"payload")
+    where, value = flip
+    where = HEAD_SIZE + where % (end - HEAD_SIZE)
+    changed = data[:where] + bytes([value]) + data[where + 1 :]
+
+    _assert_read_as_protobuf_reads(changed)
+
+
+def test_an_entry_reads_its_plain_metadata_without_protobuf() -> None:
+    (data,) = encode_payloads([b"payload"], 1_763_700_000_123, first_sequence_id=9)
+    entry = Entry(Position(1, 2), data)
+
+    assert entry.keep_metadata() == 1
+    assert entry._metadata == plain_fields(data)
+    assert _message_fields(data) == _message_fields(data, metadata_of(data))
+    (message,) = entry.decoded_messages()
+    assert (message.payload, message.publish_time, message.sequence_id) == (
+        b"payload", 1_763_700_000_123, 9
+    )  # fmt: skip
+    assert Entry(Position(1, 3), data).messages == 1
 
 
 @settings(max_examples=200, deadline=None)

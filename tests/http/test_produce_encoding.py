@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,9 +17,11 @@ from pydantic import ValidationError
 
 from broker.config import BrokerConfig
 from broker.dispatch.errors import InvalidRequestError, TooLargeError
+from broker.http.app import publish_results
 from broker.http.openapi import PRODUCE_BODY
 from broker.http.produce_encoding import _encode_each, _payloads_only, _validated, encode_produce
 from broker.ledger.entry import decode_message, encode_batch, encode_payloads
+from broker.ledger.position import Position
 
 MAX_SIZE = 64
 NOW_MS = 1_763_700_000_000
@@ -139,3 +142,24 @@ def test_fast_path_steps_aside(messages: list[Any]) -> None:
 )
 def test_the_body_type_refuses_what_neither_path_should_see(messages: list[Any]) -> None:
     assert validated(messages) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ledger_id=st.integers(0, (1 << 63) - 1),
+    entry_id=st.integers(0, (1 << 63) - 1),
+    batch_size=st.integers(0, 40),
+    entries=st.integers(1, 40),
+)
+def test_the_produce_answer_is_what_orjson_writes_for_it(
+    ledger_id: int, entry_id: int, batch_size: int, entries: int
+) -> None:
+    if batch_size:
+        ids = [f"{ledger_id}:{entry_id}:{index}" for index in range(batch_size)]
+    else:
+        ids = [f"{ledger_id}:{entry_id + offset}" for offset in range(entries)]
+    expected = orjson.dumps(
+        {"messagePublishResults": [{"messageId": i, "errorCode": 0} for i in ids]}
+    )
+
+    assert publish_results(Position(ledger_id, entry_id), batch_size, entries) == expected

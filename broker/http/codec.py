@@ -37,6 +37,7 @@ import contextlib
 import itertools
 import logging
 import os
+import signal
 import socket
 import struct
 import sys
@@ -170,6 +171,9 @@ class CodecPool:
                     str(theirs.fileno()),
                     stdin=asyncio.subprocess.DEVNULL,
                     pass_fds=(theirs.fileno(),),
+                    # its own process group: Ctrl-C in a terminal signals the broker's
+                    # group, and the broker then stops this process by closing the socket
+                    start_new_session=True,
                 )
             except BaseException:
                 ours.close()
@@ -287,6 +291,9 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m broker.http.codec FD", file=sys.stderr)
         return 2
+    # it stops when the broker closes the socket; dying first would read as a crash
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # a broken or reset socket: the broker went away first
     with (
         socket.socket(fileno=int(argv[0])) as sock,

@@ -236,6 +236,41 @@ async def test_brokerlab_serve_stops_when_its_codec_process_dies(
     assert any("codec process" in line and "shutting down" in line for line in broker.output)
 
 
+@pytest.mark.slow
+async def test_ctrl_c_reaching_the_codec_process_leaves_the_broker_to_stop_it(
+    broker_process: BrokerProcessFactory,
+) -> None:
+    """Ctrl-C in a terminal signals the foreground process group: the codec process is
+    in a group of its own, ignores SIGINT and SIGTERM anyway, goes on encoding, and
+    stops when the broker closes its socket (exit code 0)."""
+    broker = broker_process("--set", "httpCodecProcesses=1")
+    client = await broker.start()
+    assert broker.process is not None
+    (child,) = _children(broker.process.pid)
+    assert os.getpgid(child) != os.getpgid(broker.process.pid)
+    messages = large_request()
+    for _ in range(2):
+        status, body = await client.request(
+            "POST", f"/topics/persistent/{TOPIC}", json={"messages": messages}
+        )
+        assert status == 200, body
+        # the process has started (it answered): now the signals find it running
+        os.kill(child, signal.SIGINT)
+        os.kill(child, signal.SIGTERM)
+    assert await codec_requests(client) == {"encoded": 2.0, "refused": 0.0}
+    assert await broker.stop() == 0
+    assert not any("codec process" in line for line in broker.output), broker.output
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):

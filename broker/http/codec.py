@@ -12,6 +12,12 @@ the route's type refuses, a limit, bad base64, any exception), and the loop then
 the same functions itself, which raise the error the route reports. Bodies under
 ``MIN_BODY_BYTES`` stay on the loop: the round trip costs more than their encoding.
 
+One difference in order, not in answers: the publish time is read when the body is,
+and a small body encoded on the loop meanwhile (or one in a less busy process) can be
+stored before a large one read earlier, so publish times along a topic are not always
+increasing, as with several Pulsar producers (resetcursor by time, a binary search as in
+Pulsar, may then land a few entries off).
+
 ``httpCodecProcesses`` (brokerlab only) sets how many processes; 0 encodes on the loop,
 and -1 (the default) picks ``default_codec_processes()``: none on a machine of one or two
 cores, one on more. The trip costs CPU (about 2 us a 1 KiB message on the loop for the
@@ -84,12 +90,15 @@ class CodecError(Exception):
 class _Connection(asyncio.Protocol):
     """The loop's end of one process's socket: writes requests, reads answers and
     resolves them in order. Reading an answer is O(entries) slices of the bytes it
-    arrived in; an answer split over several reads is joined once."""
+    arrived in; an answer split over several reads is collected until it is whole and
+    then joined once: O(answer size) however many reads it took."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.pending: collections.deque[asyncio.Future[Encoded | None]] = collections.deque()
         self._partial = bytearray()
+        #: bytes the answer begun in ``_partial`` needs in all (0: its header is not in)
+        self._partial_needs = 0
         self.lost: BaseException | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -97,9 +106,15 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._partial:
-            self._partial += data
-            data = bytes(self._partial)
-            self._partial.clear()
+            partial = self._partial
+            partial += data
+            if not self._partial_needs and len(partial) >= ANSWER.size:
+                self._partial_needs = ANSWER.size + ANSWER.unpack_from(partial)[0]
+            if not self._partial_needs or len(partial) < self._partial_needs:
+                return  # the answer is not whole yet: no join
+            data = bytes(partial)
+            partial.clear()
+            self._partial_needs = 0
         offset = 0
         size = len(data)
         header = ANSWER.size
@@ -121,6 +136,8 @@ class _Connection(asyncio.Protocol):
             offset = end
         if offset < size:
             self._partial += memoryview(data)[offset:]
+            if size - offset >= header:
+                self._partial_needs = header + ANSWER.unpack_from(data, offset)[0]
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.lost = exc or CodecError("the codec process closed its socket")
@@ -199,15 +216,15 @@ class CodecPool:
         """The body's entries and batch size, or None where the process refused it (the
         caller encodes it on the loop, which raises the error to report). CodecError
         if the process is gone."""
+        if self._closing or self.died.cancelled():
+            raise CodecError("the codec processes are stopping")
         if self.died.done():
             raise CodecError(self.died.result())
-        if not (
-            len(body) <= _U32_MAX
-            and 0 <= max_messages <= _U32_MAX
-            and 0 <= max_size <= _U32_MAX
-            and 0 <= now_ms < 1 << 64
-        ):
-            return None  # past the wire format's fields: the loop encodes it
+        try:
+            # before a place in the queue is taken: a request not sent must not take one
+            header = REQUEST.pack(len(body), max_messages, max_size, now_ms)
+        except struct.error:
+            return None  # past the wire format's fields (or not integers): the loop's
         chosen = min(self._processes, key=_pending_count)
         connection = chosen.connection
         transport = connection.transport
@@ -215,7 +232,7 @@ class CodecPool:
             raise CodecError(f"codec process {chosen.process.pid} is not connected")
         future: asyncio.Future[Encoded | None] = asyncio.get_running_loop().create_future()
         connection.pending.append(future)
-        transport.write(REQUEST.pack(len(body), max_messages, max_size, now_ms))
+        transport.write(header)
         transport.write(body)
         result = await future
         if result is None:
@@ -225,12 +242,14 @@ class CodecPool:
         return result
 
     async def close(self) -> None:
-        """Close every socket (a process stops at its end of input) and wait for the
-        processes; one that does not stop within the deadline is killed."""
+        """End every process's input: it answers what it was sent (read on as usual)
+        and stops at the end of its input; then close the sockets. A process that does
+        not stop within the deadline is killed."""
         self._closing = True
         for entry in self._processes:
-            if entry.connection.transport is not None:
-                entry.connection.transport.close()
+            transport = entry.connection.transport
+            if transport is not None and not transport.is_closing():
+                transport.write_eof()
         for entry in self._processes:
             try:
                 await asyncio.wait_for(entry.process.wait(), _STOP_DEADLINE_S)
@@ -238,6 +257,8 @@ class CodecPool:
                 log.error("codec process %d did not stop: killed", entry.process.pid)
                 entry.process.kill()
                 await entry.process.wait()
+            if entry.connection.transport is not None:
+                entry.connection.transport.close()
         await self._owner.close()
         if not self.died.done():
             self.died.cancel()
@@ -279,12 +300,17 @@ def serve(sock: socket.socket) -> None:
             entries, batch_size = encode_produce(
                 adapter.validate_json(body), max_messages, max_size, now_ms
             )
+            lengths = struct.pack(f"<{len(entries)}I", *map(len, entries))
+            # an answer past the length field raises here as well: the loop's
+            answer = [
+                ANSWER.pack(len(lengths) + sum(map(len, entries)), batch_size, len(entries)),
+                lengths,
+                *entries,
+            ]
         except Exception:  # the loop encodes it again and reports what it raises
             sock.sendall(REFUSED)
             continue
-        lengths = struct.pack(f"<{len(entries)}I", *map(len, entries))
-        length = len(lengths) + sum(map(len, entries))
-        _send(sock, [ANSWER.pack(length, batch_size, len(entries)), lengths, *entries])
+        _send(sock, answer)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -18,13 +18,22 @@ import base64
 import os
 import random
 import signal
+import struct
 from typing import Any
 
 import orjson
 import pytest
 
 from broker.dispatch.errors import BrokerError
-from broker.http.codec import MIN_BODY_BYTES, CodecError, CodecPool, default_codec_processes
+from broker.http import codec
+from broker.http.codec import (
+    ANSWER,
+    MIN_BODY_BYTES,
+    REFUSED,
+    CodecError,
+    CodecPool,
+    default_codec_processes,
+)
 from broker.http.openapi import PRODUCE_BODY
 from broker.http.produce_encoding import encode_produce
 from tests.conftest import BrokerProcessFactory, Client, LiveBroker, b64, unb64
@@ -128,6 +137,65 @@ async def test_what_the_wire_format_cannot_carry_stays_on_the_loop() -> None:
         assert await pool.encode(raw, MAX_MESSAGES, MAX_SIZE, NOW_MS) == loop_outcome(raw)
     finally:
         await pool.close()
+
+
+async def test_an_answer_split_over_many_reads_is_joined_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """However many reads an answer takes, it is copied into one piece once, when it is
+    whole (joining at every read made a 12 MiB answer cost some 300 MiB of copies)."""
+    entries = [bytes([n]) * 700 for n in range(60)]
+    lengths = struct.pack(f"<{len(entries)}I", *map(len, entries))
+    answer = ANSWER.pack(len(lengths) + sum(map(len, entries)), 0, len(entries))
+    wire = answer + lengths + b"".join(entries) + REFUSED
+    joins = 0
+
+    def counting_bytes(data: object) -> bytes:
+        nonlocal joins
+        joins += 1
+        return bytes(data)  # type: ignore[call-overload, no-any-return]
+
+    monkeypatch.setattr(codec, "bytes", counting_bytes, raising=False)
+    connection = codec._Connection()
+    loop = asyncio.get_running_loop()
+    first, second = loop.create_future(), loop.create_future()
+    connection.pending.extend([first, second])
+    for offset in range(0, len(wire), 97):  # 97-byte reads: headers split too
+        connection.data_received(wire[offset : offset + 97])
+    assert first.result() == (entries, 0)
+    assert second.result() is None  # the refusal that came after it
+    assert joins == 1
+
+
+async def test_a_request_the_wire_cannot_carry_takes_no_place_in_the_queue() -> None:
+    """A publish time that is not an integer (a driven clock's float) is encoded on the
+    loop; the next request still gets its own answer, not the one after it."""
+    pool = CodecPool(1)
+    await pool.start()
+    try:
+        raw = orjson.dumps({"messages": large_request()})
+        assert await pool.encode(raw, MAX_MESSAGES, MAX_SIZE, 1.7e12) is None  # type: ignore[arg-type]
+        (process,) = pool._processes
+        assert not process.connection.pending
+        assert await pool.encode(raw, MAX_MESSAGES, MAX_SIZE, NOW_MS) == loop_outcome(raw)
+    finally:
+        await pool.close()
+
+
+async def test_closing_answers_what_was_sent_and_the_processes_exit_cleanly() -> None:
+    pool = CodecPool(1)
+    await pool.start()
+    bodies = [orjson.dumps({"messages": large_request(count=20 + n, size=900)}) for n in range(12)]
+    sent = [
+        asyncio.ensure_future(pool.encode(raw, MAX_MESSAGES, MAX_SIZE, NOW_MS)) for raw in bodies
+    ]
+    await asyncio.sleep(0)  # every request written
+    await pool.close()
+    assert [task.result() for task in sent] == [loop_outcome(raw) for raw in bodies]
+    (process,) = pool._processes
+    assert process.process.returncode == 0  # stopped at the end of its input, not killed
+    with pytest.raises(CodecError):
+        await pool.encode(bodies[0], MAX_MESSAGES, MAX_SIZE, NOW_MS)
 
 
 async def test_a_pool_needs_a_process() -> None:

@@ -77,6 +77,10 @@ class Subscription:
         #: acks need the size); gone once the entry is acknowledged
         self.batch_sizes: dict[Position, int] = {}
         self._timers: dict[Consumer, set[asyncio.TimerHandle]] = {}
+        #: what consumers that left had been delivered (Pulsar keeps it, so the
+        #: subscription's and topic's msgOutCounter never go down)
+        self.msg_out_removed = 0
+        self.bytes_out_removed = 0
 
     @property
     def ack_sets(self) -> dict[Position, int]:
@@ -120,6 +124,8 @@ class Subscription:
             handle.cancel()
         if self.dispatcher is not None and consumer in self.dispatcher.consumers:
             self.dispatcher.remove_consumer(consumer)
+            self.msg_out_removed += consumer.msg_out.total
+            self.bytes_out_removed += consumer.bytes_out.total
             if not self.dispatcher.consumers:
                 self.cursor.ledger.deactivate_cursor(self.cursor)
 

@@ -48,6 +48,9 @@ class PersistentTopic:
         self.offload_error = ""
         self.msg_in = RateCounter()
         self.bytes_in = RateCounter()
+        #: what deleted subscriptions had been delivered (Pulsar keeps it too)
+        self.msg_out_removed = 0
+        self.bytes_out_removed = 0
         #: producers of connected clients (HTTP produce has none)
         self.producers: set[Producer] = set()
         self._admin_lock = asyncio.Lock()
@@ -131,6 +134,9 @@ class PersistentTopic:
             # the record first: a failed delete leaves the subscription as it was
             await subscription.cursor.delete()
             del self.subscriptions[name]
+            # kept, as Pulsar keeps it: the topic's msgOutCounter never goes down
+            self.msg_out_removed += subscription.msg_out_removed
+            self.bytes_out_removed += subscription.bytes_out_removed
             await subscription.close()
 
     async def find_position_by_publish_time(self, timestamp_ms: int) -> Position:
@@ -175,12 +181,14 @@ class PersistentTopic:
     def stats(self) -> dict[str, Any]:
         subscriptions: dict[str, Any] = {}
         msg_rate_out = throughput_out = 0.0
-        msg_out = bytes_out = 0
+        msg_out, bytes_out = self.msg_out_removed, self.bytes_out_removed
         ledger = self.ledger
         slowest: Position | None = None
         for name, subscription in self.subscriptions.items():
             consumers = []
             sub_rate_out = 0.0
+            sub_msg_out = subscription.msg_out_removed
+            sub_bytes_out = subscription.bytes_out_removed
             for consumer in subscription.consumers:
                 consumers.append(
                     {
@@ -195,9 +203,11 @@ class PersistentTopic:
                 )
                 sub_rate_out += consumer.msg_out.rate
                 throughput_out += consumer.bytes_out.rate
-                msg_out += consumer.msg_out.total
-                bytes_out += consumer.bytes_out.total
+                sub_msg_out += consumer.msg_out.total
+                sub_bytes_out += consumer.bytes_out.total
             msg_rate_out += sub_rate_out
+            msg_out += sub_msg_out
+            bytes_out += sub_bytes_out
             mark_delete = subscription.cursor.mark_delete_position
             if slowest is None or mark_delete < slowest:
                 slowest = mark_delete
@@ -206,6 +216,8 @@ class PersistentTopic:
                 "msgBacklog": subscription.backlog(),
                 "msgRateOut": sub_rate_out,
                 "msgRateRedeliver": subscription.msg_redeliver.rate,
+                "msgOutCounter": sub_msg_out,
+                "bytesOutCounter": sub_bytes_out,
                 "unackedMessages": subscription.unacked_messages(),
                 "consumers": consumers,
             }

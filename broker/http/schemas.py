@@ -161,6 +161,13 @@ class SubscriptionStats(BaseModel):
     msgBacklog: Count = Field(description="Messages not yet acknowledged.")
     msgRateOut: Double = Field(description="Messages delivered per second.")
     msgRateRedeliver: Double = Field(description="Messages redelivered per second.")
+    msgOutCounter: Count = Field(
+        description="Messages delivered since the topic was loaded, by consumers connected "
+        "or gone."
+    )
+    bytesOutCounter: Count = Field(
+        description="Bytes delivered since the topic was loaded, by consumers connected or gone."
+    )
     unackedMessages: Count = Field(description="Messages delivered and not acked.")
     consumers: list[ConsumerStats]
 
@@ -176,8 +183,14 @@ class TopicStats(BaseModel):
     msgThroughputOut: Double = Field(description="Bytes delivered per second.")
     msgInCounter: Count = Field(description="Messages produced since start.")
     bytesInCounter: Count = Field(description="Bytes produced since start.")
-    msgOutCounter: Count = Field(description="Messages delivered since start.")
-    bytesOutCounter: Count = Field(description="Bytes delivered since start.")
+    msgOutCounter: Count = Field(
+        description="Messages delivered since the topic was loaded, to every subscription, "
+        "deleted ones included."
+    )
+    bytesOutCounter: Count = Field(
+        description="Bytes delivered since the topic was loaded, to every subscription, "
+        "deleted ones included."
+    )
     storageSize: Count = Field(description="Bytes stored.")
     backlogSize: Count = Field(description="Bytes not yet acknowledged by every subscription.")
     offloadedStorageSize: Count = Field(description="Bytes in tiered storage.")

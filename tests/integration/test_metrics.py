@@ -139,3 +139,38 @@ async def test_a_poll_observes_the_dispatch_latency_of_every_message_it_returns(
     after = await scrape(client)
     name = "brokerlab_dispatch_latency_seconds_count"
     assert value(after, name) - value(before, name) == sum(sizes)
+
+
+async def test_delivery_counters_keep_what_closed_consumers_and_deleted_subscriptions_had(
+    live_broker: LiveBroker,
+) -> None:
+    """As Pulsar keeps them: a subscription's msgOutCounter and bytesOutCounter hold
+    what consumers that left were delivered, and the topic's what deleted
+    subscriptions were."""
+    client = await live_broker()
+    topic = "public/default/out-counters"
+    first = await client.subscribe(topic, "kept")
+    gone = await client.subscribe(topic, "deleted")
+    await client.produce(topic, ["aa", "bbb", "cccc"])
+    for consumer in (first, gone):
+        received = await client.receive_until(consumer, 3)
+        assert len(received) == 3
+        await client.ack(consumer, [received[-1]["messageId"]], "Cumulative")
+        assert (await client.request("DELETE", f"/consumers/{consumer}"))[0] == 204
+    stats = await client.stats(topic)
+    entry_bytes = stats["subscriptions"]["kept"]["bytesOutCounter"]
+    assert entry_bytes > 9  # the three entries, metadata and all
+    for name in ("kept", "deleted"):
+        assert stats["subscriptions"][name]["msgOutCounter"] == 3
+        assert stats["subscriptions"][name]["bytesOutCounter"] == entry_bytes
+    assert (stats["msgOutCounter"], stats["bytesOutCounter"]) == (6, 2 * entry_bytes)
+
+    second = await client.subscribe(topic, "kept")
+    await client.produce(topic, ["d"])
+    assert len(await client.receive_until(second, 1)) == 1
+    status, _ = await client.request("DELETE", f"/admin/v2/persistent/{topic}/subscription/deleted")
+    assert status == 204
+    stats = await client.stats(topic)
+    assert set(stats["subscriptions"]) == {"kept"}
+    assert stats["subscriptions"]["kept"]["msgOutCounter"] == 4
+    assert stats["msgOutCounter"] == 7  # 3 + 1 to "kept", 3 to the deleted one

@@ -157,7 +157,8 @@ async def partitioned_stats(request: web.Request) -> web.Response:
         stats = topic.stats()
         _merge_stats(total, stats)
         by_partition[str(topic.name)] = stats
-    total["metadata"] = {"partitions": len(topics)}
+    # Pulsar's PartitionedTopicMetadata; one being deleted answers 404 above
+    total["metadata"] = {"partitions": len(topics), "deleted": False}
     total["partitions"] = by_partition if per_partition else {}
     return _json(total)
 

@@ -286,6 +286,10 @@ class PartitionedStatsMetadata(BaseModel):
     """The partitioned topic."""
 
     partitions: Int64 = Field(ge=1, description="Partitions.")
+    deleted: bool = Field(
+        description="Pulsar's flag for a delete under way; false here: a partitioned topic "
+        "being deleted answers 404."
+    )
 
 
 class PartitionedTopicStats(TopicStats):

@@ -187,7 +187,7 @@ async def test_partitioned_stats_add_up_the_partitions(live_broker: LiveBroker) 
     await client.produce(f"{topic}-partition-1", ["c"])
     stats = await ok(client, "GET", admin(topic, "/partitioned-stats"), 200)
     assert stats["msgInCounter"] == 3
-    assert stats["metadata"] == {"partitions": 2}
+    assert stats["metadata"] == {"partitions": 2, "deleted": False}
     assert stats["subscriptions"]["s"]["msgBacklog"] == 3
     assert sorted(stats["partitions"]) == [f"persistent://{topic}-partition-{i}" for i in (0, 1)]
     assert stats["partitions"][f"persistent://{topic}-partition-0"]["msgInCounter"] == 2

@@ -14,7 +14,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.clock import Clock, SystemClock
-from broker.cluster import RESTART_MODES, BrokerNode, Cluster, Settings, service_config  # noqa: F401 (re-exported)
+from broker.cluster import RESTART_MODES, BrokerNode, Cluster, Settings, http_url, service_config  # noqa: F401 (re-exported)
 from broker.dispatch.consumer import NOT_RECEIVED, Consumer
 from broker.dispatch.errors import (
     InvalidRequestError,
@@ -177,6 +177,24 @@ def _topic(request: web.Request) -> TopicName:
 
 def _subscription_name(request: web.Request) -> str:
     return check_name_part("subscription", request.match_info["subscription"])
+
+
+def request_port(request: web.Request) -> int:
+    """The port this request came in on (the listening socket's, whatever Host says)."""
+    transport = request.transport
+    sockname = transport.get_extra_info("sockname") if transport is not None else None
+    if isinstance(sockname, tuple) and len(sockname) >= 2:
+        return int(sockname[1])
+    return request.url.port or 80
+
+
+def _learn_own_url(request: web.Request) -> None:
+    """A broker that ``brokerlab serve`` did not start (``create_app``: tests, embedding)
+    learns its HTTP URL from the first request that lists it: serve sets it when it
+    binds, before any request."""
+    node = request.app[NODE]
+    if not node.address.http_url:
+        node.address.http_url = http_url(node.config.advertisedAddress, request_port(request))
 
 
 def _service(request: web.Request) -> BrokerService:
@@ -562,6 +580,7 @@ async def dashboard(request: web.Request) -> web.Response:
 @api.implements("getDashboardData")
 async def dashboard_data(request: web.Request) -> web.Response:
     """One snapshot of the counters the dashboard charts; the page computes the rates."""
+    _learn_own_url(request)
     service = _service(request)
     settings = request.app[SETTINGS]
     node = request.app[NODE]
@@ -617,6 +636,7 @@ def _broker_summary(node: BrokerNode) -> dict[str, Any]:
 @api.implements("listBrokers")
 async def list_brokers(request: web.Request) -> web.Response:
     """The brokers of this cluster: state, URLs, bundles owned, restarts."""
+    _learn_own_url(request)
     return _json([node.describe() for node in request.app[NODE].cluster.nodes])
 
 
@@ -626,6 +646,7 @@ async def restart_broker(request: web.Request) -> web.Response:
     ``downtimeMs`` (default 0). Asked of another broker, the answer comes when the
     restarted broker is up again (200); asked of the broker itself, at once (202), since
     the restart closes it."""
+    _learn_own_url(request)
     node = request.app[NODE]
     cluster = node.cluster
     index = _path_int(request, "index")

@@ -22,7 +22,7 @@ from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.partitions import partition_name, partition_of
 from broker.dispatch.service import BrokerService
 from broker.http import security
-from broker.http.app import NODE, SETTINGS
+from broker.http.app import NODE, SETTINGS, request_port
 from broker.http.contract import RouteTable
 from broker.http.models import TenantInfo
 from broker.http.openapi import (
@@ -202,15 +202,6 @@ def _broker_url(request: web.Request) -> str | None:
     return f"pulsar://{broker.advertisedAddress}:{broker.brokerServicePort}"
 
 
-def _http_port(request: web.Request) -> int:
-    """The port this request came in on (the listening socket's, whatever Host says)."""
-    transport = request.transport
-    sockname = transport.get_extra_info("sockname") if transport is not None else None
-    if isinstance(sockname, tuple) and len(sockname) >= 2:
-        return int(sockname[1])
-    return request.url.port or 80
-
-
 @api.implements("lookupTopic")
 async def lookup_topic(request: web.Request) -> web.Response:
     name = _topic(request)
@@ -224,7 +215,7 @@ async def lookup_topic(request: web.Request) -> web.Response:
         # the owning broker's addresses: the client goes there
         return _json(lookup_data(owner.http_url, owner.service_url or None))
     address = request.app[SETTINGS].broker.advertisedAddress
-    return _json(lookup_data(http_url(address, _http_port(request)), _broker_url(request)))
+    return _json(lookup_data(http_url(address, request_port(request)), _broker_url(request)))
 
 
 # ---------------------------------------------------------------------- clusters, tenants

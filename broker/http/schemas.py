@@ -162,8 +162,7 @@ class SubscriptionStats(BaseModel):
     msgRateOut: Double = Field(description="Messages delivered per second.")
     msgRateRedeliver: Double = Field(description="Messages redelivered per second.")
     msgOutCounter: Count = Field(
-        description="Messages delivered since the topic was loaded, by consumers connected "
-        "or gone."
+        description="Messages delivered since the topic was loaded, by consumers connected or gone."
     )
     bytesOutCounter: Count = Field(
         description="Bytes delivered since the topic was loaded, by consumers connected or gone."

@@ -567,3 +567,15 @@ async def test_a_partitioned_topic_and_a_namespace_unload_with_pulsars_verbs(
         consumer = await client.subscribe(f"{partitioned}-partition-0", "s")
         await ok(client, verb, "/admin/v2/namespaces/unload/ns/unload")
         assert (await error_code(client, "GET", f"/consumers/{consumer}/messages"))[0] == 404
+
+
+async def test_a_broker_started_by_create_app_lists_its_own_http_url(
+    live_broker: LiveBroker,
+) -> None:
+    """brokerlab serve sets a broker's URL when it binds; a broker an app started
+    (tests, embedding) learns it from the request that lists it."""
+    client = await live_broker()
+    (broker,) = await ok(client, "GET", "/admin/v2/brokerlab/brokers", 200)
+    assert broker["httpUrl"] == client.base_url
+    dashboard = await ok(client, "GET", "/dashboard/data", 200)
+    assert dashboard["brokers"][0]["httpUrl"] == client.base_url

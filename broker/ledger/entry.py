@@ -581,11 +581,14 @@ def decode_message(data: bytes) -> Message:
 def key_of(data: bytes) -> bytes | None:
     """The entry's sticky key for Key_Shared, from its metadata as Pulsar resolves it:
     the ordering key, else the partition key (base64-decoded when flagged), else
-    ``producer-sequence``; None for bytes that are not an entry. O(metadata size)."""
+    ``producer-sequence``; None for bytes that are not an entry. O(metadata size); a
+    plain message's (no keys) without protobuf."""
     try:
-        metadata = metadata_of(data)
+        metadata = _plain_or_metadata(data)
     except EntryFormatError:
         return None
+    if type(metadata) is tuple:
+        return f"{metadata[0]}-{metadata[1]}".encode()
     if metadata.HasField("ordering_key"):
         return bytes(metadata.ordering_key)
     if metadata.HasField("partition_key"):
@@ -598,4 +601,5 @@ def key_of(data: bytes) -> bytes | None:
 
 def publish_time_of(data: bytes) -> int:
     """The publish time of an entry. O(metadata size)."""
-    return int(metadata_of(data).publish_time)
+    metadata = _plain_or_metadata(data)
+    return metadata[2] if type(metadata) is tuple else int(metadata.publish_time)

@@ -238,6 +238,10 @@ def test_only_plain_metadata_is_read_without_protobuf_and_reads_as_protobuf_read
         assert fields is None
     if batch is None:  # the plain and the protobuf reading give the same message
         assert _message_fields(data) == _message_fields(data, metadata_of(data))
+    # and the same sticky key and publish time
+    expected_key = key.encode() if key is not None else f"{producer}-{sequence_id}".encode()
+    assert key_of(data) == expected_key
+    assert publish_time_of(data) == publish_time
     for cut in range(len(raw)):  # cut short: plain metadata is not plain any more
         _assert_read_as_protobuf_reads(entry_of(raw[:cut], payload))
         if plain:

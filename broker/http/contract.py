@@ -14,6 +14,7 @@ a request and to describe it in the OpenAPI document, so the two cannot disagree
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -134,14 +135,26 @@ def _parameter(name: str, description: str, schema: Json) -> Json:
     }
 
 
+#: body fields that are maps (string to string): the part after one in a location is a
+#: key the client chose, whatever it looks like
+_MAP_FIELDS = frozenset({"properties"})
+
+
 def _field_path(location: tuple[int | str, ...]) -> str:
-    """``("messages", 3, "payload")`` as ``messages[3].payload``."""
+    """``("messages", 3, "payload")`` as ``messages[3].payload``; a map's key as
+    ``properties["Key"]``. A union's branches are in pydantic's locations (tagged
+    'str', 'StartMessageId'...): dropped, keeping the indexes, field names and keys."""
     text = ""
+    after_map = False
     for part in location:
-        if isinstance(part, int):
+        if after_map:
+            text += f"[{json.dumps(part)}]"
+            after_map = False
+        elif isinstance(part, int):
             text += f"[{part}]"
-        else:
+        elif not _is_branch_tag(part):
             text += f".{part}" if text else part
+            after_map = part in _MAP_FIELDS
     return text
 
 
@@ -151,9 +164,7 @@ def invalid_body(error: ValidationError) -> InvalidRequestError:
     kind, message = first["type"], first["msg"]
     if kind == "json_invalid":
         return InvalidRequestError(f"malformed JSON: {message}")
-    # a union's branches are in the location (tagged 'str', 'StartMessageId'...): drop
-    # the names that are not the body's fields, keep the indexes and the field names
-    path = _field_path(tuple(part for part in first["loc"] if not _is_branch_tag(part)))
+    path = _field_path(tuple(first["loc"]))
     if not path:
         return InvalidRequestError(f"the body is not what this route takes: {message}")
     return InvalidRequestError(f"{path}: {message}")

@@ -345,8 +345,15 @@ BAD_PRODUCE_BODIES = [
     ),
     pytest.param(
         one(properties={"a": "b", "c": ["d"]}),
-        "messages[0].properties",
+        'messages[0].properties["c"]',
         id="properties-one-bad-value",
+    ),
+    # keys that look like pydantic's union tags are the client's keys all the same
+    pytest.param(
+        one(properties={"Foo": 1}), 'messages[0].properties["Foo"]', id="properties-key-upper"
+    ),
+    pytest.param(
+        one(properties={"str": 1}), 'messages[0].properties["str"]', id="properties-key-str"
     ),
     pytest.param(one(eventTime=-1), "messages[0].eventTime", id="eventTime-negative"),
     pytest.param(one(eventTime="1700000000000"), "messages[0].eventTime", id="eventTime-string"),

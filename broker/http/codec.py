@@ -20,11 +20,11 @@ Pulsar, may then land a few entries off).
 
 ``httpCodecProcesses`` (brokerlab only) sets how many processes; 0 encodes on the loop,
 and -1 (the default) picks ``default_codec_processes()``: none on a machine of one or two
-cores, one on more. The trip costs CPU (about 2 us a 1 KiB message on the loop for the
-socket copies and wake-ups, against some 4 us of encoding moved away; the process itself
-spends about 5), so it pays only where a core is free: on two cores, shared with a
-client, ``brokerlab bench http`` measured the same throughput with it at a third more CPU
-a message. A process that exits while the broker runs takes the broker down (``died``).
+cores, one on more. The trip costs CPU (about 1.3 us a 1 KiB message on the loop for
+the socket copies and wake-ups, against some 4 us of encoding moved away; the process
+itself spends 4-5), so it pays only where a core is free: on two cores, shared with a
+client, ``brokerlab bench http`` measured the same throughput with it at about a quarter
+more CPU a message. A process that exits while the broker runs takes the broker down (``died``).
 
 Wire format over a Unix socket pair, little-endian, answers in request order:
 
@@ -64,7 +64,6 @@ MIN_BODY_BYTES = 16 * 1024
 #: produce body of 100 x 1 KiB in one send
 _SOCKET_BUFFER_BYTES = 1 << 20
 _STOP_DEADLINE_S = 10.0
-_U32_MAX = (1 << 32) - 1
 #: a process writes at most this many buffers with one sendmsg (Linux's IOV_MAX is 1024)
 _MAX_IOVECS = 1000
 
@@ -206,7 +205,7 @@ class CodecPool:
         if self._closing:
             return
         reason = f"codec process {process.pid} exited with status {code}"
-        log.error("%s while the broker runs: the broker stops", reason)
+        log.error("%s while the broker runs (brokerlab serve stops on it)", reason)
         if not self.died.done():
             self.died.set_result(reason)
 

@@ -125,7 +125,7 @@ def _cpu_seconds(pid: int) -> float | None:
     own = _own_cpu_seconds(pid)
     if own is None:
         return None
-    return own + sum(filter(None, map(_own_cpu_seconds, _children(pid))))
+    return own + sum(filter(None, map(_own_cpu_seconds, child_pids(pid))))
 
 
 def _own_cpu_seconds(pid: int, thread: int | None = None) -> float | None:
@@ -141,7 +141,7 @@ def _own_cpu_seconds(pid: int, thread: int | None = None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
     """The live child processes of ``pid``, from every thread's children list."""
     found: list[int] = []
     with contextlib.suppress(OSError):
@@ -457,14 +457,15 @@ class Row:
         self.elapsed_s += elapsed
         self.round_rates.append(counted / elapsed if elapsed > 0 else 0.0)
         self.client_cpu_s += client_after - client_before
-        if server_before is None or server_after is None or self.server_cpu_s is None:
-            self.server_cpu_s = None
-        else:
-            self.server_cpu_s += server_after - server_before
-        if loop_before is None or loop_after is None or self.loop_cpu_s is None:
-            self.loop_cpu_s = None
-        else:
-            self.loop_cpu_s += loop_after - loop_before
+        self.server_cpu_s = _added(self.server_cpu_s, server_before, server_after)
+        self.loop_cpu_s = _added(self.loop_cpu_s, loop_before, loop_after)
+
+
+def _added(total: float | None, before: float | None, after: float | None) -> float | None:
+    """``total`` plus ``after - before``; None once any of them is unknown."""
+    if total is None or before is None or after is None:
+        return None
+    return total + after - before
 
 
 def _url(base: str, topic: str) -> str:

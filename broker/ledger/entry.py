@@ -72,9 +72,7 @@ class Entry:
             try:
                 if metadata is None:
                     metadata = _plain_or_metadata(self.data)
-                self._messages = (
-                    1 if type(metadata) is tuple else max(metadata.num_messages_in_batch, 1)
-                )
+                self._messages = _message_count(metadata)
             except EntryFormatError:
                 self._messages = 1
         return self._messages
@@ -91,9 +89,7 @@ class Entry:
             except EntryFormatError:
                 return self.messages
             self._metadata = metadata
-            self._messages = (
-                1 if type(metadata) is tuple else max(metadata.num_messages_in_batch, 1)
-            )
+            self._messages = _message_count(metadata)
         return self._messages
 
     def decoded_messages(self) -> list[Message]:
@@ -409,6 +405,11 @@ def _varint_value(raw: bytes) -> int | None:
         value |= (byte & 0x7F) << shift
         shift += 7
     return value
+
+
+def _message_count(metadata: Any) -> int:
+    """Messages in an entry of this PlainFields (1) or MessageMetadata."""
+    return 1 if type(metadata) is tuple else max(metadata.num_messages_in_batch, 1)
 
 
 def _plain_or_metadata(data: bytes) -> Any:

@@ -177,7 +177,7 @@ def test_server_cpu_counts_the_servers_children() -> None:
     assert child.stdin is not None and child.stdout is not None
     try:
         assert child.stdout.readline() == "burnt\n"
-        assert child.pid in http._children(os.getpid())
+        assert child.pid in http.child_pids(os.getpid())
         own = http._own_cpu_seconds(os.getpid())
         theirs = http._own_cpu_seconds(child.pid)
         total = http._cpu_seconds(os.getpid())
@@ -187,4 +187,4 @@ def test_server_cpu_counts_the_servers_children() -> None:
     finally:
         child.stdin.close()
         child.wait(timeout=60)
-    assert child.pid not in http._children(os.getpid())
+    assert child.pid not in http.child_pids(os.getpid())

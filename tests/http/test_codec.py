@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
+from broker.bench.http import child_pids
 from broker.dispatch.errors import BrokerError
 from broker.http import codec
 from broker.http.codec import (
@@ -32,7 +33,6 @@ from broker.http.codec import (
     REFUSED,
     CodecError,
     CodecPool,
-    default_codec_processes,
 )
 from broker.http.openapi import PRODUCE_BODY
 from broker.http.produce_encoding import encode_produce
@@ -295,7 +295,7 @@ async def test_brokerlab_serve_stops_when_its_codec_process_dies(
         "POST", f"/topics/persistent/{TOPIC}", json={"messages": messages}
     )
     assert status == 200, body
-    children = _children(broker.process.pid)
+    children = child_pids(broker.process.pid)
     assert len(children) == 1, children
     os.kill(children[0], signal.SIGKILL)
     code = await asyncio.wait_for(broker.process.wait(), 60)
@@ -314,7 +314,7 @@ async def test_ctrl_c_reaching_the_codec_process_leaves_the_broker_to_stop_it(
     broker = broker_process("--set", "httpCodecProcesses=1")
     client = await broker.start()
     assert broker.process is not None
-    (child,) = _children(broker.process.pid)
+    (child,) = child_pids(broker.process.pid)
     assert os.getpgid(child) != os.getpgid(broker.process.pid)
     messages = large_request()
     for _ in range(2):
@@ -337,25 +337,3 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except OSError:
         return False
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    text = stat.read()
-            except OSError:
-                continue
-            if int(text[text.rindex(")") + 2 :].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
-@pytest.mark.parametrize(("cores", "processes"), [(1, 0), (2, 0), (3, 1), (64, 1)])
-def test_the_default_takes_a_process_only_where_a_core_is_free(
-    monkeypatch: pytest.MonkeyPatch, cores: int, processes: int
-) -> None:
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
-    assert default_codec_processes() == processes

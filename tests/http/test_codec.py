@@ -33,6 +33,7 @@ from broker.http.codec import (
     REFUSED,
     CodecError,
     CodecPool,
+    default_codec_processes,
 )
 from broker.http.openapi import PRODUCE_BODY
 from broker.http.produce_encoding import encode_produce
@@ -337,3 +338,11 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize(("cores", "processes"), [(1, 0), (2, 0), (3, 1), (64, 1)])
+def test_the_default_takes_a_process_only_where_a_core_is_free(
+    monkeypatch: pytest.MonkeyPatch, cores: int, processes: int
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert default_codec_processes() == processes

@@ -5,9 +5,11 @@ done the fastest way, and nothing else: no validation beyond that, no storage, n
 dispatch. Whatever the broker loses to them is the cost of being a broker.
 
 - produce (``POST /topics/persistent/{tenant}/{namespace}/{topic}``): parses the JSON
-  body with orjson, base64-decodes every payload strictly (pybase64, SIMD; 400 for a
-  payload that is not base64, as the broker) and answers one ``messagePublishResults``
-  entry per message, as the broker does;
+  body with orjson, base64-decodes every payload strictly (400 for a payload that is not
+  base64, as the broker) and answers one ``messagePublishResults`` entry per message.
+  The decoding and the answer's formatting are the broker's own functions
+  (``decode_all_strict``, ``publish_results``): a trick that speeds the broker up on
+  work every broker does speeds its ceiling up alike, so the ratio does not move;
 - consume: ``POST /consumers/persistent/{tenant}/{namespace}/{topic}/{subscription}``
   makes a consumer of the topic; from then on the topic's produces keep their decoded
   payloads in a bounded queue (a produce waits while it is full), and
@@ -26,7 +28,6 @@ import asyncio
 import binascii
 import collections
 import contextlib
-import functools
 import operator
 import signal
 import sys
@@ -39,13 +40,15 @@ import pybase64
 import uvloop
 from aiohttp import web
 
+from broker.http.b64 import decode_all_strict
+from broker.http.produce_encoding import publish_results
+
 READY_PREFIX = "bare listening on "
 MAX_BODY_BYTES = 16 * 1024 * 1024  # the broker's maxHttpRequestBodyBytes default
 MAX_POLL_MESSAGES = 1000  # as the broker
 #: decoded messages a consumed topic holds before its produces wait (~50 MB of 1 KiB)
 QUEUE_LIMIT = 50_000
 
-_decode = functools.partial(pybase64.b64decode, validate=True)
 _payload_of = operator.itemgetter("payload")
 
 
@@ -89,28 +92,23 @@ def _topic_key(request: web.Request) -> str:
 async def produce(request: web.Request) -> web.Response:
     try:
         messages = orjson.loads(await request.read())["messages"]
-        payloads = list(map(_decode, map(_payload_of, messages)))
+        payloads = decode_all_strict(map(_payload_of, messages))
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, binascii.Error):
         return _bad_request("malformed produce request or payload not base64")
     state = request.app[_STATE]
     count = len(payloads)
     first = state.next_entry
     state.next_entry = first + count
-    ids = [f"0:{entry_id}" for entry_id in range(first, first + count)]
     topic = state.topics.get(_topic_key(request))
     if topic is not None:
         while len(topic.messages) >= QUEUE_LIMIT:
             topic.room.clear()
             await topic.room.wait()
+        ids = [f"0:{entry_id}" for entry_id in range(first, first + count)]
         now_ms = time.time_ns() // 1_000_000
         topic.messages.extend(zip(ids, payloads, [now_ms] * count, strict=True))
         topic.arrived.set()
-    return web.Response(
-        body=orjson.dumps(
-            {"messagePublishResults": [{"messageId": i, "errorCode": 0} for i in ids]}
-        ),
-        content_type="application/json",
-    )
+    return web.Response(body=publish_results((0, first), 0, count), content_type="application/json")
 
 
 async def create_consumer(request: web.Request) -> web.Response:

@@ -46,7 +46,7 @@ from broker.http.openapi import (
     openapi_spec,
 )
 from broker.http.parsing import decimal, message_id, message_ids_with_index
-from broker.http.produce_encoding import encode_produce
+from broker.http.produce_encoding import encode_produce, publish_results
 from broker.ledger.entry import (
     EntryFormatError,
 )
@@ -269,22 +269,6 @@ async def produce(request: web.Request) -> web.Response:
     return web.Response(
         body=publish_results(first, batch_size, len(encoded)), content_type="application/json"
     )
-
-
-def publish_results(first: Position, batch_size: int, entries: int) -> bytes:
-    """The produce answer's JSON, ``{"messagePublishResults": [{"messageId": "L:E",
-    "errorCode": 0}, ...]}`` (``L:E:I`` for a batch), byte for byte what orjson writes
-    for it, formatted directly: ids are digits and colons, so nothing needs escaping.
-    O(messages); about 0.25 us a message against 0.67 through dicts and orjson."""
-    ledger_id, entry_id = first
-    if batch_size:
-        head = f'{{"messageId":"{ledger_id}:{entry_id}:'
-        ids = range(batch_size)
-    else:
-        head = f'{{"messageId":"{ledger_id}:'
-        ids = range(entry_id, entry_id + entries)
-    results = ",".join([f'{head}{i}","errorCode":0}}' for i in ids])
-    return f'{{"messagePublishResults":[{results}]}}'.encode()
 
 
 # ---------------------------------------------------------------------- subscriptions

@@ -96,3 +96,19 @@ def _payloads_only(messages: list[ProducerMessage], max_size: int) -> list[bytes
     if max(map(len, payloads)) > max_size:
         return None
     return payloads
+
+
+def publish_results(first: tuple[int, int], batch_size: int, entries: int) -> bytes:
+    """The produce answer's JSON, ``{"messagePublishResults": [{"messageId": "L:E",
+    "errorCode": 0}, ...]}`` (``L:E:I`` for a batch), byte for byte what orjson writes
+    for it, formatted directly: ids are digits and colons, so nothing needs escaping.
+    O(messages); about 0.25 us a message against 0.67 through dicts and orjson."""
+    ledger_id, entry_id = first
+    if batch_size:
+        head = f'{{"messageId":"{ledger_id}:{entry_id}:'
+        ids = range(batch_size)
+    else:
+        head = f'{{"messageId":"{ledger_id}:'
+        ids = range(entry_id, entry_id + entries)
+    results = ",".join([f'{head}{i}","errorCode":0}}' for i in ids])
+    return f'{{"messagePublishResults":[{results}]}}'.encode()

@@ -17,9 +17,14 @@ from pydantic import ValidationError
 
 from broker.config import BrokerConfig
 from broker.dispatch.errors import InvalidRequestError, TooLargeError
-from broker.http.app import publish_results
 from broker.http.openapi import PRODUCE_BODY
-from broker.http.produce_encoding import _encode_each, _payloads_only, _validated, encode_produce
+from broker.http.produce_encoding import (
+    _encode_each,
+    _payloads_only,
+    _validated,
+    encode_produce,
+    publish_results,
+)
 from broker.ledger.entry import decode_message, encode_batch, encode_payloads
 from broker.ledger.position import Position
 

@@ -13,7 +13,13 @@ import operator
 from broker.dispatch.errors import InvalidRequestError, TooLargeError
 from broker.http.b64 import decode_all_strict, decode_base64_strict
 from broker.http.models import MAX_KEY_BYTES, ProduceRequest, ProducerMessage
-from broker.ledger.entry import BatchItem, encode_batch, encode_message, encode_payloads
+from broker.ledger.entry import (
+    BatchItem,
+    encode_batch,
+    encode_batch_payloads,
+    encode_message,
+    encode_payloads,
+)
 
 
 def encode_produce(
@@ -31,17 +37,20 @@ def encode_produce(
         )
     payloads = _payloads_only(messages, max_size)
     if body.get("batch", False):
-        items: list[BatchItem] = (
-            _validated(messages, max_size)
-            if payloads is None
-            else [(payload, None, None, 0) for payload in payloads]
-        )
-        if sum(len(item[0]) for item in items) > max_size:
-            raise TooLargeError(f"the batch's payloads exceed maxMessageSize ({max_size} bytes)")
+        if payloads is not None:
+            _check_batch_size(sum(map(len, payloads)), max_size)
+            return [encode_batch_payloads(payloads, now_ms)], len(payloads)
+        items = _validated(messages, max_size)
+        _check_batch_size(sum(len(item[0]) for item in items), max_size)
         return [encode_batch(items, now_ms)], len(items)
     if payloads is not None:
         return encode_payloads(payloads, now_ms), 0
     return _encode_each(messages, max_size, now_ms), 0
+
+
+def _check_batch_size(payload_bytes: int, max_size: int) -> None:
+    if payload_bytes > max_size:
+        raise TooLargeError(f"the batch's payloads exceed maxMessageSize ({max_size} bytes)")
 
 
 def _encode_each(messages: list[ProducerMessage], max_size: int, now_ms: int) -> list[bytes]:

@@ -21,6 +21,7 @@ from broker.ledger.entry import (
     checksum_ok,
     decode_message,
     encode_batch,
+    encode_batch_payloads,
     encode_message,
     encode_payloads,
     entry_of,
@@ -138,6 +139,33 @@ def test_a_batch_is_what_protobuf_serializes_byte_for_byte(
     it: computed), the others from protobuf; the bytes are protobuf's either way."""
     expected = _batch_through_protobuf(items, publish_time, sequence_id)
     assert encode_batch(items, publish_time, HTTP_PRODUCER, sequence_id) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(
+        st.one_of(st.binary(max_size=200), st.integers(16_380, 16_390).map(bytes)),
+        min_size=1,
+        max_size=6,
+    ),
+    publish_time=st.integers(0, 1 << 45),
+    sequence_id=st.one_of(st.integers(16_370, 16_390), st.integers(0, (1 << 64) - 10)),
+)
+def test_a_batch_of_payloads_only_is_what_protobuf_serializes_byte_for_byte(
+    payloads: list[bytes], publish_time: int, sequence_id: int
+) -> None:
+    """The cached framing of payload-only messages, across payload sizes and sequence
+    ids on both sides of the varint table's end (past it: encode_batch's path)."""
+    items: list[BatchItem] = [(payload, None, None, 0) for payload in payloads]
+    expected = _batch_through_protobuf(items, publish_time, sequence_id)
+    assert encode_batch_payloads(payloads, publish_time, HTTP_PRODUCER, sequence_id) == expected
+    # twice: the second call reads the framing the first one cached
+    assert encode_batch_payloads(payloads, publish_time, HTTP_PRODUCER, sequence_id) == expected
+
+
+def test_an_empty_batch_of_payloads_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one message"):
+        encode_batch_payloads([], 1)
 
 
 @settings(max_examples=400, deadline=None)

@@ -21,6 +21,13 @@ Convention for abbreviated examples: an object of an example that shows only som
 its fields carries the key ``"..."`` (written ``"...": "..."``); that key is not a field,
 and the object's missing required fields are not reported. The mark covers that one
 object only, not the objects nested in it.
+
+A route section's success line may show its answer inline instead, as a code span
+starting with ``{`` or ``[``: ``- 200 — `{"consumerId": "..."}`, ...``. It is an answer
+example like a fenced one, written shorter: a bare ``...`` after the last item of an
+array (``["a", ...]``) or as its only item (``[...]``) means more items and is left out,
+and after the last field of an object (``{"a": 1, ...}``) it marks the object
+abbreviated.
 """
 
 from __future__ import annotations
@@ -43,7 +50,11 @@ ABBREVIATED = "..."
 #: The info strings of the fenced JSON blocks of a route section.
 ANSWER_INFO = "json"
 REQUEST_INFO = "json request"
+#: what an inline answer (on a route's success line) is parsed as
+INLINE_INFO = "json inline"
 FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
+#: a success line with its answer inline: ``- 200 — `{...}`, what it means``
+INLINE_ANSWER = re.compile(r"^- 2\d\d — `(?P<json>[\[{][^`]*)`")
 COMPONENT_PREFIX = "#/components/schemas/"
 
 
@@ -62,9 +73,18 @@ class JsonBlock:
         return f"docs/api.md:{self.line} {self.method} {self.path}"
 
 
+def inline_json(text: str) -> str:
+    """An inline answer example as strict JSON: a bare ``...`` ending an array dropped,
+    one ending an object turned into the abbreviated mark."""
+    text = re.sub(r"\[\s*\.\.\.\s*\]", "[]", text)
+    text = re.sub(r",\s*\.\.\.\s*\]", "]", text)
+    return re.sub(r",\s*\.\.\.\s*\}", f', "{ABBREVIATED}": "{ABBREVIATED}"}}', text)
+
+
 def parse_json_blocks(text: str) -> list[JsonBlock]:
-    """The ``json`` fenced blocks of the route sections, in document order. Headings
-    inside fenced blocks are not headings."""
+    """The ``json`` fenced blocks of the route sections, and their inline answers (as
+    ``json inline`` blocks), in document order. Headings inside fenced blocks are not
+    headings."""
     blocks: list[JsonBlock] = []
     route: tuple[str, str, int] | None = None  # method, path, heading level
     fence: str | None = None
@@ -85,6 +105,11 @@ def parse_json_blocks(text: str) -> list[JsonBlock]:
         if opening:
             fence, info = opening["fence"], " ".join(opening["info"].split())
             start, body = number, []
+            continue
+        inline = INLINE_ANSWER.match(line)
+        if inline and route is not None:
+            example = inline_json(inline["json"])
+            blocks.append(JsonBlock(route[0], route[1], number, INLINE_INFO, example))
             continue
         heading = HEADING.match(line)
         if heading:
@@ -228,7 +253,10 @@ def test_parser_reads_the_json_blocks_of_route_sections_only() -> None:
             "````json",
             '{"id": 2}',
             "````",
+            '- 200 — `{"id": 3, "more": [...], "tags": ["a", ...], ...}`, inline',
+            "- 204 — `done`",
             "### Not a route",
+            '- 200 — `{"after": "the section"}`',
             "```json",
             '{"after": "the section"}',
             "```",
@@ -239,6 +267,13 @@ def test_parser_reads_the_json_blocks_of_route_sections_only() -> None:
         ("POST", "/things/{tenant}", 6, "json request", '{"name": "a"}'),
         ("POST", "/things/{tenant}", 9, "json", '# not a heading\n{"id": 1}'),
         ("POST", "/things/{tenant}", 17, "json", '{"id": 2}'),
+        (
+            "POST",
+            "/things/{tenant}",
+            20,
+            "json inline",
+            '{"id": 3, "more": [], "tags": ["a"], "...": "..."}',
+        ),
     ]
 
 
@@ -319,7 +354,7 @@ def test_an_object_marked_abbreviated_may_leave_out_required_fields_only() -> No
 def test_every_json_block_of_a_route_is_an_answer_or_a_request(
     blocks: list[JsonBlock],
 ) -> None:
-    odd = [b for b in blocks if b.info not in (ANSWER_INFO, REQUEST_INFO)]
+    odd = [b for b in blocks if b.info not in (ANSWER_INFO, REQUEST_INFO, INLINE_INFO)]
     assert not odd, (
         f"json blocks of route sections are marked '{ANSWER_INFO}' (the success answer) or "
         f"'{REQUEST_INFO}':\n" + "\n".join(f"  {b.where}: ```{b.info}" for b in odd)
@@ -383,7 +418,9 @@ def request_schema(operation: Json) -> tuple[Json | None, str]:
 def test_answer_examples_have_the_fields_of_the_answer_schema(
     blocks: list[JsonBlock], spec: Json
 ) -> None:
+    """Fenced answers and inline ones alike."""
     drift = examples_drift(blocks, spec, ANSWER_INFO, answer_schema)
+    drift += examples_drift(blocks, spec, INLINE_INFO, answer_schema)
     assert not drift, (
         "answer examples of docs/api.md differ from the answer schemas of the spec:\n"
         + "\n".join(f"  {line}" for line in drift)

@@ -25,7 +25,7 @@ from broker.http.produce_encoding import (
     encode_produce,
     publish_results,
 )
-from broker.ledger.entry import decode_message, encode_batch, encode_payloads
+from broker.ledger.entry import decode_message, encode_batch, encode_payloads, messages_of
 from broker.ledger.position import Position
 
 MAX_SIZE = 64
@@ -106,6 +106,27 @@ def test_fast_path_agrees_with_the_per_message_path(raw: list[Any]) -> None:
             assert batched(messages) == encode_batch(items, NOW_MS)
         else:
             assert batched(messages)[0] == "TooLargeError"
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["payload-only", "keyed"])
+def test_a_batch_may_hold_max_message_size_bytes_of_payload_and_not_one_more(keyed: bool) -> None:
+    """Both batch paths (payload-only messages, and messages with a key) count the
+    payloads together against maxMessageSize: equal passes, one byte over is 413."""
+    half = MAX_SIZE // 2
+
+    def request(sizes: list[int]) -> bytes | tuple[str, str]:
+        messages: list[Any] = [{"payload": base64.b64encode(bytes(n)).decode()} for n in sizes]
+        if keyed:
+            messages[0]["key"] = "k"
+        return batched(messages)
+
+    exact = request([half, MAX_SIZE - half])
+    assert isinstance(exact, bytes)
+    assert messages_of(exact)[1].payload == bytes(MAX_SIZE - half)
+    assert request([half, MAX_SIZE - half + 1]) == (
+        "TooLargeError",
+        f"the batch's payloads exceed maxMessageSize ({MAX_SIZE} bytes)",
+    )
 
 
 def test_fast_path_takes_payload_only_requests_and_encodes_them_as_messages() -> None:

@@ -141,25 +141,41 @@ def test_a_batch_is_what_protobuf_serializes_byte_for_byte(
     assert encode_batch(items, publish_time, HTTP_PRODUCER, sequence_id) == expected
 
 
-@settings(max_examples=300, deadline=None)
+_sizes = st.one_of(st.integers(0, 200), st.integers(16_380, 16_390))
+#: payloads of one size (the per-size table) or of any sizes (computed)
+_batch_payloads = st.one_of(
+    st.tuples(_sizes, st.integers(1, 6)).map(lambda pair: [bytes(pair[0])] * pair[1]),
+    st.lists(_sizes.map(bytes), min_size=1, max_size=6),
+)
+_batch_sequence_ids = st.one_of(
+    st.integers(0, 20),
+    st.integers(PLAIN_SEQUENCE_IDS - 8, PLAIN_SEQUENCE_IDS + 2),
+    st.integers(16_370, 16_390),
+    st.integers((1 << 63) - 4, (1 << 63) + 4),
+    st.integers((1 << 64) - 8, (1 << 64) + 2),
+)
+
+
+@settings(max_examples=400, deadline=None)
 @given(
-    payloads=st.lists(
-        st.one_of(st.binary(max_size=200), st.integers(16_380, 16_390).map(bytes)),
-        min_size=1,
-        max_size=6,
-    ),
-    publish_time=st.integers(0, 1 << 45),
-    sequence_id=st.one_of(st.integers(16_370, 16_390), st.integers(0, (1 << 64) - 10)),
+    payloads=_batch_payloads, publish_time=st.integers(0, 1 << 45), sequence_id=_batch_sequence_ids
 )
 def test_a_batch_of_payloads_only_is_what_protobuf_serializes_byte_for_byte(
     payloads: list[bytes], publish_time: int, sequence_id: int
 ) -> None:
-    """The cached framing of payload-only messages, across payload sizes and sequence
-    ids on both sides of the varint table's end (past it: encode_batch's path)."""
+    """The framing of payload-only messages, from the per-size table or computed, across
+    payload sizes and sequence ids at the table's end, the varints' 2-byte end, int64's
+    and uint64's; sequence ids past uint64 are refused as protobuf refuses them."""
     items: list[BatchItem] = [(payload, None, None, 0) for payload in payloads]
+    if sequence_id + len(payloads) > 1 << 64:
+        with pytest.raises(ValueError):
+            _batch_through_protobuf(items, publish_time, sequence_id)
+        with pytest.raises(ValueError):
+            encode_batch_payloads(payloads, publish_time, HTTP_PRODUCER, sequence_id)
+        return
     expected = _batch_through_protobuf(items, publish_time, sequence_id)
     assert encode_batch_payloads(payloads, publish_time, HTTP_PRODUCER, sequence_id) == expected
-    # twice: the second call reads the framing the first one cached
+    # twice: the second call reads the rows the first one may have added to the table
     assert encode_batch_payloads(payloads, publish_time, HTTP_PRODUCER, sequence_id) == expected
 
 

@@ -9,7 +9,8 @@ dispatch. Whatever the broker loses to them is the cost of being a broker.
   base64, as the broker) and answers one ``messagePublishResults`` entry per message.
   The decoding and the answer's formatting are the broker's own functions
   (``decode_all_strict``, ``publish_results``): a trick that speeds the broker up on
-  work every broker does speeds its ceiling up alike, so the ratio does not move;
+  work every broker does speeds its ceiling up alike, so it cannot pass for progress
+  of the broker's own;
 - consume: ``POST /consumers/persistent/{tenant}/{namespace}/{topic}/{subscription}``
   makes a consumer of the topic; from then on the topic's produces keep their decoded
   payloads in a bounded queue (a produce waits while it is full), and

@@ -23,7 +23,8 @@ and the object's missing required fields are not reported. The mark covers that 
 object only, not the objects nested in it.
 
 A route section's success line may show its answer inline instead, as a code span
-starting with ``{`` or ``[``: ``- 200 — `{"consumerId": "..."}`, ...``. It is an answer
+starting with ``{`` or ``[`` anywhere on the line: ``- 200 — `{"consumerId": "..."}`,
+...`` or ``- 200 — the names: `["a"]`.``. It is an answer
 example like a fenced one, written shorter: a bare ``...`` after the last item of an
 array (``["a", ...]``) or as its only item (``[...]``) means more items and is left out,
 and after the last field of an object (``{"a": 1, ...}``) it marks the object
@@ -53,8 +54,10 @@ REQUEST_INFO = "json request"
 #: what an inline answer (on a route's success line) is parsed as
 INLINE_INFO = "json inline"
 FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
-#: a success line with its answer inline: ``- 200 — `{...}`, what it means``
-INLINE_ANSWER = re.compile(r"^- 2\d\d — `(?P<json>[\[{][^`]*)`")
+#: a route's success line (``- 200 — ...``), and a code span of it that is an answer
+#: (``{...}`` or ``[...]``), wherever on the line
+SUCCESS_LINE = re.compile(r"^- 2\d\d — ")
+INLINE_ANSWER = re.compile(r"`(?P<json>[\[{][^`]*)`")
 COMPONENT_PREFIX = "#/components/schemas/"
 
 
@@ -106,10 +109,10 @@ def parse_json_blocks(text: str) -> list[JsonBlock]:
             fence, info = opening["fence"], " ".join(opening["info"].split())
             start, body = number, []
             continue
-        inline = INLINE_ANSWER.match(line)
-        if inline and route is not None:
-            example = inline_json(inline["json"])
-            blocks.append(JsonBlock(route[0], route[1], number, INLINE_INFO, example))
+        if route is not None and SUCCESS_LINE.match(line):
+            for inline in INLINE_ANSWER.finditer(line):
+                example = inline_json(inline["json"])
+                blocks.append(JsonBlock(route[0], route[1], number, INLINE_INFO, example))
             continue
         heading = HEADING.match(line)
         if heading:
@@ -254,6 +257,7 @@ def test_parser_reads_the_json_blocks_of_route_sections_only() -> None:
             '{"id": 2}',
             "````",
             '- 200 — `{"id": 3, "more": [...], "tags": ["a", ...], ...}`, inline',
+            "- 200 — `L:E` ids, sorted: `[4]`.",
             "- 204 — `done`",
             "### Not a route",
             '- 200 — `{"after": "the section"}`',
@@ -274,6 +278,7 @@ def test_parser_reads_the_json_blocks_of_route_sections_only() -> None:
             "json inline",
             '{"id": 3, "more": [], "tags": ["a"], "...": "..."}',
         ),
+        ("POST", "/things/{tenant}", 21, "json inline", "[4]"),
     ]
 
 
@@ -418,13 +423,35 @@ def request_schema(operation: Json) -> tuple[Json | None, str]:
 def test_answer_examples_have_the_fields_of_the_answer_schema(
     blocks: list[JsonBlock], spec: Json
 ) -> None:
-    """Fenced answers and inline ones alike."""
-    drift = examples_drift(blocks, spec, ANSWER_INFO, answer_schema)
-    drift += examples_drift(blocks, spec, INLINE_INFO, answer_schema)
+    drift = answer_drift(blocks, spec)
     assert not drift, (
         "answer examples of docs/api.md differ from the answer schemas of the spec:\n"
         + "\n".join(f"  {line}" for line in drift)
     )
+
+
+def answer_drift(blocks: list[JsonBlock], spec: Json) -> list[str]:
+    """How the answer examples, fenced and inline alike, differ from their schemas."""
+    drift = examples_drift(blocks, spec, ANSWER_INFO, answer_schema)
+    return drift + examples_drift(blocks, spec, INLINE_INFO, answer_schema)
+
+
+def test_a_wrong_inline_answer_is_reported(spec: Json) -> None:
+    sample = "\n".join(
+        [
+            "### `POST /consumers/persistent/{tenant}/{namespace}/{topic}/{subscription}` — x",
+            "```json",
+            '{"consumerId": "c-1"}',
+            "```",
+            '- 200 — the consumer: `{"consumerID": "c-1"}`.',
+        ]
+    )
+    drift = answer_drift(parse_json_blocks(sample), spec)
+    assert [line.split(": ", 1)[1] for line in drift] == [
+        "$: field 'consumerID' is not in the schema",
+        "$: required field 'consumerId' is missing (add it, or mark the object abbreviated "
+        "with a '...' key)",
+    ]
 
 
 def test_request_examples_have_the_fields_of_the_request_schema(

@@ -206,18 +206,26 @@ class _PlainMetadata:
     ``sequence_id`` (2) and ``publish_time`` (3) set, as protobuf serializes it: the
     fields in number order, ``0a len name | 10 varint | 18 varint``. The part up to the
     publish time (the head) depends only on the sequence id; for one producer and one
-    length of the publish time's varint, each head's bytes, the entry's metadata size
-    and the CRC32C of ``size | head`` are computed once, so a message costs one CRC over
-    the publish time and one over its payload. Built for sequence ids 0 up to the
-    highest asked, O(1) per message after."""
+    length of the publish time's varint, each head's bytes and the entry's metadata
+    size are computed once, and so is the CRC32C of ``size | head`` carried over as many
+    zero bytes as the publish time's part takes (the tail). CRC32C is affine in the value
+    it starts from: ``crc(tail, v) == crc(zeros, v) ^ crc(zeros, 0) ^ crc(tail, 0)`` for
+    ``zeros`` of the tail's length, so ``crc(size | head | tail)`` is the row's carried
+    value XOR the tail's own CRC, which is one per request: a message costs one CRC call,
+    over its payload. Built for sequence ids 0 up to the highest asked, O(1) per message
+    after."""
 
-    __slots__ = ("_prefix", "_rows", "_tail_size")
+    __slots__ = ("_prefix", "_rows", "_tail_size", "_zeros", "_zeros_crc")
 
     def __init__(self, producer_name: str, tail_size: int) -> None:
         name = producer_name.encode()
         self._prefix = b"\x0a" + _varint(len(name)) + name + b"\x10"
         self._tail_size = tail_size
-        #: per sequence id: (head, metadata size, CRC32C of the size field and head)
+        zeros = bytes(tail_size)
+        self._zeros = zeros
+        self._zeros_crc = crc32c(zeros)
+        #: per sequence id: (head, metadata size, CRC32C of ``size | head`` carried over
+        #: the tail's length; XOR the tail's CRC32C for ``size | head | tail``'s)
         self._rows: list[tuple[bytes, int, int]] = []
 
     def rows(self, first: int, count: int) -> list[tuple[bytes, int, int]]:
@@ -226,7 +234,8 @@ class _PlainMetadata:
         while len(rows) < first + count:
             head = self._prefix + _varint(len(rows))
             size = len(head) + self._tail_size
-            rows.append((head, size, crc32c(head, crc32c(_U32.pack(size)))))
+            head_crc = crc32c(head, crc32c(_U32.pack(size)))
+            rows.append((head, size, crc32c(self._zeros, head_crc) ^ self._zeros_crc))
         return rows[first : first + count]
 
 
@@ -242,8 +251,8 @@ def encode_payloads(
     """``encode_message(payload, publish_time)`` for every payload (no event time, key
     or properties; sequence ids counting up from ``first_sequence_id``), byte for byte,
     without protobuf: the metadata differs only in the sequence id, so its parts come
-    from a :class:`_PlainMetadata` table. O(total payload bytes); about 1 us per 1 KiB
-    message against 2.5 us through protobuf."""
+    from a :class:`_PlainMetadata` table. O(total payload bytes); about 0.55 us per
+    1 KiB message against 2.5 us through protobuf."""
     count = len(payloads)
     if not (0 <= first_sequence_id <= PLAIN_SEQUENCE_IDS - count and 0 <= publish_time < 1 << 64):
         return [
@@ -258,9 +267,10 @@ def encode_payloads(
             _plain_metadata.clear()  # a bound for callers that vary the producer name
         table = _plain_metadata[table_key] = _PlainMetadata(producer_name, len(tail))
     pack = _HEAD.pack
+    tail_crc = crc32c(tail)
     return [
-        b"".join((pack(0x0E01, crc32c(payload, crc32c(tail, head_crc)), size), head, tail, payload))
-        for (head, size, head_crc), payload in zip(
+        b"".join((pack(0x0E01, crc32c(payload, carried ^ tail_crc), size), head, tail, payload))
+        for (head, size, carried), payload in zip(
             table.rows(first_sequence_id, count), payloads, strict=True
         )
     ]

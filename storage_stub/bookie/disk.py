@@ -17,8 +17,9 @@ in a preallocated log, and one index key. By ``syncMode``:
 
 With ``dbStorage_directIOEntryLogger`` (the default) every mode goes through the group
 committer: the loop copies a group's frames into the log's aligned buffer, the writer
-thread runs only the O_DIRECT pwrite (GIL released), and the loop indexes the group
-(none) or hands fsync and a synced index write to the writer thread (always, batch).
+thread computes their CRCs and runs the O_DIRECT pwrite (GIL released for both), and
+the loop indexes the group (none) or hands fsync and a synced index write to the
+writer thread (always, batch).
 In none, groups are not held back: what arrives while one write is out goes with the
 next. Measured here (16 concurrent adds of 100 x 1 KiB entries, syncMode=none), an add
 cost the loop 25-30 us with direct I/O and 260-280 us through the page cache, and the
@@ -111,9 +112,10 @@ class _PendingAdd:
 class DiskBookie:
     """Bookie on a data directory. Open with ``await DiskBookie.open(...)``.
 
-    Costs on the loop: ``add_entries`` one frame header, and the CRC over the payloads
-    (ISA-L, about 0.05 us per KiB); with direct I/O, a share of one group commit (one memcpy per
-    frame, one writer-thread hop for the pwrite, one index batch or, in always/batch,
+    Costs on the loop: ``add_entries`` one frame header; without direct I/O, the CRC over
+    the payloads (ISA-L, about 0.05 us per KiB); with direct I/O, a share of one group
+    commit (one memcpy per frame, one writer-thread hop for the CRCs and the pwrite, one
+    index batch or, in always/batch,
     a second hop for fsync and index); without, in syncMode=none one pwritev and one
     index put on the loop, in always/batch a share of one writer-thread hop per group.
     ``read_entries`` one floor seek plus one iterator step per further frame, and about

@@ -97,8 +97,8 @@ class Frame:
     its tail ``header[FRAME_HEADER_SIZE:]`` the raw lengths, which the location index
     stores as they are. The CRC is filled in by ``seal`` (one pass over the payloads,
     ISA-L, about 0.05 us per KiB), which the page-cache path calls before writing; the
-    direct path computes it over the frame's copy in its buffer instead (one call
-    instead of one per payload) and leaves ``header`` unsealed.
+    direct path computes it over the frame's copy in its buffer instead, on the writer
+    thread (one call instead of one per payload), and leaves ``header`` unsealed.
 
     Building one costs one header allocation: no payload is copied.
     """
@@ -160,9 +160,10 @@ class FrameLocation(NamedTuple):
 class DirectWrite:
     """One planned O_DIRECT write (see ``EntryLogger.plan_direct``): ``length`` bytes of
     ``buffer`` to ``start`` of a log, both block-aligned; the frames in it end at ``end``
-    and start at ``locations``."""
+    and start at ``locations``. ``unsealed``: the (start, end) in ``buffer`` of each
+    frame whose CRC ``execute`` fills in before writing."""
 
-    __slots__ = ("buffer", "end", "fd", "length", "locations", "start")
+    __slots__ = ("buffer", "end", "fd", "length", "locations", "start", "unsealed")
 
     def __init__(
         self,
@@ -172,6 +173,7 @@ class DirectWrite:
         length: int,
         end: int,
         locations: list[FrameLocation],
+        unsealed: list[tuple[int, int]],
     ) -> None:
         self.fd = fd
         self.buffer = buffer
@@ -179,11 +181,16 @@ class DirectWrite:
         self.length = length
         self.end = end
         self.locations = locations
+        self.unsealed = unsealed
 
     def execute(self) -> None:
-        """Blocking: the pwrite (the GIL is released while the device works). OSError
-        if it fails."""
+        """Blocking: the unsealed frames' CRCs, then the pwrite (the GIL is released
+        while ISA-L computes a CRC and while the device works, so on the writer thread
+        neither holds up the loop). OSError if the write fails."""
         with memoryview(self.buffer) as view:
+            for frame_start, frame_end in self.unsealed:
+                crc = crc32(view[frame_start + _CRC.size : frame_end])
+                _CRC.pack_into(self.buffer, frame_start, crc)
             written = 0
             while written < self.length:
                 count = os.pwrite(self.fd, view[written : self.length], self.start + written)
@@ -528,7 +535,8 @@ class EntryLogger:
         Run the result's ``execute`` (on any thread; it touches nothing but the buffer
         and the file), then ``finish_direct`` or, if it raised, ``abandon_direct``;
         nothing else may be written in between. O(bytes of the frames taken): one
-        memcpy per frame, and a fallocate per 64 MiB.
+        memcpy per frame, and a fallocate per 64 MiB; the frames' CRCs are left to
+        ``execute``.
         """
         if not self.direct_io:
             raise ValueError("plan_direct needs direct I/O")
@@ -565,20 +573,19 @@ class EntryLogger:
         buffer[: len(tail)] = tail
         position = len(tail)
         locations: list[FrameLocation] = []
+        unsealed: list[tuple[int, int]] = []
         log_id = self._current_id
-        with memoryview(buffer) as view:
-            for index in range(first, taken):
-                frame = frames[index]
-                locations.append(FrameLocation(log_id, start + position))
-                data = b"".join((frame.header, *frame.entries))
-                end_of_frame = position + len(data)
-                buffer[position:end_of_frame] = data
-                if not frame.sealed:
-                    crc = crc32(view[position + _CRC.size : end_of_frame])
-                    _CRC.pack_into(buffer, position, crc)
-                position = end_of_frame
+        for index in range(first, taken):
+            frame = frames[index]
+            locations.append(FrameLocation(log_id, start + position))
+            data = b"".join((frame.header, *frame.entries))
+            end_of_frame = position + len(data)
+            buffer[position:end_of_frame] = data
+            if not frame.sealed:
+                unsealed.append((position, end_of_frame))
+            position = end_of_frame
         buffer[position:length] = _ZEROS[: length - position]
-        return DirectWrite(self._direct_fd, buffer, start, length, end, locations)
+        return DirectWrite(self._direct_fd, buffer, start, length, end, locations, unsealed)
 
     def finish_direct(self, write: DirectWrite) -> None:
         """After ``write.execute()`` returned: its frames are in the log."""

@@ -5,18 +5,19 @@ done the fastest way, and nothing else: no validation beyond that, no storage, n
 dispatch. Whatever the broker loses to them is the cost of being a broker.
 
 - produce (``POST /topics/persistent/{tenant}/{namespace}/{topic}``): parses the JSON
-  body with orjson, base64-decodes every payload strictly (400 for a payload that is not
-  base64, as the broker) and answers one ``messagePublishResults`` entry per message.
-  The decoding and the answer's formatting are the broker's own functions
-  (``decode_all_strict``, ``publish_results``): a trick that speeds the broker up on
-  work every broker does speeds its ceiling up alike, so it cannot pass for progress
-  of the broker's own;
+  body with pydantic-core's parser (jiter, the one the broker's validation runs on:
+  about 0.25 us a 1 KiB message against orjson's 0.5), base64-decodes every payload
+  strictly (400 for a payload that is not base64, as the broker) and answers one
+  ``messagePublishResults`` entry per message. The decoding and the answer's
+  formatting are the broker's own functions (``decode_all_strict``,
+  ``publish_results``): a trick that speeds the broker up on work every broker does
+  speeds its ceiling up alike, so it cannot pass for progress of the broker's own;
 - consume: ``POST /consumers/persistent/{tenant}/{namespace}/{topic}/{subscription}``
   makes a consumer of the topic; from then on the topic's produces keep their decoded
   payloads in a bounded queue (a produce waits while it is full), and
   ``GET /consumers/{id}/messages`` long-polls and hands them back encoded as the broker
   encodes them (base64 payload, id, properties, publish and event time, redelivery
-  count); ``POST /consumers/{id}/ack`` parses its JSON and answers 204.
+  count); ``POST /consumers/{id}/ack`` parses its JSON (the same parser) and answers 204.
 
 Run as ``python -m broker.bench.bare_server [--host H] [--port P]``; it prints
 ``bare listening on http://H:P`` when ready and stops on SIGINT or SIGTERM.
@@ -40,6 +41,7 @@ import orjson
 import pybase64
 import uvloop
 from aiohttp import web
+from pydantic_core import from_json
 
 from broker.http.b64 import decode_all_strict
 from broker.http.produce_encoding import publish_results
@@ -92,9 +94,9 @@ def _topic_key(request: web.Request) -> str:
 
 async def produce(request: web.Request) -> web.Response:
     try:
-        messages = orjson.loads(await request.read())["messages"]
+        messages = from_json(await request.read())["messages"]
         payloads = decode_all_strict(map(_payload_of, messages))
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, binascii.Error):
+    except (KeyError, TypeError, ValueError, binascii.Error):
         return _bad_request("malformed produce request or payload not base64")
     state = request.app[_STATE]
     count = len(payloads)
@@ -163,8 +165,8 @@ async def receive(request: web.Request) -> web.Response:
 async def acknowledge(request: web.Request) -> web.Response:
     _consumer_topic(request)
     try:
-        orjson.loads(await request.read())["messageIds"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+        from_json(await request.read())["messageIds"]
+    except (KeyError, TypeError, ValueError):
         return _bad_request("malformed ack request")
     return web.Response(status=204)
 

@@ -283,7 +283,7 @@ def serve(sock: socket.socket) -> None:
     from pydantic import TypeAdapter
 
     from broker.http.models import ProduceRequest
-    from broker.http.produce_encoding import encode_produce
+    from broker.http.produce_encoding import encode_produce, plain_body
 
     adapter: TypeAdapter[ProduceRequest] = TypeAdapter(ProduceRequest)
     reader = sock.makefile("rb", buffering=_SOCKET_BUFFER_BYTES)
@@ -297,7 +297,7 @@ def serve(sock: socket.socket) -> None:
             return
         try:
             entries, batch_size = encode_produce(
-                adapter.validate_json(body), max_messages, max_size, now_ms
+                plain_body(body) or adapter.validate_json(body), max_messages, max_size, now_ms
             )
             lengths = struct.pack(f"<{len(entries)}I", *map(len, entries))
             # an answer past the length field raises here as well: the loop's

@@ -17,9 +17,9 @@ in a preallocated log, and one index key. By ``syncMode``:
 
 With ``dbStorage_directIOEntryLogger`` (the default) every mode goes through the group
 committer: the loop copies a group's frames into the log's aligned buffer, the writer
-thread computes their CRCs and runs the O_DIRECT pwrite (GIL released for both), and
-the loop indexes the group (none) or hands fsync and a synced index write to the
-writer thread (always, batch).
+thread computes their CRCs (ISA-L, about 1 us per 100 KiB, holding the GIL) and runs
+the O_DIRECT pwrite (GIL released), and the loop indexes the group (none) or hands
+fsync and a synced index write to the writer thread (always, batch).
 In none, groups are not held back: what arrives while one write is out goes with the
 next. Measured here (16 concurrent adds of 100 x 1 KiB entries, syncMode=none), an add
 cost the loop 25-30 us with direct I/O and 260-280 us through the page cache, and the

@@ -296,7 +296,7 @@ async def test_brokerlab_serve_stops_when_its_codec_process_dies(
         "POST", f"/topics/persistent/{TOPIC}", json={"messages": messages}
     )
     assert status == 200, body
-    children = child_pids(broker.process.pid)
+    children = codec_children(broker.process.pid)
     assert len(children) == 1, children
     os.kill(children[0], signal.SIGKILL)
     code = await asyncio.wait_for(broker.process.wait(), 60)
@@ -315,7 +315,7 @@ async def test_ctrl_c_reaching_the_codec_process_leaves_the_broker_to_stop_it(
     broker = broker_process("--set", "httpCodecProcesses=1")
     client = await broker.start()
     assert broker.process is not None
-    (child,) = child_pids(broker.process.pid)
+    (child,) = codec_children(broker.process.pid)
     assert os.getpgid(child) != os.getpgid(broker.process.pid)
     messages = large_request()
     for _ in range(2):
@@ -330,6 +330,16 @@ async def test_ctrl_c_reaching_the_codec_process_leaves_the_broker_to_stop_it(
     assert await broker.stop() == 0
     assert not any("codec process" in line for line in broker.output), broker.output
     assert not _alive(child)
+
+
+def codec_children(pid: int) -> list[int]:
+    """The broker's codec processes (it also runs an entry log writer process)."""
+    return [child for child in child_pids(pid) if "broker.http.codec" in _command_line(child)]
+
+
+def _command_line(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return cmdline.read().replace(b"\0", b" ").decode()
 
 
 def _alive(pid: int) -> bool:

@@ -126,7 +126,7 @@ def _conf_dir() -> pathlib.Path | None:
 
 def _cpu_seconds(pid: int) -> float | None:
     """User + system CPU time of a process and its live children, the broker's codec
-    processes (Linux /proc; None elsewhere)."""
+    and entry log writer processes (Linux /proc; None elsewhere)."""
     own = _own_cpu_seconds(pid)
     if own is None:
         return None
@@ -822,7 +822,8 @@ def format_table(result: dict[str, Any]) -> str:
         "ratio = msgs/s / its ceiling's msgs/s (produce rows: the produce ceiling; "
         "produce+consume rows: the produce+consume ceiling), measured in this run; rounds: "
         "the lowest and highest of the same ratio taken round by round; CPU columns are "
-        "cores busy during the row (server: its process and codec processes; client: this "
+        "cores busy during the row (server: its process and its children, the codec and "
+        "entry log writer processes; client: this "
         "process); us/msg: server CPU per message counted; loop us/msg: its event loop "
         "thread's, which runs on one core and so bounds the server's rate.",
     ]

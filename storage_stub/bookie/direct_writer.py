@@ -40,7 +40,6 @@ import errno
 import logging
 import mmap
 import os
-import signal
 import socket
 import struct
 import sys
@@ -55,8 +54,9 @@ RANGE = struct.Struct("<QQ")
 ANSWER = struct.Struct("<q")
 _STOP_DEADLINE_S = 30.0
 #: the child's program (not ``-m``: the package imports this module first, and runpy
-#: warns when it runs a module already imported); it ignores SIGINT and SIGTERM before
-#: its imports, which take a while
+#: warns when it runs a module already imported). It stops when the bookie closes the
+#: socket (dying first would lose a write), so it ignores SIGINT and SIGTERM, before its
+#: imports, which take a while
 _CHILD = (
     "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
@@ -243,16 +243,9 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) != 2:
         print("usage: main([SOCKET_FD, BUFFER_FD])", file=sys.stderr)
         return 2
-    # it stops when the bookie closes the socket; dying first would lose a write
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with (
         socket.socket(fileno=int(argv[0])) as sock,
         contextlib.suppress(BrokenPipeError, ConnectionResetError),
     ):
         serve(sock, int(argv[1]))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from broker.bench.http import child_pids
 from broker.config import load_broker_config, load_storage_config
 from broker.http.app import Settings, create_app
 from broker.http.listener import LimitedTCPSite, http_runner
@@ -185,6 +186,16 @@ async def live_broker() -> AsyncIterator[LiveBroker]:
         await runner.cleanup()
 
 
+def child_processes(pid: int, command_part: str) -> list[int]:
+    """``pid``'s live child processes whose command line holds ``command_part``."""
+    found = []
+    for child in child_pids(pid):
+        with contextlib.suppress(OSError), open(f"/proc/{child}/cmdline", "rb") as cmdline:
+            if command_part.encode() in cmdline.read():
+                found.append(child)
+    return found
+
+
 class BrokerProcess:
     """``brokerlab serve`` as a child process over a data dir that outlives it."""
 
@@ -258,6 +269,16 @@ class BrokerProcess:
     async def kill(self) -> None:
         """SIGKILL: no chance to flush or close anything."""
         await self._finish(signal.SIGKILL)
+
+    async def exit_code_after_killing(self, command_part: str) -> int:
+        """SIGKILL the broker's one child process whose command line holds
+        ``command_part``, and return the broker's exit code once it has stopped."""
+        assert self.process is not None
+        (child,) = child_processes(self.process.pid, command_part)
+        os.kill(child, signal.SIGKILL)
+        code = await asyncio.wait_for(self.process.wait(), 60)
+        await self._finish(signal.SIGTERM)  # collects the output; the process is gone
+        return code
 
 
 BrokerProcessFactory = Callable[..., BrokerProcess]

@@ -41,18 +41,14 @@ import asyncio
 import collections
 import contextlib
 import itertools
-import logging
 import os
 import signal
 import socket
 import struct
 import sys
-import typing
 from collections.abc import Sequence
 
-from broker.tasks import TaskOwner
-
-log = logging.getLogger(__name__)
+from storage_stub.child_process import SocketChild, SocketProtocol
 
 REQUEST = struct.Struct("<IIIQ")
 ANSWER = struct.Struct("<IiI")
@@ -86,22 +82,19 @@ class CodecError(Exception):
     """A codec process is gone: the broker cannot encode in it any more."""
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(SocketProtocol):
     """The loop's end of one process's socket: writes requests, reads answers and
     resolves them in order. Reading an answer is O(entries) slices of the bytes it
     arrived in; an answer split over several reads is collected until it is whole and
     then joined once: O(answer size) however many reads it took."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        super().__init__()
         self.pending: collections.deque[asyncio.Future[Encoded | None]] = collections.deque()
         self._partial = bytearray()
         #: bytes the answer begun in ``_partial`` needs in all (0: its header is not in)
         self._partial_needs = 0
         self.lost: BaseException | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = typing.cast(asyncio.Transport, transport)  # uvloop's is no subclass
 
     def data_received(self, data: bytes) -> None:
         if self._partial:
@@ -146,14 +139,6 @@ class _Connection(asyncio.Protocol):
                 future.set_exception(CodecError(f"codec process lost: {self.lost}"))
 
 
-class _Process:
-    __slots__ = ("connection", "process")
-
-    def __init__(self, process: asyncio.subprocess.Process, connection: _Connection) -> None:
-        self.process = process
-        self.connection = connection
-
-
 class CodecPool:
     """``processes`` codec processes, started by ``start`` and stopped by ``close``.
     ``encode`` sends a body to the process with the fewest requests pending: O(body)
@@ -163,8 +148,7 @@ class CodecPool:
         if processes < 1:
             raise ValueError(f"a codec pool needs at least one process, not {processes}")
         self.size = processes
-        self._processes: list[_Process] = []
-        self._owner = TaskOwner("codec pool")
+        self._processes: list[SocketChild[_Connection]] = []
         self._closing = False
         #: bodies encoded in a process, and bodies a process refused (the loop reported them)
         self.encoded = 0
@@ -173,41 +157,15 @@ class CodecPool:
         self.died: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        for index in range(self.size):
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                for sock in (ours, theirs):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER_BYTES)
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER_BYTES)
-                process = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    "broker.http.codec",
-                    str(theirs.fileno()),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    pass_fds=(theirs.fileno(),),
-                    # its own process group: Ctrl-C in a terminal signals the broker's
-                    # group, and the broker then stops this process by closing the socket
-                    start_new_session=True,
-                )
-            except BaseException:
-                ours.close()
-                raise
-            finally:
-                theirs.close()
-            _, connection = await loop.create_unix_connection(_Connection, sock=ours)
-            self._processes.append(_Process(process, connection))
-            self._owner.spawn(self._watch(process), name=f"codec process {index}")
-
-    async def _watch(self, process: asyncio.subprocess.Process) -> None:
-        code = await process.wait()
-        if self._closing:
-            return
-        reason = f"codec process {process.pid} exited with status {code}"
-        log.error("%s while the broker runs (brokerlab serve stops on it)", reason)
-        if not self.died.done():
-            self.died.set_result(reason)
+        for _ in range(self.size):
+            child = await SocketChild.start(
+                "codec process",
+                lambda fd: ("-m", "broker.http.codec", str(fd)),
+                _Connection,
+                self.died,
+                socket_buffer_bytes=_SOCKET_BUFFER_BYTES,
+            )
+            self._processes.append(child)
 
     async def encode(
         self, body: bytes, max_messages: int, max_size: int, now_ms: int
@@ -245,25 +203,15 @@ class CodecPool:
         and stops at the end of its input; then close the sockets. A process that does
         not stop within the deadline is killed."""
         self._closing = True
-        for entry in self._processes:
-            transport = entry.connection.transport
-            if transport is not None and not transport.is_closing():
-                transport.write_eof()
-        for entry in self._processes:
-            try:
-                await asyncio.wait_for(entry.process.wait(), _STOP_DEADLINE_S)
-            except TimeoutError:
-                log.error("codec process %d did not stop: killed", entry.process.pid)
-                entry.process.kill()
-                await entry.process.wait()
-            if entry.connection.transport is not None:
-                entry.connection.transport.close()
-        await self._owner.close()
+        for child in self._processes:
+            child.end_input()
+        for child in self._processes:
+            await child.wait_stopped(_STOP_DEADLINE_S)
         if not self.died.done():
             self.died.cancel()
 
 
-def _pending_count(entry: _Process) -> int:
+def _pending_count(entry: SocketChild[_Connection]) -> int:
     return len(entry.connection.pending)
 
 

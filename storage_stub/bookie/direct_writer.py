@@ -37,7 +37,6 @@ import asyncio
 import collections
 import contextlib
 import errno
-import logging
 import mmap
 import os
 import socket
@@ -46,8 +45,7 @@ import sys
 from collections.abc import Sequence
 
 from storage_stub.bookie.entry_log import DirectWrite, seal_copied_frames
-
-log = logging.getLogger(__name__)
+from storage_stub.child_process import SocketChild, SocketProtocol
 
 REQUEST = struct.Struct("<QQQII")
 RANGE = struct.Struct("<QQ")
@@ -64,17 +62,14 @@ _CHILD = (
 )
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(SocketProtocol):
     """The writer's socket on the loop: answers resolve the waiting writes in order."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        super().__init__()
         self.pending: collections.deque[asyncio.Future[int]] = collections.deque()
         self.buffer = bytearray()
         self.lost: str | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -100,52 +95,28 @@ class DirectWriter:
 
     def __init__(self, buffer_fd: int) -> None:
         self._buffer_fd = buffer_fd
-        self._process: asyncio.subprocess.Process | None = None
-        self._connection: _Connection | None = None
-        self._watcher: asyncio.Task[None] | None = None
+        self._child: SocketChild[_Connection] | None = None
         self._closing = False
         #: set (to the reason) when the process exits while its owner is open
         self.died: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-c",
-                _CHILD,
-                str(theirs.fileno()),
-                str(self._buffer_fd),
-                stdin=asyncio.subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(), self._buffer_fd),
-                start_new_session=True,
-            )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        _, self._connection = await loop.create_unix_connection(_Connection, sock=ours)
-        self._watcher = loop.create_task(self._watch(), name="direct writer process")
-
-    async def _watch(self) -> None:
-        assert self._process is not None
-        code = await self._process.wait()
-        if self._closing:
-            return
-        reason = f"the entry log writer process {self._process.pid} exited with status {code}"
-        log.error("%s while the bookie is open (brokerlab serve stops on it)", reason)
-        if not self.died.done():
-            self.died.set_result(reason)
+        buffer_fd = str(self._buffer_fd)
+        self._child = await SocketChild.start(
+            "entry log writer process",
+            lambda fd: ("-c", _CHILD, str(fd), buffer_fd),
+            _Connection,
+            self.died,
+            pass_fds=(self._buffer_fd,),
+        )
 
     async def write(self, write: DirectWrite) -> None:
         """Have the process fill in the write's unsealed frames' CRCs and write it: O(its
         frames) on the loop. OSError with the process's errno (EIO when the process is
         gone); the write may then have happened in part."""
-        connection = self._connection
-        if connection is None or self._closing:
+        if self._child is None or self._closing:
             raise OSError(errno.EIO, "the entry log writer process is not running")
+        connection = self._child.connection
         transport = connection.transport
         if connection.lost is not None or transport is None or transport.is_closing():
             raise OSError(errno.EIO, connection.lost or "the entry log writer is not connected")
@@ -167,21 +138,8 @@ class DirectWriter:
         """End the process's input: it answers what it was sent and exits. One that does
         not stop within the deadline is killed."""
         self._closing = True
-        connection = self._connection
-        transport = connection.transport if connection is not None else None
-        if transport is not None and not transport.is_closing():
-            transport.write_eof()
-        if self._process is not None:
-            try:
-                await asyncio.wait_for(self._process.wait(), _STOP_DEADLINE_S)
-            except TimeoutError:
-                log.error("entry log writer %d did not stop: killed", self._process.pid)
-                self._process.kill()
-                await self._process.wait()
-        if transport is not None:
-            transport.close()
-        if self._watcher is not None:
-            await self._watcher
+        if self._child is not None:
+            await self._child.close(_STOP_DEADLINE_S)
         if not self.died.done():
             self.died.cancel()
 

@@ -24,7 +24,6 @@ from typing import Any
 import orjson
 import pytest
 
-from broker.bench.http import child_pids
 from broker.dispatch.errors import BrokerError
 from broker.http import codec
 from broker.http.codec import (
@@ -37,12 +36,21 @@ from broker.http.codec import (
 )
 from broker.http.openapi import PRODUCE_BODY
 from broker.http.produce_encoding import encode_produce
-from tests.conftest import BrokerProcessFactory, Client, LiveBroker, b64, unb64
+from tests.conftest import (
+    BrokerProcessFactory,
+    Client,
+    LiveBroker,
+    b64,
+    child_processes,
+    unb64,
+)
 
 MAX_MESSAGES = 50
 MAX_SIZE = 2048
 NOW_MS = 1_763_700_000_000
 TOPIC = "public/default/codec"
+#: what a codec process's command line holds (the broker also runs an entry log writer)
+CODEC_COMMAND = "broker.http.codec"
 
 
 def loop_outcome(raw: bytes) -> tuple[list[bytes], int] | None:
@@ -296,12 +304,7 @@ async def test_brokerlab_serve_stops_when_its_codec_process_dies(
         "POST", f"/topics/persistent/{TOPIC}", json={"messages": messages}
     )
     assert status == 200, body
-    children = codec_children(broker.process.pid)
-    assert len(children) == 1, children
-    os.kill(children[0], signal.SIGKILL)
-    code = await asyncio.wait_for(broker.process.wait(), 60)
-    assert code == 1
-    await broker.stop()
+    assert await broker.exit_code_after_killing(CODEC_COMMAND) == 1
     assert any("codec process" in line and "shutting down" in line for line in broker.output)
 
 
@@ -315,7 +318,7 @@ async def test_ctrl_c_reaching_the_codec_process_leaves_the_broker_to_stop_it(
     broker = broker_process("--set", "httpCodecProcesses=1")
     client = await broker.start()
     assert broker.process is not None
-    (child,) = codec_children(broker.process.pid)
+    (child,) = child_processes(broker.process.pid, CODEC_COMMAND)
     assert os.getpgid(child) != os.getpgid(broker.process.pid)
     messages = large_request()
     for _ in range(2):
@@ -330,16 +333,6 @@ async def test_ctrl_c_reaching_the_codec_process_leaves_the_broker_to_stop_it(
     assert await broker.stop() == 0
     assert not any("codec process" in line for line in broker.output), broker.output
     assert not _alive(child)
-
-
-def codec_children(pid: int) -> list[int]:
-    """The broker's codec processes (it also runs an entry log writer process)."""
-    return [child for child in child_pids(pid) if "broker.http.codec" in _command_line(child)]
-
-
-def _command_line(pid: int) -> str:
-    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-        return cmdline.read().replace(b"\0", b" ").decode()
 
 
 def _alive(pid: int) -> bool:

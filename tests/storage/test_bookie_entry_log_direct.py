@@ -38,6 +38,17 @@ def read_back(logger: EntryLogger, location: FrameLocation, frame: Frame) -> lis
     return logger.read_runs([run])
 
 
+def frames_of(sizes: list[list[int]], first_entry: int) -> list[Frame]:
+    """Frames of entries of the given sizes (ledger 1, ids from ``first_entry``), each
+    entry's bytes all its id mod 251."""
+    frames = []
+    for frame_sizes in sizes:
+        entries = [bytes([first_entry % 251]) * size for size in frame_sizes]
+        frames.append(Frame(1, first_entry, entries))
+        first_entry += len(entries)
+    return frames
+
+
 # A group is a list of frames, each a list of entry sizes; "reopen" closes and reopens.
 groups = st.lists(
     st.one_of(
@@ -69,11 +80,8 @@ def test_direct_logs_hold_the_bytes_the_page_cache_path_writes(
                 logger.close()
                 logger = EntryLogger(directory, size_limit, direct_io=direct)
                 continue
-            frames = []
-            for sizes in step:
-                entries = [bytes([next_entry % 251]) * size for size in sizes]
-                frames.append(Frame(1, next_entry, entries))
-                next_entry += len(entries)
+            frames = frames_of(step, next_entry)
+            next_entry += sum(map(len, step))
             frames_written += zip(logger.write_group(frames), frames, strict=True)
         for location, frame in frames_written:
             assert read_back(logger, location, frame) == list(frame.entries)

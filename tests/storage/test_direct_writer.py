@@ -20,21 +20,12 @@ from broker.bench.http import child_pids
 from storage_stub.bookie import StorageFaultError
 from storage_stub.bookie.direct_writer import DirectWriter
 from storage_stub.bookie.entry_log import EntryLogger, Frame, FrameLocation
-from tests.conftest import BrokerProcessFactory
+from tests.conftest import BrokerProcessFactory, child_processes
 from tests.storage.conftest import OpenStorage
-from tests.storage.test_bookie_entry_log_direct import groups, log_bytes, read_back
+from tests.storage.test_bookie_entry_log_direct import frames_of, groups, log_bytes, read_back
 
 TOPIC = "public/default/t"
-
-
-def writer_children(pid: int) -> list[int]:
-    """The entry log writer processes among ``pid``'s children."""
-    found = []
-    for child in child_pids(pid):
-        with open(f"/proc/{child}/cmdline", "rb") as cmdline:
-            if b"storage_stub.bookie.direct_writer" in cmdline.read():
-                found.append(child)
-    return found
+WRITER_COMMAND = "storage_stub.bookie.direct_writer"
 
 
 async def write_plan(directory: pathlib.Path, size_limit: int, plan: list[Any]) -> None:
@@ -54,11 +45,8 @@ async def write_plan(directory: pathlib.Path, size_limit: int, plan: list[Any]) 
                 writer = DirectWriter(logger.buffer_fd)
                 await writer.start()
                 continue
-            frames = []
-            for sizes in step:
-                entries = [bytes([next_entry % 251]) * size for size in sizes]
-                frames.append(Frame(1, next_entry, entries))
-                next_entry += len(entries)
+            frames = frames_of(step, next_entry)
+            next_entry += sum(map(len, step))
             locations = await logger.write_direct_group(frames, writer.write)
             written += zip(locations, frames, strict=True)
         for location, frame in written:
@@ -85,11 +73,8 @@ def test_the_writer_process_writes_the_bytes_the_page_cache_path_writes(
             buffered.close()
             buffered = EntryLogger(root / "buffered", size_limit, direct_io=False)
             continue
-        frames = []
-        for sizes in step:
-            frames.append(Frame(1, next_entry, [bytes([next_entry % 251]) * n for n in sizes]))
-            next_entry += len(sizes)
-        buffered.write_group(frames)
+        buffered.write_group(frames_of(step, next_entry))
+        next_entry += sum(map(len, step))
     buffered.close()
     assert log_bytes(root / "process") == log_bytes(root / "buffered")
 
@@ -130,7 +115,7 @@ async def test_a_dead_writer_process_fails_the_adds_and_is_reported(
     bookie = storage.bookie
     ledger = await bookie.create_ledger()
     assert await bookie.add_entries(ledger, [b"a", b"b"]) == 1
-    (writer,) = writer_children(os.getpid())
+    (writer,) = child_processes(os.getpid(), WRITER_COMMAND)
     os.kill(writer, signal.SIGKILL)
     assert storage.died is not None
     reason = await asyncio.wait_for(storage.died, 30)
@@ -151,11 +136,7 @@ async def test_brokerlab_serve_stops_when_its_writer_process_dies(
         "POST", f"/topics/persistent/{TOPIC}", json={"messages": [{"payload": "QQ=="}]}
     )
     assert status == 200, body
-    (writer,) = writer_children(broker.process.pid)
-    os.kill(writer, signal.SIGKILL)
-    code = await asyncio.wait_for(broker.process.wait(), 60)
-    assert code == 1
-    await broker.stop()
+    assert await broker.exit_code_after_killing(WRITER_COMMAND) == 1
     assert any("entry log writer" in line and "shutting down" in line for line in broker.output)
 
 
@@ -169,7 +150,7 @@ async def test_ctrl_c_reaching_the_writer_process_leaves_the_broker_to_stop_it(
     broker = broker_process()
     client = await broker.start()
     assert broker.process is not None
-    (writer,) = writer_children(broker.process.pid)
+    (writer,) = child_processes(broker.process.pid, WRITER_COMMAND)
     assert os.getpgid(writer) != os.getpgid(broker.process.pid)
     for payload in ("QQ==", "Qg=="):
         status, body = await client.request(

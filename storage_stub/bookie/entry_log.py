@@ -161,7 +161,7 @@ class DirectWrite:
     """One planned O_DIRECT write (see ``EntryLogger.plan_direct``): ``length`` bytes of
     ``buffer`` to ``start`` of a log, both block-aligned; the frames in it end at ``end``
     and start at ``locations``. ``unsealed``: the (start, end) in ``buffer`` of each
-    frame whose CRC ``execute`` fills in before writing."""
+    frame whose CRC is filled in before writing (``seal_copied_frames``)."""
 
     __slots__ = ("buffer", "end", "fd", "length", "locations", "path", "start", "unsealed")
 
@@ -187,9 +187,9 @@ class DirectWrite:
         self.unsealed = unsealed
 
     def execute(self) -> None:
-        """Blocking: the unsealed frames' CRCs, then the pwrite. ISA-L holds the GIL while
-        it checksums (about 1 us per 100 KiB, so the loop waits about that long); the
-        GIL is released while the device works. OSError if the write fails."""
+        """Blocking, in this process (``write_group``; the bookie has the entry log
+        writer process do the same): the unsealed frames' CRCs, then the pwrite.
+        OSError if the write fails."""
         seal_copied_frames(self.buffer, self.unsealed)
         with memoryview(self.buffer) as view:
             written = 0

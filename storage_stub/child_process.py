@@ -94,7 +94,13 @@ class SocketChild(Generic[P]):
         finally:
             theirs.close()
         loop = asyncio.get_running_loop()
-        _, connection = await loop.create_unix_connection(protocol, sock=ours)
+        try:
+            _, connection = await loop.create_unix_connection(protocol, sock=ours)
+        except BaseException:
+            ours.close()
+            process.kill()
+            await process.wait()
+            raise
         return cls(label, process, connection, died)
 
     async def _watch(self) -> None:

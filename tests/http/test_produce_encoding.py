@@ -23,8 +23,8 @@ from broker.http.produce_encoding import (
     _encode_each,
     _payloads_only,
     _validated,
+    encode_plain,
     encode_produce,
-    plain_body,
     publish_results,
 )
 from broker.ledger.entry import decode_message, encode_batch, encode_payloads, messages_of
@@ -187,20 +187,36 @@ bodies = st.one_of(
 
 @settings(max_examples=500, deadline=None)
 @given(bodies)
-def test_a_plain_body_is_what_the_body_type_makes_of_it(body: Any) -> None:
-    """The parse-only path takes no body the route's type refuses, and what it takes
-    comes out as the type would pass it on; whatever it leaves is validated."""
+def test_the_plain_path_encodes_what_the_general_path_encodes(body: Any) -> None:
+    """The plain path takes no body the route's type or the general path refuses, and
+    encodes what it takes to the same entries; whatever it leaves is validated."""
     raw = json.dumps(body).encode()  # big integers too
-    plain = plain_body(raw)
+    plain = encode_plain(raw, LIMIT, MAX_SIZE, NOW_MS)
     if plain is None:
         return
-    assert plain == PRODUCE_BODY.adapter.validate_json(raw)
+    assert plain == encode_produce(PRODUCE_BODY.adapter.validate_json(raw), LIMIT, MAX_SIZE, NOW_MS)
 
 
 def test_the_common_body_is_taken_plain_and_the_rest_left_to_the_type() -> None:
     payload = {"payload": "QQ=="}
-    for body in ({"messages": [payload] * 3}, {"messages": [payload], "batch": True}):
-        assert plain_body(orjson.dumps(body)) == body
+    body = {"messages": [payload] * 3}
+    assert encode_plain(orjson.dumps(body), LIMIT, MAX_SIZE, NOW_MS) == (
+        encode_payloads([b"A"] * 3, NOW_MS),
+        0,
+    )
+    batched = {"messages": [payload] * 2, "batch": True}
+    assert encode_plain(orjson.dumps(batched), LIMIT, MAX_SIZE, NOW_MS) == (
+        encode_produce(batched, LIMIT, MAX_SIZE, NOW_MS)[0],
+        2,
+    )
+    # a body larger than maxMessageSize whose payloads are all within it
+    large = {"messages": [{"payload": base64.b64encode(bytes(MAX_SIZE)).decode()}] * 2}
+    assert len(orjson.dumps(large)) > MAX_SIZE
+    assert encode_plain(orjson.dumps(large), LIMIT, MAX_SIZE, NOW_MS) == (
+        encode_payloads([bytes(MAX_SIZE)] * 2, NOW_MS),
+        0,
+    )
+    too_large = base64.b64encode(bytes(MAX_SIZE + 1)).decode()
     for raw in (
         b"",
         b"{",
@@ -211,10 +227,16 @@ def test_the_common_body_is_taken_plain_and_the_rest_left_to_the_type() -> None:
         b'{"messages": [{"payload": "QQ==", "key": "k"}]}',
         b'{"messages": [{"key": "k"}]}',
         b'{"messages": [{"payload": 3}]}',
+        b'{"messages": [{"payload": "QQ="}]}',  # not base64
         b'{"messages": [{"payload": "QQ=="}, "QQ=="]}',
+        b'{"messages": [{"payload": "QQ=="}, "a"]}',  # a one-character string
+        b'{"messages": [{"payload": "QQ=="}, ["payload"]]}',
         b'[{"payload": "QQ=="}]',
+        orjson.dumps({"messages": [{"payload": too_large}]}),
+        orjson.dumps({"messages": [{"payload": "QUFB"}] * 30, "batch": True}),  # 90 bytes
+        orjson.dumps({"messages": [payload] * (LIMIT + 1)}),
     ):
-        assert plain_body(raw) is None, raw
+        assert encode_plain(raw, LIMIT, MAX_SIZE, NOW_MS) is None, raw
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,6 +1,7 @@
 """The produce route's work between its body and its entries, as pure functions of the
-validated body and two limits: the broker runs them on its loop or in a codec process
-(``broker.http.codec``), with the same result either way.
+body and two limits: ``encode_plain`` takes the raw body when it is the common one,
+``encode_produce`` any body the route's type validated. The broker runs them on its loop
+or in a codec process (``broker.http.codec``), with the same result either way.
 
 Imports nothing of aiohttp or the broker's services, so a codec process starts quickly.
 """

@@ -2,7 +2,9 @@
 give the same entries for the same request, and the fast path never accepts what the
 per-message path refuses: on anything unusual it steps aside and the per-message path
 reports the first bad message by index. Both take bodies validated by the produce
-route's type (PRODUCE_BODY); a body that type refuses never reaches them."""
+route's type (PRODUCE_BODY); a body that type refuses never reaches them. The plain path
+(``encode_plain``) takes the raw body and encodes only what the type and the general
+path accept, to the same entries."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from broker.ledger.offload import TieredStorage, offset_of, stream_id_of
 from broker.ledger.pending_reads import PendingRead, PendingReads
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
-from storage_stub.bookie.api import Bookie, BookieError, MetadataStore
+from storage_stub.bookie.api import Bookie, BookieError, MetadataStore, when_done
 
 if TYPE_CHECKING:
     from broker.ledger.managed_cursor import ManagedCursor
@@ -360,26 +361,45 @@ class ManagedLedger:
         self._drained.clear()
         # The bookie's write runs to its end even if this caller is cancelled (a client
         # that leaves): the bookie may hold the entries already, and an add never
-        # counted would leave a hole that keeps every later entry unreadable.
-        write = asyncio.ensure_future(self.bookie.add_entries(info.ledger_id, entries))
+        # counted would leave a hole that keeps every later entry unreadable. So it is
+        # counted by a callback of the write, and the caller waits on a future of its
+        # own, which its cancellation may cancel.
         try:
-            last = await asyncio.shield(write)
-        except asyncio.CancelledError:
-            write.add_done_callback(lambda done: self._written(info, entries, done))
-            raise
+            write = self.bookie.start_add(info.ledger_id, entries)
         except BaseException:
             self._not_in_flight(count)
             raise
-        self._not_in_flight(count)
-        return self._added(info, entries, last)
+        added: asyncio.Future[Position] = write.get_loop().create_future()
+        when_done(write, functools.partial(self._written, info, entries, added))
+        return await added
 
     def _written(
-        self, info: LedgerInfo, entries: Sequence[bytes], write: asyncio.Future[int]
+        self,
+        info: LedgerInfo,
+        entries: Sequence[bytes],
+        added: asyncio.Future[Position],
+        write: asyncio.Future[int],
     ) -> None:
-        """The end of a write whose caller was cancelled: counted as any other."""
+        """The end of a write: counted, then ``added`` (whose waiter may have gone)
+        resolves with the first entry's position or the bookie's error."""
         self._not_in_flight(len(entries))
-        if not write.cancelled() and write.exception() is None:
-            self._added(info, entries, write.result())
+        if write.cancelled():  # not by the bookie's contract; passed on all the same
+            added.cancel()
+            return
+        error = write.exception()
+        if error is not None:
+            if not added.done():
+                added.set_exception(error)
+            return
+        try:
+            position = self._added(info, entries, write.result())
+        except BaseException as bug:
+            if added.done():
+                raise  # nobody waits to be told: the loop's handler reports it
+            added.set_exception(bug)
+            return
+        if not added.done():
+            added.set_result(position)
 
     def _not_in_flight(self, count: int) -> None:
         self._inflight -= 1
@@ -470,9 +490,13 @@ class ManagedLedger:
         return quota and age_ms >= config.min_rollover_ms
 
     async def maybe_roll_over(self) -> None:
-        """Roll the current ledger over if it is full or older than the max rollover time."""
+        """Roll the current ledger over if it is full or older than the max rollover time;
+        or wait for the rollover under way (the one an add that filled the ledger
+        started), so a caller finds the ledgers as the rollover leaves them."""
         info = self._current
-        if info is not None and self._rollover is None and not self._closed and self._is_full(info):
+        if self._rollover is not None or (
+            info is not None and not self._closed and self._is_full(info)
+        ):
             await self._roll_over()
 
     async def _roll_over(self) -> None:

@@ -7,10 +7,13 @@ Entry ids are contiguous: after ``add_entries`` returns ``last``, entries ``0..l
 
 from __future__ import annotations
 
+import asyncio
 import errno
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+_T = TypeVar("_T")
 
 #: Operation names used by the latency model, the fault injector and the counters.
 OPERATIONS: tuple[str, ...] = (
@@ -97,6 +100,16 @@ class LedgerMetadata:
     created_ms: int
 
 
+def when_done(future: asyncio.Future[_T], callback: Callable[[asyncio.Future[_T]], None]) -> None:
+    """``callback(future)`` now if ``future`` is done (``add_done_callback`` would wait
+    for the loop's next round, after a caller of ``add_entries`` has gone on), else when
+    it is. The bookie wrappers count and cache a ``start_add`` this way."""
+    if future.done():
+        callback(future)
+    else:
+        future.add_done_callback(callback)
+
+
 class Bookie(Protocol):
     """Ledgers of entries. Every call goes through the latency model and fault injector
     and is counted; a failed call changes nothing."""
@@ -112,8 +125,19 @@ class Bookie(Protocol):
 
         Returns once the entries are durable under the configured sync mode. Raises
         LedgerClosedError on a closed ledger, NoSuchLedgerError, StorageFaultError,
-        BookieReadOnlyError while the bookie is read-only.
+        BookieReadOnlyError while the bookie is read-only. A caller that is cancelled
+        leaves the add going on (``start_add`` awaited through ``asyncio.shield``).
         """
+        ...
+
+    def start_add(self, ledger_id: int, entries: Sequence[bytes]) -> asyncio.Future[int]:
+        """``add_entries`` begun at once, without a task: the ids are taken now, and the
+        future resolves with the id of the last entry once they are durable, or with
+        the error (an error found before anything was taken may be raised at once). The
+        add goes on whatever happens to those waiting for it, so nobody may cancel the
+        future: wait for it through ``asyncio.shield`` or a done callback. The managed
+        ledger adds this way, a task and two shields cheaper per add than awaiting
+        ``add_entries`` in a task of its own."""
         ...
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:

@@ -110,6 +110,20 @@ class _PendingAdd:
         self.frame = frame
 
 
+def _resolve_add(result: asyncio.Future[int], last: int, committed: asyncio.Future[None]) -> None:
+    """Hand a committed group's outcome on to one of its adds' ``start_add`` future."""
+    if result.done():
+        return
+    if committed.cancelled():
+        result.cancel()
+        return
+    error = committed.exception()
+    if error is None:
+        result.set_result(last)
+    else:
+        result.set_exception(error)
+
+
 class DiskBookie:
     """Bookie on a data directory. Open with ``await DiskBookie.open(...)``.
 
@@ -381,6 +395,12 @@ class DiskBookie:
         return ledger_id
 
     async def add_entries(self, ledger_id: int, entries: Sequence[bytes]) -> int:
+        return await asyncio.shield(self.start_add(ledger_id, entries))
+
+    def start_add(self, ledger_id: int, entries: Sequence[bytes]) -> asyncio.Future[int]:
+        """Take the ids and queue the frame for the next group (or, with no committer,
+        write it at once); the future resolves when its group is committed. O(entries)
+        on the loop for the frame's header."""
         ledger = self._ledger(ledger_id, "addEntries")
         if ledger.metadata.closed or ledger.sealers:
             raise LedgerClosedError(ledger_id)
@@ -392,6 +412,7 @@ class DiskBookie:
         frame = Frame(ledger_id, first, entries)
         last = first + frame.count - 1
         committer = self._committer
+        result: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if committer is None:
             try:
                 location = self._log.write(frame)
@@ -402,13 +423,14 @@ class DiskBookie:
             metadata = ledger.metadata
             metadata.last_entry_id = last
             metadata.length += frame.payload_bytes
-            return last
+            result.set_result(last)
+            return result
         future = committer.submit(_PendingAdd(ledger, frame), frame.payload_bytes)
         ledger.next_entry_id = last + 1
+        # the committer's own future: nobody outside waits on it, so nobody cancels it
         ledger.in_flight = future
-        # Shielded: a caller giving up must not interrupt the group its entries are in.
-        await asyncio.shield(future)
-        return last
+        future.add_done_callback(functools.partial(_resolve_add, result, last))
+        return result
 
     def _write_group(self, group: list[_PendingAdd]) -> None:
         """Writer thread (always/batch, page cache): write the group's frames, then

@@ -56,6 +56,10 @@ class FaultInjector:
         else:
             self._rules.pop(op, None)
 
+    def has_rule(self, op: str) -> bool:
+        """Whether ``check(op)`` may wait or fail. O(1)."""
+        return op in self._rules
+
     async def check(self, op: str) -> None:
         """Apply ``op``'s rule: wait its delay, then raise StorageFaultError at its rate."""
         rule = self._rules.get(op)

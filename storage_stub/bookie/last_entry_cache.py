@@ -14,10 +14,12 @@ of ``getLastEntryInLedger``, done as the review of BookKeeper PR 4732 asked:
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from storage_stub.bookie.api import Bookie, LedgerMetadata
+from storage_stub.bookie.api import Bookie, LedgerMetadata, when_done
 
 
 class LastEntryCache:
@@ -90,10 +92,18 @@ class LastEntryCachingBookie:
         return await self._inner.create_ledger()
 
     async def add_entries(self, ledger_id: int, entries: Sequence[bytes]) -> int:
+        return await asyncio.shield(self.start_add(ledger_id, entries))
+
+    def start_add(self, ledger_id: int, entries: Sequence[bytes]) -> asyncio.Future[int]:
+        """The inner bookie's add; the cache is offered its last entry id once stored."""
         generation = self.cache.generation(ledger_id)
-        last = await self._inner.add_entries(ledger_id, entries)
-        self.cache.offer(ledger_id, last, generation)
-        return last
+        write = self._inner.start_add(ledger_id, entries)
+        when_done(write, functools.partial(self._offer, ledger_id, generation))
+        return write
+
+    def _offer(self, ledger_id: int, generation: int, write: asyncio.Future[int]) -> None:
+        if not write.cancelled() and write.exception() is None:
+            self.cache.offer(ledger_id, write.result(), generation)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         return await self._inner.read_entries(ledger_id, first, last)

@@ -172,6 +172,10 @@ class LatencyModel:
         distribution = self._distributions.get(op)
         return 0.0 if distribution is None else distribution.sample_ms(self._rng)
 
+    def has_model(self, op: str) -> bool:
+        """Whether ``delay(op)`` may wait. O(1)."""
+        return op in self._distributions
+
     async def delay(self, op: str) -> None:
         """Wait the next drawn delay of ``op``; returns without suspending when it is zero."""
         distribution = self._distributions.get(op)

@@ -5,6 +5,7 @@ Nothing here suspends, so every call is atomic with respect to the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -66,7 +67,11 @@ class InMemoryBookie:
         return ledger_id
 
     async def add_entries(self, ledger_id: int, entries: Sequence[bytes]) -> int:
-        """O(len(entries)); the payloads are stored by reference."""
+        return await asyncio.shield(self.start_add(ledger_id, entries))
+
+    def start_add(self, ledger_id: int, entries: Sequence[bytes]) -> asyncio.Future[int]:
+        """Stored at once (the future is done): O(len(entries)); the payloads are stored
+        by reference."""
         ledger = self._ledger(ledger_id, "addEntries")
         if ledger.metadata.closed:
             raise LedgerClosedError(ledger_id)
@@ -76,7 +81,9 @@ class InMemoryBookie:
         metadata = ledger.metadata
         metadata.last_entry_id = len(ledger.entries) - 1
         metadata.length += sum(map(len, entries))
-        return metadata.last_entry_id
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        done.set_result(metadata.last_entry_id)
+        return done
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         """O(last - first + 1), one list slice."""

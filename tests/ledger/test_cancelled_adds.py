@@ -20,13 +20,16 @@ class GatedBookie(InMemoryBookie):
         self.waiting = 0
         self.both_waiting = asyncio.Event()
 
-    async def add_entries(self, ledger_id: int, entries: Sequence[bytes]) -> int:
+    def start_add(self, ledger_id: int, entries: Sequence[bytes]) -> asyncio.Future[int]:
+        return asyncio.ensure_future(self._gated_add(ledger_id, entries))
+
+    async def _gated_add(self, ledger_id: int, entries: Sequence[bytes]) -> int:
         if self.gate is not None:
             self.waiting += 1
             if self.waiting == 2:
                 self.both_waiting.set()
             await self.gate.wait()
-        return await super().add_entries(ledger_id, entries)
+        return await asyncio.shield(super().start_add(ledger_id, entries))
 
 
 async def test_a_cancelled_add_leaves_no_hole_before_later_adds(

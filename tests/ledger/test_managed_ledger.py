@@ -19,10 +19,15 @@ class GatedBookie(InMemoryBookie):
         super().__init__()
         self.gates: list[asyncio.Event] = []
 
-    async def add_entries(self, ledger_id: int, entries: Sequence[bytes]) -> int:
-        last = await super().add_entries(ledger_id, entries)
-        if self.gates:
-            await self.gates.pop(0).wait()
+    def start_add(self, ledger_id: int, entries: Sequence[bytes]) -> asyncio.Future[int]:
+        stored = super().start_add(ledger_id, entries)
+        if not self.gates:
+            return stored
+        return asyncio.ensure_future(self._after(self.gates.pop(0), stored.result()))
+
+    @staticmethod
+    async def _after(gate: asyncio.Event, last: int) -> int:
+        await gate.wait()
         return last
 
 
@@ -65,6 +70,42 @@ async def test_full_ledger_rolls_over_and_recovery_keeps_every_entry(
     ]
     again = await reopened.cursors["s"].read_entries(100)
     assert [e.data for e in again] == [e.data for e in entries]
+
+
+class SlowCloseBookie(InMemoryBookie):
+    """The in-memory bookie whose ledger closes wait on ``gate`` once it is set up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+        self.closing = asyncio.Event()
+
+    async def close_ledger(self, ledger_id: int) -> int:
+        self.closing.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        return await super().close_ledger(ledger_id)
+
+
+async def test_maybe_roll_over_waits_for_the_rollover_an_add_started(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    bookie = SlowCloseBookie()
+    stores.bookie = bookie
+    ledger = await open_ledger(max_entries=2)
+    bookie.gate = asyncio.Event()
+    first = await ledger.add_entries([b"a", b"b"])  # fills the ledger: a rollover starts
+    await bookie.closing.wait()  # the rollover closes the full ledger, held at the gate
+    waiting = asyncio.create_task(ledger.maybe_roll_over())
+    next_add = asyncio.create_task(ledger.add_entries([b"c"]))  # waits for it as well
+    await asyncio.wait((waiting, next_add), timeout=0)
+    assert not waiting.done()
+    bookie.gate.set()
+    await waiting
+    ledger_ids = [info.ledger_id for info in ledger.ledgers]
+    assert len(ledger_ids) == 2 and ledger_ids[0] == first.ledger_id
+    assert (await next_add) == Position(ledger_ids[1], 0)
+    await ledger.close()
 
 
 async def test_a_crashed_owner_ledger_is_recovered_at_its_last_entry(

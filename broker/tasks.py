@@ -35,6 +35,12 @@ class TaskOwner:
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("%s: task %s failed", self._name, task.get_name(), exc_info=error)
 
+    async def settled(self) -> None:
+        """Wait until no task is running, those they spawn meanwhile included (a task
+        that fails is logged as ever, not raised here)."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
     async def close(self) -> None:
         self._closed = True
         tasks = list(self._tasks)

@@ -413,7 +413,7 @@ class ManagedLedger:
         self.events.added(ledger_id, first, entries)
         self._complete(info, first, last, sum(map(len, entries)))
         if self._rollover is None and not self._closed and self._is_full(info):
-            self._tasks.spawn(self._roll_over_in_background(), name=f"rollover {self.name}")
+            self._tasks.spawn(self._roll_over_in_background(info), name=f"rollover {self.name}")
         return Position(ledger_id, first)
 
     def _complete(self, info: LedgerInfo, first: int, last: int, nbytes: int) -> None:
@@ -489,14 +489,23 @@ class ManagedLedger:
         )
         return quota and age_ms >= config.min_rollover_ms
 
+    async def settled(self) -> None:
+        """Wait for the background work the ledger's adds started (rollovers) to end."""
+        await self._tasks.settled()
+
     async def maybe_roll_over(self) -> None:
         """Roll the current ledger over if it is full or older than the max rollover time;
         or wait for the rollover under way (the one an add that filled the ledger
-        started), so a caller finds the ledgers as the rollover leaves them."""
+        started), so a caller finds the ledgers as the rollover leaves them. A storage
+        failure of that one is not raised here: whoever started it reports it, and the
+        next add tries again (upkeep goes on to the other topics)."""
+        rollover = self._rollover
+        if rollover is not None:
+            with contextlib.suppress(BookieError):
+                await asyncio.shield(rollover)
+            return
         info = self._current
-        if self._rollover is not None or (
-            info is not None and not self._closed and self._is_full(info)
-        ):
+        if info is not None and not self._closed and self._is_full(info):
             await self._roll_over()
 
     async def _roll_over(self) -> None:
@@ -522,9 +531,14 @@ class ManagedLedger:
         finally:
             self._rollover = None
 
-    async def _roll_over_in_background(self) -> None:
-        """The rollover an add that filled the ledger starts: a storage failure is
-        logged, and the next add tries again."""
+    async def _roll_over_in_background(self, full: LedgerInfo) -> None:
+        """The rollover an add that filled ``full`` starts: a storage failure is logged,
+        and the next add tries again. Nothing if ``full`` is no longer the current ledger
+        or a rollover is under way by the time this runs (an add or ``maybe_roll_over``
+        rolled it over first): rolling over the ledger that replaced it would leave an
+        empty one behind."""
+        if self._current is not full or self._rollover is not None:
+            return
         try:
             await self._roll_over()
         except BookieError as error:

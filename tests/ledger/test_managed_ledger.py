@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
+from storage_stub.bookie.api import StorageFaultError
 from storage_stub.bookie.memory import InMemoryBookie
 from tests.ledger.conftest import OpenLedger, Stores
 
@@ -105,6 +106,59 @@ async def test_maybe_roll_over_waits_for_the_rollover_an_add_started(
     ledger_ids = [info.ledger_id for info in ledger.ledgers]
     assert len(ledger_ids) == 2 and ledger_ids[0] == first.ledger_id
     assert (await next_add) == Position(ledger_ids[1], 0)
+    await ledger.close()
+
+
+async def test_adds_that_fill_ledgers_back_to_back_leave_one_empty_ledger_at_most(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    """In-memory adds complete without yielding, so the rollovers the filling adds start
+    run only after later adds rolled the ledger over themselves: each must then do
+    nothing rather than roll over the ledger that replaced the full one."""
+    ledger = await open_ledger(max_entries=2)
+    positions = [await ledger.add_entries([b"x%d" % i]) for i in range(6)]
+    await ledger.settled()
+    assert [(p.ledger_id, p.entry_id) for p in positions] == [
+        (positions[0].ledger_id + i // 2, i % 2) for i in range(6)
+    ]
+    assert [info.entries for info in ledger.ledgers] == [2, 2, 2, 0]
+    await ledger.close()
+
+
+class FailingCloseBookie(SlowCloseBookie):
+    """Closes fail (after the gate) while ``failing`` is set."""
+
+    failing = False
+
+    async def close_ledger(self, ledger_id: int) -> int:
+        if not self.failing:
+            return await super().close_ledger(ledger_id)
+        self.closing.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        raise StorageFaultError("closeLedger")
+
+
+async def test_a_failed_rollover_under_way_is_not_raised_by_maybe_roll_over(
+    stores: Stores, open_ledger: OpenLedger
+) -> None:
+    """Upkeep waits for the rollover an add started; if it fails, the add's rollover
+    logs it and the next add retries, and upkeep goes on to its other topics."""
+    bookie = FailingCloseBookie()
+    stores.bookie = bookie
+    ledger = await open_ledger(max_entries=2)
+    bookie.failing = True
+    bookie.gate = asyncio.Event()
+    await ledger.add_entries([b"a", b"b"])  # fills the ledger: its rollover will fail
+    await bookie.closing.wait()  # the rollover is under way, held at the gate
+    upkeep = asyncio.create_task(ledger.maybe_roll_over())
+    bookie.gate.set()
+    await upkeep  # waited for it and raised nothing
+    await ledger.settled()
+    bookie.failing = False
+    position = await ledger.add_entries([b"c"])  # retried: a new ledger
+    assert [info.entries for info in ledger.ledgers] == [2, 1]
+    assert position == Position(ledger.ledgers[1].ledger_id, 0)
     await ledger.close()
 
 

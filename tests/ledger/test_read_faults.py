@@ -89,8 +89,9 @@ async def _ledger(
     ledger = await open_ledger(max_entries=5)
     stores.clock.advance_ms(AFTER_GRACE_MS)
     first = await ledger.add_entries([b"e%d" % i for i in range(5)])
-    # the add filled the ledger and started its rollover: done before a test gates closes
+    # the add filled the ledger: rolled over before a test gates closes
     await ledger.maybe_roll_over()
+    await ledger.settled()
     bookie.closing.clear()
     return bookie, stores.cache, log, ledger, first.ledger_id
 

@@ -46,7 +46,7 @@ from broker.http.openapi import (
     openapi_spec,
 )
 from broker.http.parsing import decimal, message_id, message_ids_with_index
-from broker.http.produce_encoding import encode_plain, encode_produce, publish_results
+from broker.http.produce_encoding import encode_body, publish_results
 from broker.ledger.entry import (
     EntryFormatError,
 )
@@ -255,10 +255,7 @@ async def _encoded_body(request: web.Request) -> Encoded:
             raise UnavailableError(str(error)) from None
         if encoded is not None:
             return encoded
-    encoded = encode_plain(raw, *limits, now_ms)
-    if encoded is not None:
-        return encoded
-    return encode_produce(PRODUCE_BODY.parse(raw), *limits, now_ms)
+    return encode_body(raw, PRODUCE_BODY.parse, *limits, now_ms)
 
 
 @api.implements("produce")

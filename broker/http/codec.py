@@ -231,7 +231,7 @@ def serve(sock: socket.socket) -> None:
     from pydantic import TypeAdapter
 
     from broker.http.models import ProduceRequest
-    from broker.http.produce_encoding import encode_plain, encode_produce
+    from broker.http.produce_encoding import encode_body
 
     adapter: TypeAdapter[ProduceRequest] = TypeAdapter(ProduceRequest)
     reader = sock.makefile("rb", buffering=_SOCKET_BUFFER_BYTES)
@@ -244,12 +244,9 @@ def serve(sock: socket.socket) -> None:
         if len(body) < size:
             return
         try:
-            encoded = encode_plain(body, max_messages, max_size, now_ms)
-            if encoded is None:
-                encoded = encode_produce(
-                    adapter.validate_json(body), max_messages, max_size, now_ms
-                )
-            entries, batch_size = encoded
+            entries, batch_size = encode_body(
+                body, adapter.validate_json, max_messages, max_size, now_ms
+            )
             lengths = struct.pack(f"<{len(entries)}I", *map(len, entries))
             # an answer past the length field raises here as well: the loop's
             answer = [

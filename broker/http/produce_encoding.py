@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import binascii
 import operator
+from collections.abc import Callable
 
 from pydantic_core import from_json
 
@@ -75,6 +76,22 @@ def encode_plain(
             return None
         return [encode_batch_payloads(payloads, now_ms)], len(payloads)
     return encode_payloads(payloads, now_ms), 0
+
+
+def encode_body(
+    raw: bytes,
+    validate: Callable[[bytes], ProduceRequest],
+    max_messages: int,
+    max_size: int,
+    now_ms: int,
+) -> tuple[list[bytes], int]:
+    """The entries and batch size of a raw produce body: ``encode_plain``, or else the
+    body as ``validate`` (the route's type, raising what it refuses) passes it on,
+    through ``encode_produce``. The loop and the codec process both encode this way."""
+    encoded = encode_plain(raw, max_messages, max_size, now_ms)
+    if encoded is not None:
+        return encoded
+    return encode_produce(validate(raw), max_messages, max_size, now_ms)
 
 
 def encode_produce(

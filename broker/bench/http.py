@@ -58,6 +58,7 @@ import uvloop
 import broker
 from broker.bench.bare_server import READY_PREFIX as BARE_READY_PREFIX
 from broker.http.codec import default_codec_processes
+from broker.ledger.entry import compiled_encoder
 
 HOST = "127.0.0.1"
 BROKER_READY_PREFIX = "brokerlab listening on "
@@ -711,6 +712,8 @@ def _report(
             "host": HOST,
             "cpu_count": cpu_count,
             "codec_processes_default": default_codec_processes(),
+            # entries built by broker.ledger._entries (compiled at install) or in Python
+            "entry_encoder": "compiled" if compiled_encoder() else "python",
             "client": "aiohttp ClientSession in the bench process (uvloop)",
             "servers": (
                 "child processes: bare aiohttp+uvloop; brokerlab serve x4, one with "
@@ -753,6 +756,12 @@ def _spread(ratios: list[float]) -> str:
     if len(ratios) < 2:
         return "-"
     return f"{min(ratios):.2f}-{max(ratios):.2f}"
+
+
+_ENCODERS = {
+    "compiled": "the compiled loop (broker.ledger._entries)",
+    "python": "entry.py's Python loop (broker.ledger._entries was not built here)",
+}
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -817,6 +826,7 @@ def format_table(result: dict[str, Any]) -> str:
         f"picks {config['codec_processes_default']} here): "
         f"{result['produce_codec_ratio']:.2f} of the produce ceiling",
         f"produce+consume: consumed {result['consumed']:,} of {result['produced']:,} produced",
+        f"entries built by: {_ENCODERS[config['entry_encoder']]}",
         f"produce+consume traced / untraced: {result['traced_over_untraced']:.2f} "
         "(what recording the access trace costs)",
         "ratio = msgs/s / its ceiling's msgs/s (produce rows: the produce ceiling; "

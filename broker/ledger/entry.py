@@ -31,6 +31,11 @@ from broker.ledger.position import Position
 from broker.pulsar_api import COMPRESSION_NONE, COMPRESSION_ZLIB, MessageMetadata
 from broker.pulsar_api import SingleMessageMetadata as _Single
 
+try:  # compiled with the package where a C compiler and x86-64 with SSE4.2 allow
+    from broker.ledger import _entries as _compiled
+except ImportError:
+    _compiled = None  # type: ignore[assignment]
+
 MAGIC = b"\x0e\x01"
 _U32 = struct.Struct(">I")
 _HEAD = struct.Struct(">HII")  # magic, checksum, metadata size
@@ -251,8 +256,9 @@ def encode_payloads(
     """``encode_message(payload, publish_time)`` for every payload (no event time, key
     or properties; sequence ids counting up from ``first_sequence_id``), byte for byte,
     without protobuf: the metadata differs only in the sequence id, so its parts come
-    from a :class:`_PlainMetadata` table. O(total payload bytes); about 0.55 us per
-    1 KiB message against 2.5 us through protobuf."""
+    from a :class:`_PlainMetadata` table. O(total payload bytes); per 1 KiB message
+    about 0.15 us with the compiled loop (a list of payloads, ``broker.ledger._entries``
+    built), 0.31 us with :func:`encode_rows`, against 2.5 us through protobuf."""
     count = len(payloads)
     if not (0 <= first_sequence_id <= PLAIN_SEQUENCE_IDS - count and 0 <= publish_time < 1 << 64):
         return [
@@ -266,14 +272,31 @@ def encode_payloads(
         if len(_plain_metadata) >= 8:
             _plain_metadata.clear()  # a bound for callers that vary the producer name
         table = _plain_metadata[table_key] = _PlainMetadata(producer_name, len(tail))
+    rows = table.rows(first_sequence_id, count)
+    if _compiled is not None and type(payloads) is list:
+        return _compiled.encode_rows(rows, payloads, tail, crc32c(tail))
+    return encode_rows(rows, payloads, tail, crc32c(tail))
+
+
+def encode_rows(
+    rows: list[tuple[bytes, int, int]], payloads: Sequence[bytes], tail: bytes, tail_crc: int
+) -> list[bytes]:
+    """The entries of ``payloads`` from their :class:`_PlainMetadata` rows: the
+    per-message loop of :func:`encode_payloads` in Python. ``broker.ledger._entries``
+    compiles the same loop (one allocation, three copies and an SSE4.2 CRC a message,
+    against a CRC call, a struct pack and a join here); this one is the reference and
+    what runs where that module was not built. O(total payload bytes)."""
     pack = _HEAD.pack
-    tail_crc = crc32c(tail)
     return [
         b"".join((pack(0x0E01, crc32c(payload, carried ^ tail_crc), size), head, tail, payload))
-        for (head, size, carried), payload in zip(
-            table.rows(first_sequence_id, count), payloads, strict=True
-        )
+        for (head, size, carried), payload in zip(rows, payloads, strict=True)
     ]
+
+
+def compiled_encoder() -> bool:
+    """Whether :func:`encode_payloads` runs its compiled loop (``broker.ledger._entries``
+    imported) on lists of payloads."""
+    return _compiled is not None
 
 
 BatchItem = tuple[bytes, str | None, dict[str, str] | None, int]

@@ -13,6 +13,7 @@ import sys
 from typing import Any, cast
 
 from broker.bench import http
+from broker.ledger.entry import compiled_encoder
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
@@ -46,6 +47,8 @@ def test_bench_http_quick_json() -> None:
     assert rows["produce_batch"]["syncMode"] == "batch"
     assert rows["produce_consume_none"]["syncMode"] == "none"
     assert result["config"]["host"] == "127.0.0.1"
+    # the servers run this interpreter's broker package: what it imports, they use
+    assert result["config"]["entry_encoder"] == ("compiled" if compiled_encoder() else "python")
 
     ceiling = rows["ceiling"]["rate_msgs_per_s"]
     pc_ceiling = rows["ceiling_produce_consume"]["rate_msgs_per_s"]

@@ -1,0 +1,125 @@
+"""broker.ledger._entries, the compiled loop of encode_payloads, against entry.py's own.
+
+The module is optional (a machine without a compiler installs without it), so where the
+machine can build it a test insists it was built: a build that broke would otherwise
+leave every other test passing on the Python loop, and the broker slower.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import platform
+import shutil
+import sysconfig
+
+import pytest
+from crc32c import crc32c
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from broker.ledger import entry
+from broker.ledger.entry import (
+    PLAIN_SEQUENCE_IDS,
+    checksum_ok,
+    compiled_encoder,
+    encode_message,
+    encode_payloads,
+    encode_rows,
+)
+
+try:
+    from broker.ledger import _entries as compiled
+except ImportError:
+    compiled = None  # type: ignore[assignment]
+
+needs_compiled = pytest.mark.skipif(
+    compiled is None, reason="broker.ledger._entries not built here"
+)
+
+
+def _can_build() -> bool:
+    headers = pathlib.Path(sysconfig.get_paths()["include"], "Python.h")
+    return platform.machine() == "x86_64" and shutil.which("gcc") is not None and headers.exists()
+
+
+def test_the_compiled_loop_is_built_and_used_where_the_machine_can_build_it() -> None:
+    if not _can_build():
+        pytest.skip("no x86-64 with gcc and Python's headers here")
+    assert compiled is not None, "setup.py's optional build of broker.ledger._entries failed"
+    assert compiled_encoder()
+
+
+def _rows(count: int, publish_time: int, producer: str, first: int) -> tuple[list, bytes]:
+    tail = b"\x18" + entry._varint(publish_time)
+    table = entry._PlainMetadata(producer, len(tail))
+    return table.rows(first, count), tail
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=40) | st.binary(min_size=1000, max_size=1100), max_size=8),
+    publish_time=st.integers(0, (1 << 64) - 1),
+    producer=st.text(max_size=150),
+    first=st.integers(0, PLAIN_SEQUENCE_IDS - 8),
+)
+@example(payloads=[b""], publish_time=0, producer="", first=0)
+@example(payloads=[bytes(range(256)) * 4], publish_time=1 << 63, producer="p", first=4087)
+def test_compiled_and_python_loops_write_the_same_bytes(
+    payloads: list[bytes], publish_time: int, producer: str, first: int
+) -> None:
+    """Payload sizes on both sides of every 8-byte step of the CRC's word loop, and
+    1 KiB ones; every varint length of the publish time and sequence id."""
+    rows, tail = _rows(len(payloads), publish_time, producer, first)
+    tail_crc = crc32c(tail)
+    built = compiled.encode_rows(rows, payloads, tail, tail_crc)
+    assert built == encode_rows(rows, payloads, tail, tail_crc)
+    assert built == [
+        encode_message(payload, publish_time, producer_name=producer, sequence_id=first + index)
+        for index, payload in enumerate(payloads)
+    ]
+    assert all(checksum_ok(data) for data in built)
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=2100), value=st.integers(0, (1 << 32) - 1))
+@example(data=b"", value=0)
+@example(data=b"123456789", value=0)  # the check value: 0xE3069283
+def test_the_compiled_crc32c_agrees_with_the_crc32c_package(data: bytes, value: int) -> None:
+    assert compiled.crc32c(data, value) == crc32c(data, value)
+    assert compiled.crc32c(b"123456789") == 0xE3069283
+
+
+@needs_compiled
+def test_encode_payloads_uses_the_compiled_loop_for_lists_only() -> None:
+    payloads = [b"a" * 1024, b"", b"xyz"]
+    expected = [encode_message(p, 7, sequence_id=i) for i, p in enumerate(payloads)]
+    assert encode_payloads(payloads, 7) == expected  # list: compiled
+    assert encode_payloads(tuple(payloads), 7) == expected  # any other sequence: Python
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    ("rows", "payloads", "tail", "tail_crc", "error"),
+    [
+        ([(b"h", 1, 2)], (b"p",), b"t", 0, TypeError),  # payloads not a list
+        (((b"h", 1, 2),), [b"p"], b"t", 0, TypeError),  # rows not a list
+        ([(b"h", 1, 2)], [b"p"], bytearray(b"t"), 0, TypeError),  # tail not bytes
+        ([(b"h", 1, 2)], [b"p", b"q"], b"t", 0, ValueError),  # lengths differ
+        ([(b"h", 1)], [b"p"], b"t", 0, TypeError),  # a row of two
+        ([[b"h", 1, 2]], [b"p"], b"t", 0, TypeError),  # a row not a tuple
+        ([("h", 1, 2)], [b"p"], b"t", 0, TypeError),  # a head not bytes
+        ([(b"h", 1, 2)], [memoryview(b"p")], b"t", 0, TypeError),  # a payload not bytes
+        ([(b"h", 1 << 32, 2)], [b"p"], b"t", 0, ValueError),  # size over 32 bits
+        ([(b"h", -1, 2)], [b"p"], b"t", 0, OverflowError),  # a negative size
+        ([(b"h", 1, 2.0)], [b"p"], b"t", 0, TypeError),  # a carried CRC not an int
+        ([(b"h", 1, 2)], [b"p"], b"t", 1 << 32, ValueError),  # tail CRC over 32 bits
+        ([(b"h", 1, 2), (b"h", 1, True)], [b"p", b"q"], b"t", 0, TypeError),  # bool: not exact
+    ],
+)
+def test_bad_arguments_raise_and_build_nothing(
+    rows: object, payloads: object, tail: object, tail_crc: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        compiled.encode_rows(rows, payloads, tail, tail_crc)

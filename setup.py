@@ -1,9 +1,11 @@
 """The compiled part of brokerlab; everything else is in pyproject.toml.
 
-``broker.ledger._entries`` builds produce entries (see its C file). It is optional: a
-machine without a C compiler, Python's headers or an x86-64 CPU installs without it, and
-``broker.ledger.entry`` then encodes in Python, to the same bytes (slower: see the
-README's bench section).
+``broker.ledger._entries`` builds produce entries and ``storage_stub.bookie._frames``
+entry log frame headers and their copy into the direct I/O buffer (see their C files).
+Both are optional: a machine without a C compiler or Python's headers (or, for the
+first, an x86-64 CPU) installs without them, and ``broker.ledger.entry`` and
+``storage_stub.bookie.entry_log`` then do the same in Python, to the same bytes
+(slower: see the README's bench section).
 """
 
 from setuptools import Extension, setup
@@ -15,6 +17,12 @@ setup(
             ["broker/ledger/_entries.c"],
             extra_compile_args=["-Wall", "-Wextra"],
             optional=True,
-        )
+        ),
+        Extension(
+            "storage_stub.bookie._frames",
+            ["storage_stub/bookie/_frames.c"],
+            extra_compile_args=["-Wall", "-Wextra"],
+            optional=True,
+        ),
     ]
 )

@@ -59,6 +59,7 @@ import broker
 from broker.bench.bare_server import READY_PREFIX as BARE_READY_PREFIX
 from broker.http.codec import default_codec_processes
 from broker.ledger.entry import compiled_encoder
+from storage_stub.bookie.entry_log import compiled_frames
 
 HOST = "127.0.0.1"
 BROKER_READY_PREFIX = "brokerlab listening on "
@@ -712,8 +713,10 @@ def _report(
             "host": HOST,
             "cpu_count": cpu_count,
             "codec_processes_default": default_codec_processes(),
-            # entries built by broker.ledger._entries (compiled at install) or in Python
+            # entries built by broker.ledger._entries (compiled at install) or in Python;
+            # likewise frames by storage_stub.bookie._frames
             "entry_encoder": "compiled" if compiled_encoder() else "python",
+            "frame_builder": "compiled" if compiled_frames() else "python",
             "client": "aiohttp ClientSession in the bench process (uvloop)",
             "servers": (
                 "child processes: bare aiohttp+uvloop; brokerlab serve x4, one with "
@@ -761,6 +764,10 @@ def _spread(ratios: list[float]) -> str:
 _ENCODERS = {
     "compiled": "the compiled loop (broker.ledger._entries)",
     "python": "entry.py's Python loop (broker.ledger._entries was not built here)",
+}
+_FRAMES = {
+    "compiled": "compiled (storage_stub.bookie._frames)",
+    "python": "entry_log.py's Python (storage_stub.bookie._frames was not built here)",
 }
 
 
@@ -826,7 +833,8 @@ def format_table(result: dict[str, Any]) -> str:
         f"picks {config['codec_processes_default']} here): "
         f"{result['produce_codec_ratio']:.2f} of the produce ceiling",
         f"produce+consume: consumed {result['consumed']:,} of {result['produced']:,} produced",
-        f"entries built by: {_ENCODERS[config['entry_encoder']]}",
+        f"entries built by: {_ENCODERS[config['entry_encoder']]}; entry log frames: "
+        f"{_FRAMES[config['frame_builder']]}",
         f"produce+consume traced / untraced: {result['traced_over_untraced']:.2f} "
         "(what recording the access trace costs)",
         "ratio = msgs/s / its ceiling's msgs/s (produce rows: the produce ceiling; "

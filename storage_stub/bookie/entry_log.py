@@ -53,6 +53,11 @@ from isal.isal_zlib import crc32
 
 from storage_stub.bookie.api import NO_SPACE_ERRNOS, StorageFaultError, os_fault
 
+try:  # compiled with the package where a C compiler allows (setup.py)
+    from storage_stub.bookie import _frames as _compiled
+except ImportError:
+    _compiled = None  # type: ignore[assignment]
+
 _CRC = struct.Struct(">I")
 _FIXED = struct.Struct(">IQqIQ")  # crc, ledger id, first entry id, count, payload bytes
 #: Bytes of a frame header before its lengths (the whole header is this + 4 x count).
@@ -100,7 +105,9 @@ class Frame:
     direct path computes it over the frame's copy in its buffer instead, on the writer
     thread (one call instead of one per payload), and leaves ``header`` unsealed.
 
-    Building one costs one header allocation: no payload is copied.
+    Building one costs one header allocation: no payload is copied. The header comes
+    from ``storage_stub.bookie._frames`` where it was built (about 0.6 us for 100
+    entries against 4 here), else from :func:`frame_header`.
     """
 
     __slots__ = (
@@ -114,17 +121,15 @@ class Frame:
     )
 
     def __init__(self, ledger_id: int, first_entry_id: int, entries: Sequence[bytes]) -> None:
-        count = len(entries)
-        if not 0 < count <= _MAX_ENTRIES_PER_FRAME:
-            raise ValueError(f"a frame holds 1 to {_MAX_ENTRIES_PER_FRAME} entries, not {count}")
-        lengths = list(map(len, entries))
-        payload_bytes = sum(lengths)
-        header = bytearray(FRAME_HEADER_SIZE + LENGTH_SIZE * count)
-        _FIXED.pack_into(header, 0, 0, ledger_id, first_entry_id, count, payload_bytes)
-        lengths_struct(count).pack_into(header, FRAME_HEADER_SIZE, *lengths)
+        try:
+            if _compiled is None:
+                raise TypeError
+            header, payload_bytes = _compiled.frame_header(ledger_id, first_entry_id, entries)
+        except TypeError:  # not built here, or entries that are not a list or tuple of bytes
+            header, payload_bytes = frame_header(ledger_id, first_entry_id, entries)
         self.ledger_id = ledger_id
         self.first_entry_id = first_entry_id
-        self.count = count
+        self.count = len(entries)
         self.payload_bytes = payload_bytes
         self.header = header
         self.entries = entries
@@ -148,6 +153,44 @@ class Frame:
     @property
     def raw_lengths(self) -> memoryview:
         return memoryview(self.header)[FRAME_HEADER_SIZE:]
+
+
+def compiled_frames() -> bool:
+    """Whether frame headers and direct-buffer copies run compiled (``_frames`` built)."""
+    return _compiled is not None
+
+
+def frame_header(
+    ledger_id: int, first_entry_id: int, entries: Sequence[bytes]
+) -> tuple[bytearray, int]:
+    """The header of a frame of ``entries`` (its CRC 0) and their total size: what
+    ``_frames.frame_header`` computes, in Python. O(entries)."""
+    count = len(entries)
+    if not 0 < count <= _MAX_ENTRIES_PER_FRAME:
+        raise ValueError(f"a frame holds 1 to {_MAX_ENTRIES_PER_FRAME} entries, not {count}")
+    lengths = list(map(len, entries))
+    payload_bytes = sum(lengths)
+    header = bytearray(FRAME_HEADER_SIZE + LENGTH_SIZE * count)
+    _FIXED.pack_into(header, 0, 0, ledger_id, first_entry_id, count, payload_bytes)
+    lengths_struct(count).pack_into(header, FRAME_HEADER_SIZE, *lengths)
+    return header, payload_bytes
+
+
+def copy_frame(buffer: mmap.mmap, position: int, frame: Frame) -> int:
+    """Copy ``frame`` (header, then entries) into ``buffer`` at ``position``; where the
+    copy ends. ``_frames.copy_frame`` where built (one memcpy an entry), else a join and
+    one slice assignment (the frame copied twice). O(frame bytes)."""
+    if _compiled is not None:
+        try:
+            return _compiled.copy_frame(buffer, position, frame.header, frame.entries)
+        except TypeError:  # entries that are not a list or tuple of bytes
+            pass
+    data = b"".join((frame.header, *frame.entries))
+    end = position + len(data)
+    if end > len(buffer):
+        raise ValueError(f"a frame of {len(data)} bytes at {position} overruns the buffer")
+    buffer[position:end] = data
+    return end
 
 
 class FrameLocation(NamedTuple):
@@ -613,9 +656,7 @@ class EntryLogger:
         for index in range(first, taken):
             frame = frames[index]
             locations.append(FrameLocation(log_id, start + position))
-            data = b"".join((frame.header, *frame.entries))
-            end_of_frame = position + len(data)
-            buffer[position:end_of_frame] = data
+            end_of_frame = copy_frame(buffer, position, frame)
             if not frame.sealed:
                 unsealed.append((position, end_of_frame))
             position = end_of_frame

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from broker.bench import http
 from broker.ledger.entry import compiled_encoder
+from storage_stub.bookie.entry_log import compiled_frames
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
@@ -49,6 +50,7 @@ def test_bench_http_quick_json() -> None:
     assert result["config"]["host"] == "127.0.0.1"
     # the servers run this interpreter's broker package: what it imports, they use
     assert result["config"]["entry_encoder"] == ("compiled" if compiled_encoder() else "python")
+    assert result["config"]["frame_builder"] == ("compiled" if compiled_frames() else "python")
 
     ceiling = rows["ceiling"]["rate_msgs_per_s"]
     pc_ceiling = rows["ceiling_produce_consume"]["rate_msgs_per_s"]

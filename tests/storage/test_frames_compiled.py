@@ -1,0 +1,114 @@
+"""storage_stub.bookie._frames, compiled frame headers and copies, against entry_log.py's.
+
+The module is optional (a machine without a compiler installs without it), so where the
+machine can build it a test insists it was built.
+"""
+
+from __future__ import annotations
+
+import mmap
+import pathlib
+import shutil
+import sysconfig
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage_stub.bookie import entry_log
+from storage_stub.bookie.entry_log import Frame, copy_frame, frame_header
+
+try:
+    from storage_stub.bookie import _frames as compiled
+except ImportError:
+    compiled = None  # type: ignore[assignment]
+
+needs_compiled = pytest.mark.skipif(compiled is None, reason="_frames not built here")
+
+
+def test_the_compiled_frames_are_built_and_used_where_the_machine_can_build_them() -> None:
+    headers = pathlib.Path(sysconfig.get_paths()["include"], "Python.h")
+    if shutil.which("gcc") is None or not headers.exists():
+        pytest.skip("no gcc and Python's headers here")
+    assert compiled is not None, "setup.py's optional build of storage_stub.bookie._frames failed"
+    assert entry_log._compiled is compiled
+    assert entry_log.compiled_frames()
+
+
+entries_strategy = st.lists(
+    st.binary(max_size=64) | st.binary(min_size=1000, max_size=1030), min_size=1, max_size=12
+)
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(
+    ledger_id=st.integers(0, (1 << 64) - 1),
+    first=st.integers(-(1 << 63), (1 << 63) - 1),
+    entries=entries_strategy,
+    as_tuple=st.booleans(),
+)
+def test_compiled_and_python_headers_are_the_same_bytes(
+    ledger_id: int, first: int, entries: list[bytes], as_tuple: bool
+) -> None:
+    given_entries = tuple(entries) if as_tuple else entries
+    assert compiled.frame_header(ledger_id, first, given_entries) == frame_header(
+        ledger_id, first, given_entries
+    )
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(entries=entries_strategy, position=st.integers(0, 5000), slack=st.integers(0, 100))
+def test_compiled_and_python_copies_write_the_same_bytes(
+    entries: list[bytes], position: int, slack: int
+) -> None:
+    frame = Frame(7, 3, entries)
+    size = frame.size
+    ours = bytearray(b"\xaa" * (position + size + slack))
+    theirs = bytearray(ours)
+    assert compiled.copy_frame(ours, position, frame.header, frame.entries) == position + size
+    data = b"".join((frame.header, *entries))
+    theirs[position : position + size] = data
+    assert ours == theirs
+
+
+@needs_compiled
+def test_a_copy_that_would_overrun_copies_nothing() -> None:
+    frame = Frame(1, 0, [b"x" * 100])
+    buffer = mmap.mmap(-1, 4096)
+    with pytest.raises(ValueError, match="overruns"):
+        copy_frame(buffer, 4096 - frame.size + 1, frame)
+    with pytest.raises(ValueError, match="overruns"):
+        compiled.copy_frame(buffer, -1, frame.header, frame.entries)
+    assert buffer[:] == bytes(4096)
+    assert copy_frame(buffer, 4096 - frame.size, frame) == 4096
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ((1, 0, []), ValueError),  # no entries
+        ((1, 0, [b"a", bytearray(b"b")]), TypeError),  # not bytes
+        ((1, 0, iter([b"a"])), TypeError),  # not a list or tuple
+        ((-1, 0, [b"a"]), OverflowError),  # ledger id under 0
+        ((1 << 64, 0, [b"a"]), OverflowError),
+        ((1, 1 << 63, [b"a"]), OverflowError),
+        ((1.0, 0, [b"a"]), TypeError),
+    ],
+)
+def test_bad_headers_raise(args: tuple[object, object, object], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        compiled.frame_header(*args)
+
+
+def test_a_frame_of_entries_the_compiled_code_refuses_is_built_in_python() -> None:
+    """Frame and copy_frame fall back on TypeError: entries of bytearrays or a generator
+    list still make the same frame as bytes would."""
+    as_bytes = Frame(5, 9, [b"ab", b"cde"])
+    other = Frame(5, 9, [bytearray(b"ab"), memoryview(b"cde")])  # type: ignore[list-item]
+    assert other.header == as_bytes.header and other.payload_bytes == as_bytes.payload_bytes == 5
+    buffer = mmap.mmap(-1, 4096)
+    end = copy_frame(buffer, 10, other)
+    assert buffer[10:end] == b"".join((as_bytes.header, b"ab", b"cde"))

@@ -12,7 +12,7 @@
  * payload, seeded with the row's carried value XOR the tail's own CRC, and the bytes
  * object holding the five parts. In Python that is a CRC call, a struct pack and a join
  * a message, about 0.33 us of a 1 KiB message's encoding; here it is one allocation,
- * three copies and the CRC in SSE4.2 instructions.
+ * three copies and the CRC in SSE4.2 instructions (three streams at once).
  *
  * entry.py stays the reference: it uses this module when it imports (x86-64 with
  * SSE4.2, and a compiler at install time) and its own loop otherwise, and the tests
@@ -34,25 +34,88 @@
 #define MAGIC_1 0x01
 #define HEAD_SIZE 10 /* magic, checksum, metadata size */
 
+/*
+ * CRC32C with the SSE4.2 instruction, three streams at a time.
+ *
+ * One crc32 instruction takes 8 bytes, but each waits about 3 cycles for the one before
+ * it in the same stream, so a single stream runs at a third of what the unit can do.
+ * A chunk of 3 x BLOCK bytes is taken as three independent streams A, B, C (B and C
+ * from register 0), and combined: the register is affine in its start value, so
+ *
+ *     R(c, A | B | C) = shift_2block(R(c, A)) ^ shift_block(R(0, B)) ^ R(0, C)
+ *
+ * where shift_n(x) = R(x, n zero bytes) is linear in x, and is looked up a byte at a
+ * time in tables built at import (4 x 256 entries for each of the two shifts). What is
+ * left after the chunks goes 8 bytes, then one byte, at a time. A 1 KiB payload takes
+ * about half the time of one stream.
+ */
+#define BLOCK 128
+static uint32_t shift_tables[2][4][256]; /* [0]: BLOCK zero bytes, [1]: 2 x BLOCK */
+
+__attribute__((target("sse4.2"))) static uint32_t
+register_after_zeros(uint32_t reg, size_t n)
+{
+    uint64_t c = reg;
+    for (size_t i = 0; i < n / 8; i++) {
+        c = _mm_crc32_u64(c, 0);
+    }
+    return (uint32_t)c;
+}
+
+static void
+build_shift_tables(void)
+{
+    for (int which = 0; which < 2; which++) {
+        for (int k = 0; k < 4; k++) {
+            for (uint32_t b = 0; b < 256; b++) {
+                shift_tables[which][k][b] =
+                    register_after_zeros(b << (8 * k), (size_t)BLOCK * (size_t)(which + 1));
+            }
+        }
+    }
+}
+
+static inline uint32_t
+shift(int which, uint32_t reg)
+{
+    const uint32_t(*t)[256] = shift_tables[which];
+    return t[0][reg & 0xff] ^ t[1][(reg >> 8) & 0xff] ^ t[2][(reg >> 16) & 0xff] ^ t[3][reg >> 24];
+}
+
 /* CRC32C of p[0..n) continuing from crc (the value the crc32c package's crc32c(data,
- * crc) returns): 8 bytes an instruction, then one a byte. */
+ * crc) returns). */
 __attribute__((target("sse4.2"))) static uint32_t
 crc32c_continue(uint32_t crc, const unsigned char *p, size_t n)
 {
-    uint64_t c = (uint32_t)~crc;
+    uint64_t a = (uint32_t)~crc;
+    while (n >= 3 * BLOCK) {
+        uint64_t b = 0, c = 0;
+        for (size_t i = 0; i < BLOCK; i += 8) {
+            uint64_t wa, wb, wc;
+            memcpy(&wa, p + i, 8);
+            memcpy(&wb, p + BLOCK + i, 8);
+            memcpy(&wc, p + 2 * BLOCK + i, 8);
+            a = _mm_crc32_u64(a, wa);
+            b = _mm_crc32_u64(b, wb);
+            c = _mm_crc32_u64(c, wc);
+        }
+        a = shift(1, (uint32_t)a) ^ shift(0, (uint32_t)b) ^ (uint32_t)c;
+        p += 3 * BLOCK;
+        n -= 3 * BLOCK;
+    }
     while (n >= 8) {
         uint64_t word;
         memcpy(&word, p, 8);
-        c = _mm_crc32_u64(c, word);
+        a = _mm_crc32_u64(a, word);
         p += 8;
         n -= 8;
     }
-    uint32_t c32 = (uint32_t)c;
+    uint32_t a32 = (uint32_t)a;
     while (n > 0) {
-        c32 = _mm_crc32_u8(c32, *p++);
+        a32 = _mm_crc32_u8(a32, *p++);
         n--;
     }
-    return ~c32;
+    return ~a32;
 }
 
 static void
@@ -225,5 +288,6 @@ PyInit__entries(void)
         PyErr_SetString(PyExc_ImportError, "broker.ledger._entries needs SSE4.2");
         return NULL;
     }
+    build_shift_tables();
     return PyModule_Create(&module_def);
 }

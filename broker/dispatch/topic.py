@@ -16,6 +16,7 @@ from broker.ledger.entry import publish_time_of
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.managed_ledger import ManagedLedger
 from broker.ledger.position import Position
+from storage_stub.bookie.api import total_size
 
 
 class Producer(Protocol):
@@ -59,7 +60,7 @@ class PersistentTopic:
         """Store entries durably; the position of the first one. ``messages``: how many
         messages they hold (batched entries hold several; 0: one per entry)."""
         first = await self.ledger.add_entries(entries)
-        nbytes = sum(map(len, entries))
+        nbytes = total_size(entries)
         messages = messages or len(entries)
         self.msg_in.add(messages)
         self.bytes_in.add(nbytes)

@@ -30,7 +30,7 @@ from broker.ledger.offload import TieredStorage, offset_of, stream_id_of
 from broker.ledger.pending_reads import PendingRead, PendingReads
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
-from storage_stub.bookie.api import Bookie, BookieError, MetadataStore, when_done
+from storage_stub.bookie.api import Bookie, BookieError, MetadataStore, total_size, when_done
 
 if TYPE_CHECKING:
     from broker.ledger.managed_cursor import ManagedCursor
@@ -411,7 +411,7 @@ class ManagedLedger:
         first = last - len(entries) + 1
         ledger_id = info.ledger_id
         self.events.added(ledger_id, first, entries)
-        self._complete(info, first, last, sum(map(len, entries)))
+        self._complete(info, first, last, total_size(entries))
         if self._rollover is None and not self._closed and self._is_full(info):
             self._tasks.spawn(self._roll_over_in_background(info), name=f"rollover {self.name}")
         return Position(ledger_id, first)

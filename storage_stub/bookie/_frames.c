@@ -14,6 +14,9 @@
  * second copy of that into the buffer; here the header is one pass over the entries and
  * the copy one memcpy an entry, straight into the buffer.
  *
+ * Also total_size, the summed length of a list of entries: sum(map(len, entries)) makes
+ * an int object per entry (lengths over 256 are not cached), about 2.3 us for 100.
+ *
  * entry_log.py stays the reference: it uses this module when it imports and its own
  * code otherwise, and the tests hold the two to the same bytes.
  */
@@ -189,7 +192,31 @@ copy_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+PyDoc_STRVAR(total_size_doc,
+             "total_size(entries) -> int\n\n"
+             "The summed length of entries (a list or tuple of bytes), without the int\n"
+             "object per entry that sum(map(len, entries)) makes. O(entries).");
+
+static PyObject *
+total_size(PyObject *module, PyObject *entries)
+{
+    (void)module;
+    PyObject *items = bytes_items(entries);
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    PyObject **item = PySequence_Fast_ITEMS(items);
+    unsigned long long total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        total += (unsigned long long)PyBytes_GET_SIZE(item[i]);
+    }
+    Py_DECREF(items);
+    return PyLong_FromUnsignedLongLong(total);
+}
+
 static PyMethodDef methods[] = {
+    {"total_size", (PyCFunction)total_size, METH_O, total_size_doc},
     {"frame_header", (PyCFunction)(void (*)(void))frame_header, METH_FASTCALL, frame_header_doc},
     {"copy_frame", (PyCFunction)(void (*)(void))copy_frame, METH_FASTCALL, copy_frame_doc},
     {NULL, NULL, 0, NULL},

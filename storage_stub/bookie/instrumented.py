@@ -12,7 +12,7 @@ import asyncio
 import functools
 from collections.abc import Sequence
 
-from storage_stub.bookie.api import Bookie, LedgerMetadata, MetadataStore, when_done
+from storage_stub.bookie.api import Bookie, LedgerMetadata, MetadataStore, total_size, when_done
 from storage_stub.bookie.counters import OpCounter, OpCounters
 from storage_stub.bookie.faults import FaultInjector
 from storage_stub.bookie.latency import LatencyModel
@@ -26,7 +26,7 @@ def _count_add(counter: OpCounter, entries: Sequence[bytes], write: asyncio.Futu
         counter.errors += 1
         return
     counter.entries += len(entries)
-    counter.bytes += sum(map(len, entries))
+    counter.bytes += total_size(entries)
 
 
 class InstrumentedBookie:
@@ -102,7 +102,7 @@ class InstrumentedBookie:
             counter.errors += 1
             raise
         counter.entries += len(entries)
-        counter.bytes += sum(map(len, entries))
+        counter.bytes += total_size(entries)
         return entries
 
     async def last_add_confirmed(self, ledger_id: int) -> int:

@@ -18,6 +18,7 @@ from storage_stub.bookie.api import (
     NoSuchEntryError,
     NoSuchLedgerError,
     StorageFaultError,
+    total_size,
 )
 from storage_stub.bookie.counters import OpCounters
 
@@ -80,7 +81,7 @@ class InMemoryBookie:
         ledger.entries.extend(entries)
         metadata = ledger.metadata
         metadata.last_entry_id = len(ledger.entries) - 1
-        metadata.length += sum(map(len, entries))
+        metadata.length += total_size(entries)
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         done.set_result(metadata.last_entry_id)
         return done

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage_stub.bookie import entry_log
+from storage_stub.bookie.api import total_size
 from storage_stub.bookie.entry_log import Frame, copy_frame, frame_header
 
 try:
@@ -112,3 +113,24 @@ def test_a_frame_of_entries_the_compiled_code_refuses_is_built_in_python() -> No
     buffer = mmap.mmap(-1, 4096)
     end = copy_frame(buffer, 10, other)
     assert buffer[10:end] == b"".join((as_bytes.header, b"ab", b"cde"))
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(st.binary(max_size=3000), max_size=20), as_tuple=st.booleans())
+def test_compiled_total_size_is_the_sum_of_the_lengths(
+    entries: list[bytes], as_tuple: bool
+) -> None:
+    given_entries = tuple(entries) if as_tuple else entries
+    assert compiled.total_size(given_entries) == sum(map(len, entries))
+    assert total_size(given_entries) == sum(map(len, entries))
+
+
+@needs_compiled
+def test_total_size_of_what_the_compiled_code_refuses_is_summed_in_python() -> None:
+    with pytest.raises(TypeError):
+        compiled.total_size([b"ab", bytearray(b"c")])
+    with pytest.raises(TypeError):
+        compiled.total_size(iter([b"ab"]))
+    assert total_size([b"ab", bytearray(b"c"), memoryview(b"de")]) == 5  # type: ignore[list-item]
+    assert total_size(iter([b"ab", b"c"])) == 3  # type: ignore[arg-type]

@@ -185,8 +185,15 @@ encode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (entries == NULL) {
         return NULL;
     }
-    /* Nothing below runs Python code (exact types only), so the lists cannot change
-     * under the loop. */
+    /* Allocating the list may run a garbage collection, and with it Python code (a
+     * __del__, a weakref callback) that changes the lists: their lengths are checked
+     * again. Nothing below runs Python code (exact types only; bytes objects are not
+     * tracked by the collector), so they cannot change under the loop. */
+    if (PyList_GET_SIZE(payloads) != count || PyList_GET_SIZE(rows) != count) {
+        Py_DECREF(entries);
+        PyErr_SetString(PyExc_RuntimeError, "rows or payloads changed during encode_rows");
+        return NULL;
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *row = PyList_GET_ITEM(rows, i);
         PyObject *payload = PyList_GET_ITEM(payloads, i);

@@ -274,7 +274,10 @@ def encode_payloads(
         table = _plain_metadata[table_key] = _PlainMetadata(producer_name, len(tail))
     rows = table.rows(first_sequence_id, count)
     if _compiled is not None and type(payloads) is list:
-        return _compiled.encode_rows(rows, payloads, tail, crc32c(tail))
+        try:
+            return _compiled.encode_rows(rows, payloads, tail, crc32c(tail))
+        except TypeError:  # a payload that is not exactly bytes (a bytearray, a view)
+            pass
     return encode_rows(rows, payloads, tail, crc32c(tail))
 
 

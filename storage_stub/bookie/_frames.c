@@ -151,18 +151,20 @@ copy_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (position == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    PyObject *entries = bytes_items(args[3]);
-    if (entries == NULL) {
-        return NULL;
-    }
+    /* The buffers first: getting one may run Python code (a __buffer__ method), which
+     * must not run between the entries' check and the copy. */
     Py_buffer buffer, header;
     if (PyObject_GetBuffer(args[0], &buffer, PyBUF_WRITABLE) < 0) {
-        Py_DECREF(entries);
         return NULL;
     }
     if (PyObject_GetBuffer(args[2], &header, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&buffer);
-        Py_DECREF(entries);
+        return NULL;
+    }
+    PyObject *entries = bytes_items(args[3]);
+    if (entries == NULL) {
+        PyBuffer_Release(&header);
+        PyBuffer_Release(&buffer);
         return NULL;
     }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(entries);
@@ -177,7 +179,7 @@ copy_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                      size, position, buffer.len);
     } else {
         char *out = (char *)buffer.buf + position;
-        memcpy(out, header.buf, (size_t)header.len);
+        memmove(out, header.buf, (size_t)header.len); /* a header may view the buffer */
         out += header.len;
         for (Py_ssize_t i = 0; i < count; i++) {
             Py_ssize_t length = PyBytes_GET_SIZE(items[i]);
@@ -215,7 +217,39 @@ total_size(PyObject *module, PyObject *entries)
     return PyLong_FromUnsignedLongLong(total);
 }
 
+PyDoc_STRVAR(entry_iovecs_doc,
+             "entry_iovecs(entries) -> bytes\n\n"
+             "Where each of entries (a list or tuple of bytes) keeps its bytes in this\n"
+             "process: a struct iovec a entry, (u64 address, u64 length) in the machine's\n"
+             "byte order, for another process's process_vm_readv. The addresses hold\n"
+             "only while the entries are alive. O(entries).");
+
+static PyObject *
+entry_iovecs(PyObject *module, PyObject *entries)
+{
+    (void)module;
+    PyObject *items = bytes_items(entries);
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    PyObject **item = PySequence_Fast_ITEMS(items);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * 16);
+    if (out != NULL) {
+        char *p = PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            uint64_t address = (uint64_t)(uintptr_t)PyBytes_AS_STRING(item[i]);
+            uint64_t length = (uint64_t)PyBytes_GET_SIZE(item[i]);
+            memcpy(p + 16 * i, &address, 8);
+            memcpy(p + 16 * i + 8, &length, 8);
+        }
+    }
+    Py_DECREF(items);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"entry_iovecs", (PyCFunction)entry_iovecs, METH_O, entry_iovecs_doc},
     {"total_size", (PyCFunction)total_size, METH_O, total_size_doc},
     {"frame_header", (PyCFunction)(void (*)(void))frame_header, METH_FASTCALL, frame_header_doc},
     {"copy_frame", (PyCFunction)(void (*)(void))copy_frame, METH_FASTCALL, copy_frame_doc},

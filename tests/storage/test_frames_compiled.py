@@ -7,9 +7,6 @@ machine can build it a test insists it was built.
 from __future__ import annotations
 
 import mmap
-import pathlib
-import shutil
-import sysconfig
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +15,7 @@ from hypothesis import strategies as st
 from storage_stub.bookie import entry_log
 from storage_stub.bookie.api import total_size
 from storage_stub.bookie.entry_log import Frame, copy_frame, frame_header
+from tests.ledger.test_entries_compiled import can_build_extensions
 
 try:
     from storage_stub.bookie import _frames as compiled
@@ -28,9 +26,8 @@ needs_compiled = pytest.mark.skipif(compiled is None, reason="_frames not built 
 
 
 def test_the_compiled_frames_are_built_and_used_where_the_machine_can_build_them() -> None:
-    headers = pathlib.Path(sysconfig.get_paths()["include"], "Python.h")
-    if shutil.which("gcc") is None or not headers.exists():
-        pytest.skip("no gcc and Python's headers here")
+    if not can_build_extensions():
+        pytest.skip("no C compiler and Python's headers here")
     assert compiled is not None, "setup.py's optional build of storage_stub.bookie._frames failed"
     assert entry_log._compiled is compiled
     assert entry_log.compiled_frames()
@@ -84,6 +81,23 @@ def test_a_copy_that_would_overrun_copies_nothing() -> None:
         compiled.copy_frame(buffer, -1, frame.header, frame.entries)
     assert buffer[:] == bytes(4096)
     assert copy_frame(buffer, 4096 - frame.size, frame) == 4096
+    entry_log_python = entry_log._compiled
+    try:
+        entry_log._compiled = None  # type: ignore[assignment]
+        with pytest.raises(ValueError, match="overruns"):
+            copy_frame(buffer, -1, frame)
+    finally:
+        entry_log._compiled = entry_log_python
+
+
+@needs_compiled
+def test_a_header_that_views_the_destination_is_copied_as_a_slice_assignment_would() -> None:
+    ours = bytearray(bytes(range(256)) * 4)
+    theirs = bytearray(ours)
+    end = compiled.copy_frame(ours, 1, memoryview(ours)[0:512], [b"xy"])
+    theirs[1:513] = bytes(theirs[0:512])
+    theirs[513:515] = b"xy"
+    assert (end, ours) == (515, theirs)
 
 
 @needs_compiled

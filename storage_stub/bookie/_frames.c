@@ -217,39 +217,7 @@ total_size(PyObject *module, PyObject *entries)
     return PyLong_FromUnsignedLongLong(total);
 }
 
-PyDoc_STRVAR(entry_iovecs_doc,
-             "entry_iovecs(entries) -> bytes\n\n"
-             "Where each of entries (a list or tuple of bytes) keeps its bytes in this\n"
-             "process: a struct iovec a entry, (u64 address, u64 length) in the machine's\n"
-             "byte order, for another process's process_vm_readv. The addresses hold\n"
-             "only while the entries are alive. O(entries).");
-
-static PyObject *
-entry_iovecs(PyObject *module, PyObject *entries)
-{
-    (void)module;
-    PyObject *items = bytes_items(entries);
-    if (items == NULL) {
-        return NULL;
-    }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
-    PyObject **item = PySequence_Fast_ITEMS(items);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, count * 16);
-    if (out != NULL) {
-        char *p = PyBytes_AS_STRING(out);
-        for (Py_ssize_t i = 0; i < count; i++) {
-            uint64_t address = (uint64_t)(uintptr_t)PyBytes_AS_STRING(item[i]);
-            uint64_t length = (uint64_t)PyBytes_GET_SIZE(item[i]);
-            memcpy(p + 16 * i, &address, 8);
-            memcpy(p + 16 * i + 8, &length, 8);
-        }
-    }
-    Py_DECREF(items);
-    return out;
-}
-
 static PyMethodDef methods[] = {
-    {"entry_iovecs", (PyCFunction)entry_iovecs, METH_O, entry_iovecs_doc},
     {"total_size", (PyCFunction)total_size, METH_O, total_size_doc},
     {"frame_header", (PyCFunction)(void (*)(void))frame_header, METH_FASTCALL, frame_header_doc},
     {"copy_frame", (PyCFunction)(void (*)(void))copy_frame, METH_FASTCALL, copy_frame_doc},

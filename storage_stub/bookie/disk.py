@@ -275,12 +275,6 @@ class DiskBookie:
                 await bookie.close()
                 raise
             bookie._writer = writer
-            if writer.gather_refused is not None:
-                log.info(
-                    "the entry log writer process cannot read the broker's memory (%s): "
-                    "the loop copies each add's entries into the direct I/O buffer",
-                    writer.gather_refused,
-                )
         monitor.start()
         if bookie._committer is not None:
             bookie._committer.start()
@@ -460,7 +454,7 @@ class DiskBookie:
         writer = self._writer
         assert writer is not None, "open() starts the writer of a direct I/O bookie"
         frames = [add.frame for add in group]
-        locations = await self._log.write_direct_group(frames, writer.write, writer.gathers)
+        locations = await self._log.write_direct_group(frames, writer.write)
         written = list(zip(frames, locations, strict=True))
         if self._sync:
             await self._in_writer(functools.partial(self._sync_and_index, written))

@@ -206,26 +206,9 @@ class DirectWrite:
     """One planned O_DIRECT write (see ``EntryLogger.plan_direct``): ``length`` bytes of
     ``buffer`` to ``start`` of a log, both block-aligned; the frames in it end at ``end``
     and start at ``locations``. ``unsealed``: the (start, end) in ``buffer`` of each
-    frame whose CRC is filled in before writing (``seal_copied_frames``).
+    frame whose CRC is filled in before writing (``seal_copied_frames``)."""
 
-    ``gathers``: frames whose entries were not copied (planned with ``gather``): for
-    each, where in ``buffer`` its entries go, how many bytes they are, and their
-    ``entry_iovecs`` in this process, which the entry log writer process reads with
-    process_vm_readv before it seals and writes. ``frames`` keeps those entries alive
-    as long as the write is."""
-
-    __slots__ = (
-        "buffer",
-        "end",
-        "fd",
-        "frames",
-        "gathers",
-        "length",
-        "locations",
-        "path",
-        "start",
-        "unsealed",
-    )
+    __slots__ = ("buffer", "end", "fd", "length", "locations", "path", "start", "unsealed")
 
     def __init__(
         self,
@@ -237,8 +220,6 @@ class DirectWrite:
         end: int,
         locations: list[FrameLocation],
         unsealed: list[tuple[int, int]],
-        gathers: list[tuple[int, int, bytes]] | None = None,
-        frames: Sequence[Frame] = (),
     ) -> None:
         self.fd = fd
         #: the log file written (``fd`` is this process's O_DIRECT descriptor of it)
@@ -249,16 +230,11 @@ class DirectWrite:
         self.end = end
         self.locations = locations
         self.unsealed = unsealed
-        self.gathers = gathers if gathers is not None else []
-        self.frames = frames
 
     def execute(self) -> None:
         """Blocking, in this process (``write_group``; the bookie has the entry log
         writer process do the same): the unsealed frames' CRCs, then the pwrite.
-        OSError if the write fails; ValueError for a write planned to be gathered by
-        another process."""
-        if self.gathers:
-            raise ValueError("a gathered write runs in the entry log writer process")
+        OSError if the write fails."""
         seal_copied_frames(self.buffer, self.unsealed)
         with memoryview(self.buffer) as view:
             written = 0
@@ -612,18 +588,14 @@ class EntryLogger:
         return locations
 
     async def write_direct_group(
-        self,
-        frames: Sequence[Frame],
-        execute: Callable[[DirectWrite], Awaitable[None]],
-        gather: bool = False,
+        self, frames: Sequence[Frame], execute: Callable[[DirectWrite], Awaitable[None]]
     ) -> list[FrameLocation]:
         """``write_group`` with direct I/O, each planned write run by ``execute`` (the
         entry log writer process, or a thread) while the caller's loop goes on: where
-        each frame starts. ``gather``: see ``plan_direct``. StorageFaultError if a
-        write fails (it is cut back)."""
+        each frame starts. StorageFaultError if a write fails (it is cut back)."""
         locations: list[FrameLocation] = []
         while len(locations) < len(frames):
-            write = self.plan_direct(frames, len(locations), gather)
+            write = self.plan_direct(frames, len(locations))
             try:
                 await execute(write)
             except OSError as error:
@@ -632,21 +604,13 @@ class EntryLogger:
             locations += write.locations
         return locations
 
-    def plan_direct(
-        self, frames: Sequence[Frame], first: int = 0, gather: bool = False
-    ) -> DirectWrite:
+    def plan_direct(self, frames: Sequence[Frame], first: int = 0) -> DirectWrite:
         """Prepare one O_DIRECT write of ``frames[first:]``, as many of them as the current
         log and MAX_DIRECT_WRITE_BYTES take (rolling to a new log first when not even the
         first one fits): copy
         them into the reused page-aligned buffer, from the start of the partly written
         last block (its bytes written again, unchanged) to the next block boundary
         (zeros after the last frame, as in a preallocated tail).
-
-        ``gather`` (the entry log writer process can read this process's memory): only
-        the frames' headers are copied, and each frame's entries are left to the writer
-        process (``DirectWrite.gathers``), which copies them with process_vm_readv, off
-        this thread. A frame whose entries are not a list or tuple of bytes is copied
-        all the same.
 
         Run the result's ``execute`` (on any thread; it touches nothing but the buffer
         and the file), then ``finish_direct`` or, if it raised, ``abandon_direct``;
@@ -690,39 +654,17 @@ class EntryLogger:
         position = len(tail)
         locations: list[FrameLocation] = []
         unsealed: list[tuple[int, int]] = []
-        gathers: list[tuple[int, int, bytes]] = []
         log_id = self._current_id
-        iovecs_of = _compiled.entry_iovecs if gather and _compiled is not None else None
         for index in range(first, taken):
             frame = frames[index]
             locations.append(FrameLocation(log_id, start + position))
-            iovecs = None
-            if iovecs_of is not None:
-                with contextlib.suppress(TypeError):  # not a list or tuple of bytes: copied
-                    iovecs = iovecs_of(frame.entries)
-            if iovecs is None:
-                end_of_frame = copy_frame(buffer, position, frame)
-            else:
-                header = frame.header
-                payloads_at = position + len(header)
-                buffer[position:payloads_at] = header
-                end_of_frame = payloads_at + frame.payload_bytes
-                gathers.append((payloads_at, frame.payload_bytes, iovecs))
+            end_of_frame = copy_frame(buffer, position, frame)
             if not frame.sealed:
                 unsealed.append((position, end_of_frame))
             position = end_of_frame
         buffer[position:length] = _ZEROS[: length - position]
         return DirectWrite(
-            self._direct_fd,
-            self._direct_path,
-            buffer,
-            start,
-            length,
-            end,
-            locations,
-            unsealed,
-            gathers,
-            frames[first:taken] if gathers else (),
+            self._direct_fd, self._direct_path, buffer, start, length, end, locations, unsealed
         )
 
     def finish_direct(self, write: DirectWrite) -> None:

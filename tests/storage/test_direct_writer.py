@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from broker.bench.http import child_pids
-from storage_stub.bookie import StorageFaultError, direct_writer
+from storage_stub.bookie import StorageFaultError
 from storage_stub.bookie.direct_writer import DirectWriter
 from storage_stub.bookie.entry_log import EntryLogger, Frame, FrameLocation
 from tests.conftest import BrokerProcessFactory, child_processes
@@ -28,16 +28,12 @@ TOPIC = "public/default/t"
 WRITER_COMMAND = "storage_stub.bookie.direct_writer"
 
 
-async def write_plan(
-    directory: pathlib.Path, size_limit: int, plan: list[Any], gather: bool
-) -> None:
+async def write_plan(directory: pathlib.Path, size_limit: int, plan: list[Any]) -> None:
     """Write ``plan`` (groups of frames of entry sizes, or "reopen") as the bookie does:
-    frames copied on the loop (``gather``: headers only, the entries read by the writer
-    process from this one's memory), each planned write run by a writer process."""
+    frames copied on the loop, each planned write run by a writer process."""
     logger = EntryLogger(directory, size_limit, direct_io=True)
-    writer = DirectWriter(logger.buffer_fd, gather=gather)
+    writer = DirectWriter(logger.buffer_fd)
     await writer.start()
-    assert writer.gathers == gather, writer.gather_refused
     written: list[tuple[FrameLocation, Frame]] = []
     next_entry = 0
     try:
@@ -46,12 +42,12 @@ async def write_plan(
                 await writer.close()
                 logger.close()
                 logger = EntryLogger(directory, size_limit, direct_io=True)
-                writer = DirectWriter(logger.buffer_fd, gather=gather)
+                writer = DirectWriter(logger.buffer_fd)
                 await writer.start()
                 continue
             frames = frames_of(step, next_entry)
             next_entry += sum(map(len, step))
-            locations = await logger.write_direct_group(frames, writer.write, writer.gathers)
+            locations = await logger.write_direct_group(frames, writer.write)
             written += zip(locations, frames, strict=True)
         for location, frame in written:
             assert read_back(logger, location, frame) == list(frame.entries)
@@ -69,8 +65,7 @@ def test_the_writer_process_writes_the_bytes_the_page_cache_path_writes(
 ) -> None:
     root = tmp_path_factory.mktemp("logs")
     size_limit = 9_000  # several rolls in most plans
-    asyncio.run(write_plan(root / "process", size_limit, plan, gather=False))
-    asyncio.run(write_plan(root / "gathered", size_limit, plan, gather=True))
+    asyncio.run(write_plan(root / "process", size_limit, plan))
     buffered = EntryLogger(root / "buffered", size_limit, direct_io=False)
     next_entry = 0
     for step in plan:
@@ -82,75 +77,6 @@ def test_the_writer_process_writes_the_bytes_the_page_cache_path_writes(
         next_entry += sum(map(len, step))
     buffered.close()
     assert log_bytes(root / "process") == log_bytes(root / "buffered")
-    assert log_bytes(root / "gathered") == log_bytes(root / "buffered")
-
-
-async def test_a_probe_the_process_cannot_answer_leaves_the_loop_copying(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A process_vm_readv that fails (here: an address nothing is mapped at, as a
-    refusing kernel or container would fail it with EPERM) turns gathering off, and
-    writes go on with the loop copying the entries."""
-
-    def nowhere(entries: list[bytes]) -> Any:
-        return iter([(8, len(entries[0]))])
-
-    monkeypatch.setattr(direct_writer, "_iovecs", nowhere)
-    logger = EntryLogger(tmp_path, 1 << 20, direct_io=True)
-    writer = DirectWriter(logger.buffer_fd)
-    await writer.start()
-    try:
-        assert not writer.gathers
-        assert writer.gather_refused == f"process_vm_readv: {os.strerror(errno.EFAULT)}"
-        frame = Frame(1, 0, [b"z" * 5000, b"w" * 10])
-        [location] = await logger.write_direct_group([frame], writer.write, writer.gathers)
-        assert read_back(logger, location, frame) == [b"z" * 5000, b"w" * 10]
-    finally:
-        await writer.close()
-        logger.close()
-
-
-async def test_a_gathered_write_reads_the_entries_as_they_are_when_it_is_planned(
-    tmp_path: pathlib.Path,
-) -> None:
-    """The loop copies only the headers; the entries come from its memory, and a write
-    whose entries the process cannot read fails with its errno and is cut back."""
-    logger = EntryLogger(tmp_path, 1 << 20, direct_io=True)
-    writer = DirectWriter(logger.buffer_fd)
-    await writer.start()
-    try:
-        assert writer.gathers, writer.gather_refused
-        frame = Frame(1, 0, [bytes(range(256)) * 9, b"", b"tail"])
-        write = logger.plan_direct([frame], 0, gather=True)
-        assert [(at, nbytes) for at, nbytes, _ in write.gathers] == [
-            (len(frame.header), frame.payload_bytes)
-        ]
-        payloads = write.buffer[len(frame.header) : len(frame.header) + frame.payload_bytes]
-        assert payloads == bytes(frame.payload_bytes)  # not copied on the loop
-        with pytest.raises(ValueError, match="writer process"):
-            write.execute()
-        await writer.write(write)
-        logger.finish_direct(write)
-        assert read_back(logger, write.locations[0], frame) == list(frame.entries)
-
-        offset = logger.write_offset
-        lost = Frame(1, 3, [b"q" * 100])
-        bad = logger.plan_direct([lost], 0, gather=True)
-        bad.gathers = [
-            (at, nbytes, (8).to_bytes(8, "little") + (100).to_bytes(8, "little"))
-            for at, nbytes, _ in bad.gathers
-        ]
-        with pytest.raises(OSError) as failure:
-            await writer.write(bad)
-        assert failure.value.errno == errno.EFAULT
-        with pytest.raises(StorageFaultError):
-            logger.abandon_direct(bad, failure.value)
-        assert logger.write_offset == offset
-        [location] = await logger.write_direct_group([lost], writer.write, gather=True)
-        assert read_back(logger, location, lost) == [b"q" * 100]
-    finally:
-        await writer.close()
-        logger.close()
 
 
 async def test_a_write_the_process_fails_is_reported_and_the_next_one_goes_through(

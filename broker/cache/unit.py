@@ -117,12 +117,18 @@ class TopicUnit:
         ledger_id: int,
         first: int,
         datas: Sequence[bytes | memoryview] | None,
-        sizes: Sequence[int],
+        sizes: Sequence[int] | None,
     ) -> None:
-        """Entries ``first..`` were stored: cached if the policy says so."""
+        """Entries ``first..`` were stored: cached if the policy says so. ``sizes`` None:
+        the lengths of ``datas``, measured only when they are cached (a topic nobody
+        reads does not pay an int object per entry)."""
         reads = self.policy.added_reads()
         if reads is None:
             return
+        if sizes is None:
+            if datas is None:
+                raise ValueError("added needs the entries' sizes or the entries")
+            sizes = list(map(len, datas))
         self.cache.insert(ledger_id, first, datas, sizes, reads)
         self.manager.after_insert()
 

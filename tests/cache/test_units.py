@@ -68,6 +68,27 @@ def test_pip430_added_entries_expect_one_read_per_active_cursor() -> None:
     assert counts(events) == [1, 4]
 
 
+class Unmeasurable(bytes):
+    """An entry whose length may not be taken: a test of who measures it."""
+
+    def __len__(self) -> int:
+        raise AssertionError("measured")
+
+
+@pytest.mark.parametrize("design", ["pip430", "legacy", "segmented"])
+def test_a_live_only_topic_measures_its_entries_only_when_it_caches_them(design: str) -> None:
+    """Without a trace or shadows the stream leaves the sizes to the live unit, which
+    takes them from the entries it caches, and never measures what it does not cache."""
+    _, events, clock = topic(design)
+    clock.advance_ms(GRACE_MS + 1)
+    events.added(L, 0, [Unmeasurable(b"x" * 5)] * 3)  # nobody reads: not cached
+    assert held(events) == []
+    activate(events, "a", 3)
+    events.added(L, 3, [b"abc", b"defgh"])
+    assert held(events) == [3, 4]
+    assert [e.size for e in events.live.cache.cached_entries()] == [3, 5]
+
+
 def test_pip430_storage_reads_expect_the_readers_at_or_before_the_reader() -> None:
     _, events, clock = topic("pip430")
     clock.advance_ms(GRACE_MS + 1)

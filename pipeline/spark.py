@@ -13,7 +13,8 @@ On a ``local`` master the executors' Python is the driver's own (``PYSPARK_PYTHO
 defaults to it), which imports brokerlab as the driver does. Anywhere else the
 executors' Python is the cluster's (``PYSPARK_PYTHON`` or ``spark.pyspark.python``, as
 for any PySpark job) and need not have brokerlab: :func:`ship_code` zips the packages a
-task imports (``broker``, ``pipeline``; pure Python, checked) on the driver and adds the
+task imports (``broker``, ``pipeline``; pure Python, checked, the optional compiled
+accelerators of :data:`OPTIONAL_COMPILED` left out) on the driver and adds the
 zip to the session (``addPyFile`` on a classic session, ``addArtifacts(pyfile=True)`` on
 Connect), so tasks import them from there. The executors' Python needs what those
 packages import: pyarrow, numpy, pandas (PySpark's Arrow UDFs), sortedcontainers, and
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 SHIPPED_PACKAGES = ("broker", "pipeline")
 #: files that cannot be imported from a zip
 _COMPILED = (".so", ".pyd", ".dylib")
+#: compiled modules the zip leaves out: optional accelerators whose package works without
+#: them (an executor's Python, maybe of another platform, runs the Python reference)
+OPTIONAL_COMPILED = frozenset({"broker.ledger._entries"})
 
 _shipped: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -144,9 +148,13 @@ def code_archive(directory: pathlib.Path | None = None) -> pathlib.Path:
         for path in sorted(root.rglob("*")):
             if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
                 continue
-            if path.suffix in _COMPILED:
-                raise RuntimeError(f"{path}: a compiled module cannot be shipped in a zip")
             name = f"{package}/{path.relative_to(root).as_posix()}"
+            if path.suffix in _COMPILED:
+                module_name = name.rpartition("/")[0].replace("/", ".")
+                module_name += "." + path.name.partition(".")[0]
+                if module_name in OPTIONAL_COMPILED:
+                    continue
+                raise RuntimeError(f"{path}: a compiled module cannot be shipped in a zip")
             members.append((name, path.read_bytes()))
     digest = hashlib.sha256()
     for name, data in members:

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from broker.trace.recorder import SCHEMA, file_name
-from pipeline import jobs
+from pipeline import jobs, spark
 from pipeline.cli import add_command
 from pipeline.spark import code_archive, session_target
 from pipeline.trace_io import (
@@ -83,6 +83,22 @@ def test_the_code_zip_runs_the_replay_on_a_python_without_brokerlab(
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.startswith(str(archive))
+
+
+def test_the_code_zip_leaves_out_optional_compiled_modules_and_refuses_others(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "src" / "shipme"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "fast.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    monkeypatch.setattr(spark, "SHIPPED_PACKAGES", ("shipme",))
+    with pytest.raises(RuntimeError, match="cannot be shipped"):
+        code_archive(tmp_path / "a")
+    monkeypatch.setattr(spark, "OPTIONAL_COMPILED", frozenset({"shipme.fast"}))
+    names = zipfile.ZipFile(code_archive(tmp_path / "b")).namelist()
+    assert names == ["shipme/__init__.py"]
 
 
 @pytest.mark.parametrize(

@@ -106,8 +106,8 @@ class Frame:
     thread (one call instead of one per payload), and leaves ``header`` unsealed.
 
     Building one costs one header allocation: no payload is copied. The header comes
-    from ``storage_stub.bookie._frames`` where it was built (about 0.6 us for 100
-    entries against 4 here), else from :func:`frame_header`.
+    from ``storage_stub.bookie._frames`` where it was built (about 0.4 us for 100
+    entries against 5 in Python), else from :func:`frame_header`.
     """
 
     __slots__ = (
@@ -121,12 +121,13 @@ class Frame:
     )
 
     def __init__(self, ledger_id: int, first_entry_id: int, entries: Sequence[bytes]) -> None:
-        try:
-            if _compiled is None:
-                raise TypeError
-            header, payload_bytes = _compiled.frame_header(ledger_id, first_entry_id, entries)
-        except TypeError:  # not built here, or entries that are not a list or tuple of bytes
+        if _compiled is None:
             header, payload_bytes = frame_header(ledger_id, first_entry_id, entries)
+        else:
+            try:
+                header, payload_bytes = _compiled.frame_header(ledger_id, first_entry_id, entries)
+            except TypeError:  # entries that are not a list or tuple of bytes
+                header, payload_bytes = frame_header(ledger_id, first_entry_id, entries)
         self.ledger_id = ledger_id
         self.first_entry_id = first_entry_id
         self.count = len(entries)

@@ -273,12 +273,13 @@ def encode_payloads(
             _plain_metadata.clear()  # a bound for callers that vary the producer name
         table = _plain_metadata[table_key] = _PlainMetadata(producer_name, len(tail))
     rows = table.rows(first_sequence_id, count)
+    tail_crc = crc32c(tail)
     if _compiled is not None and type(payloads) is list:
         try:
-            return _compiled.encode_rows(rows, payloads, tail, crc32c(tail))
+            return _compiled.encode_rows(rows, payloads, tail, tail_crc)
         except TypeError:  # a payload that is not exactly bytes (a bytearray, a view)
             pass
-    return encode_rows(rows, payloads, tail, crc32c(tail))
+    return encode_rows(rows, payloads, tail, tail_crc)
 
 
 def encode_rows(

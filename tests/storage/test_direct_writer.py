@@ -11,6 +11,8 @@ import errno
 import os
 import pathlib
 import signal
+import socket
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 
 from broker.bench.http import child_pids
 from storage_stub.bookie import StorageFaultError
-from storage_stub.bookie.direct_writer import DirectWriter
+from storage_stub.bookie.direct_writer import DirectWriter, _Requests
 from storage_stub.bookie.entry_log import EntryLogger, Frame, FrameLocation
 from tests.conftest import BrokerProcessFactory, child_processes
 from tests.storage.conftest import OpenStorage
@@ -26,6 +28,7 @@ from tests.storage.test_bookie_entry_log_direct import frames_of, groups, log_by
 
 TOPIC = "public/default/t"
 WRITER_COMMAND = "storage_stub.bookie.direct_writer"
+DEADLINE_S = 10.0
 
 
 async def write_plan(directory: pathlib.Path, size_limit: int, plan: list[Any]) -> None:
@@ -165,3 +168,31 @@ async def test_ctrl_c_reaching_the_writer_process_leaves_the_broker_to_stop_it(
     assert writer not in child_pids(broker.process.pid)
     with pytest.raises(ProcessLookupError):
         os.kill(writer, 0)
+
+
+def test_the_process_reads_requests_whole_however_they_arrive() -> None:
+    """Requests split across reads, and several in one read, come out whole and in
+    order; the end of the input gives a short read. (Reads run on a thread so that one
+    which waits for bytes already sent fails the test instead of hanging it.)"""
+    ours, theirs = socket.socketpair()
+    pool = ThreadPoolExecutor(1)
+    try:
+        requests = _Requests(theirs)
+
+        def read(size: int) -> bytes:
+            return pool.submit(requests.read, size).result(timeout=DEADLINE_S)
+
+        ours.sendall(b"abc" + b"defgh")  # two requests in one write
+        assert read(3) == b"abc"
+        assert read(5) == b"defgh"
+        ours.sendall(b"ij")  # one request in two writes
+        ours.sendall(b"klm")
+        assert read(5) == b"ijklm"
+        ours.sendall(b"no")
+        ours.shutdown(socket.SHUT_WR)
+        assert read(4) == b"no"
+        assert read(4) == b""
+    finally:
+        ours.close()  # the end of the input for a read still waiting
+        pool.shutdown()
+        theirs.close()

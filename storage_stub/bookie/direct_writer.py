@@ -154,8 +154,9 @@ class _Requests:
     A process blocked in ``recv`` on a Unix socket is woken whenever its peer reads
     from the pair: the loop's read of each answer woke this process for nothing, a
     context switch for it and a cross-CPU wakeup charged to the loop (about 1.2% of the
-    loop's CPU under ``brokerlab bench http``, measured with perf). ``poll`` sleeps on
-    the same queue but is woken only for the events it waits for, here input.
+    loop's CPU under 16 producers of 100 x 1 KiB messages, measured with perf).
+    ``poll`` sleeps on the same queue but is woken only for the events it waits for,
+    here input.
     """
 
     __slots__ = ("_buffer", "_poller", "_sock")
@@ -180,7 +181,7 @@ class _Requests:
         return taken
 
 
-#: a read takes what has arrived up to this much (a request is 40 bytes, its path and
+#: a read takes what has arrived up to this much (a request is 32 bytes, its path and
 #: 16 bytes a frame)
 _RECV_BYTES = 64 * 1024
 

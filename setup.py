@@ -24,5 +24,12 @@ setup(
             extra_compile_args=["-Wall", "-Wextra"],
             optional=True,
         ),
+        Extension(
+            "storage_stub.bookie._writer",
+            ["storage_stub/bookie/_writer.c"],
+            extra_compile_args=["-Wall", "-Wextra"],
+            libraries=["z", "dl"],
+            optional=True,
+        ),
     ]
 )

@@ -196,7 +196,7 @@ def warn_if_open(config: BrokerConfig) -> None:
 
 async def serve(settings: Settings, brokers: int = 1) -> int:
     """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed),
-    and return 0; 1 after the same close if a codec or entry log writer process died.
+    and return 0; 1 after the same close if a codec process died.
     Each broker prints the address of its HTTP service and binary protocol."""
     from broker.http.app import CODEC, node_app
     from broker.http.listener import LimitedTCPSite, http_runner
@@ -234,13 +234,10 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-        # a codec or entry log writer process that dies takes the broker down rather
-        # than leave it half-alive
+        # a codec process that dies takes the broker down rather than leave it half-alive
         died: list[asyncio.Future[Any]] = [
             runner.app[CODEC].died for runner in runners if CODEC in runner.app
         ]
-        if cluster.storage.died is not None:
-            died.append(cluster.storage.died)
         try:
             await asyncio.wait([stopped, *died], return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -1,5 +1,5 @@
 """A Python child process on one end of a Unix socket pair, owned by the event loop: the
-broker's codec processes and the bookie's entry log writer.
+broker's codec processes.
 
 The child runs in a session (so a process group) of its own: Ctrl-C in a terminal signals
 the broker's group, and the broker stops the child by ending its input once nothing is

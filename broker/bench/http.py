@@ -59,6 +59,7 @@ import broker
 from broker.bench.bare_server import READY_PREFIX as BARE_READY_PREFIX
 from broker.http.codec import default_codec_processes
 from broker.ledger.entry import compiled_encoder
+from storage_stub.bookie.direct_writer import thread_writer_crc
 from storage_stub.bookie.entry_log import compiled_frames
 
 HOST = "127.0.0.1"
@@ -127,8 +128,8 @@ def _conf_dir() -> pathlib.Path | None:
 
 
 def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process and its live children, the broker's codec
-    and entry log writer processes (Linux /proc; None elsewhere)."""
+    """User + system CPU time of a process (its threads included) and its live
+    children, the broker's codec processes (Linux /proc; None elsewhere)."""
     own = _own_cpu_seconds(pid)
     if own is None:
         return None
@@ -717,6 +718,7 @@ def _report(
             # likewise frames by storage_stub.bookie._frames
             "entry_encoder": "compiled" if compiled_encoder() else "python",
             "frame_builder": "compiled" if compiled_frames() else "python",
+            "entry_log_writer": thread_writer_crc() or "python",
             "client": "aiohttp ClientSession in the bench process (uvloop)",
             "servers": (
                 "child processes: bare aiohttp+uvloop; brokerlab serve x4, one with "
@@ -768,6 +770,13 @@ _ENCODERS = {
 _FRAMES = {
     "compiled": "compiled (storage_stub.bookie._frames)",
     "python": "entry_log.py's Python (storage_stub.bookie._frames was not built here)",
+}
+_WRITERS = {
+    "isa-l": "the compiled writer thread (storage_stub.bookie._writer; ISA-L's CRC-32)",
+    "zlib": "the compiled writer thread (storage_stub.bookie._writer; zlib's CRC-32, "
+    "slower: isal's library has no crc32_gzip_refl)",
+    "python": "copied on the loop, sealed and written on the bookie's writer thread "
+    "(storage_stub.bookie._writer was not built here)",
 }
 
 
@@ -834,14 +843,15 @@ def format_table(result: dict[str, Any]) -> str:
         f"{result['produce_codec_ratio']:.2f} of the produce ceiling",
         f"produce+consume: consumed {result['consumed']:,} of {result['produced']:,} produced",
         f"entries built by: {_ENCODERS[config['entry_encoder']]}; entry log frames: "
-        f"{_FRAMES[config['frame_builder']]}",
+        f"{_FRAMES[config['frame_builder']]}; direct writes: "
+        f"{_WRITERS[config['entry_log_writer']]}",
         f"produce+consume traced / untraced: {result['traced_over_untraced']:.2f} "
         "(what recording the access trace costs)",
         "ratio = msgs/s / its ceiling's msgs/s (produce rows: the produce ceiling; "
         "produce+consume rows: the produce+consume ceiling), measured in this run; rounds: "
         "the lowest and highest of the same ratio taken round by round; CPU columns are "
-        "cores busy during the row (server: its process and its children, the codec and "
-        "entry log writer processes; client: this "
+        "cores busy during the row (server: its process, the entry log writer thread "
+        "included, and its codec processes; client: this "
         "process); us/msg: server CPU per message counted; loop us/msg: its event loop "
         "thread's, which runs on one core and so bounds the server's rate.",
     ]

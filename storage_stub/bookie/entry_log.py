@@ -19,8 +19,9 @@ Two write paths give the same file contents:
   them as they were) to the next block boundary (zeros after the last frame, like a
   preallocated tail; the next group overwrites them). No page-cache page is filled, and
   filling them was what a write cost most on the machine brokerlab is tuned on.
-  ``plan_direct`` (the copy) and ``finish_direct`` run on the caller's thread, the
-  pwrite (``DirectWrite.execute``) may run on another. Reads go through the page cache
+  ``plan_direct`` and ``finish_direct`` run on the caller's thread; the copy, the CRCs
+  and the pwrite (``DirectWrite.execute``, or the compiled writer thread of
+  ``direct_writer``) may run on another. Reads go through the page cache
   on either path.
 
 A written frame survives a process kill, and is durable only after ``sync``. Files grow
@@ -33,9 +34,10 @@ which frames were acknowledged; recovery only cuts the newest log back to its la
 frame. Failed writes, rolls and fsyncs raise StorageFaultError (NoSpaceError when the
 disk is full).
 
-Blocking file I/O throughout: ``Frame`` building, reads and the direct path's copy run
-on the event loop; page-cache writes in sync modes always and batch, direct pwrites and
-``sync`` on the bookie's writer thread.
+Blocking file I/O throughout: ``Frame`` building and reads run on the event loop;
+page-cache writes in sync modes always and batch and ``sync`` on the bookie's writer
+thread; the direct path's copies, CRCs and pwrites on the compiled writer thread (else
+the copy on the loop, the rest on the writer thread).
 """
 
 from __future__ import annotations
@@ -179,14 +181,22 @@ def frame_header(
 
 def copy_frame(buffer: mmap.mmap, position: int, frame: Frame) -> int:
     """Copy ``frame`` (header, then entries) into ``buffer`` at ``position``; where the
-    copy ends. ``_frames.copy_frame`` where built (one memcpy an entry), else a join and
-    one slice assignment (the frame copied twice). O(frame bytes)."""
+    copy ends (``copy_parts``)."""
+    return copy_parts(buffer, position, frame.header, frame.entries)
+
+
+def copy_parts(
+    buffer: mmap.mmap, position: int, header: bytearray, entries: Sequence[bytes]
+) -> int:
+    """Copy ``header``, then ``entries``, into ``buffer`` at ``position``; where the copy
+    ends. ``_frames.copy_frame`` where built (one memcpy an entry), else a join and one
+    slice assignment (the frame copied twice). O(frame bytes)."""
     if _compiled is not None:
         try:
-            return _compiled.copy_frame(buffer, position, frame.header, frame.entries)
+            return _compiled.copy_frame(buffer, position, header, entries)
         except TypeError:  # entries that are not a list or tuple of bytes
             pass
-    data = b"".join((frame.header, *frame.entries))
+    data = b"".join((header, *entries))
     end = position + len(data)
     if position < 0 or end > len(buffer):
         raise ValueError(
@@ -207,35 +217,55 @@ class DirectWrite:
     """One planned O_DIRECT write (see ``EntryLogger.plan_direct``): ``length`` bytes of
     ``buffer`` to ``start`` of a log, both block-aligned; the frames in it end at ``end``
     and start at ``locations``. ``unsealed``: the (start, end) in ``buffer`` of each
-    frame whose CRC is filled in before writing (``seal_copied_frames``)."""
+    frame whose CRC is filled in before writing (``seal_copied_frames``). ``copies``:
+    the (position in ``buffer``, header, entries) of each frame still to be copied
+    there (planned with ``copy=False``; empty once copied)."""
 
-    __slots__ = ("buffer", "end", "fd", "length", "locations", "path", "start", "unsealed")
+    __slots__ = (
+        "buffer",
+        "copies",
+        "end",
+        "fd",
+        "length",
+        "locations",
+        "start",
+        "unsealed",
+    )
 
     def __init__(
         self,
         fd: int,
-        path: str,
         buffer: mmap.mmap,
         start: int,
         length: int,
         end: int,
         locations: list[FrameLocation],
         unsealed: list[tuple[int, int]],
+        copies: list[tuple[int, bytearray, Sequence[bytes]]],
     ) -> None:
+        #: the log's O_DIRECT descriptor
         self.fd = fd
-        #: the log file written (``fd`` is this process's O_DIRECT descriptor of it)
-        self.path = path
         self.buffer = buffer
         self.start = start
         self.length = length
         self.end = end
         self.locations = locations
         self.unsealed = unsealed
+        self.copies = copies
+
+    def copy(self) -> None:
+        """Copy the frames still to be copied into the buffer (on the caller's thread).
+        O(their bytes)."""
+        buffer = self.buffer
+        for position, header, entries in self.copies:
+            copy_parts(buffer, position, header, entries)
+        self.copies = []
 
     def execute(self) -> None:
-        """Blocking, in this process (``write_group``; the bookie has the entry log
-        writer process do the same): the unsealed frames' CRCs, then the pwrite.
-        OSError if the write fails."""
+        """Blocking, on the caller's thread (``write_group``, or the bookie's writer thread
+        where the compiled writer is not built): the frames' copies, their CRCs, then the
+        pwrite. OSError if the write fails."""
+        self.copy()
         seal_copied_frames(self.buffer, self.unsealed)
         with memoryview(self.buffer) as view:
             written = 0
@@ -322,11 +352,9 @@ class EntryLogger:
         "_allocated",
         "_broken",
         "_buffer",
-        "_buffer_fd",
         "_current_fd",
         "_current_id",
         "_direct_fd",
-        "_direct_path",
         "_directory",
         "_directory_fd",
         "_fds",
@@ -348,16 +376,12 @@ class EntryLogger:
         ``direct_io`` reads False."""
         self._directory = directory
         self._size_limit = size_limit
-        self.direct_io = direct_io and hasattr(os, "O_DIRECT") and hasattr(os, "memfd_create")
+        self.direct_io = direct_io and hasattr(os, "O_DIRECT")
         self._direct_fd = -1
-        #: the current log's path as a string, for the writer process (pathlib's str()
-        #: took about 20 us a group on the loop)
-        self._direct_path = ""
         #: The written bytes of the current log's last, partly filled block (direct I/O
         #: rewrites that block with the next group, as O_DIRECT writes whole blocks).
         self._tail = b""
         self._buffer: mmap.mmap | None = None
-        self._buffer_fd = -1
         self._fds: dict[int, int] = {}
         self._unsynced: set[int] = set()
         self._broken: OSError | None = None
@@ -458,7 +482,6 @@ class EntryLogger:
                 raise
             self.direct_io = False
             return
-        self._direct_path = path
         partial = self._write_offset % DIRECT_IO_ALIGNMENT
         start = self._write_offset - partial
         if partial:
@@ -589,14 +612,19 @@ class EntryLogger:
         return locations
 
     async def write_direct_group(
-        self, frames: Sequence[Frame], execute: Callable[[DirectWrite], Awaitable[None]]
+        self,
+        frames: Sequence[Frame],
+        execute: Callable[[DirectWrite], Awaitable[None]],
+        copy: bool = True,
     ) -> list[FrameLocation]:
         """``write_group`` with direct I/O, each planned write run by ``execute`` (the
-        entry log writer process, or a thread) while the caller's loop goes on: where
-        each frame starts. StorageFaultError if a write fails (it is cut back)."""
+        entry log writer) while the caller's loop goes on: where each frame starts.
+        ``copy``: whether the frames are copied into the buffer here (else ``execute``
+        copies ``DirectWrite.copies``). StorageFaultError if a write fails (it is cut
+        back)."""
         locations: list[FrameLocation] = []
         while len(locations) < len(frames):
-            write = self.plan_direct(frames, len(locations))
+            write = self.plan_direct(frames, len(locations), copy)
             try:
                 await execute(write)
             except OSError as error:
@@ -605,19 +633,22 @@ class EntryLogger:
             locations += write.locations
         return locations
 
-    def plan_direct(self, frames: Sequence[Frame], first: int = 0) -> DirectWrite:
+    def plan_direct(
+        self, frames: Sequence[Frame], first: int = 0, copy: bool = True
+    ) -> DirectWrite:
         """Prepare one O_DIRECT write of ``frames[first:]``, as many of them as the current
         log and MAX_DIRECT_WRITE_BYTES take (rolling to a new log first when not even the
-        first one fits): copy
-        them into the reused page-aligned buffer, from the start of the partly written
-        last block (its bytes written again, unchanged) to the next block boundary
-        (zeros after the last frame, as in a preallocated tail).
+        first one fits): place them in the reused page-aligned buffer, from the start of
+        the partly written last block (its bytes written again, unchanged) to the next
+        block boundary (zeros after the last frame, as in a preallocated tail). They are
+        copied there now, or with ``copy=False`` left in the result's ``copies`` for
+        whoever runs the write.
 
         Run the result's ``execute`` (on any thread; it touches nothing but the buffer
         and the file), then ``finish_direct`` or, if it raised, ``abandon_direct``;
         nothing else may be written in between. O(bytes of the frames taken): one
-        memcpy per frame, and a fallocate per 64 MiB; the frames' CRCs are left to
-        ``execute``.
+        memcpy per entry (O(frames) with ``copy=False``), and a fallocate per 64 MiB;
+        the frames' CRCs are left to ``execute``.
         """
         if not self.direct_io:
             raise ValueError("plan_direct needs direct I/O")
@@ -655,17 +686,29 @@ class EntryLogger:
         position = len(tail)
         locations: list[FrameLocation] = []
         unsealed: list[tuple[int, int]] = []
+        copies: list[tuple[int, bytearray, Sequence[bytes]]] = []
         log_id = self._current_id
         for index in range(first, taken):
             frame = frames[index]
             locations.append(FrameLocation(log_id, start + position))
-            end_of_frame = copy_frame(buffer, position, frame)
+            if copy:
+                end_of_frame = copy_frame(buffer, position, frame)
+            else:
+                copies.append((position, frame.header, frame.entries))
+                end_of_frame = position + len(frame.header) + frame.payload_bytes
             if not frame.sealed:
                 unsealed.append((position, end_of_frame))
             position = end_of_frame
         buffer[position:length] = _ZEROS[: length - position]
         return DirectWrite(
-            self._direct_fd, self._direct_path, buffer, start, length, end, locations, unsealed
+            self._direct_fd,
+            buffer,
+            start,
+            length,
+            end,
+            locations,
+            unsealed,
+            copies,
         )
 
     def finish_direct(self, write: DirectWrite) -> None:
@@ -691,8 +734,8 @@ class EntryLogger:
         raise os_fault("addEntries", "entry log write", error) from None
 
     def _aligned_buffer(self, size: int) -> mmap.mmap:
-        """A page-aligned buffer of at least ``size`` bytes, kept for the next write: a
-        mapping of the memfd ``buffer_fd``, which a writer process maps too."""
+        """A page-aligned buffer (an anonymous mapping) of at least ``size`` bytes, kept
+        for the next write."""
         buffer = self._buffer
         if buffer is None or len(buffer) < size:
             if buffer is not None:
@@ -700,17 +743,8 @@ class EntryLogger:
             capacity = DIRECT_IO_ALIGNMENT
             while capacity < size:
                 capacity *= 2
-            os.ftruncate(self.buffer_fd, capacity)
-            buffer = self._buffer = mmap.mmap(self.buffer_fd, capacity)
+            buffer = self._buffer = mmap.mmap(-1, capacity)
         return buffer
-
-    @property
-    def buffer_fd(self) -> int:
-        """The memfd the direct I/O buffer lives in (made on first use): a process given
-        it maps the same memory (``storage_stub.bookie.direct_writer``)."""
-        if self._buffer_fd < 0:
-            self._buffer_fd = os.memfd_create("brokerlab-entry-log-buffer", os.MFD_CLOEXEC)
-        return self._buffer_fd
 
     def _write_frame(self, frame: Frame, offset: int, size: int) -> None:
         frame.seal()
@@ -832,9 +866,6 @@ class EntryLogger:
         if self._buffer is not None:
             self._buffer.close()
             self._buffer = None
-        if self._buffer_fd >= 0:
-            os.close(self._buffer_fd)
-            self._buffer_fd = -1
         if self._directory_fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._directory_fd)

@@ -86,12 +86,6 @@ class Storage:
         return None if self._disk is None else self._disk.read_only_reason
 
     @property
-    def died(self) -> asyncio.Future[str] | None:
-        """Set (to the reason) when a process the storage runs exits while it is open
-        (the entry log writer of direct I/O); None where it runs none."""
-        return None if self._disk is None else self._disk.writer_died
-
-    @property
     def disk_usage(self) -> float:
         """Usage of the data directory's file system at the last check, 0..1 (0 in
         memory mode)."""

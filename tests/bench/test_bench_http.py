@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from broker.bench import http
 from broker.ledger.entry import compiled_encoder
+from storage_stub.bookie.direct_writer import thread_writer_crc
 from storage_stub.bookie.entry_log import compiled_frames
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -51,6 +52,7 @@ def test_bench_http_quick_json() -> None:
     # the servers run this interpreter's broker package: what it imports, they use
     assert result["config"]["entry_encoder"] == ("compiled" if compiled_encoder() else "python")
     assert result["config"]["frame_builder"] == ("compiled" if compiled_frames() else "python")
+    assert result["config"]["entry_log_writer"] == (thread_writer_crc() or "python")
 
     ceiling = rows["ceiling"]["rate_msgs_per_s"]
     pc_ceiling = rows["ceiling_produce_consume"]["rate_msgs_per_s"]

@@ -49,7 +49,7 @@ MAX_MESSAGES = 50
 MAX_SIZE = 2048
 NOW_MS = 1_763_700_000_000
 TOPIC = "public/default/codec"
-#: what a codec process's command line holds (the broker also runs an entry log writer)
+#: what a codec process's command line holds
 CODEC_COMMAND = "broker.http.codec"
 
 

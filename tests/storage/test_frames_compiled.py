@@ -7,12 +7,13 @@ machine can build it a test insists it was built.
 from __future__ import annotations
 
 import mmap
+import pathlib
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage_stub.bookie import entry_log
+from storage_stub.bookie import direct_writer, entry_log
 from storage_stub.bookie.api import total_size
 from storage_stub.bookie.entry_log import Frame, copy_frame, frame_header
 from tests.ledger.test_entries_compiled import can_build_extensions
@@ -148,3 +149,12 @@ def test_total_size_of_what_the_compiled_code_refuses_is_summed_in_python() -> N
         compiled.total_size(iter([b"ab"]))
     assert total_size([b"ab", bytearray(b"c"), memoryview(b"de")]) == 5  # type: ignore[list-item]
     assert total_size(iter([b"ab", b"c"])) == 3  # type: ignore[arg-type]
+
+
+def test_the_compiled_writer_is_built_with_isa_l_where_the_machine_can_build_it() -> None:
+    """storage_stub.bookie._writer also needs zlib's headers (zlib1g-dev, which Debian's
+    Python headers pull in); its CRC comes from the isal wheel's library."""
+    if not can_build_extensions() or not pathlib.Path("/usr/include/zlib.h").exists():
+        pytest.skip("no C compiler, Python's headers or zlib's headers here")
+    assert direct_writer.thread_writer_built(), "setup.py's build of _writer failed"
+    assert direct_writer.thread_writer_crc() == "isa-l"

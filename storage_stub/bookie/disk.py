@@ -97,7 +97,7 @@ class _DiskLedger:
         self.metadata = metadata
         self.next_entry_id = metadata.last_entry_id + 1
         #: The newest add of this ledger not yet committed (adds commit in order).
-        self.in_flight: asyncio.Future[None] | None = None
+        self.in_flight: asyncio.Future[int] | None = None
         #: Close/recover/delete calls in progress; adds are refused meanwhile.
         self.sealers = 0
 
@@ -108,20 +108,6 @@ class _PendingAdd:
     def __init__(self, ledger: _DiskLedger, frame: Frame) -> None:
         self.ledger = ledger
         self.frame = frame
-
-
-def _resolve_add(result: asyncio.Future[int], last: int, committed: asyncio.Future[None]) -> None:
-    """Hand a committed group's outcome on to one of its adds' ``start_add`` future."""
-    if result.done():
-        return
-    if committed.cancelled():
-        result.cancel()
-        return
-    error = committed.exception()
-    if error is None:
-        result.set_result(last)
-    else:
-        result.set_exception(error)
 
 
 class DiskBookie:
@@ -205,7 +191,7 @@ class DiskBookie:
         #: the thread that copies, seals and writes direct I/O groups (made by ``open``
         #: where built; else the loop copies and the writer thread writes)
         self._writer: ThreadWriter | None = None
-        self._committer: GroupCommitter[_PendingAdd] | None = None
+        self._committer: GroupCommitter[_PendingAdd, int] | None = None
         if config.syncMode == "always":
             self._committer = GroupCommitter(
                 self._commit,
@@ -411,7 +397,6 @@ class DiskBookie:
         frame = Frame(ledger_id, first, entries)
         last = first + frame.count - 1
         committer = self._committer
-        result: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if committer is None:
             try:
                 location = self._log.write(frame)
@@ -422,14 +407,14 @@ class DiskBookie:
             metadata = ledger.metadata
             metadata.last_entry_id = last
             metadata.length += frame.payload_bytes
+            result: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             result.set_result(last)
             return result
-        future = committer.submit(_PendingAdd(ledger, frame), frame.payload_bytes)
+        # the committer's future is the add's: it resolves to the last entry id
+        future = committer.submit(_PendingAdd(ledger, frame), frame.payload_bytes, last)
         ledger.next_entry_id = last + 1
-        # the committer's own future: nobody outside waits on it, so nobody cancels it
         ledger.in_flight = future
-        future.add_done_callback(functools.partial(_resolve_add, result, last))
-        return result
+        return future
 
     def _write_group(self, group: list[_PendingAdd]) -> None:
         """Writer thread (always/batch, page cache): write the group's frames, then
@@ -670,7 +655,7 @@ class DiskBookie:
         return self._sync_mode
 
     @property
-    def committer(self) -> GroupCommitter[_PendingAdd] | None:
+    def committer(self) -> GroupCommitter[_PendingAdd, int] | None:
         return self._committer
 
     @property

@@ -31,10 +31,11 @@ class RecordingCommit:
 
 async def test_items_submitted_together_commit_as_one_group_once_the_bytes_are_in() -> None:
     commit = RecordingCommit()
-    committer = GroupCommitter(commit, max_wait_s=3600.0, max_bytes=50)
+    committer: GroupCommitter[str, object] = GroupCommitter(commit, max_wait_s=3600.0, max_bytes=50)
     committer.start()
-    futures = [committer.submit(f"item{i}", 10) for i in range(5)]
-    await asyncio.gather(*futures)
+    futures = [committer.submit(f"item{i}", 10, i) for i in range(5)]
+    # each future resolves to the value its caller gave
+    assert await asyncio.gather(*futures) == [0, 1, 2, 3, 4]
     assert commit.groups == [[f"item{i}" for i in range(5)]]
     assert (committer.groups_committed, committer.items_committed) == (1, 5)
     await committer.close()
@@ -42,18 +43,22 @@ async def test_items_submitted_together_commit_as_one_group_once_the_bytes_are_i
 
 async def test_a_lone_item_is_committed_when_its_wait_runs_out() -> None:
     commit = RecordingCommit()
-    committer = GroupCommitter(commit, max_wait_s=0.001, max_bytes=1 << 20)
+    committer: GroupCommitter[str, object] = GroupCommitter(
+        commit, max_wait_s=0.001, max_bytes=1 << 20
+    )
     committer.start()
-    await committer.submit("alone", 1)
+    await committer.submit("alone", 1, "alone")
     assert commit.groups == [["alone"]]
     await committer.close()
 
 
 async def test_max_items_one_commits_every_item_by_itself_in_order() -> None:
     commit = RecordingCommit()
-    committer = GroupCommitter(commit, max_wait_s=0.0, max_bytes=1 << 20, max_items=1)
+    committer: GroupCommitter[str, object] = GroupCommitter(
+        commit, max_wait_s=0.0, max_bytes=1 << 20, max_items=1
+    )
     committer.start()
-    await asyncio.gather(*(committer.submit(f"item{i}", 1) for i in range(4)))
+    await asyncio.gather(*(committer.submit(f"item{i}", 1, f"item{i}") for i in range(4)))
     assert commit.groups == [["item0"], ["item1"], ["item2"], ["item3"]]
     await committer.close()
 
@@ -61,40 +66,46 @@ async def test_max_items_one_commits_every_item_by_itself_in_order() -> None:
 async def test_a_failed_commit_fails_its_group_and_everything_queued_behind_it() -> None:
     commit = RecordingCommit()
     commit.gate = asyncio.Event()
-    committer = GroupCommitter(commit, max_wait_s=0.0, max_bytes=1 << 20, max_items=2)
+    committer: GroupCommitter[str, object] = GroupCommitter(
+        commit, max_wait_s=0.0, max_bytes=1 << 20, max_items=2
+    )
     committer.start()
-    first_group = [committer.submit("a", 1), committer.submit("b", 1)]
+    first_group = [committer.submit("a", 1, "a"), committer.submit("b", 1, "b")]
     await commit.entered.wait()  # the committer holds the first group
-    queued = committer.submit("c", 1)
+    queued = committer.submit("c", 1, "c")
     commit.fail_next = StorageFaultError("addEntries", "disk on fire")
     commit.gate.set()
     outcomes = await asyncio.gather(*first_group, queued, return_exceptions=True)
     assert all(isinstance(o, StorageFaultError) for o in outcomes)
 
-    await committer.submit("d", 1)  # the committer keeps going
+    await committer.submit("d", 1, "d")  # the committer keeps going
     assert commit.groups == [["d"]]
     await committer.close()
 
 
 async def test_close_commits_what_is_pending_then_refuses_new_items() -> None:
     commit = RecordingCommit()
-    committer = GroupCommitter(commit, max_wait_s=3600.0, max_bytes=1 << 20)
+    committer: GroupCommitter[str, object] = GroupCommitter(
+        commit, max_wait_s=3600.0, max_bytes=1 << 20
+    )
     committer.start()
-    pending = [committer.submit("x", 1), committer.submit("y", 1)]
+    pending = [committer.submit("x", 1, "x"), committer.submit("y", 1, "y")]
     await committer.close()
     assert all(future.done() and future.exception() is None for future in pending)
     assert commit.groups == [["x", "y"]]
     with pytest.raises(StorageFaultError):
-        committer.submit("z", 1)
+        committer.submit("z", 1, "z")
 
 
 async def test_cancelling_close_stops_the_task_and_fails_what_was_pending() -> None:
     commit = RecordingCommit()
     commit.gate = asyncio.Event()
-    committer = GroupCommitter(commit, max_wait_s=0.0, max_bytes=1 << 20, max_items=1)
+    committer: GroupCommitter[str, object] = GroupCommitter(
+        commit, max_wait_s=0.0, max_bytes=1 << 20, max_items=1
+    )
     committer.start()
-    first = committer.submit("blocked", 1)
-    second = committer.submit("queued", 1)
+    first = committer.submit("blocked", 1, "blocked")
+    second = committer.submit("queued", 1, "queued")
     await commit.entered.wait()
     close_started = asyncio.Event()
 

@@ -20,6 +20,7 @@ from broker.auth.service import is_loopback_address
 from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from broker.cluster import Cluster, Settings, http_url
 from broker.config import BrokerConfig, load_broker_config, load_storage_config
+from broker.heap import keep_heap_for_serving
 from storage_stub.confparse import ConfigError
 
 log = logging.getLogger("brokerlab")
@@ -202,6 +203,7 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
     from broker.http.listener import LimitedTCPSite, http_runner
 
     warn_if_open(settings.broker)
+    keep_heap_for_serving()
     cluster = Cluster(settings, brokers=brokers)
     await cluster.open()
     runners: list[web.AppRunner] = []

@@ -8,7 +8,7 @@
  *     payload bytes (u64) | count x entry length (u32)
  *
  * all big-endian; the CRC is left 0 here and filled in later (Frame.seal, or the entry
- * log writer process over the frame's copy). In Python, building a 100-entry header is
+ * log writer thread over the frame's copy). In Python, building a 100-entry header is
  * a list of lengths, a sum and two struct packs (about 4 us), and copying a frame into
  * the aligned buffer is a join of header and entries into a new bytes object and a
  * second copy of that into the buffer; here the header is one pass over the entries and

@@ -39,6 +39,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/types.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -64,8 +65,9 @@ typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_t thread;
-    int started;  /* the thread runs (until joined by close) */
-    int stopping; /* close asked the thread to end */
+    int started;  /* the thread was started and is not joined yet */
+    int stopping; /* close asked the thread to end (no submit is taken after) */
+    pid_t owner;  /* the process that started it: a forked child has no thread */
     int event_fd;
     int state; /* IDLE, QUEUED (the thread's), DONE (the loop's to collect) */
     /* the write; the loop fills it in while IDLE, the thread reads it while QUEUED */
@@ -212,6 +214,9 @@ Writer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     self->event_fd = -1;
+    self->owner = getpid();
+    pthread_mutex_init(&self->lock, NULL);
+    pthread_cond_init(&self->wake, NULL);
     if (library != Py_None) {
         const char *path = PyUnicode_AsUTF8(library);
         if (path == NULL) {
@@ -224,8 +229,6 @@ Writer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
             self->isal_crc = (crc_function)dlsym(self->library, "crc32_gzip_refl");
         }
     }
-    pthread_mutex_init(&self->lock, NULL);
-    pthread_cond_init(&self->wake, NULL);
     self->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (self->event_fd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
@@ -247,11 +250,16 @@ Writer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static void
 stop(Writer *self)
 {
-    if (self->started) {
-        pthread_mutex_lock(&self->lock);
-        self->stopping = 1;
-        pthread_cond_signal(&self->wake);
-        pthread_mutex_unlock(&self->lock);
+    if (!self->started || self->owner != getpid()) {
+        return; /* never started, already stopped, or a forked child's copy */
+    }
+    pthread_mutex_lock(&self->lock);
+    /* the first caller joins; a caller on another thread meanwhile returns at once */
+    int join = !self->stopping;
+    self->stopping = 1;
+    pthread_cond_signal(&self->wake);
+    pthread_mutex_unlock(&self->lock);
+    if (join) {
         Py_BEGIN_ALLOW_THREADS
         pthread_join(self->thread, NULL);
         Py_END_ALLOW_THREADS
@@ -310,19 +318,25 @@ plan_copy(Writer *self, PyObject *item)
     PyObject **items = PySequence_Fast_ITEMS(entries);
     Py_ssize_t header_size = PyByteArray_CheckExact(header) ? PyByteArray_GET_SIZE(header)
                                                             : PyBytes_GET_SIZE(header);
-    Py_ssize_t size = header_size;
+    Py_ssize_t capacity = self->buffer.len;
+    if (position < 0 || position > capacity || header_size > capacity - position) {
+        PyErr_Format(PyExc_ValueError, "a frame at %zd overruns a buffer of %zd", position,
+                     capacity);
+        return -1;
+    }
+    /* room left after each part, so no sum can overflow */
+    Py_ssize_t room = capacity - position - header_size;
     for (Py_ssize_t i = 0; i < count; i++) {
         if (!PyBytes_CheckExact(items[i])) {
             PyErr_SetString(PyExc_TypeError, "entries must be a list or tuple of bytes");
             return -1;
         }
-        size += PyBytes_GET_SIZE(items[i]);
-    }
-    Py_ssize_t capacity = self->buffer.len;
-    if (position < 0 || position > capacity || size > capacity - position) {
-        PyErr_Format(PyExc_ValueError, "a frame of %zd bytes at %zd overruns a buffer of %zd",
-                     size, position, capacity);
-        return -1;
+        if (PyBytes_GET_SIZE(items[i]) > room) {
+            PyErr_Format(PyExc_ValueError, "a frame at %zd overruns a buffer of %zd",
+                         position, capacity);
+            return -1;
+        }
+        room -= PyBytes_GET_SIZE(items[i]);
     }
     if (reserve((void **)&self->copies, &self->copy_capacity, self->copy_count + count,
                 sizeof(Copy)) < 0 ||
@@ -333,7 +347,7 @@ plan_copy(Writer *self, PyObject *item)
     char *to = (char *)self->buffer.buf + position;
     const char *header_bytes = PyByteArray_CheckExact(header) ? PyByteArray_AS_STRING(header)
                                                               : PyBytes_AS_STRING(header);
-    memcpy(to, header_bytes, (size_t)header_size);
+    memmove(to, header_bytes, (size_t)header_size); /* a bytearray buffer may be both */
     to += header_size;
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_ssize_t length = PyBytes_GET_SIZE(items[i]);
@@ -368,7 +382,7 @@ plan_seal(Writer *self, PyObject *item)
     if (end == -1 && PyErr_Occurred()) {
         return -1;
     }
-    if (start < 0 || end > self->buffer.len || end - start < 4) {
+    if (start < 0 || end < 0 || end > self->buffer.len || start > end - 4) {
         PyErr_Format(PyExc_ValueError, "a frame at [%zd, %zd) is not inside a buffer of %zd",
                      start, end, self->buffer.len);
         return -1;
@@ -400,7 +414,11 @@ Writer_submit(Writer *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "submit takes 6 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (!self->started) {
+    if (self->owner != getpid()) {
+        PyErr_SetString(PyExc_RuntimeError, "the writer's thread is in another process");
+        return NULL;
+    }
+    if (!self->started || self->stopping) {
         PyErr_SetString(PyExc_RuntimeError, "the writer is closed");
         return NULL;
     }
@@ -467,6 +485,12 @@ Writer_submit(Writer *self, PyObject *const *args, Py_ssize_t nargs)
     self->length = (size_t)length;
     self->error = 0;
     pthread_mutex_lock(&self->lock);
+    if (self->stopping) { /* closed from another thread while this was planned */
+        pthread_mutex_unlock(&self->lock);
+        release(self);
+        PyErr_SetString(PyExc_RuntimeError, "the writer is closed");
+        return NULL;
+    }
     self->state = QUEUED;
     pthread_cond_signal(&self->wake);
     pthread_mutex_unlock(&self->lock);

@@ -24,6 +24,7 @@ slower.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -97,8 +98,8 @@ class ThreadWriter:
     async def write(self, write: DirectWrite) -> None:
         """Have the thread copy the write's frames, fill in their CRCs and write it: O(its
         entries) on the loop. OSError with the write's errno; the write may then have
-        happened in part. Cancelled, the write still completes on the thread (``close``
-        waits for it)."""
+        happened in part. Cancelled, it still waits for the thread's write to end before
+        it raises CancelledError."""
         if self._closed:
             raise OSError(errno.EIO, "the entry log writer is closed")
         writer = self._writer
@@ -113,9 +114,22 @@ class ThreadWriter:
             writer.submit(write.buffer, write.fd, write.start, write.length, [], write.unsealed)
         write.copies = []
         waiting = self._waiting = self._loop.create_future()
-        code = await waiting
+        try:
+            code = await waiting
+        except asyncio.CancelledError:
+            await self._outlast()
+            raise
         if code:
             raise OSError(code, f"entry log write: {os.strerror(code)}")
+
+    async def _outlast(self) -> None:
+        """A cancelled ``write``'s write goes on on the thread, into the entry logger's
+        buffer and file: wait (cancelled again or not) until it has ended, so that the
+        logger plans nothing (a buffer reuse, a roll that closes the file) under it."""
+        while self._writer.busy:
+            ended = self._waiting = self._loop.create_future()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(ended)
 
     async def close(self) -> None:
         """Let a write still out finish, then end the thread. Idempotent."""

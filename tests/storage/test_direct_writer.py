@@ -14,6 +14,7 @@ import os
 import pathlib
 import random
 import select
+import subprocess
 import sys
 import zlib
 from typing import Any
@@ -144,6 +145,34 @@ async def test_a_failed_write_is_reported_with_its_errno_and_the_next_one_goes_t
         logger.close()
 
 
+async def test_a_cancelled_write_ends_on_the_thread_before_the_cancellation_is_raised(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The entry logger plans its next write (reusing the buffer, maybe rolling the log
+    and closing the file) as soon as a write returns: a cancelled write must not return
+    while the thread still copies or writes."""
+    logger = EntryLogger(tmp_path, 1 << 30, direct_io=True)
+    writer = ThreadWriter()
+    try:
+        big = Frame(1, 0, [os.urandom(1 << 20) for _ in range(32)])  # takes the thread a while
+        task = asyncio.create_task(logger.write_direct_group([big], writer.write, copy=False))
+        for _ in range(1000):  # until the task has handed the write over
+            if writer._writer.busy:
+                break
+            await asyncio.sleep(0)
+        assert writer._writer.busy
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not writer._writer.busy
+        again = Frame(1, 0, [b"z" * 5000])
+        [location] = await logger.write_direct_group([again], writer.write, copy=False)
+        assert read_back(logger, location, again) == [b"z" * 5000]
+    finally:
+        await writer.close()
+        logger.close()
+
+
 def wait_done(writer: Any) -> int:
     """Poll the writer's eventfd (with a deadline), then collect: the write's errno."""
     poller = select.poll()
@@ -196,6 +225,8 @@ def test_a_refused_write_queues_nothing_and_holds_nothing(tmp_path: pathlib.Path
         ([(0, b"h" * 32, [payload])], [(4090, 4100)], ValueError),  # seal outside
         ([(0, b"h" * 32, [payload])], [(0, 2)], ValueError),  # no room for a CRC
         ([(0.0, b"h", [payload])], [], TypeError),
+        ([], [(8, -(2**63))], ValueError),  # an end whose difference would overflow
+        ([(4090, b"h" * 32, [])], [], ValueError),  # the header alone overruns
     ]
     before = sys.getrefcount(payload)
     try:
@@ -236,6 +267,31 @@ def test_close_lets_a_queued_write_finish_and_it_is_still_collected(
     finally:
         buffer.close()
         os.close(fd)
+
+
+_FORKED = """
+import mmap, os, sys
+from storage_stub.bookie import _writer
+writer = _writer.Writer()
+buffer = mmap.mmap(-1, 4096)
+pid = os.fork()
+if pid == 0:  # the child has no thread: a write it took would never run
+    try:
+        writer.submit(buffer, 1, 0, 0, [], [])
+    except RuntimeError as error:
+        print("refused:", error, flush=True)
+    writer.close()  # no thread of its own to join
+    os._exit(0)
+os.waitpid(pid, 0)
+writer.close()
+"""
+
+
+def test_a_forked_child_is_refused_the_parents_thread() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKED], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "refused: the writer's thread is in another process" in done.stdout
 
 
 @pytest.mark.parametrize("isal", [True, False])

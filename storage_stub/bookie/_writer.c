@@ -7,9 +7,11 @@
  * pwrite (entry_log.py, EntryLogger.plan_direct). Done on the event loop, the copy alone
  * costs the loop as much as a tenth of a produce request's CPU; a Python thread that did
  * it would fight the loop for the GIL on every call. Here a plain POSIX thread does the
- * copy, the CRCs (zlib's crc32) and the pwrite, touching no Python object: the loop hands
- * it raw pointers to the payloads, holds a reference to every payload until the write is
- * collected, and hears of the end through an eventfd.
+ * copy, the CRCs (ISA-L's where Writer() is given its library, else zlib's) and the
+ * pwrite, touching no Python object: the loop hands it raw pointers to the payloads,
+ * holds a reference to every payload until the write is collected, and hears of the end
+ * through an eventfd. A forked child's copy of a Writer has no thread: it refuses
+ * writes.
  *
  * One write at a time (the bookie's group committer has one group out at a time):
  *
@@ -17,9 +19,9 @@
  *     ... the eventfd becomes readable ...
  *     collect() -> errno or None                         loop: 0 when written
  *
- * copies: (position, header, entries) per frame: header (bytes-like, copied on the loop:
- * it is small and may be mutable) and then each of entries (a list or tuple of bytes,
- * copied on the thread) are placed one after another from position on. seals:
+ * copies: (position, header, entries) per frame: header (bytes or bytearray, copied on
+ * the loop: it is small and may be mutable) and then each of entries (a list or tuple of
+ * bytes, copied on the thread) are placed one after another from position on. seals:
  * (start, end) per frame whose CRC is filled in (big-endian, over buffer[start+4:end],
  * into buffer[start:start+4]) after the copies. Then buffer[0:length] is written to fd
  * at offset, retrying short writes.

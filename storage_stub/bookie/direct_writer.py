@@ -10,10 +10,10 @@ for the GIL nor makes the loop wait for it: the loop hands over pointers to the 
 eventfd it watches. The CRC is ISA-L's, from the ``isal`` package's own library (the
 same function the Python path calls), else zlib's.
 
-What it replaced, measured under ``brokerlab bench http`` (16 producers of 100 x 1 KiB
-messages, syncMode=none): a process that mapped the same buffer (the loop copied, the
-process sealed and wrote) cost the loop 340-390 us a produce request, this thread
-310-355 us; produce rose about 7%. A Python thread had cost more than the process: it
+What it replaced, measured with 16 producers of 100 x 1 KiB messages (syncMode=none, four
+alternating rounds): with a process that mapped the same buffer (the loop copied, the
+process sealed and wrote) a produce request cost the loop 366-390 us, with this thread
+341-353 us, and produce rose 2-14%. A Python thread had cost more than the process: it
 shares the loop's GIL, about 230 us of the loop's CPU a round trip in GIL hand-overs.
 
 Without the compiled module (no C compiler, or no zlib headers) the bookie copies on
@@ -103,7 +103,7 @@ class ThreadWriter:
         if self._closed:
             raise OSError(errno.EIO, "the entry log writer is closed")
         writer = self._writer
-        if writer.busy:  # the last write's caller was cancelled; it is still out
+        if writer.busy:  # one write at a time: a caller that did not wait for the last
             raise OSError(errno.EBUSY, "the entry log's last write is still out")
         try:
             writer.submit(

@@ -22,8 +22,9 @@ their CRCs and runs the O_DIRECT pwrite, and the loop indexes the group (none) o
 fsync and a synced index write to the writer thread (always, batch).
 In none, groups are not held back: what arrives while one write is out goes with the
 next. Measured here (16 concurrent adds of 100 x 1 KiB entries, syncMode=none), an add
-cost the loop 25-30 us with direct I/O and 260-280 us through the page cache, and the
-thread does no Python work the loop would wait for.
+cost the loop 20-21 us with direct I/O and the writer thread (25-30 with the writer
+process before it) and 260-280 us through the page cache, and the thread does no Python
+work the loop would wait for.
 
 Without direct I/O: in none, frames are written (one pwritev each) and indexed at once
 on the loop; in always/batch each group goes to the writer thread, where its frames are

@@ -16,6 +16,7 @@ setup(
             "broker.ledger._entries",
             ["broker/ledger/_entries.c"],
             extra_compile_args=["-Wall", "-Wextra"],
+            libraries=["dl"],
             optional=True,
         ),
         Extension(

@@ -58,7 +58,7 @@ import uvloop
 import broker
 from broker.bench.bare_server import READY_PREFIX as BARE_READY_PREFIX
 from broker.http.codec import default_codec_processes
-from broker.ledger.entry import compiled_encoder
+from broker.ledger.entry import compiled_base64_encoder, compiled_encoder
 from storage_stub.bookie.direct_writer import thread_writer_crc
 from storage_stub.bookie.entry_log import compiled_frames
 
@@ -716,7 +716,7 @@ def _report(
             "codec_processes_default": default_codec_processes(),
             # entries built by broker.ledger._entries (compiled at install) or in Python;
             # likewise frames by storage_stub.bookie._frames
-            "entry_encoder": "compiled" if compiled_encoder() else "python",
+            "entry_encoder": entry_encoder(),
             "frame_builder": "compiled" if compiled_frames() else "python",
             "entry_log_writer": thread_writer_crc() or "python",
             "client": "aiohttp ClientSession in the bench process (uvloop)",
@@ -763,7 +763,19 @@ def _spread(ratios: list[float]) -> str:
     return f"{min(ratios):.2f}-{max(ratios):.2f}"
 
 
+def entry_encoder() -> str:
+    """How this interpreter's broker package builds produce entries: a key of
+    :data:`_ENCODERS`."""
+    if compiled_base64_encoder():
+        return "compiled+base64"
+    return "compiled" if compiled_encoder() else "python"
+
+
 _ENCODERS = {
+    "compiled+base64": (
+        "the compiled loop (broker.ledger._entries), unbatched payloads base64-decoded "
+        "straight into their entries (pybase64's libbase64)"
+    ),
     "compiled": "the compiled loop (broker.ledger._entries)",
     "python": "entry.py's Python loop (broker.ledger._entries was not built here)",
 }

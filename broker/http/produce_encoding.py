@@ -19,6 +19,7 @@ from broker.http.b64 import decode_all_strict, decode_base64_strict
 from broker.http.models import MAX_KEY_BYTES, ProduceRequest, ProducerMessage
 from broker.ledger.entry import (
     BatchItem,
+    encode_base64_payloads,
     encode_batch,
     encode_batch_payloads,
     encode_message,
@@ -46,8 +47,10 @@ def encode_plain(
     ``payload`` looked up in each message and decoded as base64 fails for any message
     that is not an object holding a base64 string there, and one ``len`` per message
     leaves each nothing else. No payload can exceed ``max_size`` when the whole body
-    does not. Whatever this encodes the general path encodes the same, as a property
-    test checks. O(body size)."""
+    does not. Unbatched, each payload is decoded straight into its entry
+    (``encode_base64_payloads``) unless a text is not canonical base64, which goes on to
+    the broker's strict decoding. Whatever this encodes the general path encodes the
+    same, as a property test checks. O(body size)."""
     try:
         body = from_json(raw)
     except ValueError:
@@ -66,8 +69,17 @@ def encode_plain(
     try:
         if sum(map(len, messages)) != len(messages):
             return None  # a message with more than its payload (or not an object)
-        payloads = decode_all_strict(map(_payload_of, messages))
-    except (TypeError, KeyError, ValueError, binascii.Error):
+        texts = list(map(_payload_of, messages))
+    except (TypeError, KeyError):
+        return None
+    if not batch and len(raw) <= max_size:
+        # the common case: each payload decoded straight into its entry
+        entries = encode_base64_payloads(texts, now_ms)
+        if entries is not None:
+            return entries, 0
+    try:
+        payloads = decode_all_strict(texts)
+    except (TypeError, ValueError, binascii.Error):
         return None
     if len(raw) > max_size and max(map(len, payloads)) > max_size:
         return None

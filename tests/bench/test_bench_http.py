@@ -13,7 +13,6 @@ import sys
 from typing import Any, cast
 
 from broker.bench import http
-from broker.ledger.entry import compiled_encoder
 from storage_stub.bookie.direct_writer import thread_writer_crc
 from storage_stub.bookie.entry_log import compiled_frames
 
@@ -50,7 +49,7 @@ def test_bench_http_quick_json() -> None:
     assert rows["produce_consume_none"]["syncMode"] == "none"
     assert result["config"]["host"] == "127.0.0.1"
     # the servers run this interpreter's broker package: what it imports, they use
-    assert result["config"]["entry_encoder"] == ("compiled" if compiled_encoder() else "python")
+    assert result["config"]["entry_encoder"] == http.entry_encoder()
     assert result["config"]["frame_builder"] == ("compiled" if compiled_frames() else "python")
     assert result["config"]["entry_log_writer"] == (thread_writer_crc() or "python")
 

@@ -7,22 +7,29 @@ leave every other test passing on the Python loop, and the broker slower.
 
 from __future__ import annotations
 
+import binascii
 import gc
+import itertools
 import pathlib
 import platform
 import shutil
 import sysconfig
+from typing import Any
 
+import pybase64
 import pytest
 from crc32c import crc32c
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from broker.http.b64 import decode_base64_strict
 from broker.ledger import entry
 from broker.ledger.entry import (
     PLAIN_SEQUENCE_IDS,
     checksum_ok,
+    compiled_base64_encoder,
     compiled_encoder,
+    encode_base64_payloads,
     encode_message,
     encode_payloads,
     encode_rows,
@@ -173,3 +180,199 @@ def test_bad_arguments_raise_and_build_nothing(
 ) -> None:
     with pytest.raises(error):
         compiled.encode_rows(rows, payloads, tail, tail_crc)
+
+
+# ------------------------------------------------- base64 decoded into the entries
+
+
+def _strict_or_none(text: object) -> bytes | None:
+    """The broker's strict decoding of a produce payload (broker.http.b64), or None where
+    it refuses the text."""
+    try:
+        return decode_base64_strict(text)  # type: ignore[arg-type]
+    except (ValueError, TypeError, binascii.Error):
+        return None
+
+
+def _fused_agrees(texts: list[Any], publish_time: int = 1_700_000_000_000) -> list[bytes] | None:
+    """encode_base64_payloads of texts, checked against decoding each text the broker's
+    strict way and encoding the payloads: where it encodes, the same entries, and it
+    answers None only where some text is not canonical base64."""
+    built = encode_base64_payloads(texts, publish_time)
+    decoded = [_strict_or_none(text) for text in texts]
+    if built is not None:
+        assert None not in decoded, texts
+        assert built == encode_payloads(decoded, publish_time)  # type: ignore[arg-type]
+    return built
+
+
+def _canonical(text: object) -> bool:
+    """Canonical base64: an ASCII str that pybase64's strict decoding (the first the
+    broker tries) accepts; whole quads, '=' only at the end. Trailing bits that are not
+    zero ("QR==") count: every strict decoder here accepts them."""
+    if type(text) is not str or not text.isascii():
+        return False
+    try:
+        pybase64.b64decode(text, None, True)
+    except (ValueError, binascii.Error):
+        return False
+    return True
+
+
+def test_the_base64_decoder_is_bound_where_the_loop_is_built() -> None:
+    if not _can_build():
+        pytest.skip("no x86-64 with SSE4.2, a C compiler and Python's headers here")
+    assert compiled_base64_encoder(), "pybase64's base64_decode was not found"
+
+
+needs_fused = pytest.mark.skipif(
+    not compiled_base64_encoder(), reason="no compiled loop or no pybase64 decoder here"
+)
+
+_B64_CHARS = "AQgw/+9z=-_ \n.\x00é"
+
+
+@needs_fused
+def test_every_short_text_is_decoded_as_the_strict_decoder_decodes_it_or_refused() -> None:
+    """All texts of up to 4 characters, and 8 with a quad of "QUJD" before or after,
+    over characters of each kind: letters whose low bits are zero or not, digits, '+'
+    and '/', padding, URL-safe characters, whitespace, NUL and a non-ASCII letter. Each
+    canonical text is encoded; nothing else is, and what is encoded is the strict
+    decoder's bytes."""
+    encoded = 0
+    for length in range(5):
+        for chars in itertools.product(_B64_CHARS, repeat=length):
+            text = "".join(chars)
+            for whole in (text, "QUJD" + text, text + "QUJD"):
+                built = _fused_agrees([whole])
+                if _canonical(whole):
+                    assert built is not None, whole
+                    encoded += 1
+    assert encoded > 1000  # the canonical texts of every quad kind were decoded
+
+
+@needs_fused
+def test_non_canonical_padding_is_left_to_the_strict_decoder() -> None:
+    """binascii's strict mode accepts padding after a complete quad ("QUJD="), which the
+    broker accepts; decoding into the entries refuses it and the broker decodes it its
+    own way. Trailing bits that are not zero ("QR==") are accepted by both decoders."""
+    assert _strict_or_none("QUJD=") == b"ABC"
+    assert encode_base64_payloads(["QUJD="], 7) is None
+    assert _fused_agrees(["QR=="]) is not None
+
+
+@needs_fused
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(
+        st.binary(max_size=40) | st.binary(min_size=1000, max_size=1100), min_size=1, max_size=8
+    ),
+    publish_time=st.integers(0, (1 << 64) - 1),
+    spoil=st.none()
+    | st.tuples(st.integers(0, 7), st.integers(0, 1500), st.sampled_from("=-_ é.*")),
+)
+def test_payloads_decoded_into_entries_equal_decoding_then_encoding(
+    payloads: list[bytes], publish_time: int, spoil: tuple[int, int, str] | None
+) -> None:
+    """Canonical texts of every length modulo 3 (so each kind of padding) and of 1 KiB
+    payloads, whose decoding runs the SIMD loop, are encoded; one character spoiled
+    anywhere leaves the request to the strict decoder whenever it is no longer
+    canonical."""
+    texts = [pybase64.b64encode(payload).decode() for payload in payloads]
+    if spoil is not None:
+        index, at, char = spoil
+        index %= len(texts)
+        text = texts[index]
+        at %= len(text) + 1
+        texts[index] = text[:at] + char + text[at + 1 :]
+    built = _fused_agrees(texts, publish_time)
+    assert (built is not None) == all(map(_canonical, texts))
+    if spoil is None:
+        assert built == [
+            encode_message(payload, publish_time, sequence_id=index)
+            for index, payload in enumerate(payloads)
+        ]
+
+
+@needs_fused
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"QUJD",
+        bytearray(b"QUJD"),
+        5,
+        None,
+        ["QUJD"],
+        "QUJ",
+        "QUJDQ",
+        "QUJ\u00e9",
+        "QU\x00D",
+        # two bytes a character: its first four bytes read as ASCII spell "QUJD"
+        "\u5551\u444a\u5551\u444a",
+    ],
+)
+def test_texts_that_are_not_canonical_base64_strings_are_refused(text: object) -> None:
+    """Not a str, not a whole number of quads, a character outside the alphabet, or a
+    str that is not stored one byte a character."""
+    assert encode_base64_payloads(["QUJD", text, "QUJD"], 7) is None
+
+
+@needs_fused
+def test_a_base64_text_list_emptied_by_a_collection_during_the_call_is_refused() -> None:
+    """As for encode_rows: a collection the result list's allocation runs may shrink the
+    lists; refused, not read past their end."""
+    texts = ["QUJD"] * 5000
+    rows, tail = _rows(len(texts), 7, "p", 0)
+
+    class Shrinker:
+        def __del__(self) -> None:
+            texts.clear()
+
+    encode = compiled.encode_rows_b64
+    tail_crc = crc32c(tail)
+    refused: RuntimeError | None = None
+    gc.collect()
+    thresholds = gc.get_threshold()
+    gc.disable()
+    try:
+        cycle = Shrinker()
+        cycle.self = cycle  # type: ignore[attr-defined]
+        del cycle
+        gc.set_threshold(1)
+        gc.enable()
+        try:
+            encode(rows, texts, tail, tail_crc)
+        except RuntimeError as error:
+            refused = error
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.enable()
+    assert texts == []
+    assert refused is not None and "changed" in str(refused)
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    ("rows", "texts", "tail", "tail_crc", "error"),
+    [
+        ([(b"h", 1, 2)], ("QUJD",), b"t", 0, TypeError),  # texts not a list
+        ([(b"h", 1, 2)], ["QUJD", "QUJD"], b"t", 0, ValueError),  # lengths differ
+        ([(b"h", 1, 2)], ["QUJD"], "t", 0, TypeError),  # tail not bytes
+        ([("h", 1, 2)], ["QUJD"], b"t", 0, TypeError),  # a head not bytes
+        ([(b"h", 1 << 32, 2)], ["QUJD"], b"t", 0, ValueError),  # size over 32 bits
+        ([(b"h", 1, 2)], ["QUJD"], b"t", -1, OverflowError),  # a negative tail CRC
+    ],
+)
+def test_bad_rows_for_base64_texts_raise(
+    rows: object, texts: object, tail: object, tail_crc: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        compiled.encode_rows_b64(rows, texts, tail, tail_crc)
+
+
+def test_without_the_bound_decoder_nothing_is_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where pybase64's decoder was not found the caller gets None and decodes its own
+    way (the produce route then decodes with broker.http.b64)."""
+    monkeypatch.setattr(entry, "_b64_bound", False)
+    assert encode_base64_payloads(["QUJD"], 7) is None
+    assert not compiled_base64_encoder()

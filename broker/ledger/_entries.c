@@ -147,6 +147,57 @@ u32_of(PyObject *value, const char *what)
     return (int64_t)v;
 }
 
+/* A row of _PlainMetadata.rows: the metadata's head, its size and the carried CRC. */
+typedef struct {
+    const char *head;
+    Py_ssize_t head_size;
+    uint32_t size;
+    uint32_t carried;
+} Row;
+
+/* Reads a (head: bytes, size, carried) tuple into *out: 0, or -1 with an exception set
+ * for a row of any other shape. */
+static int
+row_of(PyObject *row, Row *out)
+{
+    if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 3 ||
+        !PyBytes_CheckExact(PyTuple_GET_ITEM(row, 0))) {
+        PyErr_SetString(PyExc_TypeError, "a row must be a (head: bytes, size, carried) tuple");
+        return -1;
+    }
+    int64_t size = u32_of(PyTuple_GET_ITEM(row, 1), "a row's metadata size");
+    if (size < 0) {
+        return -1;
+    }
+    int64_t carried = u32_of(PyTuple_GET_ITEM(row, 2), "a row's carried CRC");
+    if (carried < 0) {
+        return -1;
+    }
+    PyObject *head = PyTuple_GET_ITEM(row, 0);
+    out->head = PyBytes_AS_STRING(head);
+    out->head_size = PyBytes_GET_SIZE(head);
+    out->size = (uint32_t)size;
+    out->carried = (uint32_t)carried;
+    return 0;
+}
+
+/* Writes an entry's magic, checksum, metadata size, head and tail at out; returns where
+ * its payload goes. */
+static char *
+put_entry_head(char *out, uint32_t checksum, const Row *row, const char *tail,
+               Py_ssize_t tail_size)
+{
+    out[0] = MAGIC_0;
+    out[1] = MAGIC_1;
+    put_u32_be(out + 2, checksum);
+    put_u32_be(out + 6, row->size);
+    out += HEAD_SIZE;
+    memcpy(out, row->head, (size_t)row->head_size);
+    out += row->head_size;
+    memcpy(out, tail, (size_t)tail_size);
+    return out + tail_size;
+}
+
 PyDoc_STRVAR(encode_rows_doc,
              "encode_rows(rows, payloads, tail, tail_crc) -> list[bytes]\n\n"
              "One entry per payload: rows[i] is (head, metadata size, carried CRC) of\n"
@@ -196,46 +247,26 @@ encode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *row = PyList_GET_ITEM(rows, i);
         PyObject *payload = PyList_GET_ITEM(payloads, i);
-        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 3) {
-            PyErr_SetString(PyExc_TypeError, "a row must be a (head, size, carried) tuple");
+        Row row;
+        if (row_of(PyList_GET_ITEM(rows, i), &row) < 0) {
             goto fail;
         }
-        PyObject *head = PyTuple_GET_ITEM(row, 0);
-        if (!PyBytes_CheckExact(head) || !PyBytes_CheckExact(payload)) {
-            PyErr_SetString(PyExc_TypeError, "heads and payloads must be bytes");
-            goto fail;
-        }
-        int64_t size = u32_of(PyTuple_GET_ITEM(row, 1), "a row's metadata size");
-        if (size < 0) {
-            goto fail;
-        }
-        int64_t carried = u32_of(PyTuple_GET_ITEM(row, 2), "a row's carried CRC");
-        if (carried < 0) {
+        if (!PyBytes_CheckExact(payload)) {
+            PyErr_SetString(PyExc_TypeError, "payloads must be bytes");
             goto fail;
         }
         const char *payload_bytes = PyBytes_AS_STRING(payload);
         Py_ssize_t payload_size = PyBytes_GET_SIZE(payload);
-        Py_ssize_t head_size = PyBytes_GET_SIZE(head);
-        PyObject *entry =
-            PyBytes_FromStringAndSize(NULL, HEAD_SIZE + head_size + tail_size + payload_size);
+        PyObject *entry = PyBytes_FromStringAndSize(
+            NULL, HEAD_SIZE + row.head_size + tail_size + payload_size);
         if (entry == NULL) {
             goto fail;
         }
-        uint32_t checksum =
-            crc32c_continue((uint32_t)(carried ^ tail_crc),
-                            (const unsigned char *)payload_bytes, (size_t)payload_size);
-        char *out = PyBytes_AS_STRING(entry);
-        out[0] = MAGIC_0;
-        out[1] = MAGIC_1;
-        put_u32_be(out + 2, checksum);
-        put_u32_be(out + 6, (uint32_t)size);
-        out += HEAD_SIZE;
-        memcpy(out, PyBytes_AS_STRING(head), (size_t)head_size);
-        out += head_size;
-        memcpy(out, tail_bytes, (size_t)tail_size);
-        out += tail_size;
+        uint32_t checksum = crc32c_continue(row.carried ^ (uint32_t)tail_crc,
+                                            (const unsigned char *)payload_bytes,
+                                            (size_t)payload_size);
+        char *out = put_entry_head(PyBytes_AS_STRING(entry), checksum, &row, tail_bytes, tail_size);
         memcpy(out, payload_bytes, (size_t)payload_size);
         PyList_SET_ITEM(entries, i, entry);
     }
@@ -281,8 +312,13 @@ bind_base64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "bind_base64(path: str)");
         return NULL;
     }
-    const char *path = PyUnicode_AsUTF8(args[0]);
+    Py_ssize_t size = 0;
+    const char *path = PyUnicode_AsUTF8AndSize(args[0], &size);
     if (path == NULL) {
+        return NULL;
+    }
+    if ((size_t)size != strlen(path) || size == 0) { /* a NUL inside, or "": the program */
+        PyErr_SetString(PyExc_ValueError, "bind_base64: not a library's path");
         return NULL;
     }
     /* The handle is never closed: the function stays in use for the process's life. */
@@ -366,11 +402,9 @@ encode_rows_b64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *row = PyList_GET_ITEM(rows, i);
         PyObject *text = PyList_GET_ITEM(texts, i);
-        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 3 ||
-            !PyBytes_CheckExact(PyTuple_GET_ITEM(row, 0))) {
-            PyErr_SetString(PyExc_TypeError, "a row must be a (head, size, carried) tuple");
+        Row row;
+        if (row_of(PyList_GET_ITEM(rows, i), &row) < 0) {
             goto fail;
         }
         if (!PyUnicode_CheckExact(text) || !PyUnicode_IS_COMPACT_ASCII(text)) {
@@ -382,43 +416,29 @@ encode_rows_b64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (payload_size < 0) {
             goto refuse;
         }
-        PyObject *head = PyTuple_GET_ITEM(row, 0);
-        int64_t size = u32_of(PyTuple_GET_ITEM(row, 1), "a row's metadata size");
-        if (size < 0) {
-            goto fail;
-        }
-        int64_t carried = u32_of(PyTuple_GET_ITEM(row, 2), "a row's carried CRC");
-        if (carried < 0) {
-            goto fail;
-        }
-        Py_ssize_t head_size = PyBytes_GET_SIZE(head);
-        Py_ssize_t payload_at = HEAD_SIZE + head_size + tail_size;
+        Py_ssize_t payload_at = HEAD_SIZE + row.head_size + tail_size;
         /* base64_decode may write up to 3 bytes per 4 characters, '=' included: the
          * entry has room for that and is cut to its size after. */
         PyObject *entry = PyBytes_FromStringAndSize(NULL, payload_at + length / 4 * 3);
         if (entry == NULL) {
             goto fail;
         }
-        char *out = PyBytes_AS_STRING(entry);
         size_t decoded = 0;
-        if (base64_decode_fn(source, (size_t)length, out + payload_at, &decoded, 0) != 1 ||
+        if (base64_decode_fn(source, (size_t)length, PyBytes_AS_STRING(entry) + payload_at,
+                             &decoded, 0) != 1 ||
             decoded != (size_t)payload_size) {
             Py_DECREF(entry);
             goto refuse;
         }
-        if (payload_size != length / 4 * 3 && _PyBytes_Resize(&entry, payload_at + payload_size) < 0) {
+        if (payload_size != length / 4 * 3 &&
+            _PyBytes_Resize(&entry, payload_at + payload_size) < 0) {
             goto fail; /* _PyBytes_Resize released the entry */
         }
-        out = PyBytes_AS_STRING(entry);
-        uint32_t checksum = crc32c_continue((uint32_t)(carried ^ tail_crc),
+        char *out = PyBytes_AS_STRING(entry);
+        uint32_t checksum = crc32c_continue(row.carried ^ (uint32_t)tail_crc,
                                             (const unsigned char *)out + payload_at,
                                             (size_t)payload_size);
-        out[0] = MAGIC_0;
-        out[1] = MAGIC_1;
-        put_u32_be(out + 2, checksum);
-        put_u32_be(out + 6, (uint32_t)size);
-        memcpy(out + HEAD_SIZE, PyBytes_AS_STRING(head), (size_t)head_size);
-        memcpy(out + HEAD_SIZE + head_size, tail_bytes, (size_t)tail_size);
+        put_entry_head(out, checksum, &row, tail_bytes, tail_size);
         PyList_SET_ITEM(entries, i, entry);
     }
     return entries;

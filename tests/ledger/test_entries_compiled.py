@@ -376,3 +376,23 @@ def test_without_the_bound_decoder_nothing_is_encoded(monkeypatch: pytest.Monkey
     monkeypatch.setattr(entry, "_b64_bound", False)
     assert encode_base64_payloads(["QUJD"], 7) is None
     assert not compiled_base64_encoder()
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    "path",
+    ["", "/nonexistent/lib.so", getattr(pybase64, "_pybase64", pybase64).__file__ + "\x00junk"],
+)
+def test_bind_base64_refuses_what_is_not_a_library_holding_the_decoder(path: str) -> None:
+    """An empty path would open the program itself and a NUL would cut the path short:
+    refused, like a path with no library; the decoder bound before stays bound."""
+    with pytest.raises((ValueError, OSError)):
+        compiled.bind_base64(path)
+    if compiled_base64_encoder():
+        assert encode_base64_payloads(["QUJD"], 7) == encode_payloads([b"ABC"], 7)
+
+
+@needs_compiled
+def test_bind_base64_refuses_a_library_without_base64_decode() -> None:
+    with pytest.raises(OSError, match="no base64_decode"):
+        compiled.bind_base64(compiled.__file__)

@@ -21,6 +21,7 @@ from broker.ledger.entry import (
     BatchItem,
     encode_base64_payloads,
     encode_batch,
+    encode_batch_base64,
     encode_batch_payloads,
     encode_message,
     encode_payloads,
@@ -47,9 +48,9 @@ def encode_plain(
     ``payload`` looked up in each message and decoded as base64 fails for any message
     that is not an object holding a base64 string there, and one ``len`` per message
     leaves each nothing else. No payload can exceed ``max_size`` when the whole body
-    does not. Unbatched, each payload is decoded straight into its entry
-    (``encode_base64_payloads``) unless a text is not canonical base64, which goes on to
-    the broker's strict decoding. Whatever this encodes the general path encodes the
+    does not. Each payload is decoded straight into its entry (``encode_base64_payloads``,
+    or ``encode_batch_base64`` for a batch) unless a text is not canonical base64, which
+    goes on to the broker's strict decoding. Whatever this encodes the general path encodes the
     same, as a property test checks. O(body size)."""
     try:
         body = from_json(raw)
@@ -72,11 +73,16 @@ def encode_plain(
         texts = list(map(_payload_of, messages))
     except (TypeError, KeyError):
         return None
-    if not batch and len(raw) <= max_size:
+    if len(raw) <= max_size:
         # the common case: each payload decoded straight into its entry
-        entries = encode_base64_payloads(texts, now_ms)
-        if entries is not None:
-            return entries, 0
+        if not batch:
+            entries = encode_base64_payloads(texts, now_ms)
+            if entries is not None:
+                return entries, 0
+        else:
+            entry = encode_batch_base64(texts, now_ms, max_size)
+            if entry is not None:
+                return [entry], len(texts)
     try:
         payloads = decode_all_strict(texts)
     except (TypeError, ValueError, binascii.Error):

@@ -352,6 +352,20 @@ decoded_size(const char *text, Py_ssize_t length)
     return size;
 }
 
+/* The text's characters if it is an exact str stored one byte a character (ASCII), with
+ * its length and its payload's size as decoded_size gives it; NULL for any other text. */
+static const char *
+b64_text(PyObject *text, Py_ssize_t *length, Py_ssize_t *payload_size)
+{
+    if (!PyUnicode_CheckExact(text) || !PyUnicode_IS_COMPACT_ASCII(text)) {
+        return NULL;
+    }
+    const char *source = (const char *)PyUnicode_DATA(text);
+    *length = PyUnicode_GET_LENGTH(text);
+    *payload_size = decoded_size(source, *length);
+    return *payload_size < 0 ? NULL : source;
+}
+
 PyDoc_STRVAR(encode_rows_b64_doc,
              "encode_rows_b64(rows, texts, tail, tail_crc) -> list[bytes] | None\n\n"
              "encode_rows(rows, [base64 decode of t for t in texts], tail, tail_crc),\n"
@@ -407,13 +421,9 @@ encode_rows_b64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (row_of(PyList_GET_ITEM(rows, i), &row) < 0) {
             goto fail;
         }
-        if (!PyUnicode_CheckExact(text) || !PyUnicode_IS_COMPACT_ASCII(text)) {
-            goto refuse;
-        }
-        const char *source = (const char *)PyUnicode_DATA(text);
-        Py_ssize_t length = PyUnicode_GET_LENGTH(text);
-        Py_ssize_t payload_size = decoded_size(source, length);
-        if (payload_size < 0) {
+        Py_ssize_t length, payload_size;
+        const char *source = b64_text(text, &length, &payload_size);
+        if (source == NULL) {
             goto refuse;
         }
         Py_ssize_t payload_at = HEAD_SIZE + row.head_size + tail_size;
@@ -450,6 +460,133 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(decoded_sizes_doc,
+             "decoded_sizes(texts: list) -> list[int] | None\n\n"
+             "The payload size each base64 text decodes to if it is canonical: 3 bytes a\n"
+             "quad less one a trailing '='. None if a text is not an ASCII str of whole\n"
+             "quads (its characters are checked when it is decoded). O(len(texts)).");
+
+static PyObject *
+decoded_sizes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 1 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "decoded_sizes(texts: list)");
+        return NULL;
+    }
+    PyObject *texts = args[0];
+    PyObject *sizes = PyList_New(PyList_GET_SIZE(texts));
+    if (sizes == NULL) {
+        return NULL;
+    }
+    /* Only ints are made below (their allocation runs no collection); the list's own
+     * allocation may have, so its length is the one read from here on. */
+    Py_ssize_t count = PyList_GET_SIZE(sizes);
+    if (PyList_GET_SIZE(texts) != count) {
+        Py_DECREF(sizes);
+        PyErr_SetString(PyExc_RuntimeError, "texts changed during decoded_sizes");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t length, payload_size;
+        if (b64_text(PyList_GET_ITEM(texts, i), &length, &payload_size) == NULL) {
+            Py_DECREF(sizes);
+            Py_RETURN_NONE;
+        }
+        PyObject *size = PyLong_FromSsize_t(payload_size);
+        if (size == NULL) {
+            Py_DECREF(sizes);
+            return NULL;
+        }
+        PyList_SET_ITEM(sizes, i, size);
+    }
+    return sizes;
+}
+
+PyDoc_STRVAR(encode_batch_b64_doc,
+             "encode_batch_b64(metadata, framing, texts) -> bytes | None\n\n"
+             "The entry of serialized MessageMetadata and a batch whose message i is\n"
+             "framing[i] then the base64 decode of texts[i], each decoded straight into\n"
+             "the entry: entry_of(metadata, b''.join(f + decode(t) ...)). None if a text\n"
+             "is not canonical base64 in an ASCII str (or bind_base64 was not called).\n"
+             "framing and texts are lists of equal length. O(total text length).");
+
+static PyObject *
+encode_batch_b64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !PyList_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_batch_b64(metadata: bytes, framing: list, texts: list)");
+        return NULL;
+    }
+    PyObject *metadata = args[0], *framing = args[1], *texts = args[2];
+    Py_ssize_t count = PyList_GET_SIZE(texts);
+    if (PyList_GET_SIZE(framing) != count) {
+        PyErr_SetString(PyExc_ValueError, "framing and texts differ in length");
+        return NULL;
+    }
+    if (base64_decode_fn == NULL) {
+        Py_RETURN_NONE;
+    }
+    /* The entry's size, and room for the last payload's decoding (3 bytes a quad, '='
+     * included): each other payload's extra bytes land on the next message's framing,
+     * written after them. Sizes are of objects in memory, so the sums cannot overflow. */
+    Py_ssize_t metadata_size = PyBytes_GET_SIZE(metadata);
+    Py_ssize_t size = HEAD_SIZE + metadata_size, room = 0;
+    if (metadata_size > (Py_ssize_t)0xffffffff) {
+        PyErr_SetString(PyExc_ValueError, "metadata does not fit 32 bits");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *frame = PyList_GET_ITEM(framing, i);
+        if (!PyBytes_CheckExact(frame)) {
+            PyErr_SetString(PyExc_TypeError, "framing must be bytes");
+            return NULL;
+        }
+        Py_ssize_t length, payload_size;
+        if (b64_text(PyList_GET_ITEM(texts, i), &length, &payload_size) == NULL) {
+            Py_RETURN_NONE;
+        }
+        size += PyBytes_GET_SIZE(frame) + payload_size;
+        room = length / 4 * 3 - payload_size;
+    }
+    /* Nothing from here runs Python code: the lists cannot change under the loop. */
+    PyObject *entry = PyBytes_FromStringAndSize(NULL, size + room);
+    if (entry == NULL) {
+        return NULL;
+    }
+    char *start = PyBytes_AS_STRING(entry);
+    char *out = start + HEAD_SIZE;
+    memcpy(out, PyBytes_AS_STRING(metadata), (size_t)metadata_size);
+    out += metadata_size;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *frame = PyList_GET_ITEM(framing, i);
+        memcpy(out, PyBytes_AS_STRING(frame), (size_t)PyBytes_GET_SIZE(frame));
+        out += PyBytes_GET_SIZE(frame);
+        Py_ssize_t length, payload_size;
+        const char *source = b64_text(PyList_GET_ITEM(texts, i), &length, &payload_size);
+        size_t decoded = 0;
+        if (base64_decode_fn(source, (size_t)length, out, &decoded, 0) != 1 ||
+            decoded != (size_t)payload_size) {
+            Py_DECREF(entry);
+            Py_RETURN_NONE;
+        }
+        out += payload_size;
+    }
+    if (room != 0 && _PyBytes_Resize(&entry, size) < 0) {
+        return NULL; /* _PyBytes_Resize released the entry */
+    }
+    start = PyBytes_AS_STRING(entry);
+    start[0] = MAGIC_0;
+    start[1] = MAGIC_1;
+    put_u32_be(start + 6, (uint32_t)metadata_size);
+    put_u32_be(start + 2, crc32c_continue(0, (const unsigned char *)start + 6,
+                                          (size_t)(size - 6)));
+    return entry;
+}
+
 PyDoc_STRVAR(crc32c_doc,
              "crc32c(data: bytes, value: int = 0) -> int\n\n"
              "CRC32C of data continuing from value, as this module computes it (for\n"
@@ -479,6 +616,10 @@ static PyMethodDef methods[] = {
     {"encode_rows", (PyCFunction)(void (*)(void))encode_rows, METH_FASTCALL, encode_rows_doc},
     {"encode_rows_b64", (PyCFunction)(void (*)(void))encode_rows_b64, METH_FASTCALL,
      encode_rows_b64_doc},
+    {"encode_batch_b64", (PyCFunction)(void (*)(void))encode_batch_b64, METH_FASTCALL,
+     encode_batch_b64_doc},
+    {"decoded_sizes", (PyCFunction)(void (*)(void))decoded_sizes, METH_FASTCALL,
+     decoded_sizes_doc},
     {"bind_base64", (PyCFunction)(void (*)(void))bind_base64, METH_FASTCALL, bind_base64_doc},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c_py, METH_FASTCALL, crc32c_doc},
     {NULL, NULL, 0, NULL},

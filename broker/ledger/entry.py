@@ -453,12 +453,36 @@ def encode_batch_payloads(
             producer_name,
             sequence_id,
         )
+    metadata = _batch_metadata(count, publish_time, producer_name, sequence_id)
+    framing = _plain_framing(list(map(len, payloads)), sequence_id)
+    body = b"".join(itertools.chain.from_iterable(zip(framing, payloads, strict=True)))
+    return entry_of(metadata, body)
+
+
+def _batch_metadata(count: int, publish_time: int, producer_name: str, sequence_id: int) -> bytes:
+    """The serialized MessageMetadata of a batch of ``count`` payload-only messages."""
     metadata = _metadata(publish_time, 0, None, None, producer_name, sequence_id)
     metadata.num_messages_in_batch = count
     metadata.highest_sequence_id = sequence_id + count - 1
-    framing = _plain_framing(list(map(len, payloads)), sequence_id)
-    body = b"".join(itertools.chain.from_iterable(zip(framing, payloads, strict=True)))
-    return entry_of(metadata.SerializeToString(), body)
+    return metadata.SerializeToString()
+
+
+def encode_batch_base64(texts: list[Any], publish_time: int, max_bytes: int) -> bytes | None:
+    """``encode_batch_payloads`` of the base64 decodes of ``texts`` (the HTTP producer's,
+    from sequence id 0), each text decoded straight into the entry: no bytes object a
+    payload and no join. None where :func:`encode_base64_payloads` would answer None,
+    for an empty list, and where the payloads would sum to more than ``max_bytes`` (the
+    caller's general path then says so). Whatever this encodes, decoding with
+    ``broker.http.b64`` and ``encode_batch_payloads`` encodes the same (the tests hold
+    them to it). O(total text length)."""
+    if not (_b64_bound and texts and 0 <= publish_time < 1 << 64):
+        return None
+    sizes = _compiled.decoded_sizes(texts)
+    if sizes is None or sum(sizes) > max_bytes:
+        return None
+    count = len(sizes)
+    metadata = _batch_metadata(count, publish_time, HTTP_PRODUCER, 0)
+    return _compiled.encode_batch_b64(metadata, _plain_framing(sizes, 0), texts)
 
 
 # ---------------------------------------------------------------------- reading

@@ -30,6 +30,9 @@ from broker.ledger.entry import (
     compiled_base64_encoder,
     compiled_encoder,
     encode_base64_payloads,
+    encode_batch,
+    encode_batch_base64,
+    encode_batch_payloads,
     encode_message,
     encode_payloads,
     encode_rows,
@@ -396,3 +399,96 @@ def test_bind_base64_refuses_what_is_not_a_library_holding_the_decoder(path: str
 def test_bind_base64_refuses_a_library_without_base64_decode() -> None:
     with pytest.raises(OSError, match="no base64_decode"):
         compiled.bind_base64(compiled.__file__)
+
+
+def _batch_agrees(texts: list[Any], publish_time: int = 1_700_000_000_000) -> bytes | None:
+    """encode_batch_base64 of texts, checked against decoding each text the broker's
+    strict way and batching the payloads: where it encodes, the same entry, and it
+    answers None only where some text is not canonical base64."""
+    built = encode_batch_base64(texts, publish_time, 1 << 30)
+    decoded = [_strict_or_none(text) for text in texts]
+    if built is not None:
+        assert None not in decoded, texts
+        assert built == encode_batch_payloads(decoded, publish_time)  # type: ignore[arg-type]
+        assert checksum_ok(built)
+    return built
+
+
+@needs_fused
+def test_every_short_text_is_batched_as_the_strict_decoder_decodes_it_or_refused() -> None:
+    """As for single entries: each text of up to 4 characters alone, then before and
+    after a canonical one (whose framing follows or precedes it in the batch)."""
+    encoded = 0
+    for length in range(5):
+        for chars in itertools.product(_B64_CHARS, repeat=length):
+            text = "".join(chars)
+            for texts in ([text], ["QUJD", text], [text, "QQ=="]):
+                built = _batch_agrees(texts)
+                assert (built is not None) == all(map(_canonical, texts)), texts
+                encoded += built is not None
+    assert encoded > 1000
+
+
+@needs_fused
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(
+        st.binary(max_size=40) | st.binary(min_size=1000, max_size=1100), min_size=1, max_size=8
+    ),
+    publish_time=st.integers(0, (1 << 64) - 1),
+    spoil=st.none()
+    | st.tuples(st.integers(0, 7), st.integers(0, 1500), st.sampled_from("=-_ é.*")),
+)
+def test_payloads_decoded_into_a_batch_equal_decoding_then_batching(
+    payloads: list[bytes], publish_time: int, spoil: tuple[int, int, str] | None
+) -> None:
+    """Payloads of one size (the framing table's path) and of mixed sizes, every kind of
+    padding, the last one's included (the entry is cut to size after it)."""
+    texts = [pybase64.b64encode(payload).decode() for payload in payloads]
+    if spoil is not None:
+        index, at, char = spoil
+        index %= len(texts)
+        text = texts[index]
+        at %= len(text) + 1
+        texts[index] = text[:at] + char + text[at + 1 :]
+    built = _batch_agrees(texts, publish_time)
+    assert (built is not None) == all(map(_canonical, texts))
+    if spoil is None:
+        assert built == encode_batch(
+            [(payload, None, None, 0) for payload in payloads], publish_time
+        )
+
+
+@needs_fused
+def test_a_batch_over_the_size_limit_or_empty_is_left_to_the_caller() -> None:
+    texts = ["QUJD", "QQ=="]  # 3 + 1 bytes
+    assert encode_batch_base64(texts, 7, 4) == encode_batch_payloads([b"ABC", b"A"], 7)
+    assert encode_batch_base64(texts, 7, 3) is None
+    assert encode_batch_base64([], 7, 4) is None
+
+
+@needs_fused
+@pytest.mark.parametrize(
+    ("metadata", "framing", "texts", "error"),
+    [
+        (bytearray(b"m"), [b"f"], ["QUJD"], TypeError),  # metadata not bytes
+        (b"m", (b"f",), ["QUJD"], TypeError),  # framing not a list
+        (b"m", [b"f"], ("QUJD",), TypeError),  # texts not a list
+        (b"m", [b"f", b"g"], ["QUJD"], ValueError),  # lengths differ
+        (b"m", ["f"], ["QUJD"], TypeError),  # a frame not bytes
+    ],
+)
+def test_bad_batch_arguments_raise(
+    metadata: object, framing: object, texts: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        compiled.encode_batch_b64(metadata, framing, texts)
+
+
+@needs_fused
+def test_decoded_sizes_are_the_payload_sizes_of_whole_quads() -> None:
+    assert compiled.decoded_sizes(["", "QUJD", "QUI=", "QQ==", "QUJDQQ=="]) == [0, 3, 2, 1, 4]
+    for bad in ("QUJ", 5, b"QUJD", "QUJ\u00e9"):
+        assert compiled.decoded_sizes(["QUJD", bad]) is None
+    with pytest.raises(TypeError):
+        compiled.decoded_sizes(("QUJD",))

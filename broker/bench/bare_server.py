@@ -15,8 +15,9 @@ dispatch. Whatever the broker loses to them is the cost of being a broker.
   (and, for the same reason, it keeps its heap as ``brokerlab serve`` does:
   ``broker.heap``). It decodes each payload into a bytes object of its own, the
   payload as a value, which is what its consumer keeps and hands back; the broker
-  decodes an unbatched request's payloads straight into the entries it stores
-  (``broker.ledger.entry.encode_base64_payloads``, the same libbase64 decoder). Each
+  decodes a request's payloads straight into the entries it stores
+  (``broker.ledger.entry.encode_base64_payloads`` and ``encode_batch_base64``, the same
+  libbase64 decoder). Each
   decodes once into what it keeps and copies nothing after;
 - consume: ``POST /consumers/persistent/{tenant}/{namespace}/{topic}/{subscription}``
   makes a consumer of the topic; from then on the topic's produces keep their decoded

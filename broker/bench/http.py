@@ -773,8 +773,8 @@ def entry_encoder() -> str:
 
 _ENCODERS = {
     "compiled+base64": (
-        "the compiled loop (broker.ledger._entries), unbatched payloads base64-decoded "
-        "straight into their entries (pybase64's libbase64)"
+        "the compiled loop (broker.ledger._entries), payloads base64-decoded straight "
+        "into their entries (pybase64's libbase64)"
     ),
     "compiled": "the compiled loop (broker.ledger._entries)",
     "python": "entry.py's Python loop (broker.ledger._entries was not built here)",

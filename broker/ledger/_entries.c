@@ -14,6 +14,9 @@
  * a message, about 0.33 us of a 1 KiB message's encoding; here it is one allocation,
  * three copies and the CRC in SSE4.2 instructions (three streams at once).
  *
+ * encode_rows_b64 and encode_batch_b64 do the same for the produce route's base64 texts,
+ * decoding each straight into its entry (see "Decoding base64 payloads" below).
+ *
  * entry.py stays the reference: it uses this module when it imports (x86-64 with
  * SSE4.2, and a compiler at install time) and its own loop otherwise, and the tests
  * hold the two to the same bytes.

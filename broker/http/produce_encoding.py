@@ -48,10 +48,11 @@ def encode_plain(
     ``payload`` looked up in each message and decoded as base64 fails for any message
     that is not an object holding a base64 string there, and one ``len`` per message
     leaves each nothing else. No payload can exceed ``max_size`` when the whole body
-    does not. Each payload is decoded straight into its entry (``encode_base64_payloads``,
-    or ``encode_batch_base64`` for a batch) unless a text is not canonical base64, which
-    goes on to the broker's strict decoding. Whatever this encodes the general path encodes the
-    same, as a property test checks. O(body size)."""
+    does not. Each payload is decoded straight into its entry
+    (``encode_base64_payloads``, or ``encode_batch_base64`` for a batch) unless a text
+    is not canonical base64, which goes on to the broker's strict decoding. Whatever
+    this encodes the general path encodes the same, as a property test checks.
+    O(body size)."""
     try:
         body = from_json(raw)
     except ValueError:

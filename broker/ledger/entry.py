@@ -470,11 +470,11 @@ def _batch_metadata(count: int, publish_time: int, producer_name: str, sequence_
 def encode_batch_base64(texts: list[Any], publish_time: int, max_bytes: int) -> bytes | None:
     """``encode_batch_payloads`` of the base64 decodes of ``texts`` (the HTTP producer's,
     from sequence id 0), each text decoded straight into the entry: no bytes object a
-    payload and no join. None where :func:`encode_base64_payloads` would answer None,
-    for an empty list, and where the payloads would sum to more than ``max_bytes`` (the
-    caller's general path then says so). Whatever this encodes, decoding with
-    ``broker.http.b64`` and ``encode_batch_payloads`` encodes the same (the tests hold
-    them to it). O(total text length)."""
+    payload and no join. None where the decoder is not bound, for any text that is not
+    canonical base64 in an ASCII str, for an empty list, and where the payloads would
+    sum to more than ``max_bytes`` (the caller's general path then says so). Whatever
+    this encodes, decoding with ``broker.http.b64`` and ``encode_batch_payloads``
+    encodes the same (the tests hold them to it). O(total text length)."""
     if not (_b64_bound and texts and 0 <= publish_time < 1 << 64):
         return None
     sizes = _compiled.decoded_sizes(texts)

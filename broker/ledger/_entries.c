@@ -284,7 +284,9 @@ fail:
  *
  * The produce route's payloads come as base64 texts. Decoding each into a bytes object
  * and copying that into its entry costs an allocation, a free and a copy a message, and
- * a Python call; encode_rows_b64 decodes each text into the entry itself. The decoder is
+ * a Python call; encode_rows_b64 decodes each text into the entry itself, and
+ * encode_batch_b64 each of a batch's texts into the one entry, after its framing, with
+ * the entry allocated once at its size. The decoder is
  * libbase64's base64_decode (SIMD, chosen for the CPU at run time), the one pybase64
  * runs: pybase64's extension module exports it, and bind_base64 finds it there with
  * dlsym, as storage_stub.bookie._writer finds ISA-L's CRC-32.
@@ -294,8 +296,11 @@ fail:
  * 4, base64_decode (flags 0: the standard alphabet, '=' only as the last one or two
  * characters) must accept it, and it must have produced exactly 3 bytes per 4 characters
  * less one per '=' at the end, which no character outside the alphabet can. For anything
- * else encode_rows_b64 answers None and the caller decodes its own way, which then
- * decides.
+ * else they answer None and the caller decodes its own way, which then decides.
+ *
+ * base64_decode writes at most 3 bytes per 4 characters of its input, '=' included
+ * (checked for every codec libbase64 has, against canaries and guard pages, by an
+ * independent review): so a payload with padding gets that much room, cut after.
  */
 typedef int (*base64_decode_function)(const char *src, size_t srclen, char *out,
                                       size_t *outlen, int flags);
@@ -304,8 +309,8 @@ static base64_decode_function base64_decode_fn = NULL;
 PyDoc_STRVAR(bind_base64_doc,
              "bind_base64(path: str) -> None\n\n"
              "Find libbase64's base64_decode in the shared library at path (pybase64's\n"
-             "extension module, already loaded) for encode_rows_b64. OSError if it is\n"
-             "not there.");
+             "extension module, already loaded) for encode_rows_b64 and encode_batch_b64.\n"
+             "OSError if it is not there, ValueError for an empty path or one with a NUL.");
 
 static PyObject *
 bind_base64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -610,7 +615,8 @@ crc32c_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    uint32_t crc = crc32c_continue((uint32_t)value, (const unsigned char *)PyBytes_AS_STRING(args[0]),
+    uint32_t crc = crc32c_continue((uint32_t)value,
+                                   (const unsigned char *)PyBytes_AS_STRING(args[0]),
                                    (size_t)PyBytes_GET_SIZE(args[0]));
     return PyLong_FromUnsignedLong(crc);
 }

@@ -472,7 +472,9 @@ PyDoc_STRVAR(decoded_sizes_doc,
              "decoded_sizes(texts: list) -> list[int] | None\n\n"
              "The payload size each base64 text decodes to if it is canonical: 3 bytes a\n"
              "quad less one a trailing '='. None if a text is not an ASCII str of whole\n"
-             "quads (its characters are checked when it is decoded). O(len(texts)).");
+             "quads. Its characters are not checked: for a text that is not canonical\n"
+             "the size means nothing, and encode_batch_b64 refuses the text (its decoding\n"
+             "does not come to that size). O(len(texts)).");
 
 static PyObject *
 decoded_sizes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -538,9 +540,12 @@ encode_batch_b64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (base64_decode_fn == NULL) {
         Py_RETURN_NONE;
     }
-    /* The entry's size, and room for the last payload's decoding (3 bytes a quad, '='
-     * included): each other payload's extra bytes land on the next message's framing,
-     * written after them. Sizes are of objects in memory, so the sums cannot overflow. */
+    /* The entry's size, and room past its end for a payload's decoding, which may take
+     * 3 bytes a quad, '=' included: up to 2 bytes more than the payload. Whatever a
+     * payload writes past its end before the entry's end is overwritten by what comes
+     * after it (the next framing and payload are written after it); the room takes
+     * what would go past the entry's end, for any payload (the framing after a payload
+     * may be empty). A list may hold one object many times, so the sum is checked. */
     Py_ssize_t metadata_size = PyBytes_GET_SIZE(metadata);
     Py_ssize_t size = HEAD_SIZE + metadata_size, room = 0;
     if (metadata_size > (Py_ssize_t)0xffffffff) {
@@ -557,8 +562,14 @@ encode_batch_b64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (b64_text(PyList_GET_ITEM(texts, i), &length, &payload_size) == NULL) {
             Py_RETURN_NONE;
         }
-        size += PyBytes_GET_SIZE(frame) + payload_size;
-        room = length / 4 * 3 - payload_size;
+        Py_ssize_t part = PyBytes_GET_SIZE(frame) + payload_size; /* both in memory */
+        if (size > PY_SSIZE_T_MAX - 2 - part) {
+            return PyErr_NoMemory();
+        }
+        size += part;
+        if (length / 4 * 3 - payload_size > room) {
+            room = length / 4 * 3 - payload_size;
+        }
     }
     /* Nothing from here runs Python code: the lists cannot change under the loop. */
     PyObject *entry = PyBytes_FromStringAndSize(NULL, size + room);

@@ -184,11 +184,21 @@ row_of(PyObject *row, Row *out)
     return 0;
 }
 
+/* The arguments encode_rows and encode_rows_b64 share: rows, the list of payloads or
+ * texts, the tail and its CRC. */
+typedef struct {
+    PyObject *rows;
+    PyObject *items;
+    const char *tail;
+    Py_ssize_t tail_size;
+    Py_ssize_t count;
+    uint32_t tail_crc;
+} RowsCall;
+
 /* Writes an entry's magic, checksum, metadata size, head and tail at out; returns where
  * its payload goes. */
 static char *
-put_entry_head(char *out, uint32_t checksum, const Row *row, const char *tail,
-               Py_ssize_t tail_size)
+put_entry_head(char *out, uint32_t checksum, const Row *row, const RowsCall *call)
 {
     out[0] = MAGIC_0;
     out[1] = MAGIC_1;
@@ -197,8 +207,64 @@ put_entry_head(char *out, uint32_t checksum, const Row *row, const char *tail,
     out += HEAD_SIZE;
     memcpy(out, row->head, (size_t)row->head_size);
     out += row->head_size;
-    memcpy(out, tail, (size_t)tail_size);
-    return out + tail_size;
+    memcpy(out, call->tail, (size_t)call->tail_size);
+    return out + call->tail_size;
+}
+
+/* Reads (rows, items, tail, tail_crc) into *call: 0, or -1 with an exception set for
+ * arguments of any other shape (lists of unequal length among them). */
+static int
+rows_call_of(const char *name, PyObject *const *args, Py_ssize_t nargs, RowsCall *call)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "%s takes 4 arguments (%zd given)", name, nargs);
+        return -1;
+    }
+    PyObject *rows = args[0], *items = args[1], *tail = args[2];
+    if (!PyList_CheckExact(rows) || !PyList_CheckExact(items)) {
+        PyErr_Format(PyExc_TypeError, "%s: rows and its second argument must be lists", name);
+        return -1;
+    }
+    if (!PyBytes_CheckExact(tail)) {
+        PyErr_SetString(PyExc_TypeError, "tail must be bytes");
+        return -1;
+    }
+    int64_t tail_crc = u32_of(args[3], "tail_crc");
+    if (tail_crc < 0) {
+        return -1;
+    }
+    if (PyList_GET_SIZE(rows) != PyList_GET_SIZE(items)) {
+        PyErr_Format(PyExc_ValueError, "%s: the lists differ in length", name);
+        return -1;
+    }
+    call->rows = rows;
+    call->items = items;
+    call->tail = PyBytes_AS_STRING(tail);
+    call->tail_size = PyBytes_GET_SIZE(tail);
+    call->count = PyList_GET_SIZE(items);
+    call->tail_crc = (uint32_t)tail_crc;
+    return 0;
+}
+
+/* The call's result list, of its count of unset items; NULL with an exception set.
+ * Allocating it may run a garbage collection, and with it Python code (a __del__, a
+ * weakref callback) that changes the lists: their lengths are checked again. Nothing
+ * the callers do after runs Python code (exact types only; bytes objects are not
+ * tracked by the collector), so the lists cannot change under their loops. */
+static PyObject *
+new_entries(const char *name, const RowsCall *call)
+{
+    PyObject *entries = PyList_New(call->count);
+    if (entries == NULL) {
+        return NULL;
+    }
+    if (PyList_GET_SIZE(call->items) != call->count ||
+        PyList_GET_SIZE(call->rows) != call->count) {
+        Py_DECREF(entries);
+        PyErr_Format(PyExc_RuntimeError, "the lists changed during %s", name);
+        return NULL;
+    }
+    return entries;
 }
 
 PyDoc_STRVAR(encode_rows_doc,
@@ -211,48 +277,19 @@ PyDoc_STRVAR(encode_rows_doc,
 static PyObject *
 encode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "encode_rows takes 4 arguments (%zd given)", nargs);
-        return NULL;
-    }
     (void)module;
-    PyObject *rows = args[0], *payloads = args[1], *tail = args[2];
-    if (!PyList_CheckExact(rows) || !PyList_CheckExact(payloads)) {
-        PyErr_SetString(PyExc_TypeError, "rows and payloads must be lists");
+    RowsCall call;
+    if (rows_call_of("encode_rows", args, nargs, &call) < 0) {
         return NULL;
     }
-    if (!PyBytes_CheckExact(tail)) {
-        PyErr_SetString(PyExc_TypeError, "tail must be bytes");
-        return NULL;
-    }
-    int64_t tail_crc = u32_of(args[3], "tail_crc");
-    if (tail_crc < 0) {
-        return NULL;
-    }
-    Py_ssize_t count = PyList_GET_SIZE(payloads);
-    if (PyList_GET_SIZE(rows) != count) {
-        PyErr_SetString(PyExc_ValueError, "rows and payloads differ in length");
-        return NULL;
-    }
-    const char *tail_bytes = PyBytes_AS_STRING(tail);
-    Py_ssize_t tail_size = PyBytes_GET_SIZE(tail);
-    PyObject *entries = PyList_New(count);
+    PyObject *entries = new_entries("encode_rows", &call);
     if (entries == NULL) {
         return NULL;
     }
-    /* Allocating the list may run a garbage collection, and with it Python code (a
-     * __del__, a weakref callback) that changes the lists: their lengths are checked
-     * again. Nothing below runs Python code (exact types only; bytes objects are not
-     * tracked by the collector), so they cannot change under the loop. */
-    if (PyList_GET_SIZE(payloads) != count || PyList_GET_SIZE(rows) != count) {
-        Py_DECREF(entries);
-        PyErr_SetString(PyExc_RuntimeError, "rows or payloads changed during encode_rows");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *payload = PyList_GET_ITEM(payloads, i);
+    for (Py_ssize_t i = 0; i < call.count; i++) {
+        PyObject *payload = PyList_GET_ITEM(call.items, i);
         Row row;
-        if (row_of(PyList_GET_ITEM(rows, i), &row) < 0) {
+        if (row_of(PyList_GET_ITEM(call.rows, i), &row) < 0) {
             goto fail;
         }
         if (!PyBytes_CheckExact(payload)) {
@@ -262,14 +299,14 @@ encode_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const char *payload_bytes = PyBytes_AS_STRING(payload);
         Py_ssize_t payload_size = PyBytes_GET_SIZE(payload);
         PyObject *entry = PyBytes_FromStringAndSize(
-            NULL, HEAD_SIZE + row.head_size + tail_size + payload_size);
+            NULL, HEAD_SIZE + row.head_size + call.tail_size + payload_size);
         if (entry == NULL) {
             goto fail;
         }
-        uint32_t checksum = crc32c_continue(row.carried ^ (uint32_t)tail_crc,
+        uint32_t checksum = crc32c_continue(row.carried ^ call.tail_crc,
                                             (const unsigned char *)payload_bytes,
                                             (size_t)payload_size);
-        char *out = put_entry_head(PyBytes_AS_STRING(entry), checksum, &row, tail_bytes, tail_size);
+        char *out = put_entry_head(PyBytes_AS_STRING(entry), checksum, &row, &call);
         memcpy(out, payload_bytes, (size_t)payload_size);
         PyList_SET_ITEM(entries, i, entry);
     }
@@ -384,49 +421,22 @@ PyDoc_STRVAR(encode_rows_b64_doc,
 static PyObject *
 encode_rows_b64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "encode_rows_b64 takes 4 arguments (%zd given)", nargs);
-        return NULL;
-    }
     (void)module;
-    PyObject *rows = args[0], *texts = args[1], *tail = args[2];
-    if (!PyList_CheckExact(rows) || !PyList_CheckExact(texts)) {
-        PyErr_SetString(PyExc_TypeError, "rows and texts must be lists");
-        return NULL;
-    }
-    if (!PyBytes_CheckExact(tail)) {
-        PyErr_SetString(PyExc_TypeError, "tail must be bytes");
-        return NULL;
-    }
-    int64_t tail_crc = u32_of(args[3], "tail_crc");
-    if (tail_crc < 0) {
-        return NULL;
-    }
-    Py_ssize_t count = PyList_GET_SIZE(texts);
-    if (PyList_GET_SIZE(rows) != count) {
-        PyErr_SetString(PyExc_ValueError, "rows and texts differ in length");
+    RowsCall call;
+    if (rows_call_of("encode_rows_b64", args, nargs, &call) < 0) {
         return NULL;
     }
     if (base64_decode_fn == NULL) {
         Py_RETURN_NONE;
     }
-    const char *tail_bytes = PyBytes_AS_STRING(tail);
-    Py_ssize_t tail_size = PyBytes_GET_SIZE(tail);
-    PyObject *entries = PyList_New(count);
+    PyObject *entries = new_entries("encode_rows_b64", &call);
     if (entries == NULL) {
         return NULL;
     }
-    /* As in encode_rows: the list's allocation may have run Python code, nothing below
-     * does (exact types; bytes objects are not tracked by the collector). */
-    if (PyList_GET_SIZE(texts) != count || PyList_GET_SIZE(rows) != count) {
-        Py_DECREF(entries);
-        PyErr_SetString(PyExc_RuntimeError, "rows or texts changed during encode_rows_b64");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *text = PyList_GET_ITEM(texts, i);
+    for (Py_ssize_t i = 0; i < call.count; i++) {
+        PyObject *text = PyList_GET_ITEM(call.items, i);
         Row row;
-        if (row_of(PyList_GET_ITEM(rows, i), &row) < 0) {
+        if (row_of(PyList_GET_ITEM(call.rows, i), &row) < 0) {
             goto fail;
         }
         Py_ssize_t length, payload_size;
@@ -434,7 +444,7 @@ encode_rows_b64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (source == NULL) {
             goto refuse;
         }
-        Py_ssize_t payload_at = HEAD_SIZE + row.head_size + tail_size;
+        Py_ssize_t payload_at = HEAD_SIZE + row.head_size + call.tail_size;
         /* base64_decode may write up to 3 bytes per 4 characters, '=' included: the
          * entry has room for that and is cut to its size after. */
         PyObject *entry = PyBytes_FromStringAndSize(NULL, payload_at + length / 4 * 3);
@@ -453,10 +463,10 @@ encode_rows_b64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto fail; /* _PyBytes_Resize released the entry */
         }
         char *out = PyBytes_AS_STRING(entry);
-        uint32_t checksum = crc32c_continue(row.carried ^ (uint32_t)tail_crc,
+        uint32_t checksum = crc32c_continue(row.carried ^ call.tail_crc,
                                             (const unsigned char *)out + payload_at,
                                             (size_t)payload_size);
-        put_entry_head(out, checksum, &row, tail_bytes, tail_size);
+        put_entry_head(out, checksum, &row, &call);
         PyList_SET_ITEM(entries, i, entry);
     }
     return entries;

@@ -46,6 +46,9 @@ except ImportError:
 needs_compiled = pytest.mark.skipif(
     compiled is None, reason="broker.ledger._entries not built here"
 )
+needs_fused = pytest.mark.skipif(
+    not compiled_base64_encoder(), reason="no compiled loop or no pybase64 decoder here"
+)
 
 
 def can_build_extensions() -> bool:
@@ -124,19 +127,26 @@ def test_encode_payloads_uses_the_compiled_loop_for_lists_only() -> None:
 
 
 @needs_compiled
-def test_lists_emptied_by_a_collection_during_the_call_are_refused() -> None:
+@pytest.mark.parametrize(
+    ("name", "item"),
+    [("encode_rows", b"x" * 10), pytest.param("encode_rows_b64", "QUJD", marks=needs_fused)],
+)
+def test_lists_emptied_by_a_collection_during_the_call_are_refused(
+    name: str, item: bytes | str
+) -> None:
     """Allocating the result list may run a garbage collection, and a __del__ it runs
-    may shrink the lists the loop is about to read: refused, not read past their end."""
-    payloads = [b"x" * 10] * 5000
-    rows, tail = _rows(len(payloads), 7, "p", 0)
+    may shrink the lists the loop is about to read: refused, not read past their end.
+    For payloads and for base64 texts alike."""
+    items = [item] * 5000
+    rows, tail = _rows(len(items), 7, "p", 0)
 
     class Shrinker:
         def __del__(self) -> None:
-            payloads.clear()
+            items.clear()
             rows.clear()
 
     tail_crc = crc32c(tail)
-    encode = compiled.encode_rows
+    encode = getattr(compiled, name)
     refused: RuntimeError | None = None
     gc.collect()
     thresholds = gc.get_threshold()
@@ -149,13 +159,13 @@ def test_lists_emptied_by_a_collection_during_the_call_are_refused() -> None:
         gc.enable()
         # no container allocated before the call's own list: it collects
         try:
-            encode(rows, payloads, tail, tail_crc)
+            encode(rows, items, tail, tail_crc)
         except RuntimeError as error:
             refused = error
     finally:
         gc.set_threshold(*thresholds)
         gc.enable()
-    assert payloads == [] and rows == []  # the collection ran inside the call
+    assert items == [] and rows == []  # the collection ran inside the call
     assert refused is not None and "changed" in str(refused)
 
 
@@ -227,10 +237,6 @@ def test_the_base64_decoder_is_bound_where_the_loop_is_built() -> None:
         pytest.skip("no x86-64 with SSE4.2, a C compiler and Python's headers here")
     assert compiled_base64_encoder(), "pybase64's base64_decode was not found"
 
-
-needs_fused = pytest.mark.skipif(
-    not compiled_base64_encoder(), reason="no compiled loop or no pybase64 decoder here"
-)
 
 _B64_CHARS = "AQgw/+9z=-_ \n.\x00é"
 
@@ -318,40 +324,6 @@ def test_texts_that_are_not_canonical_base64_strings_are_refused(text: object) -
     """Not a str, not a whole number of quads, a character outside the alphabet, or a
     str that is not stored one byte a character."""
     assert encode_base64_payloads(["QUJD", text, "QUJD"], 7) is None
-
-
-@needs_fused
-def test_a_base64_text_list_emptied_by_a_collection_during_the_call_is_refused() -> None:
-    """As for encode_rows: a collection the result list's allocation runs may shrink the
-    lists; refused, not read past their end."""
-    texts = ["QUJD"] * 5000
-    rows, tail = _rows(len(texts), 7, "p", 0)
-
-    class Shrinker:
-        def __del__(self) -> None:
-            texts.clear()
-
-    encode = compiled.encode_rows_b64
-    tail_crc = crc32c(tail)
-    refused: RuntimeError | None = None
-    gc.collect()
-    thresholds = gc.get_threshold()
-    gc.disable()
-    try:
-        cycle = Shrinker()
-        cycle.self = cycle  # type: ignore[attr-defined]
-        del cycle
-        gc.set_threshold(1)
-        gc.enable()
-        try:
-            encode(rows, texts, tail, tail_crc)
-        except RuntimeError as error:
-            refused = error
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.enable()
-    assert texts == []
-    assert refused is not None and "changed" in str(refused)
 
 
 @needs_compiled

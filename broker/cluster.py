@@ -212,6 +212,7 @@ class BrokerNode:
                         brokers=len(self.cluster.nodes),
                     ),
                     broker=self.index,
+                    threaded=self.cluster.threads,
                 )
             else:
                 self.trace.restart()
@@ -347,10 +348,22 @@ class Cluster:
     """``brokers`` brokers over one storage. ``open`` opens the storage and builds the
     nodes; ``start`` starts them; ``close`` stops them gracefully and closes storage."""
 
-    def __init__(self, settings: Settings, clock: Clock | None = None, brokers: int = 1) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Clock | None = None,
+        brokers: int = 1,
+        seed: int | None = None,
+        threads: bool = True,
+    ) -> None:
+        """``seed``: the storage's latency and fault draws (None: unseeded).
+        ``threads``: False on virtual time: nothing the cluster does runs on another
+        thread (the trace is written on the loop's), so nothing races the clock."""
         if brokers < 1:
             raise ValueError("a cluster has at least one broker")
         self.settings = settings
+        self.seed = seed
+        self.threads = threads
         self.clock = clock or SystemClock()
         self.service_config = service_config(settings.broker)
         self.ownership = Ownership(brokers, settings.broker.defaultNumberOfNamespaceBundles)
@@ -368,7 +381,9 @@ class Cluster:
         return self._storage
 
     async def open(self) -> None:
-        storage = await open_storage(self.settings.storage, self.settings.data_dir)
+        storage = await open_storage(
+            self.settings.storage, self.settings.data_dir, seed=self.seed, clock=self.clock
+        )
         try:
             await check_data_format(storage.metadata)
         except BaseException:

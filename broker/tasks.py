@@ -18,7 +18,9 @@ class TaskOwner:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: a dict as an insertion-ordered set: close cancels in spawn order, the same on
+        #: every run (a set would go by the tasks' addresses)
+        self._tasks: dict[asyncio.Task[Any], None] = {}
         self._closed = False
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
@@ -26,12 +28,12 @@ class TaskOwner:
             coro.close()
             raise RuntimeError(f"{self._name} is closed")
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
+        self._tasks[task] = None
         task.add_done_callback(self._done)
         return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("%s: task %s failed", self._name, task.get_name(), exc_info=error)
 

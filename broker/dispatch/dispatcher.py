@@ -174,12 +174,14 @@ class SingleActiveConsumerDispatcher(Dispatcher):
     """Exclusive and Failover: one consumer receives everything, in order. Redelivery
     rewinds the cursor to the first unacknowledged entry, as Pulsar does to keep order.
     The active consumer is the one with the highest priority (lowest
-    ``priorityLevel``), then the lowest name."""
+    ``priorityLevel``), then the lowest name, then the earliest attached (never the
+    random consumer id: the choice is the same on every run)."""
 
     def active_consumer(self) -> Consumer | None:
         if not self.consumers:
             return None
-        return min(self.consumers, key=lambda c: (c.priority_level, c.name, c.consumer_id))
+        # min keeps the first of equal keys: the earliest attached
+        return min(self.consumers, key=lambda c: (c.priority_level, c.name))
 
     def add_consumer(self, consumer: Consumer) -> None:
         before = self.active_consumer()

@@ -538,7 +538,7 @@ class BrokerService:
             raise ProducerLimitError(
                 f"topic {topic.name} has maxProducersPerTopic={limit} producers"
             )
-        topic.producers.add(producer)
+        topic.producers[producer] = None
 
     def consumer(self, consumer_id: str) -> Consumer:
         consumer = self.consumers.get(consumer_id)

@@ -52,8 +52,10 @@ class PersistentTopic:
         #: what deleted subscriptions had been delivered (Pulsar keeps it too)
         self.msg_out_removed = 0
         self.bytes_out_removed = 0
-        #: producers of connected clients (HTTP produce has none)
-        self.producers: set[Producer] = set()
+        #: producers of connected clients (HTTP produce has none), in the order they
+        #: came (a dict as an insertion-ordered set: an unload tells them in that order,
+        #: so their reconnects are the same on every run)
+        self.producers: dict[Producer, None] = {}
         self._admin_lock = asyncio.Lock()
 
     async def publish(self, entries: Sequence[bytes], messages: int = 0) -> Position:

@@ -459,14 +459,7 @@ class WebSocketConsumer(Consumer):
         self.pending[position] = NOT_RECEIVED
         messages = entry.messages
         self._avg_batch += (messages - self._avg_batch) * 0.1
-        nbytes = len(entry.data)
-        self.msg_out.add(messages)
-        self.bytes_out.add(nbytes)
-        totals = self.subscription.topic.totals
-        totals.dispatched += 1
-        totals.dispatched_bytes += nbytes
-        if redelivery_count:
-            totals.redelivered += 1
+        self.count_out(entry, messages, redelivery_count)
         self._wake.set()
 
     def take_unacked(self) -> tuple[list[Position], set[Position]]:
@@ -1025,7 +1018,7 @@ class WebSocketProducer:
     def detach(self) -> None:
         """The session ends: its topic counts it no more."""
         if self.topic is not None:
-            self.topic.producers.discard(self)
+            self.topic.producers.pop(self, None)
             self.topic = None
 
     async def receive(self, text: str) -> None:

@@ -202,7 +202,7 @@ class BinaryProducer:
         connection.write_command(command)
 
     def detach(self) -> None:
-        self.topic.producers.discard(self)
+        self.topic.producers.pop(self, None)
 
 
 class BinaryConsumer(Consumer):
@@ -246,14 +246,7 @@ class BinaryConsumer(Consumer):
         messages = entry.messages
         self.permits -= messages
         self._avg_batch += (messages - self._avg_batch) * 0.1
-        nbytes = len(data)
-        self.msg_out.add(messages)
-        self.bytes_out.add(nbytes)
-        totals = self.subscription.topic.totals
-        totals.dispatched += 1
-        totals.dispatched_bytes += nbytes
-        if redelivery_count:
-            totals.redelivered += 1
+        self.count_out(entry, messages, redelivery_count)
         connection = self._connection
         if connection is None or connection.closed:
             return

@@ -138,7 +138,12 @@ class TraceRecorder:
         max_pending_files: int = 4,
         meta: dict[str, Any] | None = None,
         broker: int = 0,
+        threaded: bool = True,
     ) -> None:
+        """``threaded``: files are written on a thread of their own (the live broker's
+        loop never waits on Parquet); False: each is written when it rolls, on the
+        caller's thread (virtual time, where a thread would race the clock and events
+        dropped while it is behind would differ from run to run)."""
         if roll_events < 1 or max_pending_files < 1:
             raise ValueError("roll_events and max_pending_files must be at least 1")
         if not 0 <= broker <= MAX_BROKER:
@@ -163,7 +168,11 @@ class TraceRecorder:
         self._seq = 0
         self._pending = 0
         self._lock = threading.Lock()
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="trace")
+        self._executor = (
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="trace")
+            if threaded
+            else None
+        )
         #: events recorded (kept), dropped (buffer full), files written, write failures
         self.events = 0
         self.dropped = 0
@@ -384,7 +393,10 @@ class TraceRecorder:
         path = self._directory / file_name(self._broker, self.files)
         with self._lock:
             self._pending += 1
-        self._executor.submit(self._write, path, columns)
+        if self._executor is None:
+            self._write(path, columns)
+        else:
+            self._executor.submit(self._write, path, columns)
 
     def _write(self, path: pathlib.Path, columns: dict[str, list[Any]]) -> None:
         try:
@@ -408,7 +420,8 @@ class TraceRecorder:
             return
         self.flush()
         self.closed = True
-        self._executor.shutdown(wait=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
 
     def stats(self) -> dict[str, Any]:
         return {

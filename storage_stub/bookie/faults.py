@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 
 from storage_stub.bookie.api import OPERATIONS, StorageFaultError
+from storage_stub.bookie.latency import operation_streams
 
 
 class FaultRule:
@@ -19,17 +19,18 @@ class FaultRule:
 
 
 class FaultInjector:
-    """Per-operation error rate and extra delay, with a seedable RNG.
+    """Per-operation error rate and extra delay; each operation draws from its own
+    seedable random stream.
 
     ``check`` costs one dict lookup for an operation without a rule.
     """
 
-    __slots__ = ("_operations", "_rng", "_rules")
+    __slots__ = ("_operations", "_rngs", "_rules")
 
     def __init__(
         self, *, seed: int | None = None, operations: tuple[str, ...] = OPERATIONS
     ) -> None:
-        self._rng = random.Random(seed)
+        self._rngs = operation_streams(seed, type(self).__name__, operations)
         self._rules: dict[str, FaultRule] = {}
         #: the operation names rules may name (the bookie's, or the object store's)
         self._operations = operations
@@ -67,7 +68,7 @@ class FaultInjector:
             return
         if rule.delay_ms > 0.0:
             await asyncio.sleep(rule.delay_ms / 1000.0)
-        if rule.error_rate > 0.0 and self._rng.random() < rule.error_rate:
+        if rule.error_rate > 0.0 and self._rngs[op].random() < rule.error_rate:
             rule.injected_errors += 1
             raise StorageFaultError(op)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, Self
 
 from storage_stub.bookie.api import OPERATIONS
@@ -131,13 +131,26 @@ def _is_zero(text: str) -> bool:
         return False
 
 
+def operation_streams(
+    seed: int | None, owner: str, operations: Iterable[str]
+) -> dict[str, random.Random]:
+    """One random stream per operation: seeded from ``seed``, ``owner`` and the
+    operation's name (a string seed is hashed by SHA-512, whatever PYTHONHASHSEED is),
+    or from the system's entropy when ``seed`` is None."""
+    return {
+        op: random.Random(None if seed is None else f"{seed}:{owner}:{op}") for op in operations
+    }
+
+
 class LatencyModel:
     """Delays for each operation of ``api.OPERATIONS``; operations without a model never wait.
 
     ``delay`` costs one dict lookup when the operation has no delay (no sleep, no RNG draw).
+    Each operation draws from its own random stream (seeded from ``seed`` and its name):
+    a change in how often one operation runs leaves the others' delays as they were.
     """
 
-    __slots__ = ("_distributions", "_rng")
+    __slots__ = ("_distributions", "_rngs")
 
     def __init__(
         self,
@@ -146,13 +159,13 @@ class LatencyModel:
         seed: int | None = None,
         operations: tuple[str, ...] = OPERATIONS,
     ) -> None:
-        self._rng = random.Random(seed)
         self._distributions: dict[str, LatencyDistribution] = {}
         for op, distribution in (distributions or {}).items():
             if op not in operations:
                 raise ValueError(f"unknown storage operation {op!r}; expected one of {operations}")
             if distribution is not None:
                 self._distributions[op] = distribution
+        self._rngs = operation_streams(seed, type(self).__name__, self._distributions)
 
     @classmethod
     def from_specs(cls, specs: Mapping[str, str], *, seed: int | None = None) -> Self:
@@ -170,7 +183,7 @@ class LatencyModel:
     def draw_ms(self, op: str) -> float:
         """The next delay for ``op`` in milliseconds (0.0 without a model)."""
         distribution = self._distributions.get(op)
-        return 0.0 if distribution is None else distribution.sample_ms(self._rng)
+        return 0.0 if distribution is None else distribution.sample_ms(self._rngs[op])
 
     def has_model(self, op: str) -> bool:
         """Whether ``delay(op)`` may wait. O(1)."""
@@ -181,7 +194,7 @@ class LatencyModel:
         distribution = self._distributions.get(op)
         if distribution is None:
             return
-        ms = distribution.sample_ms(self._rng)
+        ms = distribution.sample_ms(self._rngs[op])
         if ms > 0:
             await asyncio.sleep(ms / 1000.0)
 

@@ -22,6 +22,7 @@ from storage_stub.bookie.rocks import RocksDatabase
 from storage_stub.config import StorageConfig
 from storage_stub.tiered.object_store import open_object_store
 from storage_stub.tiered.persisted import PersistedTieredStore
+from storage_stub.tiered.range_index import MonotonicClock
 
 
 class Storage:
@@ -143,6 +144,7 @@ async def open_storage(
     *,
     seed: int | None = None,
     disk_usage_probe: UsageProbe | None = None,
+    clock: MonotonicClock | None = None,
 ) -> Storage:
     """Open the storage ``config`` describes. ``disk`` mode keeps everything under
     ``data_dir`` (created if missing) and recovers it; ``memory`` mode ignores it.
@@ -150,7 +152,9 @@ async def open_storage(
 
     On a full disk, ``disk`` mode opens read-only (``read_only``) and turns writable by
     itself once space is back; anything it cannot open raises StorageFaultError.
-    ``disk_usage_probe`` replaces the statvfs of ``data_dir`` (tests)."""
+    ``disk_usage_probe`` replaces the statvfs of ``data_dir`` (tests). ``clock``: the
+    monotonic clock the tiered store's range index ages by (None: the system's; the
+    broker passes its own, so a virtual-time run ages it in virtual time)."""
     counters = OpCounters()
     faults = FaultInjector(seed=seed)
     latency = LatencyModel.from_config(config, seed=seed)
@@ -211,7 +215,7 @@ async def open_storage(
     object_store = open_object_store(
         config, None if data_dir is None else data_dir / "objects", seed=seed
     )
-    tiered = await PersistedTieredStore.open(object_store, config, instrumented_metadata)
+    tiered = await PersistedTieredStore.open(object_store, config, instrumented_metadata, clock)
     last_entry_cache = LastEntryCache(config.dbStorage_lastEntryCacheMaxSize)
     instrumented = InstrumentedBookie(bookie, faults=faults, latency=latency, counters=counters)
     return Storage(

@@ -18,6 +18,7 @@ from storage_stub.config import StorageConfig
 from storage_stub.tiered.format import RangeData
 from storage_stub.tiered.image import MetadataImage
 from storage_stub.tiered.object_store import InstrumentedObjectStore
+from storage_stub.tiered.range_index import MonotonicClock
 from storage_stub.tiered.store import CompactionResult, TieredStore
 
 IMAGE_KEY = "tiered/image"
@@ -55,12 +56,19 @@ class PersistedTieredStore:
 
     @classmethod
     async def open(
-        cls, object_store: InstrumentedObjectStore, config: StorageConfig, metadata: MetadataStore
+        cls,
+        object_store: InstrumentedObjectStore,
+        config: StorageConfig,
+        metadata: MetadataStore,
+        clock: MonotonicClock | None = None,
     ) -> PersistedTieredStore:
-        """The store of the durable image (empty if none), its garbage deleted."""
+        """The store of the durable image (empty if none), its garbage deleted.
+        ``clock``: what the range index's TTL reads (None: the system's)."""
         record = MetadataImageRecord(metadata)
         image = await record.load()
-        store = TieredStore(object_store, config, image=image, persist_image=record.save)
+        store = TieredStore(
+            object_store, config, image=image, clock=clock, persist_image=record.save
+        )
         try:
             collected = await store.collect_garbage()
         except BookieError as error:  # the listing failed: the garbage waits for next open

@@ -185,7 +185,7 @@ async def test_a_topic_with_a_producer_or_recent_messages_is_not_inactive() -> N
         def close_from_broker(self) -> None:
             raise AssertionError("an inactive-topic check closed a connected producer")
 
-    with_producer.producers.add(Producer())
+    with_producer.producers[Producer()] = None
     recent = await _publish(service, "recent")
     await _stats_rounds(service, clock, 2)
     clock.advance_ms((MAX_INACTIVE_S - 1) * 1000)

@@ -11,7 +11,7 @@ import pathlib
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvloop
 from aiohttp import web
@@ -22,6 +22,10 @@ from broker.cluster import Cluster, Settings, http_url
 from broker.config import BrokerConfig, load_broker_config, load_storage_config
 from broker.heap import keep_heap_for_serving
 from storage_stub.confparse import ConfigError
+
+if TYPE_CHECKING:
+    from loadgen.runner import RunOptions
+    from loadgen.scenario import Scenario
 
 log = logging.getLogger("brokerlab")
 
@@ -113,11 +117,20 @@ def _parser() -> argparse.ArgumentParser:
         commands,
         design_names(),
         {v.name: (v.design, dict(v.settings), v.summary) for v in VARIANTS.values()},
+        run_virtual,
     )
     from pipeline.cli import add_command
 
     add_command(commands)
     return parser
+
+
+def run_virtual(scenario: Scenario, options: RunOptions, seed: int | None = None) -> dict[str, Any]:
+    """The load generator's virtual-time runner (``simulation.run``), imported when a
+    run asks for it."""
+    from simulation.run import run_virtual as run
+
+    return run(scenario, options, seed)
 
 
 def design_names() -> list[str]:

@@ -8,6 +8,7 @@ a ``brokerlab serve`` subprocess).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
 import textwrap
@@ -18,14 +19,18 @@ import uvloop
 
 from loadgen.broker_process import BrokerStartError
 from loadgen.client import AuthenticationError, BrokerError
-from loadgen.runner import RunOptions, default_out_dir, run_scenario
-from loadgen.scenario import ScenarioError, load_scenario, preset_names
+from loadgen.runner import RunFailed, RunOptions, VirtualRunner, default_out_dir, run_scenario
+from loadgen.scenario import Scenario, ScenarioError, load_scenario, preset_names
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from loadgen.verdict import VariantSummary
+
 DEMO_SCENARIO = "demo"
+#: seeds of the virtual-time comparison the demo ends with
+DEMO_VERDICT_SEEDS = 3
 
 #: A configuration ``compare`` can run, as the broker CLI hands it over (the load
 #: generator never imports the broker): ``(design, broker.conf settings, summary)``.
@@ -101,6 +106,22 @@ def _token_arguments(parser: argparse.ArgumentParser, started: str) -> None:
     )
 
 
+def _virtual_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--virtual-time",
+        action="store_true",
+        help=f"run {what} on virtual time: the same broker code in this process with "
+        "in-process clients, on a clock that jumps to the next timer; the same seed gives "
+        "the same counts on every run and machine (README: Virtual time)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="the run's seed, replacing the scenario's (keys, nacks, storage latency draws)",
+    )
+
+
 def _broker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=pathlib.Path, help="broker.conf for a started broker")
     parser.add_argument(
@@ -144,13 +165,17 @@ def _variants_description(table: Mapping[str, Variant]) -> str:
 
 
 def add_commands(
-    commands: Any, designs: Sequence[str], variants: Mapping[str, Variant] | None = None
+    commands: Any,
+    designs: Sequence[str],
+    variants: Mapping[str, Variant] | None = None,
+    virtual: VirtualRunner | None = None,
 ) -> None:
     """Register the three subcommands on the broker CLI's subparsers. ``designs``: the
     broker's registered cache designs, live design first; ``variants``: what ``compare``
     may run besides them, ``name -> (design, broker.conf settings, summary)`` (None: the
-    plain designs only). The broker CLI hands both over: the load generator never imports
-    the broker."""
+    plain designs only); ``virtual``: what runs a scenario on virtual time (None: none,
+    and ``--virtual-time`` says so). The broker CLI hands them over: the load generator
+    never imports the broker."""
     table = _variant_table(designs, variants)
     scenarios = ", ".join(preset_names())
     loadgen = commands.add_parser(
@@ -194,7 +219,8 @@ def add_commands(
         help="record the started broker's access trace (Parquet) into DIR/trace",
     )
     loadgen.add_argument("--no-progress", action="store_true", help="no live progress line")
-    loadgen.set_defaults(handler=_loadgen)
+    _virtual_arguments(loadgen, "the scenario")
+    loadgen.set_defaults(handler=_loadgen, virtual=virtual)
 
     compare = commands.add_parser(
         "compare",
@@ -223,7 +249,17 @@ def add_commands(
     compare.add_argument("--duration", type=_positive, metavar="S", help="scale each run to S s")
     compare.add_argument("--out", type=pathlib.Path, metavar="DIR", help="where results go")
     compare.add_argument("--no-progress", action="store_true", help="no live progress line")
-    compare.set_defaults(handler=_compare, designs=tuple(designs), variants=table)
+    _virtual_arguments(compare, "each variant")
+    compare.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each variant with seeds SEED..SEED+N-1 (SEED: --seed, else the "
+        "scenario's) and report means with 95%% intervals and whether the ranking is "
+        "separable; cheap with --virtual-time",
+    )
+    compare.set_defaults(handler=_compare, designs=tuple(designs), variants=table, virtual=virtual)
 
     demo = commands.add_parser(
         "demo",
@@ -237,7 +273,16 @@ def add_commands(
         help="keep the broker and its dashboard up after the run, until Ctrl-C",
     )
     demo.add_argument("--no-progress", action="store_true", help="no live progress line")
-    demo.set_defaults(handler=_demo, designs=tuple(designs))
+    _virtual_arguments(demo, "the demo itself (no dashboard)")
+    demo.add_argument(
+        "--verdict-seeds",
+        type=int,
+        default=DEMO_VERDICT_SEEDS,
+        metavar="N",
+        help="seeds of the virtual-time comparison that ends the demo (0: none; default "
+        f"{DEMO_VERDICT_SEEDS})",
+    )
+    demo.set_defaults(handler=_demo, designs=tuple(designs), virtual=virtual)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -261,6 +306,24 @@ def run_command(args: argparse.Namespace) -> int:
     except BrokerError as error:
         console.print(f"[red]brokerlab {args.command}: the broker said {error}[/red]")
         return 1
+    except RunFailed as error:
+        console.print(f"brokerlab {args.command}: {error}", style="red", markup=False)
+        return 1
+
+
+def _run(
+    args: argparse.Namespace, scenario: Scenario, options: RunOptions, seed: int | None
+) -> dict[str, Any]:
+    """One run, on virtual time or live as ``args`` says; ``seed`` replaces the
+    scenario's."""
+    if args.virtual_time:
+        virtual: VirtualRunner | None = args.virtual
+        if virtual is None:
+            raise ScenarioError("--virtual-time: this build has no virtual-time runner")
+        return virtual(scenario, options, seed)
+    if seed is not None:
+        scenario = scenario.model_copy(update={"seed": seed})
+    return uvloop.run(run_scenario(scenario, options))
 
 
 def _refused(error: AuthenticationError) -> str:
@@ -299,7 +362,7 @@ def _loadgen(args: argparse.Namespace, console: Console) -> int:
         trace=args.trace,
         token=args.token,
     )
-    results = uvloop.run(run_scenario(scenario, options))
+    results = _run(args, scenario, options, args.seed)
     print_summary(results, console)
     if "drain" in results:
         drain = results["drain"]
@@ -343,6 +406,8 @@ def _variant_line(name: str, variant: Variant, user: Mapping[str, object]) -> st
 def _compare(args: argparse.Namespace, console: Console) -> int:
     from loadgen.plots import comparison_table, plot_comparison
     from loadgen.results import write_results
+    from loadgen.verdict import rank as rank_repeats
+    from loadgen.verdict import repeats_table, summarize_variant, verdict
 
     scenario = load_scenario(args.scenario)
     variants: dict[str, Variant] = args.variants
@@ -356,6 +421,8 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise ScenarioError(f"--implementations: {', '.join(repeated)} named twice")
+    if args.repeat < 1:
+        raise ScenarioError(f"--repeat {args.repeat}: at least 1")
     user = _overrides(args.set)
     if "managedLedgerCacheImplementation" in user:
         raise ScenarioError(
@@ -363,7 +430,10 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
             "name the designs or variants in --implementations"
         )
     out = args.out or default_out_dir(f"compare-{scenario.name}")
-    runs = []
+    first_seed = args.seed if args.seed is not None else scenario.seed
+    seeds = list(range(first_seed, first_seed + args.repeat))
+    runs: list[dict[str, Any]] = []
+    by_variant: dict[str, list[dict[str, Any]]] = {}
     for name in names:
         overrides, replaced = compare_overrides(variants[name], user)
         design, settings, _ = variants[name]
@@ -373,38 +443,97 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
             console.print(
                 f"{name}: --set replaces the variant's {', '.join(replaced)}", highlight=False
             )
-        options = RunOptions(
-            config=args.config,
-            storage_config=args.storage_config,
-            broker_overrides=overrides,
-            duration_s=args.duration,
-            out_dir=out / name,
-            progress=not args.no_progress,
-            driver=args.driver,
-            token=args.token,
-        )
-        results = uvloop.run(run_scenario(scenario, options))
-        # two variants of a design share broker.implementation: name the run, and write
-        # its results and plots again under that name
-        results["variant"] = name
-        write_results(results, out / name)
-        runs.append(results)
-    table = comparison_table(runs)
-    ranking = rank(runs)
+        for seed in seeds:
+            run_dir = out / name if len(seeds) == 1 else out / name / f"seed-{seed}"
+            options = RunOptions(
+                config=args.config,
+                storage_config=args.storage_config,
+                broker_overrides=overrides,
+                duration_s=args.duration,
+                out_dir=run_dir,
+                progress=not args.no_progress,
+                driver=args.driver,
+                token=args.token,
+            )
+            results = _run(
+                args, scenario, options, seed if args.seed is not None or len(seeds) > 1 else None
+            )
+            # two variants of a design share broker.implementation: name the run, and
+            # write its results and plots again under that name
+            results["variant"] = name
+            write_results(results, run_dir)
+            if "virtualToWall" in results:
+                console.print(
+                    f"  seed {results['scenario']['seed']}: {results['virtualSeconds']:.1f} "
+                    f"virtual s in {results['wallSeconds']:.1f} wall s "
+                    f"({results['virtualToWall']:.2f}x)",
+                    highlight=False,
+                )
+            by_variant.setdefault(name, []).append(results)
+        runs.append(by_variant[name][0])
     lines = [_variant_line(name, variants[name], user) for name in names]
     if user:
         lines.append(f"- every run: --set {_settings_text(user)}")
+    clock = "virtual time" if args.virtual_time else "wall-clock time"
+    lines.append(f"- {clock}, seed{'s' if len(seeds) > 1 else ''} {_seeds_text(seeds)}")
+    summaries = [summarize_variant(name, by_variant[name]) for name in names]
+    ranked = verdict(rank_repeats(by_variant), len(seeds))
+    if len(seeds) > 1:
+        table = repeats_table(summaries)
+        detail = (
+            "Each variant ran every seed; the intervals are 95% (Student's t over the "
+            "seeds), and a ranking step is separable when the paired difference's "
+            "interval excludes zero.\n\n"
+            f"First seed's runs:\n\n{comparison_table(runs)}"
+        )
+    else:
+        table = comparison_table(runs)
+        detail = f"Hit ratio ranking: {rank(runs)}"
     report = (
         f"# {scenario.name}: cache designs compared\n\n"
         + "\n".join(lines)
-        + f"\n\n{table}\n\nHit ratio ranking: {ranking}\n"
+        + f"\n\n{table}\nVerdict: {ranked}\n\n{detail}\n"
     )
+    out.mkdir(parents=True, exist_ok=True)
     (out / "compare.md").write_text(report)
-    plot_comparison(runs, out)
-    print(table)
-    print(f"\nhit ratio ranking: {ranking}")
+    plot_comparison(runs, out, summaries if len(seeds) > 1 else None)
+    console.print(_compare_table(summaries, runs, len(seeds)))
+    console.print(f"verdict: {ranked}", highlight=False)
     console.print(f"report: {out / 'compare.md'}, {out / 'compare.png'}", highlight=False)
     return 0
+
+
+def _seeds_text(seeds: Sequence[int]) -> str:
+    return str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}..{seeds[-1]}"
+
+
+def _compare_table(
+    summaries: Sequence[VariantSummary], runs: Sequence[dict[str, Any]], seeds: int
+) -> Table:
+    """compare's terminal table: per variant, hit ratio and storage reads (with their
+    95% intervals over the seeds when there are several)."""
+    from rich.table import Table
+
+    from loadgen.plots import percent
+    from loadgen.verdict import count_interval, percent_interval
+
+    title = "cache designs compared" + (f" over {seeds} seeds (95% CI)" if seeds > 1 else "")
+    table = Table(title=title)
+    for column in ("variant", "hit ratio", "entries read from storage", "publish p99 (ms)"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for summary, run in zip(summaries, runs, strict=True):
+        ratio = (
+            percent_interval(summary.hit_ratio)
+            if summary.hit_ratio is not None and seeds > 1
+            else percent(run["cache"]["hitRatio"])
+        )
+        table.add_row(
+            summary.name,
+            ratio,
+            count_interval(summary.storage_reads),
+            _ms(run.get("aggregatedPublishLatency99pct")),
+        )
+    return table
 
 
 def rank(runs: list[dict[str, Any]]) -> str:
@@ -435,6 +564,10 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
         )
 
+    if args.virtual_time and args.keep_serving:
+        raise ScenarioError("--keep-serving keeps a live broker up; drop --virtual-time")
+    if args.verdict_seeds < 0:
+        raise ScenarioError(f"--verdict-seeds {args.verdict_seeds}: 0 or more")
     options = RunOptions(
         broker_overrides={
             "managedLedgerCacheImplementation": live,
@@ -443,14 +576,68 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
         duration_s=args.duration,
         out_dir=out,
         progress=not args.no_progress,
-        on_broker_ready=ready,
+        on_broker_ready=None if args.virtual_time else ready,
         keep_serving=args.keep_serving,
     )
-    results = uvloop.run(run_scenario(scenario, options))
+    if args.virtual_time:
+        console.print(
+            f"\n[bold]brokerlab demo[/bold] on virtual time: {scenario.description}\n"
+            f"live cache [bold]{live}[/bold], shadows {shadows}\n",
+            highlight=False,
+        )
+    results = _run(args, scenario, options, args.seed)
     print_summary(results, console)
     console.print(_design_table(results))
     console.print(f"results: {out / 'results.json'} (plots beside it)", highlight=False)
+    if args.verdict_seeds and args.virtual is not None:
+        line = _demo_verdict(args, scenario, out, console)
+        console.print(f"[bold]verdict[/bold]: {line}", highlight=False)
     return 0
+
+
+def _demo_verdict(
+    args: argparse.Namespace, scenario: Scenario, out: pathlib.Path, console: Console
+) -> str:
+    """The designs compared on virtual time over ``--verdict-seeds`` seeds of the demo
+    scenario (each design live, at the demo's length): one line, also in verdict.json."""
+    import json
+
+    from loadgen.verdict import rank as rank_repeats
+    from loadgen.verdict import summarize_variant, verdict
+
+    virtual: VirtualRunner = args.virtual
+    first = args.seed if args.seed is not None else scenario.seed
+    seeds = range(first, first + args.verdict_seeds)
+    console.print(
+        f"comparing {', '.join(args.designs)} on virtual time over {len(seeds)} seeds of "
+        "this scenario...",
+        highlight=False,
+    )
+    by_design: dict[str, list[dict[str, Any]]] = {}
+    for design in args.designs:
+        for seed in seeds:
+            options = RunOptions(
+                broker_overrides={"managedLedgerCacheImplementation": design},
+                duration_s=args.duration,
+            )
+            by_design.setdefault(design, []).append(virtual(scenario, options, seed))
+    line = verdict(rank_repeats(by_design), len(seeds))
+    summaries = {design: summarize_variant(design, runs) for design, runs in by_design.items()}
+    document = {
+        "seeds": list(seeds),
+        "verdict": line,
+        "designs": {
+            design: {
+                "hitRatio": None if s.hit_ratio is None else dataclasses.asdict(s.hit_ratio),
+                "storageReads": dataclasses.asdict(s.storage_reads),
+                "wallSeconds": sum(run["wallSeconds"] for run in by_design[design]),
+            }
+            for design, s in summaries.items()
+        },
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "verdict.json").write_text(json.dumps(document, indent=2) + "\n")
+    return line
 
 
 def _design_table(results: dict[str, Any]) -> Table:

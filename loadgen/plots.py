@@ -12,7 +12,7 @@ import contextlib
 import math
 import pathlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -21,6 +21,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from loadgen.verdict import VariantSummary
 
 DPI = 100
 # Figure sizes in inches; at DPI the PNGs are 100 pixels per inch.
@@ -165,9 +168,16 @@ def _bar_labels(ax: Axes, container: Any, values: Sequence[float | None], fmt: s
     ax.bar_label(container, ["n/a" if v is None else format(v, fmt) for v in values], fontsize=8)
 
 
-def plot_comparison(runs: list[dict[str, Any]], out_dir: pathlib.Path) -> pathlib.Path:
+def plot_comparison(
+    runs: list[dict[str, Any]],
+    out_dir: pathlib.Path,
+    summaries: Sequence[VariantSummary] | None = None,
+) -> pathlib.Path:
     """Write ``compare.png``: hit ratio, storage reads, eviction CPU and p99 latencies, one
-    bar (group) per run, named by its variant or cache implementation; return its path."""
+    bar (group) per run, named by its variant or cache implementation; return its path.
+    With ``summaries`` (one per run, over several seeds), the hit ratio and storage reads
+    are their means, with the 95% intervals as error bars; the other panels show the
+    given (first seed's) runs."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "compare.png"
     names = [_label(run) for run in runs]
@@ -178,17 +188,20 @@ def plot_comparison(runs: list[dict[str, Any]], out_dir: pathlib.Path) -> pathli
         fig.suptitle(f"{scenario or 'unknown scenario'}: cache implementations compared")
         hit_ratio, storage, cpu, latency = axes
 
-        ratios = [None if (r := _cache(run, "hitRatio")) is None else r * 100 for run in runs]
-        bars = hit_ratio.bar(positions, [r or 0.0 for r in ratios], color="tab:green")
-        _bar_labels(hit_ratio, bars, ratios, ".1f")
-        hit_ratio.set(title="hit ratio", ylabel="%", ylim=(0, 105))
+        if summaries is not None:
+            _interval_bars(hit_ratio, storage, positions, summaries)
+        else:
+            ratios = [None if (r := _cache(run, "hitRatio")) is None else r * 100 for run in runs]
+            bars = hit_ratio.bar(positions, [r or 0.0 for r in ratios], color="tab:green")
+            _bar_labels(hit_ratio, bars, ratios, ".1f")
+            hit_ratio.set(title="hit ratio", ylabel="%", ylim=(0, 105))
 
-        entries = [_storage(run, "bookie", "entriesRead") for run in runs]
-        gets = [_storage(run, "tiered", "objectGets") for run in runs]
-        storage.bar(positions, entries, label="bookie entries read")
-        storage.bar(positions, gets, bottom=entries, label="tiered object gets")
-        storage.set(title="storage reads", ylabel="reads")
-        storage.legend(fontsize=8)
+            entries = [_storage(run, "bookie", "entriesRead") for run in runs]
+            gets = [_storage(run, "tiered", "objectGets") for run in runs]
+            storage.bar(positions, entries, label="bookie entries read")
+            storage.bar(positions, gets, bottom=entries, label="tiered object gets")
+            storage.set(title="storage reads", ylabel="reads")
+            storage.legend(fontsize=8)
 
         seconds = [_cache(run, "evictionCpuSeconds") for run in runs]
         bars = cpu.bar(positions, [s or 0.0 for s in seconds], color="tab:purple")
@@ -230,6 +243,31 @@ def percent(value: float | None) -> str:
 
 def _fixed(value: float | None, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _interval_bars(
+    hit_ratio: Axes, storage: Axes, positions: list[int], summaries: Sequence[VariantSummary]
+) -> None:
+    """Means over the seeds, with their 95% intervals as error bars."""
+    seeds = summaries[0].seeds if summaries else ()
+    ratios = [s.hit_ratio for s in summaries]
+    means = [r.mean * 100 if r is not None else 0.0 for r in ratios]
+    errors = [r.half_width * 100 if r is not None else 0.0 for r in ratios]
+    bars = hit_ratio.bar(positions, means, yerr=errors, capsize=4, color="tab:green")
+    _bar_labels(hit_ratio, bars, [r.mean * 100 if r else None for r in ratios], ".1f")
+    hit_ratio.set(
+        title=f"hit ratio, mean of {len(seeds)} seeds (95% CI)", ylabel="%", ylim=(0, 105)
+    )
+    reads = [s.storage_reads for s in summaries]
+    bars = storage.bar(
+        positions,
+        [r.mean for r in reads],
+        yerr=[r.half_width for r in reads],
+        capsize=4,
+        color="tab:blue",
+    )
+    _bar_labels(storage, bars, [r.mean for r in reads], ",.0f")
+    storage.set(title="entries read from storage (95% CI)", ylabel="entries")
 
 
 def comparison_table(runs: list[dict[str, Any]]) -> str:

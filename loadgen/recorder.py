@@ -26,45 +26,61 @@ def new_histogram() -> HdrHistogram:
 
 
 class Latency:
-    """One latency (publish, or end to end): the open interval and the aggregate."""
+    """One latency (publish, or end to end): the open interval and the aggregate, each
+    with the exact sum of what it holds (its mean without a pass over the buckets)."""
 
-    __slots__ = ("aggregate", "interval")
+    __slots__ = ("aggregate", "aggregate_sum", "interval", "interval_sum")
 
     def __init__(self) -> None:
         self.interval = new_histogram()
         self.aggregate = new_histogram()
+        self.interval_sum = 0
+        self.aggregate_sum = 0
 
     def record_us(self, value_us: float, count: int = 1) -> None:
         """Record ``count`` occurrences of ``value_us`` (clamped into the histogram's
         range: a clock step between the producer and the broker can make an end-to-end
-        latency negative)."""
+        latency negative). O(1)."""
         value = int(value_us)
         if value < LOWEST_US:
             value = LOWEST_US
         elif value > HIGHEST_US:
             value = HIGHEST_US
         self.interval.record_value(value, count)
+        self.interval_sum += value * count
 
     def close_interval(self) -> dict[str, float | None]:
         """Percentiles of the interval (ms), then fold it into the aggregate."""
-        summary = summarize(self.interval)
+        summary = summarize(self.interval, self.interval_sum)
         self.aggregate.add(self.interval)
+        self.aggregate_sum += self.interval_sum
         self.interval.reset()
+        self.interval_sum = 0
         return summary
+
+    def summary(self) -> dict[str, float | None]:
+        """Percentiles of the aggregate (ms)."""
+        return summarize(self.aggregate, self.aggregate_sum)
 
     def reset(self) -> None:
         self.interval.reset()
         self.aggregate.reset()
+        self.interval_sum = self.aggregate_sum = 0
 
 
-def summarize(histogram: HdrHistogram) -> dict[str, float | None]:
+def summarize(histogram: HdrHistogram, total_us: int | None = None) -> dict[str, float | None]:
     """``{"avg", "50pct", ..., "999pct", "max"}`` in ms; ``None`` when nothing was
-    recorded (an interval with no traffic has no latency, not a zero one)."""
-    if histogram.get_total_count() == 0:
+    recorded (an interval with no traffic has no latency, not a zero one). ``total_us``:
+    the exact sum of the recorded values, for the mean (None: from the buckets, a pass
+    over all of them). The percentiles take one pass over the buckets together."""
+    count = histogram.get_total_count()
+    if count == 0:
         return {name: None for name in ("avg", *(suffix for suffix, _ in PERCENTILES), "max")}
-    result: dict[str, float | None] = {"avg": round(histogram.get_mean_value() / 1000, 3)}
+    mean_us = total_us / count if total_us is not None else histogram.get_mean_value()
+    result: dict[str, float | None] = {"avg": round(mean_us / 1000, 3)}
+    values = histogram.get_percentile_to_value_dict([percentile for _, percentile in PERCENTILES])
     for suffix, percentile in PERCENTILES:
-        result[suffix] = histogram.get_value_at_percentile(percentile) / 1000
+        result[suffix] = values[percentile] / 1000
     result["max"] = histogram.get_max_value() / 1000
     return result
 

@@ -41,9 +41,10 @@ from pydantic import ValidationError
 
 from loadgen.broker_process import BrokerProcess
 from loadgen.client import AuthenticationError, BrokerClient, BrokerError, Unavailable
+from loadgen.clock import LiveClock, RunClock
 from loadgen.keys import KeyDistributor, key_name
 from loadgen.progress import ProgressDisplay
-from loadgen.recorder import CounterDeltas, Counters, Latency, flatten, summarize
+from loadgen.recorder import CounterDeltas, Counters, Latency, flatten
 from loadgen.results import build_results
 from loadgen.scenario import Event, Scenario, ScenarioError
 
@@ -106,6 +107,61 @@ class RunOptions:
     token: str | None = None
 
 
+class RunFailed(Exception):
+    """The run could not go on (a virtual-time run in which nothing can progress any
+    more, say); the message says what was stuck."""
+
+
+class VirtualRunner(Protocol):
+    """Runs a scenario on virtual time (``simulation.run.run_virtual``, which the broker
+    CLI hands over: the load generator never imports the broker): the results, written
+    to ``options.out_dir`` when set; ``seed`` replaces the scenario's. ScenarioError for
+    what it cannot honour, RunFailed for a run that cannot end."""
+
+    def __call__(
+        self, scenario: Scenario, options: RunOptions, seed: int | None = None
+    ) -> dict[str, Any]: ...
+
+
+class Admin(Protocol):
+    """The admin calls a run makes: set-up, events and the broker's stats
+    (:class:`~loadgen.client.BrokerClient` over HTTP, or a simulated cluster's own)."""
+
+    base_url: str
+
+    async def create_subscription(self, topic: str, subscription: str, position: str) -> None: ...
+
+    async def reset_cursor_to_time(self, topic: str, subscription: str, time_ms: int) -> None: ...
+
+    async def unload_namespace(self, tenant: str, namespace: str) -> None: ...
+
+    async def unload_bundle(self, tenant: str, namespace: str, bundle: str) -> None: ...
+
+    async def restart_broker(self, index: int, mode: str, downtime_ms: int) -> None: ...
+
+    async def last_message_id(self, topic: str) -> str: ...
+
+    async def offload(self, topic: str, message_id: str) -> None: ...
+
+    async def cache_stats(self) -> dict[str, Any]: ...
+
+    async def storage_stats(self) -> dict[str, Any]: ...
+
+    async def trace_stats(self) -> dict[str, Any]: ...
+
+
+class StartedBroker(Protocol):
+    """A broker the run started and owns (``brokerlab serve`` in a subprocess, or a
+    simulated cluster): the whole-broker ``restart`` event restarts it."""
+
+    #: its HTTP base, or what names it
+    url: str
+    #: how many times it started (restarts + 1)
+    starts: int
+
+    async def restart(self) -> object: ...
+
+
 class Producer(Protocol):
     """One producer of one topic (its partitions), whichever driver sends."""
 
@@ -164,11 +220,13 @@ class Run:
         self,
         scenario: Scenario,
         driver: Driver,
-        admin: BrokerClient | None,
-        broker: BrokerProcess | None,
+        admin: Admin | None,
+        broker: StartedBroker | None,
         *,
         service_url: str = "",
         stats_error: str | None = None,
+        clock: RunClock | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.scenario = scenario
         self.driver = driver
@@ -176,7 +234,11 @@ class Run:
         self.service_url = service_url
         #: why there are no brokerlab cache and storage stats (None: there are)
         self.stats_error = stats_error
-        self.run_id = secrets.token_hex(3)
+        #: every time the run reads: real, or the simulation's virtual time
+        self.clock: RunClock = clock or LiveClock()
+        #: part of every topic name: random against a live broker (a new run never meets
+        #: an old run's topics), given by a virtual run (the same on every run of a seed)
+        self.run_id = run_id or secrets.token_hex(3)
         self.counters = Counters()
         self.publish = Latency()
         self.end_to_end = Latency()
@@ -208,6 +270,10 @@ class Run:
         self.all_connected = asyncio.Event()
         self.setup_error: BrokerError | None = None
         self._not_yet_connected: set[int] = set()
+
+    def now_s(self) -> float:
+        """The run's monotonic clock in seconds."""
+        return self.clock.now_ns() / 1e9
 
     def expect_connections(self) -> None:
         self._not_yet_connected = {id(worker) for worker in self.consumers}
@@ -247,7 +313,7 @@ class Run:
         expected = self.sent_ever * self.scenario.subscriptionsPerTopic
         return max(0, expected - self.first_deliveries_ever)
 
-    def admin_or_refuse(self, what: str) -> BrokerClient:
+    def admin_or_refuse(self, what: str) -> Admin:
         """The HTTP admin, or a BrokerError saying ``what`` needs it."""
         if self.admin is None:
             raise BrokerError(
@@ -281,29 +347,41 @@ class HttpDriver:
         return ConsumerWorker(run, client, topic, subscription_index, name, rate_limit)
 
     async def prepare(self, run: Run) -> None:
-        errors = await _bounded(
-            [
-                _partial(self.admin.create_subscription, topic, subscription, "earliest")
-                for topic in run.topics
-                for subscription in run.subscriptions
-            ]
-        )
-        if errors:
-            raise errors[0]
+        await create_subscriptions(run)
 
     async def seek(self, run: Run, subscriptions: list[str], time_ms: int) -> None:
-        errors = await _bounded(
-            [
-                _partial(self.admin.reset_cursor_to_time, topic, subscription, time_ms)
-                for topic in run.topics
-                for subscription in subscriptions
-            ]
-        )
-        if errors:
-            raise errors[0]
+        await reset_subscriptions(run, subscriptions, time_ms)
 
     async def close(self) -> None:
         """The pools belong to the run that opened them."""
+
+
+async def create_subscriptions(run: Run) -> None:
+    """Every subscription of every topic, from the earliest message, through the admin."""
+    admin = run.admin_or_refuse("creating subscriptions")
+    errors = await _bounded(
+        [
+            _partial(admin.create_subscription, topic, subscription, "earliest")
+            for topic in run.topics
+            for subscription in run.subscriptions
+        ]
+    )
+    if errors:
+        raise errors[0]
+
+
+async def reset_subscriptions(run: Run, subscriptions: list[str], time_ms: int) -> None:
+    """Reset ``subscriptions`` of every topic to ``time_ms`` through the admin."""
+    admin = run.admin_or_refuse("seek")
+    errors = await _bounded(
+        [
+            _partial(admin.reset_cursor_to_time, topic, subscription, time_ms)
+            for topic in run.topics
+            for subscription in subscriptions
+        ]
+    )
+    if errors:
+        raise errors[0]
 
 
 class ProducerWorker:
@@ -395,22 +473,22 @@ class ProducerWorker:
         tasks: set[asyncio.Task[None]] = set()
         try:
             while not run.stopping:
-                now = time.perf_counter_ns()
+                now = run.clock.now_ns()
                 if self.interval_ns and scheduled > now:
                     await asyncio.sleep((scheduled - now) / 1e9)
-                    now = time.perf_counter_ns()
+                    now = run.clock.now_ns()
                 if now >= deadline_ns or run.stopping:
                     break
                 if run.in_flight_cap and run.backlog() >= run.in_flight_cap:
                     # the consumers are this far behind: wait for them (and then go on
                     # from now, not in a burst making up for the pause)
                     await asyncio.sleep(IN_FLIGHT_WAIT_S)
-                    scheduled = time.perf_counter_ns()
+                    scheduled = run.clock.now_ns()
                     continue
                 await self._in_flight.acquire()
                 await run.produce_slots.acquire()
                 if not self.interval_ns:
-                    scheduled = time.perf_counter_ns()
+                    scheduled = run.clock.now_ns()
                 topic, body, count = self._next_request()
                 task = asyncio.create_task(self._send(topic, body, count, scheduled))
                 tasks.add(task)
@@ -445,7 +523,7 @@ class ProducerWorker:
         finally:
             self._in_flight.release()
             run.produce_slots.release()
-        run.publish.record_us((time.perf_counter_ns() - scheduled_ns) / 1000, count)
+        run.publish.record_us((run.clock.now_ns() - scheduled_ns) / 1000, count)
         counters.published_messages += stored
         counters.published_bytes += stored * run.scenario.messageSize
         counters.publish_errors += count - stored
@@ -569,7 +647,7 @@ class ConsumerWorker:
             consumer_id = self.consumer_id
             assert consumer_id is not None
             if self.rate_limit:
-                delay = next_poll - time.monotonic()
+                delay = next_poll - run.now_s()
                 if delay > 0:
                     await asyncio.sleep(delay)
             try:
@@ -586,7 +664,7 @@ class ConsumerWorker:
                 continue
             self._record(messages)
             if self.rate_limit:
-                next_poll = time.monotonic() + len(messages) / self.rate_limit
+                next_poll = run.now_s() + len(messages) / self.rate_limit
             if ack_mode == "none":
                 continue
             nacks: list[str] = []
@@ -618,7 +696,7 @@ class ConsumerWorker:
     def _record(self, messages: list[Any]) -> None:
         run = self.run
         counters = run.counters
-        now_ms = time.time() * 1000
+        now_ms = run.clock.wall_ms()
         record = run.end_to_end.record_us
         size = run.scenario.messageSize
         first = 0
@@ -651,14 +729,16 @@ async def _bounded(
 
 
 async def _retry(call: Callable[[], Awaitable[Any]], deadline_s: float = 60.0) -> Any:
-    """Retry while the broker is unreachable (restarting) until ``deadline_s``."""
-    stop = time.monotonic() + deadline_s
+    """Retry while the broker is unreachable (restarting) until ``deadline_s`` (real
+    time: a live broker starting)."""
+    clock = LiveClock()
+    stop = clock.now_ns() + deadline_s * 1e9
     failures = 0
     while True:
         try:
             return await call()
         except Unavailable:
-            if time.monotonic() >= stop:
+            if clock.now_ns() >= stop:
                 raise
             await asyncio.sleep(BACKOFF_S[min(failures, len(BACKOFF_S) - 1)])
             failures += 1
@@ -689,7 +769,7 @@ class Sampler:
         await self._broker_sample()
         self.cache.reset_totals()
         self.storage.reset_totals()
-        self._last_time = time.monotonic()
+        self._last_time = self.run.now_s()
 
     async def _broker_sample(self) -> dict[str, float] | None:
         client = self.run.admin
@@ -706,7 +786,7 @@ class Sampler:
     async def sample(self, elapsed_s: float, duration_s: float) -> None:
         run = self.run
         counters = run.counters
-        now = time.monotonic()
+        now = run.now_s()
         seconds = max(now - self._last_time, 1e-9)
         self._last_time = now
         published = counters.published_messages - self._last_published
@@ -893,7 +973,7 @@ async def _run_against(
             driver = HttpDriver(client, consumer_client, admin)
         stack.push_async_callback(driver.close)
         run = Run(scenario, driver, admin, broker, service_url=service_url, stats_error=stats_error)
-        return await _execute(run, options)
+        return await execute(run, options)
 
 
 async def _probe_stats(admin: BrokerClient, *, required: bool) -> str | None:
@@ -909,7 +989,7 @@ async def _probe_stats(admin: BrokerClient, *, required: bool) -> str | None:
     return None
 
 
-async def _execute(run: Run, options: RunOptions) -> dict[str, Any]:
+async def execute(run: Run, options: RunOptions) -> dict[str, Any]:
     scenario = run.scenario
     driver = run.driver
     progress = (
@@ -960,11 +1040,11 @@ async def _execute(run: Run, options: RunOptions) -> dict[str, Any]:
         await run.all_connected.wait()
         if run.setup_error is not None:
             raise run.setup_error
-        produce_until = time.perf_counter_ns() + int(
+        produce_until = run.clock.now_ns() + int(
             (scenario.warmupSeconds + scenario.testDurationSeconds) * 1e9
         )
         stagger = random.Random(scenario.seed)
-        start_ns = time.perf_counter_ns()
+        start_ns = run.clock.now_ns()
         producing = []
         for producer in run.producers:
             offset = int(stagger.random() * producer.interval_ns) if producer.interval_ns else 0
@@ -998,7 +1078,7 @@ async def _drain(
     to have received every stored message once per subscription (and acknowledged it,
     unless ackMode is none), for up to ``timeout_s``. Counts are over the whole run,
     warm-up and catch-up backlog included."""
-    began = time.monotonic()
+    began = run.now_s()
     deadline = began + timeout_s
     if producing:
         await asyncio.wait(producing, timeout=timeout_s)
@@ -1009,12 +1089,12 @@ async def _drain(
             return False
         return not acking or run.acked_ever >= run.first_deliveries_ever
 
-    while time.monotonic() < deadline:
+    while run.now_s() < deadline:
         if caught_up():
             break
         await asyncio.sleep(DRAIN_POLL_S)
     return {
-        "seconds": round(time.monotonic() - began, 3),
+        "seconds": round(run.now_s() - began, 3),
         "caughtUp": caught_up(),
         "publishedMessages": run.sent_ever,
         "firstDeliveries": run.first_deliveries_ever,
@@ -1030,8 +1110,8 @@ async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str,
     run.publish.reset()
     run.end_to_end.reset()
     await sampler.baseline()
-    run.started_at_ms = int(time.time() * 1000)
-    start = time.monotonic()
+    run.started_at_ms = int(run.clock.wall_ms())
+    start = run.now_s()
     event_log: list[dict[str, Any]] = []
     events = asyncio.create_task(_events(run, start, event_log))
     duration = scenario.testDurationSeconds
@@ -1040,10 +1120,10 @@ async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str,
     try:
         while True:
             target = min(tick * interval, duration)
-            delay = start + target - time.monotonic()
+            delay = start + target - run.now_s()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await sampler.sample(time.monotonic() - start, duration)
+            await sampler.sample(run.now_s() - start, duration)
             if target >= duration:
                 break
             tick += 1
@@ -1062,7 +1142,7 @@ async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str,
                     "detail": "not started: an earlier event was still running at the end",
                 }
             )
-    measured = time.monotonic() - start
+    measured = run.now_s() - start
     end_cache = dict(sampler.last_cache)
     end_storage = dict(sampler.last_storage)
     trace: dict[str, Any] = {"enabled": False}
@@ -1079,8 +1159,8 @@ async def _measure(run: Run, sampler: Sampler, options: RunOptions) -> dict[str,
         measured_s=measured,
         interval_s=interval,
         series=sampler.series,
-        publish=summarize(run.publish.aggregate),
-        end_to_end=summarize(run.end_to_end.aggregate),
+        publish=run.publish.summary(),
+        end_to_end=run.end_to_end.summary(),
         counters=sampler.counted,
         backlog_at_end=run.backlog(),
         events=event_log,
@@ -1099,10 +1179,10 @@ async def _events(run: Run, start: float, log: list[dict[str, Any]]) -> None:
     """Run the scenario's events in time order, logging each as it starts (an event
     still running when the run ends stays logged as unfinished)."""
     for event in sorted(run.scenario.events, key=lambda e: e.at):
-        delay = start + event.at - time.monotonic()
+        delay = start + event.at - run.now_s()
         if delay > 0:
             await asyncio.sleep(delay)
-        began = time.monotonic()
+        began = run.now_s()
         entry: dict[str, Any] = {
             "at": round(event.at, 3),
             "startedAt": round(began - start, 3),
@@ -1118,7 +1198,7 @@ async def _events(run: Run, start: float, log: list[dict[str, Any]]) -> None:
         except BrokerError as error:
             entry["ok"] = False
             entry["detail"] = str(error)
-        entry["tookMs"] = round((time.monotonic() - began) * 1000, 1)
+        entry["tookMs"] = round((run.now_s() - began) * 1000, 1)
 
 
 def _targets(run: Run, event: Event) -> list[Consumer]:
@@ -1196,14 +1276,14 @@ async def _build_backlog(run: Run, progress: ProgressDisplay | None) -> None:
     scenario = run.scenario
     per_topic = int(scenario.consumerBacklogSizeMB * 1024 * 1024 / max(1, scenario.messageSize))
     target = per_topic * scenario.topics * scenario.partitionsPerTopic
-    deadline = time.perf_counter_ns() + int(3600 * 1e9)
+    deadline = run.clock.now_ns() + int(3600 * 1e9)
     # the run's producers, unthrottled for the while
     intervals = [producer.interval_ns for producer in run.producers]
     for producer in run.producers:
         producer.interval_ns = 0
     run.stop_at_sent = target
     try:
-        now = time.perf_counter_ns()
+        now = run.clock.now_ns()
         await asyncio.gather(*(producer.run_until(deadline, now) for producer in run.producers))
     finally:
         for producer, interval in zip(run.producers, intervals, strict=True):

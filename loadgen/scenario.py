@@ -64,6 +64,31 @@ class PulsarDriverOptions(BaseModel):
     pendingQueueSize: int = Field(default=0, ge=0, le=1_000_000)
 
 
+class VirtualOptions(BaseModel):
+    """The ``[virtual]`` table: what a virtual-time run (``--virtual-time``) models that a
+    live run gets from its clients and its machine. Each is a stated parameter of the
+    run, never the machine's speed; the client defaults are the Pulsar Java client's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: the client's acknowledgment grouping (acknowledgmentGroupTime, 100 ms): acks go to
+    #: the broker this long after the first of a group; 0: each ack at once
+    ackGroupingMs: float = Field(default=100, ge=0, le=60_000)
+    #: a group goes out at once when it holds this many acks (maxAcknowledgmentGroupSize)
+    maxAckGroupSize: int = Field(default=1000, ge=1, le=1_000_000)
+    #: the client's reconnect backoff: the first retry after this long, doubling
+    #: (Pulsar's initial 100 ms) up to ``reconnectMaxBackoffMs`` (60 s)
+    reconnectBackoffMs: float = Field(default=100, ge=0, le=60_000)
+    reconnectMaxBackoffMs: float = Field(default=60_000, ge=0, le=3_600_000)
+    #: messages a producer keeps unacknowledged before a send waits (maxPendingMessages;
+    #: the [pulsar] table's pendingQueueSize when that is set)
+    maxPendingMessages: int = Field(default=1000, ge=1, le=1_000_000)
+    #: broker CPU a published message costs, in microseconds: each broker works through
+    #: its publishes one at a time, so at a rate above 1e6 / publishCostUs its producers
+    #: queue and their latency shows it; 0: free (a producer then needs a rate)
+    publishCostUs: float = Field(default=0, ge=0, le=1_000_000)
+
+
 class Event(BaseModel):
     """Something that happens at ``at`` seconds into the measured run."""
 
@@ -123,6 +148,8 @@ class Scenario(BaseModel):
     driver: Literal["http", "pulsar"] = "http"
     pulsar: PulsarDriverOptions = PulsarDriverOptions()
     consumers: ConsumerBehaviour = ConsumerBehaviour()
+    #: what a virtual-time run models (client timings, CPU costs)
+    virtual: VirtualOptions = VirtualOptions()
     events: list[Event] = []
     #: broker.conf overrides for a broker this scenario starts
     broker: dict[str, str | int | float | bool] = {}

@@ -1,0 +1,623 @@
+"""Clients in the broker's process: producers and consumers that reach the broker
+through the calls its binary front end makes, with no socket between them.
+
+They behave as Pulsar's Java client does, with its defaults (each a stated parameter of
+the scenario's ``[virtual]`` table):
+
+- A producer looks its topic's owner up, opens the topic there and registers with it;
+  each send carries the next sequence id and the client's publish time; sends made
+  while a publish is in flight go out together in the next one, as the binary front
+  end groups what is queued on a connection. At most ``maxPendingMessages`` are
+  unacknowledged: a send beyond that waits (blockIfQueueFull). When the broker closes
+  the producer (an unload, a restart) it looks the topic up again with the client's
+  backoff and resends what is pending, in order.
+- A consumer subscribes with its receiver queue and grants that many permits; the
+  broker hands entries over as its dispatcher finds permits; the application takes
+  ``receiveBatchSize`` at a time, and once half the queue has been taken the client
+  grants those permits again (FLOW). Acknowledgments are grouped for
+  ``ackGroupingMs`` (or until ``maxAckGroupSize``); negative acknowledgments come back
+  after the consumer's nack delay. A consumer closed by the broker reconnects after
+  the scenario's ``reconnectDelayMs``, then with the client's backoff while the
+  topic's broker is down.
+
+Nothing here reads real time: every wait is on the event loop's clock, so on the
+virtual loop the clients run on virtual time with the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from broker.dispatch.consumer import Consumer as BrokerConsumer
+from broker.dispatch.errors import BrokerError as BrokerSideError
+from broker.dispatch.errors import UnavailableError
+from broker.dispatch.names import TopicName
+from broker.dispatch.ownership import NotOwnerError
+from broker.dispatch.service import BrokerService, ConsumerOptions
+from broker.http.errors import code_of, status_of
+from broker.ledger.entry import Entry, encode_message, publish_time_of
+from broker.ledger.managed_ledger import ManagedLedgerError
+from broker.ledger.position import Position
+from broker.tasks import TaskOwner
+from loadgen.client import BrokerError, Unavailable
+from loadgen.keys import KeyDistributor, key_name
+from loadgen.scenario import VirtualOptions
+from storage_stub.bookie.api import BookieError
+
+if TYPE_CHECKING:
+    from broker.cluster import Cluster
+    from broker.dispatch.topic import PersistentTopic
+    from loadgen.runner import Run
+
+log = logging.getLogger(__name__)
+
+#: what a client retries after its backoff: the topic's broker is down, moving it, or
+#: closed it under the call
+RETRYABLE = (UnavailableError, NotOwnerError, ManagedLedgerError, BookieError)
+#: how long a producer held back by maxMessagesInFlight waits before looking again (as
+#: the HTTP driver)
+IN_FLIGHT_WAIT_S = 0.01
+
+
+class Backoff:
+    """The client's reconnect backoff: ``initial``, doubling up to ``maximum``; reset
+    after a success. No jitter: a run's retries are the same on every run."""
+
+    __slots__ = ("_next", "initial", "maximum")
+
+    def __init__(self, initial_s: float, maximum_s: float) -> None:
+        self.initial = initial_s
+        self.maximum = max(maximum_s, initial_s)
+        self._next = initial_s
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self.maximum) if self._next else self.maximum
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.initial
+
+
+class BrokerCpu:
+    """One broker's CPU, for the costs a run models: work is done one piece at a time,
+    so pieces arriving faster than it works queue. O(1) per piece."""
+
+    __slots__ = ("busy_until_ns",)
+
+    def __init__(self) -> None:
+        self.busy_until_ns = 0
+
+    async def work(self, cost_ns: int) -> None:
+        """Return once ``cost_ns`` of this CPU's time, after what is queued, is done."""
+        loop = asyncio.get_running_loop()
+        now_ns = round(loop.time() * 1e9)
+        self.busy_until_ns = max(self.busy_until_ns, now_ns) + cost_ns
+        await asyncio.sleep((self.busy_until_ns - now_ns) / 1e9)
+
+
+# ---------------------------------------------------------------------- producers
+
+
+class PartitionProducer:
+    """A producer's connection to one partition (topic): the sends waiting for a
+    publish, and the topic as last opened (None: look it up again)."""
+
+    __slots__ = ("_writing", "name", "owner", "queue", "topic")
+
+    def __init__(self, owner: ProducerClient, name: TopicName) -> None:
+        self.owner = owner
+        self.name = name
+        self.topic: PersistentTopic | None = None
+        #: (entry, scheduled ns) sent and not yet published, in send order
+        self.queue: list[tuple[bytes, int]] = []
+        self._writing = False
+
+    def close_from_broker(self) -> None:
+        """The topic unloads: the next publish looks it up again."""
+        self.topic = None
+
+    def kick(self) -> None:
+        if not self._writing:
+            self._writing = True
+            self.owner.tasks.spawn(self._write(), name=f"publish {self.name}")
+
+    async def _open(self) -> PersistentTopic | None:
+        """Look the topic up and open it at its owner, retrying with the backoff while
+        its broker is down or moving it; None once the run stops."""
+        owner = self.owner
+        backoff = Backoff(
+            owner.options.reconnectBackoffMs / 1000, owner.options.reconnectMaxBackoffMs / 1000
+        )
+        while not owner.run.stopping:
+            try:
+                service = owner.cluster.service_for(self.name)
+                topic = await service.get_topic(self.name, create=True)
+                service.add_producer(topic, self)
+            except RETRYABLE:
+                await asyncio.sleep(backoff.next())
+                continue
+            self.topic = topic
+            return topic
+        return None
+
+    async def _write(self) -> None:
+        """Publish what is queued, everything queued at once, until nothing is."""
+        owner = self.owner
+        run = owner.run
+        try:
+            while self.queue and not run.stopping:
+                topic = self.topic or await self._open()
+                if topic is None:
+                    return
+                group, self.queue = self.queue, []
+                if owner.cpu_cost_ns:
+                    await owner.cpu_of(topic).work(owner.cpu_cost_ns * len(group))
+                try:
+                    await topic.publish([entry for entry, _ in group], len(group))
+                except RETRYABLE:
+                    # nothing of the group is stored: send it again, first, after a look-up
+                    self.queue = group + self.queue
+                    if self.topic is topic:
+                        self.topic = None
+                        topic.producers.pop(self, None)
+                    continue
+                except BrokerSideError as error:
+                    log.warning("publish to %s refused: %s", self.name, error)
+                    owner.failed(len(group))
+                    continue
+                owner.published([scheduled for _, scheduled in group])
+        finally:
+            self._writing = False
+
+
+class ProducerClient:
+    """One producer of one topic (its partitions), sending one message at a time at the
+    scenario's rate: round robin over the partitions, or by key (key index modulo
+    partitions) when keyed, as the HTTP driver routes."""
+
+    def __init__(
+        self,
+        run: Run,
+        cluster: Cluster,
+        cpus: Sequence[BrokerCpu],
+        name: str,
+        partitions: list[str],
+        rate: float,
+        seed: int,
+    ) -> None:
+        scenario = run.scenario
+        self.run = run
+        self.cluster = cluster
+        self.options: VirtualOptions = scenario.virtual
+        self.name = name
+        self.partitions = partitions
+        #: one message per send
+        self.interval_ns = int(1e9 / rate) if rate > 0 else 0
+        self.tasks = TaskOwner(f"producer {name}")
+        self.cpu_cost_ns = round(self.options.publishCostUs * 1000)
+        self._cpus = cpus
+        self._connections = [
+            PartitionProducer(self, TopicName.parse(topic)) for topic in partitions
+        ]
+        self._keys = KeyDistributor(
+            scenario.keyDistributor, scenario.keys, scenario.zipfExponent, seed
+        )
+        self._payload = random.Random(seed).randbytes(scenario.messageSize)
+        self._next_partition = 0
+        self._sequence_id = 0
+        pending = scenario.pulsar.pendingQueueSize or self.options.maxPendingMessages
+        self._max_pending = pending
+        self._pending = 0
+        self._room = asyncio.Event()
+
+    def cpu_of(self, topic: PersistentTopic) -> BrokerCpu:
+        return self._cpus[self.cluster.ownership.owner(topic.name).index]
+
+    async def open(self) -> None:
+        """Nothing to open ahead: each partition is looked up on its first send."""
+
+    def _send(self, scheduled_ns: int) -> None:
+        """Queue one message on its partition's connection. O(1) plus the entry's
+        encoding (protobuf metadata, CRC32C over the payload)."""
+        key = self._keys.next()
+        connections = self._connections
+        if key is None:
+            connection = connections[self._next_partition % len(connections)]
+            self._next_partition += 1
+        else:
+            connection = connections[key % len(connections)]
+        entry = encode_message(
+            self._payload,
+            round(self.run.clock.wall_ms()),
+            key=None if key is None else key_name(key),
+            producer_name=self.name,
+            sequence_id=self._sequence_id,
+        )
+        self._sequence_id += 1
+        self._pending += 1
+        connection.queue.append((entry, scheduled_ns))
+        connection.kick()
+
+    def published(self, scheduled: list[int]) -> None:
+        """Receipts for a group: latency from each message's scheduled time."""
+        run = self.run
+        now_ns = run.clock.now_ns()
+        record = run.publish.record_us
+        for scheduled_ns in scheduled:
+            record((now_ns - scheduled_ns) / 1000)
+        count = len(scheduled)
+        counters = run.counters
+        counters.published_messages += count
+        counters.published_bytes += count * run.scenario.messageSize
+        run.sent_ever += count
+        if run.stop_at_sent is not None and run.sent_ever >= run.stop_at_sent:
+            run.stopping = True
+        self._release(count)
+
+    def failed(self, count: int) -> None:
+        self.run.counters.publish_errors += count
+        self._release(count)
+
+    def _release(self, count: int) -> None:
+        self._pending -= count
+        if self._pending < self._max_pending:
+            self._room.set()
+
+    async def run_until(self, deadline_ns: int, first_send_ns: int) -> None:
+        """Send on schedule until ``deadline_ns`` (the run's clock), open loop: latency
+        counts from the scheduled time, so a send held back by a full pending queue
+        shows as latency."""
+        run = self.run
+        clock = run.clock
+        scheduled = first_send_ns
+        try:
+            while not run.stopping:
+                now = clock.now_ns()
+                if self.interval_ns and scheduled > now:
+                    await asyncio.sleep((scheduled - now) / 1e9)
+                    now = clock.now_ns()
+                if now >= deadline_ns or run.stopping:
+                    break
+                if run.in_flight_cap and run.backlog() >= run.in_flight_cap:
+                    await asyncio.sleep(IN_FLIGHT_WAIT_S)
+                    scheduled = clock.now_ns()
+                    continue
+                if self._pending >= self._max_pending:
+                    self._room.clear()
+                    await self._room.wait()
+                    continue
+                if not self.interval_ns:
+                    scheduled = now
+                self._send(scheduled)
+                scheduled += self.interval_ns
+        finally:
+            # what was sent is published (or the run stops): its receipts are counted
+            await self.tasks.settled()
+
+
+# ---------------------------------------------------------------------- consumers
+
+
+class SimulatedConsumer(BrokerConsumer):
+    """The broker's side of an in-process consumer: entries go straight to the client's
+    receiver queue when dispatched, against the permits the client grants, as the
+    binary front end's consumer writes them to its connection. A connected client is
+    never idle."""
+
+    __slots__ = ("_avg_batch", "client", "permits")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.permits = 0
+        self._avg_batch = 1.0
+        self.client: ConsumerClient | None = None
+        self.polls = 1
+
+    @property
+    def available_permits(self) -> int:
+        permits = self.permits
+        if permits <= 0:
+            return 0
+        return max(int(permits / self._avg_batch), 1)
+
+    def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
+        """Hand the entry to the client (the read the cache expected has happened). O(1)."""
+        position = entry.position
+        self._released(self.subscription.name, position.ledger_id, position.entry_id)
+        self.pending[position] = now_ns
+        messages = entry.messages
+        self.permits -= messages
+        self._avg_batch += (messages - self._avg_batch) * 0.1
+        self.count_out(entry, messages, redelivery_count)
+        client = self.client
+        if client is not None:
+            client.arrived(entry, redelivery_count)
+
+    def detached(self) -> None:
+        client = self.client
+        if client is not None:
+            client.lost(self)
+
+
+class ConsumerClient:
+    """One consumer of one subscription on one topic (partition): the loadgen's
+    consumer, its client library and its connection in one."""
+
+    def __init__(
+        self,
+        run: Run,
+        cluster: Cluster,
+        topic: str,
+        subscription_index: int,
+        name: str,
+        rate_limit: float,
+    ) -> None:
+        scenario = run.scenario
+        self.run = run
+        self.cluster = cluster
+        self.topic = TopicName.parse(topic)
+        self.subscription_index = subscription_index
+        self.subscription = run.subscriptions[subscription_index]
+        self.name = name
+        self.rate_limit = rate_limit
+        self.options: VirtualOptions = scenario.virtual
+        self.session: SimulatedConsumer | None = None
+        self._service: BrokerService | None = None
+        #: the receiver queue: (entry, redelivery count) handed over, not yet taken
+        self.incoming: deque[tuple[Entry, int]] = deque()
+        self._arrived = asyncio.Event()
+        self._wanted = asyncio.Event()
+        self._wanted.set()
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._lost = False
+        #: permits taken by the application, not yet granted again
+        self._to_flow = 0
+        self._acks: list[Position] = []
+        self._cumulative: Position | None = None
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self.tasks = TaskOwner(f"consumer {name}")
+        self._nack_draw = random.Random(f"{scenario.seed}:{topic}:{name}").random
+
+    # ------------------------------------------------------------------ broker side
+
+    def arrived(self, entry: Entry, redelivery_count: int) -> None:
+        self.incoming.append((entry, redelivery_count))
+        self._arrived.set()
+
+    def lost(self, session: SimulatedConsumer) -> None:
+        """The broker closed the session (an unload, a restart, a seek): what was in the
+        receiver queue and the acks not yet sent go with it."""
+        if self.session is not session:
+            return
+        self._forget_session()
+        self._lost = True
+        self._arrived.set()
+
+    def _forget_session(self) -> None:
+        self.session = None
+        self._service = None
+        self.incoming.clear()
+        self._to_flow = 0
+        self._acks = []
+        self._cumulative = None
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+
+    # ------------------------------------------------------------------ the loadgen's consumer
+
+    async def disconnect(self) -> None:
+        """Close the consumer as its application does: pending acks go out first."""
+        self._wanted.clear()
+        session, service = self.session, self._service
+        if session is None or service is None:
+            return
+        self._flush_acks()
+        self._forget_session()
+        session.client = None
+        service.close_consumer(session)
+        self._arrived.set()
+
+    def reconnect(self) -> None:
+        self._wanted.set()
+
+    def pause(self) -> None:
+        self._resumed.clear()
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+    async def _connect(self) -> BrokerError | None:
+        """Subscribe at the topic's owner and grant the receiver queue's permits; the
+        error that refused it (None: connected)."""
+        scenario = self.run.scenario
+        behaviour = scenario.consumers
+        options = ConsumerOptions(
+            name=self.name,
+            subscription_type=scenario.subscriptionType,
+            receiver_queue_size=behaviour.receiverQueueSize,
+            initial_position="Earliest",
+            nack_delay_ms=behaviour.negativeAckRedeliveryDelayMs,
+        )
+        try:
+            service = self.cluster.service_for(self.topic)
+            session = await service.create_consumer(
+                self.topic, self.subscription, options, SimulatedConsumer
+            )
+        except RETRYABLE as error:
+            return as_loadgen_error(error)
+        except BrokerSideError as error:
+            return as_loadgen_error(error)
+        assert isinstance(session, SimulatedConsumer)
+        session.client = self
+        self.session = session
+        self._service = service
+        self._grant(behaviour.receiverQueueSize)
+        return None
+
+    def _grant(self, permits: int) -> None:
+        session = self.session
+        if session is None:
+            return
+        session.permits += permits
+        dispatcher = session.subscription.dispatcher
+        if dispatcher is not None:
+            dispatcher.wake()
+
+    async def run_forever(self) -> None:
+        try:
+            await self._run()
+        finally:
+            await self.tasks.close()
+
+    async def _run(self) -> None:
+        run = self.run
+        behaviour = run.scenario.consumers
+        batch = behaviour.receiveBatchSize
+        refill = max(behaviour.receiverQueueSize // 2, 1)
+        backoff = Backoff(
+            self.options.reconnectBackoffMs / 1000, self.options.reconnectMaxBackoffMs / 1000
+        )
+        next_receive = 0.0
+        loop = asyncio.get_running_loop()
+        while not run.stopping:
+            if not self._wanted.is_set():
+                await self._wanted.wait()
+                continue
+            if not self._resumed.is_set():
+                await self._resumed.wait()
+                continue
+            if self.session is None:
+                if self._lost and behaviour.reconnectDelayMs:
+                    await asyncio.sleep(behaviour.reconnectDelayMs / 1000)
+                self._lost = False
+                error = await self._connect()
+                run.connected(self, error)
+                if error is not None:
+                    run.counters.consume_errors += 1
+                    await asyncio.sleep(backoff.next())
+                    continue
+                backoff.reset()
+                continue
+            if self.rate_limit:
+                delay = next_receive - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                    continue
+            if not self.incoming:
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            taken = [self.incoming.popleft() for _ in range(min(batch, len(self.incoming)))]
+            self._record(taken)
+            self._to_flow += sum(entry.messages for entry, _ in taken)
+            if self._to_flow >= refill:
+                permits, self._to_flow = self._to_flow, 0
+                self._grant(permits)
+            if self.rate_limit:
+                next_receive = loop.time() + len(taken) / self.rate_limit
+            self._acknowledge(taken)
+
+    def _record(self, taken: list[tuple[Entry, int]]) -> None:
+        run = self.run
+        counters = run.counters
+        now_ms = run.clock.wall_ms()
+        record = run.end_to_end.record_us
+        first = 0
+        for entry, redelivery_count in taken:
+            record((now_ms - publish_time_of(entry.data)) * 1000)
+            if redelivery_count == 0:
+                first += 1
+        count = len(taken)
+        counters.consumed_messages += count
+        counters.consumed_bytes += count * run.scenario.messageSize
+        counters.redelivered_messages += count - first
+        run.first_deliveries_ever += first
+
+    # ------------------------------------------------------------------ acks
+
+    def _acknowledge(self, taken: list[tuple[Entry, int]]) -> None:
+        run = self.run
+        behaviour = run.scenario.consumers
+        ack_mode = behaviour.ackMode
+        if ack_mode == "none" or self.session is None:
+            return
+        counters = run.counters
+        if ack_mode == "cumulative":
+            last = taken[-1][0].position
+            if self._cumulative is None or last > self._cumulative:
+                self._cumulative = last
+            acked = len(taken)
+        else:
+            nack_ratio = behaviour.nackRatio
+            nacks: list[Position] = []
+            for entry, redelivery_count in taken:
+                if nack_ratio and redelivery_count == 0 and self._nack_draw() < nack_ratio:
+                    nacks.append(entry.position)
+                else:
+                    self._acks.append(entry.position)
+            if nacks:
+                self.session.subscription.negative_acknowledge(self.session, nacks)
+                counters.nacked_messages += len(nacks)
+                run.nacked_pending.update(str(position) for position in nacks)
+            acked = len(taken) - len(nacks)
+        counters.acked_messages += acked
+        run.acked_ever += acked
+        if run.nacked_pending:
+            run.nacked_pending.difference_update(str(entry.position) for entry, _ in taken)
+        grouping_s = self.options.ackGroupingMs / 1000
+        if grouping_s <= 0 or len(self._acks) >= self.options.maxAckGroupSize:
+            self._flush_acks()
+        elif self._ack_timer is None:
+            self._ack_timer = asyncio.get_running_loop().call_later(grouping_s, self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        """Send the grouped acks: applied by the subscription at once, made durable in
+        the background, as the binary front end does with an ACK command."""
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        session = self.session
+        whole, self._acks = self._acks, []
+        cumulative, self._cumulative = self._cumulative, None
+        if session is None or session.closed:
+            return
+        subscription = session.subscription
+        for positions, is_cumulative in (
+            (whole, False),
+            ([cumulative] if cumulative else [], True),
+        ):
+            if not positions:
+                continue
+            try:
+                finish = subscription.begin_acknowledge_messages(
+                    session, positions, [], is_cumulative
+                )
+            except BrokerSideError as error:
+                log.warning("ack of %s ignored: %s", self.name, error)
+                continue
+            if finish is not None:
+                self.tasks.spawn(_durable(finish, self.name), name=f"ack {self.name}")
+
+
+async def _durable(finish: Any, name: str) -> None:
+    """Await an ack's write; a failed one had no effect (its messages come again)."""
+    with contextlib.suppress(BrokerSideError, BookieError, ManagedLedgerError, OSError):
+        await finish
+
+
+def as_loadgen_error(error: Exception) -> BrokerError:
+    """A broker error as the load generator sees one over HTTP: its status and code;
+    whatever a client retries is 503 (:class:`Unavailable`)."""
+    if isinstance(error, RETRYABLE):
+        return Unavailable(503, code_of(503), str(error))
+    status = status_of(error)
+    return BrokerError(status, code_of(status), str(error))

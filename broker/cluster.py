@@ -305,12 +305,14 @@ class BrokerNode:
 
     async def restart(self, mode: str, downtime_s: float) -> None:
         """Stop (``mode``), stay down ``downtime_s`` (the process restarting), start."""
+        log.info("broker %d: restart (%s, down %.3f s)", self.index, mode, downtime_s)
         await self.stop(mode)
         self.state = "restarting"
         if downtime_s > 0:
             await asyncio.sleep(downtime_s)
         self.restarts += 1
         await self.start()
+        log.info("broker %d: up again (incarnation %d)", self.index, self.incarnation)
 
     def cache_stats(self) -> dict[str, Any]:
         """This broker's cache (the current incarnation's, counters continued); after a

@@ -497,8 +497,13 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.md").write_text(report)
     plot_comparison(runs, out, summaries if len(seeds) > 1 else None)
-    console.print(_compare_table(summaries, runs, len(seeds)))
-    console.print(f"verdict: {ranked}", highlight=False)
+    from rich.console import Console
+
+    # the comparison itself on standard output; progress and paths on standard error
+    Console(highlight=False).print(_compare_table(summaries, runs, len(seeds)))
+    if len(seeds) == 1:
+        print(f"hit ratio ranking: {rank(runs)}")
+    print(f"verdict: {ranked}")
     console.print(f"report: {out / 'compare.md'}, {out / 'compare.png'}", highlight=False)
     return 0
 

@@ -31,7 +31,7 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from broker.dispatch.consumer import Consumer as BrokerConsumer
@@ -41,7 +41,7 @@ from broker.dispatch.names import TopicName
 from broker.dispatch.ownership import NotOwnerError
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.http.errors import code_of, status_of
-from broker.ledger.entry import Entry, encode_message, publish_time_of
+from broker.ledger.entry import Entry, encode_message
 from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
@@ -277,11 +277,14 @@ class ProducerClient:
         run = self.run
         clock = run.clock
         scheduled = first_send_ns
+        tick_ns = round(self.options.sendTickMs * 1_000_000)
         try:
             while not run.stopping:
                 now = clock.now_ns()
                 if self.interval_ns and scheduled > now:
-                    await asyncio.sleep((scheduled - now) / 1e9)
+                    # the next send's instant, or the tick it falls in (rounded up)
+                    wake = -(-scheduled // tick_ns) * tick_ns if tick_ns else scheduled
+                    await asyncio.sleep((wake - now) / 1e9)
                     now = clock.now_ns()
                 if now >= deadline_ns or run.stopping:
                     break
@@ -322,10 +325,13 @@ class SimulatedConsumer(BrokerConsumer):
 
     @property
     def available_permits(self) -> int:
+        """The permits in entries: divided by the messages per entry seen (unbatched
+        entries: the permits themselves). O(1)."""
         permits = self.permits
         if permits <= 0:
             return 0
-        return max(int(permits / self._avg_batch), 1)
+        average = self._avg_batch
+        return permits if average == 1.0 else max(int(permits / average), 1)
 
     def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
         """Hand the entry to the client (the read the cache expected has happened). O(1)."""
@@ -334,7 +340,8 @@ class SimulatedConsumer(BrokerConsumer):
         self.pending[position] = now_ns
         messages = entry.messages
         self.permits -= messages
-        self._avg_batch += (messages - self._avg_batch) * 0.1
+        if messages != 1 or self._avg_batch != 1.0:
+            self._avg_batch += (messages - self._avg_batch) * 0.1
         self.count_out(entry, messages, redelivery_count)
         client = self.client
         if client is not None:
@@ -348,7 +355,13 @@ class SimulatedConsumer(BrokerConsumer):
 
 class ConsumerClient:
     """One consumer of one subscription on one topic (partition): the loadgen's
-    consumer, its client library and its connection in one."""
+    consumer, its client library and its connection in one.
+
+    The application's receives are callbacks on the loop, not a task: an entry handed
+    over schedules one (``call_soon``, or at the rate limit's next instant), which takes
+    up to ``receiveBatchSize`` entries and schedules the next while any are left. Only
+    connecting is a task (``run_forever``), as subscribing waits on the broker. O(1) loop
+    work per receive besides the entries' own."""
 
     def __init__(
         self,
@@ -368,16 +381,25 @@ class ConsumerClient:
         self.name = name
         self.rate_limit = rate_limit
         self.options: VirtualOptions = scenario.virtual
+        behaviour = scenario.consumers
+        self._batch = behaviour.receiveBatchSize
+        self._refill = max(behaviour.receiverQueueSize // 2, 1)
+        self._ack_mode = behaviour.ackMode
+        self._nack_ratio = behaviour.nackRatio
+        self._grouping_s = self.options.ackGroupingMs / 1000
         self.session: SimulatedConsumer | None = None
         self._service: BrokerService | None = None
         #: the receiver queue: (entry, redelivery count) handed over, not yet taken
         self.incoming: deque[tuple[Entry, int]] = deque()
-        self._arrived = asyncio.Event()
+        #: the connection's state changed (lost, or closed by the application)
+        self._changed = asyncio.Event()
         self._wanted = asyncio.Event()
         self._wanted.set()
-        self._resumed = asyncio.Event()
-        self._resumed.set()
+        self._paused = False
         self._lost = False
+        self._stopped = False
+        self._receiving: asyncio.Handle | None = None
+        self._next_receive_s = 0.0
         #: permits taken by the application, not yet granted again
         self._to_flow = 0
         self._acks: list[Position] = []
@@ -389,8 +411,10 @@ class ConsumerClient:
     # ------------------------------------------------------------------ broker side
 
     def arrived(self, entry: Entry, redelivery_count: int) -> None:
+        """The broker handed an entry over. O(1)."""
         self.incoming.append((entry, redelivery_count))
-        self._arrived.set()
+        if self._receiving is None:
+            self._schedule_receive()
 
     def lost(self, session: SimulatedConsumer) -> None:
         """The broker closed the session (an unload, a restart, a seek): what was in the
@@ -399,7 +423,7 @@ class ConsumerClient:
             return
         self._forget_session()
         self._lost = True
-        self._arrived.set()
+        self._changed.set()
 
     def _forget_session(self) -> None:
         self.session = None
@@ -408,9 +432,10 @@ class ConsumerClient:
         self._to_flow = 0
         self._acks = []
         self._cumulative = None
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-            self._ack_timer = None
+        for handle in (self._ack_timer, self._receiving):
+            if handle is not None:
+                handle.cancel()
+        self._ack_timer = self._receiving = None
 
     # ------------------------------------------------------------------ the loadgen's consumer
 
@@ -424,16 +449,53 @@ class ConsumerClient:
         self._forget_session()
         session.client = None
         service.close_consumer(session)
-        self._arrived.set()
+        self._changed.set()
 
     def reconnect(self) -> None:
         self._wanted.set()
 
     def pause(self) -> None:
-        self._resumed.clear()
+        self._paused = True
+        if self._receiving is not None:
+            self._receiving.cancel()
+            self._receiving = None
 
     def resume(self) -> None:
-        self._resumed.set()
+        self._paused = False
+        if self.incoming and self._receiving is None:
+            self._schedule_receive()
+
+    async def run_forever(self) -> None:
+        """Keep the consumer connected while it is wanted: subscribe, and after the
+        broker closes it, subscribe again (after ``reconnectDelayMs``, then with the
+        client's backoff while the topic's broker refuses)."""
+        run = self.run
+        delay_s = run.scenario.consumers.reconnectDelayMs / 1000
+        options = self.options
+        backoff = Backoff(options.reconnectBackoffMs / 1000, options.reconnectMaxBackoffMs / 1000)
+        try:
+            while not run.stopping:
+                if not self._wanted.is_set():
+                    await self._wanted.wait()
+                    continue
+                if self.session is not None:
+                    self._changed.clear()
+                    await self._changed.wait()
+                    continue
+                if self._lost and delay_s:
+                    await asyncio.sleep(delay_s)
+                self._lost = False
+                error = await self._connect()
+                run.connected(self, error)
+                if error is not None:
+                    run.counters.consume_errors += 1
+                    await asyncio.sleep(backoff.next())
+                    continue
+                backoff.reset()
+        finally:
+            self._stopped = True
+            self._forget_session()
+            await self.tasks.close()
 
     async def _connect(self) -> BrokerError | None:
         """Subscribe at the topic's owner and grant the receiver queue's permits; the
@@ -452,11 +514,12 @@ class ConsumerClient:
             session = await service.create_consumer(
                 self.topic, self.subscription, options, SimulatedConsumer
             )
-        except RETRYABLE as error:
-            return as_loadgen_error(error)
-        except BrokerSideError as error:
+        except (BrokerSideError, *RETRYABLE) as error:
             return as_loadgen_error(error)
         assert isinstance(session, SimulatedConsumer)
+        if not self._wanted.is_set() or self.run.stopping:
+            service.close_consumer(session)  # a disconnect came while subscribing
+            return None
         session.client = self
         self.session = session
         self._service = service
@@ -464,6 +527,7 @@ class ConsumerClient:
         return None
 
     def _grant(self, permits: int) -> None:
+        """FLOW: ``permits`` more messages may come."""
         session = self.session
         if session is None:
             return
@@ -472,70 +536,57 @@ class ConsumerClient:
         if dispatcher is not None:
             dispatcher.wake()
 
-    async def run_forever(self) -> None:
-        try:
-            await self._run()
-        finally:
-            await self.tasks.close()
+    # ------------------------------------------------------------------ receiving
 
-    async def _run(self) -> None:
-        run = self.run
-        behaviour = run.scenario.consumers
-        batch = behaviour.receiveBatchSize
-        refill = max(behaviour.receiverQueueSize // 2, 1)
-        backoff = Backoff(
-            self.options.reconnectBackoffMs / 1000, self.options.reconnectMaxBackoffMs / 1000
-        )
-        next_receive = 0.0
+    def _schedule_receive(self) -> None:
+        if self._stopped or self._paused or self.session is None:
+            return
         loop = asyncio.get_running_loop()
-        while not run.stopping:
-            if not self._wanted.is_set():
-                await self._wanted.wait()
-                continue
-            if not self._resumed.is_set():
-                await self._resumed.wait()
-                continue
-            if self.session is None:
-                if self._lost and behaviour.reconnectDelayMs:
-                    await asyncio.sleep(behaviour.reconnectDelayMs / 1000)
-                self._lost = False
-                error = await self._connect()
-                run.connected(self, error)
-                if error is not None:
-                    run.counters.consume_errors += 1
-                    await asyncio.sleep(backoff.next())
-                    continue
-                backoff.reset()
-                continue
-            if self.rate_limit:
-                delay = next_receive - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                    continue
-            if not self.incoming:
-                self._arrived.clear()
-                await self._arrived.wait()
-                continue
-            taken = [self.incoming.popleft() for _ in range(min(batch, len(self.incoming)))]
-            self._record(taken)
-            self._to_flow += sum(entry.messages for entry, _ in taken)
-            if self._to_flow >= refill:
-                permits, self._to_flow = self._to_flow, 0
-                self._grant(permits)
-            if self.rate_limit:
-                next_receive = loop.time() + len(taken) / self.rate_limit
-            self._acknowledge(taken)
+        if self.rate_limit and self._next_receive_s > loop.time():
+            self._receiving = loop.call_at(self._next_receive_s, self._receive)
+        else:
+            self._receiving = loop.call_soon(self._receive)
+
+    def _receive(self) -> None:
+        """The application takes up to ``receiveBatchSize`` entries, records them, acks
+        (or nacks) them; the client grants permits again once half the queue is taken.
+        O(batch)."""
+        self._receiving = None
+        incoming = self.incoming
+        if self._stopped or self._paused or self.session is None or not incoming:
+            return
+        taken = [incoming.popleft() for _ in range(min(self._batch, len(incoming)))]
+        self._record(taken)
+        self._to_flow += sum(entry.messages for entry, _ in taken)
+        if self._to_flow >= self._refill:
+            permits, self._to_flow = self._to_flow, 0
+            self._grant(permits)
+        if self.rate_limit:
+            self._next_receive_s = asyncio.get_running_loop().time() + len(taken) / self.rate_limit
+        self._acknowledge(taken)
+        if incoming:
+            self._schedule_receive()
 
     def _record(self, taken: list[tuple[Entry, int]]) -> None:
+        """Counts and end-to-end latency (runs of equal latency recorded at once)."""
         run = self.run
         counters = run.counters
         now_ms = run.clock.wall_ms()
         record = run.end_to_end.record_us
         first = 0
+        latency_ms = -1.0
+        same = 0
         for entry, redelivery_count in taken:
-            record((now_ms - publish_time_of(entry.data)) * 1000)
+            value = now_ms - entry.publish_time()
+            if value != latency_ms:
+                if same:
+                    record(latency_ms * 1000, same)
+                latency_ms, same = value, 0
+            same += 1
             if redelivery_count == 0:
                 first += 1
+        if same:
+            record(latency_ms * 1000, same)
         count = len(taken)
         counters.consumed_messages += count
         counters.consumed_bytes += count * run.scenario.messageSize
@@ -546,26 +597,26 @@ class ConsumerClient:
 
     def _acknowledge(self, taken: list[tuple[Entry, int]]) -> None:
         run = self.run
-        behaviour = run.scenario.consumers
-        ack_mode = behaviour.ackMode
-        if ack_mode == "none" or self.session is None:
+        session = self.session
+        if self._ack_mode == "none" or session is None:
             return
         counters = run.counters
-        if ack_mode == "cumulative":
+        if self._ack_mode == "cumulative":
             last = taken[-1][0].position
             if self._cumulative is None or last > self._cumulative:
                 self._cumulative = last
             acked = len(taken)
         else:
-            nack_ratio = behaviour.nackRatio
+            nack_ratio = self._nack_ratio
             nacks: list[Position] = []
+            acks = self._acks
             for entry, redelivery_count in taken:
                 if nack_ratio and redelivery_count == 0 and self._nack_draw() < nack_ratio:
                     nacks.append(entry.position)
                 else:
-                    self._acks.append(entry.position)
+                    acks.append(entry.position)
             if nacks:
-                self.session.subscription.negative_acknowledge(self.session, nacks)
+                session.subscription.negative_acknowledge(session, nacks)
                 counters.nacked_messages += len(nacks)
                 run.nacked_pending.update(str(position) for position in nacks)
             acked = len(taken) - len(nacks)
@@ -573,11 +624,11 @@ class ConsumerClient:
         run.acked_ever += acked
         if run.nacked_pending:
             run.nacked_pending.difference_update(str(entry.position) for entry, _ in taken)
-        grouping_s = self.options.ackGroupingMs / 1000
-        if grouping_s <= 0 or len(self._acks) >= self.options.maxAckGroupSize:
+        if self._grouping_s <= 0 or len(self._acks) >= self.options.maxAckGroupSize:
             self._flush_acks()
         elif self._ack_timer is None:
-            self._ack_timer = asyncio.get_running_loop().call_later(grouping_s, self._flush_acks)
+            loop = asyncio.get_running_loop()
+            self._ack_timer = loop.call_later(self._grouping_s, self._flush_acks)
 
     def _flush_acks(self) -> None:
         """Send the grouped acks: applied by the subscription at once, made durable in
@@ -605,10 +656,10 @@ class ConsumerClient:
                 log.warning("ack of %s ignored: %s", self.name, error)
                 continue
             if finish is not None:
-                self.tasks.spawn(_durable(finish, self.name), name=f"ack {self.name}")
+                self.tasks.spawn(_durable(finish), name=f"ack {self.name}")
 
 
-async def _durable(finish: Any, name: str) -> None:
+async def _durable(finish: Awaitable[None]) -> None:
     """Await an ack's write; a failed one had no effect (its messages come again)."""
     with contextlib.suppress(BrokerSideError, BookieError, ManagedLedgerError, OSError):
         await finish

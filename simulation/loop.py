@@ -22,12 +22,14 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
-import math
+import heapq
+import itertools
 import selectors
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar, TypeVarTuple, Unpack
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 #: the virtual wall clock at virtual time 0: 2023-11-14T22:13:20Z, fixed so that publish
 #: times (and so seeks by time) are the same on every run
@@ -65,7 +67,9 @@ class _VirtualSelector(selectors.BaseSelector):
         if timeout is None:
             raise Stalled(loop.describe_stall())
         if timeout > 0:
-            loop.advance_ns(math.ceil(timeout * 1e9))
+            # to the nearest nanosecond: the loop fires what is due within its clock's
+            # resolution (1 ns), so a timer is never late by a float's rounding
+            loop.advance_ns(round(timeout * 1e9))
         return []
 
     def close(self) -> None:
@@ -73,6 +77,29 @@ class _VirtualSelector(selectors.BaseSelector):
 
     def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
         return self._keys
+
+
+class _OrderedTimer(asyncio.TimerHandle):
+    """A timer ordered by its time, then by when it was scheduled."""
+
+    __slots__ = ("_order",)
+
+    def __init__(
+        self,
+        order: int,
+        when: float,
+        callback: Callable[..., object],
+        args: Sequence[Any],
+        loop: asyncio.AbstractEventLoop,
+        context: contextvars.Context | None,
+    ) -> None:
+        super().__init__(when, callback, args, loop, context)
+        self._order = order
+
+    def __lt__(self, other: asyncio.TimerHandle) -> bool:
+        if isinstance(other, _OrderedTimer):
+            return (self.when(), self._order) < (other.when(), other._order)
+        return super().__lt__(other)
 
 
 def _fd(fileobj: Any) -> int:
@@ -89,6 +116,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         self._limit_ns = None if limit_s is None else int(limit_s * 1e9)
         #: how many times the clock jumped (the loop found nothing to run)
         self.jumps = 0
+        self._timer_order = itertools.count()
         selector = _VirtualSelector()
         selector.loop = self
         super().__init__(selector)
@@ -114,6 +142,26 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             )
         self._now_ns = target
         self.jumps += 1
+
+    # ------------------------------------------------------------------ timers
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[Unpack[Ts]], object],
+        *args: *Ts,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """asyncio's ``call_at`` with a tie-break: timers due at the same instant fire in
+        the order they were scheduled (asyncio's heap keeps no order among equal times,
+        and on virtual time equal times are common)."""
+        if self.is_closed():
+            raise RuntimeError("Event loop is closed")
+        timer = _OrderedTimer(next(self._timer_order), when, callback, args, self, context)
+        # asyncio's own heap of timers, as its call_at fills it
+        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
 
     # ------------------------------------------------------------------ no threads
 
@@ -186,6 +234,8 @@ def run(
     """Run ``main`` to completion on a virtual loop (a new one unless given) and close
     it: tasks still pending are cancelled and awaited, as ``asyncio.run`` does.
     :class:`Stalled` or :class:`TimeLimitExceeded` if the program cannot end."""
+    if loop is not None and limit_s is not None:
+        raise ValueError("give limit_s to the loop you pass, not to run")
     loop = loop or VirtualEventLoop(limit_s)
     context = contextvars.copy_context()
     try:
@@ -207,5 +257,5 @@ def _cancel_pending(loop: VirtualEventLoop) -> None:
         task.cancel()
     # a task that waits on something a cancelled one would have brought can never end;
     # the run's own outcome is what the caller sees
-    with contextlib.suppress(Stalled):
+    with contextlib.suppress(Stalled, TimeLimitExceeded):
         loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))

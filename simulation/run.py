@@ -39,9 +39,10 @@ from simulation.loop import Stalled, TimeLimitExceeded, VirtualClock, VirtualEve
 from simulation.loop import run as run_on_virtual_time
 from storage_stub.config import StorageConfig
 
-#: the virtual clock may run this many times the scenario's own length (plus an hour)
+#: the virtual clock may run this many times the scenario's own length, plus the margin,
 #: before the run is stopped as one that cannot end
 TIME_LIMIT_FACTOR = 100
+TIME_LIMIT_MARGIN_S = 3600.0
 
 
 class VirtualRunClock:
@@ -165,7 +166,7 @@ def run_virtual(scenario: Scenario, options: RunOptions, seed: int | None = None
     check_virtual(scenario, options)
     settings = virtual_settings(scenario, options)
     span_s = scenario.warmupSeconds + scenario.testDurationSeconds + options.drain_s
-    loop = VirtualEventLoop(limit_s=span_s * TIME_LIMIT_FACTOR + 3600)
+    loop = VirtualEventLoop(limit_s=span_s * TIME_LIMIT_FACTOR + TIME_LIMIT_MARGIN_S)
     options = dataclasses.replace(options, driver=None)
     began = time.perf_counter()
     with _broker_log(options.out_dir, loop):

@@ -32,7 +32,7 @@ RATIOS = {
 }
 
 
-def fake_results(scenario: str, overrides: Mapping[str, object]) -> dict[str, Any]:
+def fake_results(scenario: str, overrides: Mapping[str, object], seed: int = 2) -> dict[str, Any]:
     design = str(overrides["managedLedgerCacheImplementation"])
     if overrides.get("cacheEvictionByMarkDeletedPosition") == "true":
         ratio = RATIOS["legacy-markdelete"]
@@ -41,7 +41,7 @@ def fake_results(scenario: str, overrides: Mapping[str, object]) -> dict[str, An
     else:
         ratio = RATIOS[design]
     return {
-        "scenario": {"name": scenario},
+        "scenario": {"name": scenario, "seed": seed},
         "broker": {"implementation": design, "overrides": dict(overrides)},
         "time": [1.0, 2.0],
         "hitRatio": [ratio, ratio],
@@ -58,7 +58,7 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[RunOptions]:
 
     async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any]:
         given.append(options)
-        return fake_results(scenario.name, options.broker_overrides)
+        return fake_results(scenario.name, options.broker_overrides, scenario.seed)
 
     monkeypatch.setattr(loadgen.cli, "run_scenario", run_scenario)
     return given
@@ -68,7 +68,9 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[RunOptions]:
 def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
     """Charts drawn by nothing (a second each); the naming test draws them."""
     monkeypatch.setattr(loadgen.plots, "plot_run", lambda results, out_dir: [])
-    monkeypatch.setattr(loadgen.plots, "plot_comparison", lambda runs, out_dir: out_dir)
+    monkeypatch.setattr(
+        loadgen.plots, "plot_comparison", lambda runs, out_dir, summaries=None: out_dir
+    )
 
 
 def compare(out: pathlib.Path, *args: str, variants: Mapping[str, Any] | None = WIRED) -> int:

@@ -1,0 +1,236 @@
+"""A scenario on virtual time: the same counts on every run, whatever the process; a
+different seed, a different run; what it cannot honour refused before it starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from broker.cli import main as brokerlab
+from loadgen.runner import RunFailed, RunOptions
+from loadgen.scenario import Scenario, ScenarioError, load_scenario
+from simulation import run as simulation_run
+from simulation.run import run_virtual
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+#: two brokers, four partitions, Shared subscriptions with a slow consumer, nacks and a
+#: graceful and a killed restart: the paths where order could differ between processes
+SMALL = """
+description = "virtual-time test: restarts, nacks, a slow consumer"
+brokers = 2
+topics = 1
+partitionsPerTopic = 4
+messageSize = 256
+producerRate = 2000
+subscriptionsPerTopic = 3
+consumerPerSubscription = 2
+subscriptionType = "Shared"
+keyDistributor = "RANDOM"
+keys = 50
+testDurationSeconds = 4
+seed = 7
+[broker]
+managedLedgerCacheSizeMB = 1
+[consumers]
+receiveBatchSize = 50
+receiverQueueSize = 100
+nackRatio = 0.05
+negativeAckRedeliveryDelayMs = 300
+slowConsumers = 1
+rateLimit = 400
+[[events]]
+at = 1
+type = "restart"
+broker = 0
+downtimeMs = 300
+[[events]]
+at = 2.5
+type = "restart"
+broker = 1
+mode = "kill"
+downtimeMs = 200
+"""
+
+#: what may differ between two runs of the same seed: wall time and CPU measurements
+WALL_FIELDS = ("wallSeconds", "virtualToWall")
+
+
+def _scenario_file(tmp_path: pathlib.Path, text: str = SMALL, name: str = "small") -> pathlib.Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def deterministic_part(results: dict[str, Any]) -> dict[str, Any]:
+    """The results without what is measured in wall time (the run's length, and the
+    CPU time spent evicting, wherever it appears)."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "evictionCpuSeconds"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip({k: v for k, v in results.items() if k not in WALL_FIELDS})
+
+
+def _run_in_process(scenario: pathlib.Path, seed: int, hash_seed: str, out: pathlib.Path) -> None:
+    code = (
+        "import json, sys\n"
+        "from loadgen.runner import RunOptions\n"
+        "from loadgen.scenario import load_scenario\n"
+        "from simulation.run import run_virtual\n"
+        f"results = run_virtual(load_scenario({str(scenario)!r}), RunOptions(), seed={seed})\n"
+        f"open({str(out)!r}, 'w').write(json.dumps(results))\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT, timeout=600)
+
+
+def test_the_same_seed_gives_the_same_counts_in_processes_with_different_hash_seeds(
+    tmp_path: pathlib.Path,
+) -> None:
+    scenario = _scenario_file(tmp_path)
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    _run_in_process(scenario, 7, "1", first)
+    _run_in_process(scenario, 7, "4242", second)
+    a = json.loads(first.read_text())
+    b = json.loads(second.read_text())
+    assert a["clock"] == "virtual"
+    assert a["totals"]["publishedMessages"] > 5000
+    assert a["totals"]["redeliveredMessages"] > 0  # nacks and restarts happened
+    assert a["cache"]["misses"] > 0  # the restarts cost storage reads
+    assert [event["ok"] for event in a["events"]] == [True, True]
+    assert deterministic_part(a) == deterministic_part(b)
+
+
+def test_another_seed_gives_another_run(tmp_path: pathlib.Path) -> None:
+    scenario = load_scenario(str(_scenario_file(tmp_path)))
+    seven = run_virtual(scenario, RunOptions(), seed=7)
+    eight = run_virtual(scenario, RunOptions(), seed=8)
+    assert seven["scenario"]["seed"] == 7 and eight["scenario"]["seed"] == 8
+    assert deterministic_part(seven) != deterministic_part(eight)
+    # the rate is the scenario's either way: the seed changes the draws, not the load
+    assert seven["totals"]["publishedMessages"] == pytest.approx(
+        eight["totals"]["publishedMessages"], rel=0.05
+    )
+
+
+def test_results_say_virtual_and_give_virtual_and_wall_time(tmp_path: pathlib.Path) -> None:
+    results = run_virtual(
+        load_scenario(str(_scenario_file(tmp_path))), RunOptions(out_dir=tmp_path / "out")
+    )
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["clock"] == "virtual"
+    assert saved["virtualSeconds"] >= 4.0
+    assert saved["wallSeconds"] > 0
+    assert saved["virtualToWall"] == pytest.approx(
+        saved["virtualSeconds"] / saved["wallSeconds"], rel=0.01
+    )
+    assert results["durationSeconds"] == pytest.approx(4.0)
+    # the broker's log is beside the results, stamped with virtual seconds
+    log = (tmp_path / "out" / "broker.log").read_text().splitlines()
+    restarts = [line.split() for line in log if "restart (graceful" in line]
+    assert len(restarts) == 1
+    assert float(restarts[0][0]) == pytest.approx(1.0, abs=0.01)
+
+
+def _scenario(text: str = SMALL) -> Scenario:
+    import tomllib
+
+    return Scenario.model_validate({"name": "t", **tomllib.loads(text)})
+
+
+@pytest.mark.parametrize(
+    ("options", "scenario_text", "named"),
+    [
+        (RunOptions(driver="pulsar"), SMALL, "pulsar driver"),
+        (RunOptions(url="http://127.0.0.1:8080"), SMALL, "--url"),
+        (RunOptions(service_url="pulsar://127.0.0.1:6650"), SMALL, "--service-url"),
+        (RunOptions(storage_overrides={"storageMode": "disk"}), SMALL, "storageMode=disk"),
+        (RunOptions(keep_serving=True), SMALL, "--keep-serving"),
+        (RunOptions(), SMALL.replace("producerRate = 2000", "producerRate = 0"), "producerRate"),
+    ],
+)
+def test_what_virtual_time_cannot_honour_is_refused_before_anything_starts(
+    options: RunOptions, scenario_text: str, named: str, tmp_path: pathlib.Path
+) -> None:
+    options.out_dir = tmp_path / "out"
+    with pytest.raises(ScenarioError, match=named):
+        run_virtual(_scenario(scenario_text), options)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_that_cannot_end_fails_naming_what_was_pending(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a limit far below the scenario's length: the clock reaches it with the run going
+    monkeypatch.setattr(simulation_run, "TIME_LIMIT_FACTOR", 0.1)
+    monkeypatch.setattr(simulation_run, "TIME_LIMIT_MARGIN_S", 0.0)
+    with pytest.raises(RunFailed, match=r"limit of 0\.4 s") as raised:
+        run_virtual(_scenario(), RunOptions())
+    assert "seed 7" in str(raised.value)
+    assert "main:" in str(raised.value)  # the pending tasks are named
+
+
+def test_cli_refuses_virtual_time_with_the_pulsar_driver_in_one_line(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = _scenario_file(tmp_path)
+    code = brokerlab(
+        ["loadgen", "--scenario", str(scenario), "--virtual-time", "--driver", "pulsar"]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "pulsar driver" in err and "Traceback" not in err
+
+
+def test_compare_repeat_gives_intervals_and_a_verdict(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = _scenario_file(
+        tmp_path,
+        SMALL.replace("testDurationSeconds = 4", "testDurationSeconds = 2").replace(
+            "at = 2.5", "at = 1.5"
+        ),
+    )
+    out = tmp_path / "cmp"
+    code = brokerlab(
+        [
+            "compare",
+            "--scenario",
+            str(scenario),
+            "--implementations",
+            "pip430,legacy",
+            "--virtual-time",
+            "--seed",
+            "3",
+            "--repeat",
+            "3",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    report = (out / "compare.md").read_text()
+    assert "seeds 3..5" in report
+    assert "hit ratio (95% CI)" in report
+    assert "Verdict:" in report
+    for name in ("pip430", "legacy"):
+        for seed in (3, 4, 5):
+            results = json.loads((out / name / f"seed-{seed}" / "results.json").read_text())
+            assert results["scenario"]["seed"] == seed
+            assert results["variant"] == name
+    verdict = [line for line in capsys.readouterr().out.splitlines() if "verdict:" in line]
+    assert len(verdict) == 1
+    assert "pip430" in verdict[0] and "legacy" in verdict[0] and "over 3 seeds" in verdict[0]
+    assert (out / "compare.png").stat().st_size > 0

@@ -85,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench = commands.add_parser("bench", help="run a benchmark and print ratios")
     bench.add_argument(
-        "name", choices=["http", "cache", "cursors", "lac", "tiered", "wire", "replay"]
+        "name",
+        choices=["http", "cache", "cursors", "lac", "tiered", "wire", "replay", "simulate"],
     )
     bench.add_argument("--quick", action="store_true", help="seconds, not minutes (CI)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
@@ -296,6 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from broker.bench.replay import main as replay_main
 
             return replay_main(args.quick, args.json, args.trace, args.sample_rate, args.presets)
+        if args.name == "simulate":
+            from simulation.bench import main as simulate_main
+
+            return simulate_main(quick=args.quick, as_json=args.json)
         return run_bench(args.name, quick=args.quick, as_json=args.json)
     try:
         settings = load_settings(args)

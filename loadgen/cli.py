@@ -29,8 +29,11 @@ if TYPE_CHECKING:
     from loadgen.verdict import VariantSummary
 
 DEMO_SCENARIO = "demo"
-#: seeds of the virtual-time comparison the demo ends with
+#: seeds of the virtual-time comparison the demo ends with, its longest run, and how
+#: many runs at a time (at most the cores)
 DEMO_VERDICT_SEEDS = 3
+DEMO_VERDICT_MAX_S = 20.0
+DEMO_VERDICT_JOBS = 4
 
 #: A configuration ``compare`` can run, as the broker CLI hands it over (the load
 #: generator never imports the broker): ``(design, broker.conf settings, summary)``.
@@ -259,6 +262,14 @@ def add_commands(
         "scenario's) and report means with 95%% intervals and whether the ranking is "
         "separable; cheap with --virtual-time",
     )
+    compare.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --virtual-time: N runs at a time, each in a process of its own (the "
+        "counts do not depend on it; default 1)",
+    )
     compare.set_defaults(handler=_compare, designs=tuple(designs), variants=table, virtual=virtual)
 
     demo = commands.add_parser(
@@ -405,7 +416,6 @@ def _variant_line(name: str, variant: Variant, user: Mapping[str, object]) -> st
 
 def _compare(args: argparse.Namespace, console: Console) -> int:
     from loadgen.plots import comparison_table, plot_comparison
-    from loadgen.results import write_results
     from loadgen.verdict import rank as rank_repeats
     from loadgen.verdict import repeats_table, summarize_variant, verdict
 
@@ -423,6 +433,11 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
         raise ScenarioError(f"--implementations: {', '.join(repeated)} named twice")
     if args.repeat < 1:
         raise ScenarioError(f"--repeat {args.repeat}: at least 1")
+    if args.jobs < 1 or (args.jobs > 1 and not args.virtual_time):
+        raise ScenarioError(
+            f"--jobs {args.jobs}: 1, or more with --virtual-time (live runs share this "
+            "machine's cores, and would measure each other)"
+        )
     user = _overrides(args.set)
     if "managedLedgerCacheImplementation" in user:
         raise ScenarioError(
@@ -432,8 +447,8 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     out = args.out or default_out_dir(f"compare-{scenario.name}")
     first_seed = args.seed if args.seed is not None else scenario.seed
     seeds = list(range(first_seed, first_seed + args.repeat))
-    runs: list[dict[str, Any]] = []
     by_variant: dict[str, list[dict[str, Any]]] = {}
+    planned: list[tuple[str, RunOptions, int]] = []
     for name in names:
         overrides, replaced = compare_overrides(variants[name], user)
         design, settings, _ = variants[name]
@@ -444,33 +459,24 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
                 f"{name}: --set replaces the variant's {', '.join(replaced)}", highlight=False
             )
         for seed in seeds:
-            run_dir = out / name if len(seeds) == 1 else out / name / f"seed-{seed}"
             options = RunOptions(
                 config=args.config,
                 storage_config=args.storage_config,
                 broker_overrides=overrides,
                 duration_s=args.duration,
-                out_dir=run_dir,
-                progress=not args.no_progress,
+                out_dir=out / name if len(seeds) == 1 else out / name / f"seed-{seed}",
+                progress=not args.no_progress and args.jobs == 1,
                 driver=args.driver,
                 token=args.token,
+                variant=name,
             )
-            results = _run(
-                args, scenario, options, seed if args.seed is not None or len(seeds) > 1 else None
-            )
-            # two variants of a design share broker.implementation: name the run, and
-            # write its results and plots again under that name
-            results["variant"] = name
-            write_results(results, run_dir)
-            if "virtualToWall" in results:
-                console.print(
-                    f"  seed {results['scenario']['seed']}: {results['virtualSeconds']:.1f} "
-                    f"virtual s in {results['wallSeconds']:.1f} wall s "
-                    f"({results['virtualToWall']:.2f}x)",
-                    highlight=False,
-                )
-            by_variant.setdefault(name, []).append(results)
-        runs.append(by_variant[name][0])
+            planned.append((name, options, seed))
+    for (name, _, _), results in zip(
+        planned, _run_all(args, scenario, planned, console), strict=True
+    ):
+        results["variant"] = name  # written so by the run too (options.variant)
+        by_variant.setdefault(name, []).append(results)
+    runs = [by_variant[name][0] for name in names]
     lines = [_variant_line(name, variants[name], user) for name in names]
     if user:
         lines.append(f"- every run: --set {_settings_text(user)}")
@@ -506,6 +512,65 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     print(f"verdict: {ranked}")
     console.print(f"report: {out / 'compare.md'}, {out / 'compare.png'}", highlight=False)
     return 0
+
+
+def _run_all(
+    args: argparse.Namespace,
+    scenario: Scenario,
+    planned: Sequence[tuple[str, RunOptions, int]],
+    console: Console,
+) -> list[dict[str, Any]]:
+    """Every planned run (variant, options, seed), one after another, or with
+    ``--jobs`` N > 1 on virtual time, N at a time in processes of their own; the results
+    in the planned order."""
+    if args.jobs > 1:
+        return run_virtual_all(args.virtual, scenario, planned, console, args.jobs)
+    results = []
+    for name, options, seed in planned:
+        results.append(_run(args, scenario, options, seed))
+        _said_done(console, name, results[-1])
+    return results
+
+
+def run_virtual_all(
+    virtual: VirtualRunner | None,
+    scenario: Scenario,
+    planned: Sequence[tuple[str, RunOptions, int]],
+    console: Console,
+    jobs: int,
+) -> list[dict[str, Any]]:
+    """The planned runs on virtual time, ``jobs`` at a time, each in a process of its own
+    (a run's counts do not depend on where it runs); the results in the planned order."""
+    if virtual is None:
+        raise ScenarioError("--virtual-time: this build has no virtual-time runner")
+    jobs = min(jobs, len(planned))
+    if jobs <= 1:
+        results = []
+        for name, options, seed in planned:
+            results.append(virtual(scenario, options, seed))
+            _said_done(console, name, results[-1])
+        return results
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        futures = [pool.submit(virtual, scenario, options, seed) for _, options, seed in planned]
+        done = []
+        for (name, _, _), future in zip(planned, futures, strict=True):
+            done.append(future.result())
+            _said_done(console, name, done[-1])
+        return done
+
+
+def _said_done(console: Console, name: str, results: dict[str, Any]) -> None:
+    seed = results["scenario"]["seed"]
+    if "virtualToWall" in results:
+        console.print(
+            f"  {name}, seed {seed}: {results['virtualSeconds']:.1f} virtual s in "
+            f"{results['wallSeconds']:.1f} wall s ({results['virtualToWall']:.2f}x)",
+            highlight=False,
+        )
 
 
 def _seeds_text(seeds: Sequence[int]) -> str:
@@ -604,38 +669,52 @@ def _demo_verdict(
     args: argparse.Namespace, scenario: Scenario, out: pathlib.Path, console: Console
 ) -> str:
     """The designs compared on virtual time over ``--verdict-seeds`` seeds of the demo
-    scenario (each design live, at the demo's length): one line, also in verdict.json."""
+    scenario, each design live, at the demo's length up to :data:`DEMO_VERDICT_MAX_S`
+    (scaled, so its events keep their place), as many at a time as there are cores: one
+    line, also in verdict.json."""
     import json
+    import os
 
     from loadgen.verdict import rank as rank_repeats
     from loadgen.verdict import summarize_variant, verdict
 
-    virtual: VirtualRunner = args.virtual
     first = args.seed if args.seed is not None else scenario.seed
     seeds = range(first, first + args.verdict_seeds)
+    duration = min(args.duration or scenario.testDurationSeconds, DEMO_VERDICT_MAX_S)
     console.print(
-        f"comparing {', '.join(args.designs)} on virtual time over {len(seeds)} seeds of "
-        "this scenario...",
+        f"\ncomparing {', '.join(args.designs)} on virtual time: {len(seeds)} seeds of this "
+        f"scenario at {duration:g} s each...",
         highlight=False,
     )
-    by_design: dict[str, list[dict[str, Any]]] = {}
-    for design in args.designs:
-        for seed in seeds:
-            options = RunOptions(
+    planned = [
+        (
+            design,
+            RunOptions(
                 broker_overrides={"managedLedgerCacheImplementation": design},
-                duration_s=args.duration,
-            )
-            by_design.setdefault(design, []).append(virtual(scenario, options, seed))
+                duration_s=duration,
+                variant=design,
+            ),
+            seed,
+        )
+        for design in args.designs
+        for seed in seeds
+    ]
+    jobs = max(1, min(os.cpu_count() or 1, DEMO_VERDICT_JOBS))
+    results = run_virtual_all(args.virtual, scenario, planned, console, jobs)
+    by_design: dict[str, list[dict[str, Any]]] = {}
+    for (design, _, _), run in zip(planned, results, strict=True):
+        by_design.setdefault(design, []).append(run)
     line = verdict(rank_repeats(by_design), len(seeds))
     summaries = {design: summarize_variant(design, runs) for design, runs in by_design.items()}
     document = {
         "seeds": list(seeds),
+        "durationSeconds": duration,
         "verdict": line,
         "designs": {
             design: {
                 "hitRatio": None if s.hit_ratio is None else dataclasses.asdict(s.hit_ratio),
                 "storageReads": dataclasses.asdict(s.storage_reads),
-                "wallSeconds": sum(run["wallSeconds"] for run in by_design[design]),
+                "wallSeconds": round(sum(run["wallSeconds"] for run in by_design[design]), 3),
             }
             for design, s in summaries.items()
         },

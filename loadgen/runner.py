@@ -105,6 +105,8 @@ class RunOptions:
     #: sent with every request, HTTP (``Authorization: Bearer``) and binary protocol
     #: (``pulsar.AuthenticationToken``), to a started broker too (None: no credentials)
     token: str | None = None
+    #: the name ``compare`` gives the run (results' ``variant``; the plots' label)
+    variant: str | None = None
 
 
 class RunFailed(Exception):
@@ -885,6 +887,8 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any
         finally:
             if broker is not None:
                 await broker.stop()
+    if options.variant is not None:
+        results["variant"] = options.variant
     if options.out_dir is not None:
         from loadgen.results import write_results
 

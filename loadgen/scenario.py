@@ -93,6 +93,10 @@ class VirtualOptions(BaseModel):
     #: its publishes one at a time, so at a rate above 1e6 / publishCostUs its producers
     #: queue and their latency shows it; 0: free (a producer then needs a rate)
     publishCostUs: float = Field(default=0, ge=0, le=1_000_000)
+    #: broker CPU an entry handed to a consumer costs, in microseconds, on the same CPU:
+    #: what one dispatch hands a consumer reaches it once that CPU has done it; 0: free
+    #: (consumers then read as fast as the broker's rules let them, whatever the load)
+    dispatchCostUs: float = Field(default=0, ge=0, le=1_000_000)
 
 
 class Event(BaseModel):

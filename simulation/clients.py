@@ -94,12 +94,15 @@ class BrokerCpu:
     def __init__(self) -> None:
         self.busy_until_ns = 0
 
+    def reserve(self, cost_ns: int, now_ns: int) -> int:
+        """Queue ``cost_ns`` of work at ``now_ns``; when it will be done."""
+        self.busy_until_ns = max(self.busy_until_ns, now_ns) + cost_ns
+        return self.busy_until_ns
+
     async def work(self, cost_ns: int) -> None:
         """Return once ``cost_ns`` of this CPU's time, after what is queued, is done."""
-        loop = asyncio.get_running_loop()
-        now_ns = round(loop.time() * 1e9)
-        self.busy_until_ns = max(self.busy_until_ns, now_ns) + cost_ns
-        await asyncio.sleep((self.busy_until_ns - now_ns) / 1e9)
+        now_ns = round(asyncio.get_running_loop().time() * 1e9)
+        await asyncio.sleep((self.reserve(cost_ns, now_ns) - now_ns) / 1e9)
 
 
 # ---------------------------------------------------------------------- producers
@@ -148,13 +151,17 @@ class PartitionProducer:
         return None
 
     async def _write(self) -> None:
-        """Publish what is queued, everything queued at once, until nothing is."""
+        """Publish what is queued, everything queued at once, until nothing is. Once the
+        run stops, what is queued is still published if the topic's broker takes it (as
+        requests in flight end and count); what it cannot take is a publish error."""
         owner = self.owner
         run = owner.run
         try:
-            while self.queue and not run.stopping:
+            while self.queue:
                 topic = self.topic or await self._open()
-                if topic is None:
+                if topic is None:  # the run stopped while the topic could not be reached
+                    owner.failed(len(self.queue))
+                    self.queue = []
                     return
                 group, self.queue = self.queue, []
                 if owner.cpu_cost_ns:
@@ -162,11 +169,14 @@ class PartitionProducer:
                 try:
                     await topic.publish([entry for entry, _ in group], len(group))
                 except RETRYABLE:
-                    # nothing of the group is stored: send it again, first, after a look-up
-                    self.queue = group + self.queue
                     if self.topic is topic:
                         self.topic = None
                         topic.producers.pop(self, None)
+                    if run.stopping:
+                        owner.failed(len(group))
+                        continue
+                    # nothing of the group is stored: send it again, first, after a look-up
+                    self.queue = group + self.queue
                     continue
                 except BrokerSideError as error:
                     log.warning("publish to %s refused: %s", self.name, error)
@@ -371,10 +381,13 @@ class ConsumerClient:
         subscription_index: int,
         name: str,
         rate_limit: float,
+        cpus: Sequence[BrokerCpu] = (),
     ) -> None:
         scenario = run.scenario
         self.run = run
         self.cluster = cluster
+        self._cpus = cpus
+        self._cpu: BrokerCpu | None = None
         self.topic = TopicName.parse(topic)
         self.subscription_index = subscription_index
         self.subscription = run.subscriptions[subscription_index]
@@ -387,6 +400,9 @@ class ConsumerClient:
         self._ack_mode = behaviour.ackMode
         self._nack_ratio = behaviour.nackRatio
         self._grouping_s = self.options.ackGroupingMs / 1000
+        self._dispatch_cost_ns = round(self.options.dispatchCostUs * 1000)
+        #: entries handed over in this loop round, waiting for the broker's CPU
+        self._sending: list[tuple[Entry, int]] = []
         self.session: SimulatedConsumer | None = None
         self._service: BrokerService | None = None
         #: the receiver queue: (entry, redelivery count) handed over, not yet taken
@@ -404,6 +420,8 @@ class ConsumerClient:
         self._to_flow = 0
         self._acks: list[Position] = []
         self._cumulative: Position | None = None
+        #: messages the application acknowledged in the group not yet sent
+        self._acked_in_group = 0
         self._ack_timer: asyncio.TimerHandle | None = None
         self.tasks = TaskOwner(f"consumer {name}")
         self._nack_draw = random.Random(f"{scenario.seed}:{topic}:{name}").random
@@ -411,8 +429,31 @@ class ConsumerClient:
     # ------------------------------------------------------------------ broker side
 
     def arrived(self, entry: Entry, redelivery_count: int) -> None:
-        """The broker handed an entry over. O(1)."""
+        """The broker handed an entry over. O(1). With a dispatch cost, what is handed
+        over in one loop round reaches the receiver queue together, once the broker's
+        CPU has done it (after what it had queued)."""
+        if self._dispatch_cost_ns:
+            if not self._sending:
+                asyncio.get_running_loop().call_soon(self._dispatched, self.session)
+            self._sending.append((entry, redelivery_count))
+            return
         self.incoming.append((entry, redelivery_count))
+        if self._receiving is None:
+            self._schedule_receive()
+
+    def _dispatched(self, session: SimulatedConsumer | None) -> None:
+        sending, self._sending = self._sending, []
+        if self.session is not session or session is None or self._cpu is None:
+            return
+        loop = asyncio.get_running_loop()
+        now_ns = round(loop.time() * 1e9)
+        ready_ns = self._cpu.reserve(self._dispatch_cost_ns * len(sending), now_ns)
+        loop.call_at(ready_ns / 1e9, self._landed, session, sending)
+
+    def _landed(self, session: SimulatedConsumer, sent: list[tuple[Entry, int]]) -> None:
+        if self.session is not session:
+            return  # the session is gone, and what it was sent with it
+        self.incoming.extend(sent)
         if self._receiving is None:
             self._schedule_receive()
 
@@ -428,10 +469,13 @@ class ConsumerClient:
     def _forget_session(self) -> None:
         self.session = None
         self._service = None
+        self._cpu = None
+        self._sending = []
         self.incoming.clear()
         self._to_flow = 0
         self._acks = []
         self._cumulative = None
+        self._acked_in_group = 0
         for handle in (self._ack_timer, self._receiving):
             if handle is not None:
                 handle.cancel()
@@ -523,6 +567,8 @@ class ConsumerClient:
         session.client = self
         self.session = session
         self._service = service
+        if self._cpus:
+            self._cpu = self._cpus[service.index]
         self._grant(behaviour.receiverQueueSize)
         return None
 
@@ -620,8 +666,9 @@ class ConsumerClient:
                 counters.nacked_messages += len(nacks)
                 run.nacked_pending.update(str(position) for position in nacks)
             acked = len(taken) - len(nacks)
-        counters.acked_messages += acked
-        run.acked_ever += acked
+        # counted when the group reaches the broker, as the HTTP driver counts an ack
+        # once the broker answered it
+        self._acked_in_group += acked
         if run.nacked_pending:
             run.nacked_pending.difference_update(str(entry.position) for entry, _ in taken)
         if self._grouping_s <= 0 or len(self._acks) >= self.options.maxAckGroupSize:
@@ -639,8 +686,11 @@ class ConsumerClient:
         session = self.session
         whole, self._acks = self._acks, []
         cumulative, self._cumulative = self._cumulative, None
+        acked, self._acked_in_group = self._acked_in_group, 0
         if session is None or session.closed:
             return
+        self.run.counters.acked_messages += acked
+        self.run.acked_ever += acked
         subscription = session.subscription
         for positions, is_cumulative in (
             (whole, False),

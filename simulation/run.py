@@ -81,7 +81,9 @@ class VirtualDriver:
     def consumer(
         self, run: Run, topic: str, subscription_index: int, name: str, rate_limit: float
     ) -> ConsumerClient:
-        return ConsumerClient(run, self.cluster, topic, subscription_index, name, rate_limit)
+        return ConsumerClient(
+            run, self.cluster, topic, subscription_index, name, rate_limit, self.cpus
+        )
 
     async def prepare(self, run: Run) -> None:
         await create_subscriptions(run)
@@ -180,6 +182,8 @@ def run_virtual(scenario: Scenario, options: RunOptions, seed: int | None = None
     results["wallSeconds"] = round(wall_s, 3)
     results["virtualSeconds"] = round(virtual_s, 3)
     results["virtualToWall"] = round(virtual_s / wall_s, 3) if wall_s > 0 else None
+    if options.variant is not None:
+        results["variant"] = options.variant
     if options.out_dir is not None:
         from loadgen.results import write_results
 

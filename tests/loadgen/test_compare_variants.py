@@ -17,6 +17,7 @@ import loadgen.plots
 from broker.cache.designs import DESIGNS, VARIANTS
 from loadgen.cli import add_commands, rank, run_command
 from loadgen.plots import comparison_table
+from loadgen.results import write_results
 from loadgen.runner import RunOptions
 from loadgen.scenario import Scenario
 
@@ -57,8 +58,14 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[RunOptions]:
     given: list[RunOptions] = []
 
     async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any]:
+        # as the runner: the run named by its variant, written where it was asked
         given.append(options)
-        return fake_results(scenario.name, options.broker_overrides, scenario.seed)
+        results = fake_results(scenario.name, options.broker_overrides, scenario.seed)
+        if options.variant is not None:
+            results["variant"] = options.variant
+        if options.out_dir is not None:
+            write_results(results, options.out_dir)
+        return results
 
     monkeypatch.setattr(loadgen.cli, "run_scenario", run_scenario)
     return given

@@ -1,0 +1,95 @@
+"""Virtual time agrees with real time where real time keeps up: a preset run a few times
+against a live broker (``brokerlab serve`` over HTTP) and once on virtual time, and
+every counter of the workload and the cache from the virtual run lies within the spread
+of the live runs.
+
+The spread is widened by an edge (a share of the counter, at least :data:`EDGE_MIN`):
+the measured window of a live run opens and closes on its sampler's ticks, a few
+milliseconds off the scenario's, so a message or an eviction at the edge falls in one
+run's window and not in another's (1%). Key_Shared with a slow consumer is paced by the
+broker's dispatch after each ack, which a live broker does in its own time: the live
+runs deliver 1-4% less than the virtual one (whose broker takes no time), and vary that
+much between themselves, so its edge is 4%. Counters of the transport are not compared: the live
+driver sends ``messagesPerRequest`` messages per HTTP request and acks per poll, the
+simulated clients send one message at a time and group acks as Pulsar's client does, so
+add calls and cursor writes differ by design (README: Virtual time). Presets whose
+outcome depends on this machine's speed (unthrottled producers or catch-up readers,
+thousands of topics set up and reconnected) are not compared."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from loadgen.runner import RunOptions, run_scenario
+from loadgen.scenario import load_scenario
+from simulation.run import run_virtual
+
+pytestmark = pytest.mark.slow
+
+LIVE_RUNS = 3
+DURATION_S = 5.0
+#: the spread's edge per preset, a share of the counter
+EDGES = {"tailing-fanout": 0.01, "keyshared-slow-consumer": 0.04}
+EDGE_MIN = 20
+
+#: the counters that describe the workload and what the cache did with it
+COMPARED = (
+    ("totals", "publishedMessages"),
+    ("totals", "consumedMessages"),
+    ("totals", "ackedMessages"),
+    ("totals", "redeliveredMessages"),
+    ("totals", "publishErrors"),
+    ("cache", "hits"),
+    ("cache", "misses"),
+    ("cache", "inserted"),
+    ("cache", "evicted", "ttl"),
+    ("cache", "evicted", "size"),
+    ("cache", "evicted", "invalidated"),
+    ("storage", "bookie", "entriesAdded"),
+    ("storage", "bookie", "entriesRead"),
+)
+
+
+def _value(results: dict[str, Any], path: tuple[str, ...]) -> float:
+    value: Any = results
+    for key in path:
+        value = value.get(key, 0) if isinstance(value, dict) else 0
+    return float(value or 0)
+
+
+def _outside_the_spread(
+    live: list[dict[str, Any]], virtual: dict[str, Any], share: float = 0.01
+) -> list[str]:
+    problems = []
+    for path in COMPARED:
+        values = [_value(run, path) for run in live]
+        edge = max(share * max(values), EDGE_MIN)
+        low, high = min(values) - edge, max(values) + edge
+        ours = _value(virtual, path)
+        if not low <= ours <= high:
+            problems.append(f"{'.'.join(path)}: virtual {ours:g}, live {values}")
+    return problems
+
+
+@pytest.mark.parametrize("preset", list(EDGES))
+def test_a_virtual_run_lies_within_the_spread_of_live_runs(preset: str) -> None:
+    scenario = load_scenario(preset)
+    options = RunOptions(duration_s=DURATION_S)
+    live = [asyncio.run(run_scenario(scenario, options)) for _ in range(LIVE_RUNS)]
+    virtual = run_virtual(scenario, options)
+    assert virtual["clock"] == "virtual"
+    assert _value(virtual, ("totals", "consumedMessages")) > 0
+    assert _outside_the_spread(live, virtual, EDGES[preset]) == []
+
+
+def test_the_comparison_catches_a_virtual_run_that_differs() -> None:
+    live = [{"totals": {"publishedMessages": n}, "cache": {"hits": 1000}} for n in (9990, 10000)]
+    agreeing = {"totals": {"publishedMessages": 10000}, "cache": {"hits": 1005}}
+    missing_half = {"totals": {"publishedMessages": 5000}, "cache": {"hits": 1000}}
+    assert _outside_the_spread(live, agreeing) == []
+    assert _outside_the_spread(live, missing_half) == [
+        "totals.publishedMessages: virtual 5000, live [9990.0, 10000.0]"
+    ]

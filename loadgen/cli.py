@@ -32,7 +32,7 @@ DEMO_SCENARIO = "demo"
 #: seeds of the virtual-time comparison the demo ends with, its longest run, and how
 #: many runs at a time (at most the cores)
 DEMO_VERDICT_SEEDS = 3
-DEMO_VERDICT_MAX_S = 20.0
+DEMO_VERDICT_MAX_S = 10.0
 DEMO_VERDICT_JOBS = 4
 
 #: A configuration ``compare`` can run, as the broker CLI hands it over (the load

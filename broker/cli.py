@@ -119,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
         design_names(),
         {v.name: (v.design, dict(v.settings), v.summary) for v in VARIANTS.values()},
         run_virtual,
+        run_virtual_sweep,
     )
     from pipeline.cli import add_command
 
@@ -132,6 +133,37 @@ def run_virtual(scenario: Scenario, options: RunOptions, seed: int | None = None
     from simulation.run import run_virtual as run
 
     return run(scenario, options, seed)
+
+
+def run_virtual_sweep(
+    scenario: Scenario,
+    planned: Sequence[tuple[str, RunOptions, int]],
+    master: str | None,
+    remote: str | None,
+) -> list[dict[str, Any]]:
+    """The load generator's sweep on Spark (``simulation.spark``): each planned run a
+    task; its failures (a run's, or Spark missing) as the load generator's RunFailed."""
+    from loadgen.runner import RunFailed
+    from pipeline.spark import SparkMissing
+    from simulation.spark import SweepFailed, run_sweep_on_spark, sweep_task
+
+    tasks = [
+        sweep_task(
+            name,
+            scenario,
+            seed,
+            config=options.config,
+            storage_config=options.storage_config,
+            broker_overrides={key: str(value) for key, value in options.broker_overrides.items()},
+            storage_overrides={key: str(value) for key, value in options.storage_overrides.items()},
+            duration_s=options.duration_s,
+        )
+        for name, options, seed in planned
+    ]
+    try:
+        return run_sweep_on_spark(tasks, master, remote)
+    except (SweepFailed, SparkMissing) as error:
+        raise RunFailed(str(error)) from None
 
 
 def design_names() -> list[str]:

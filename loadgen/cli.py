@@ -19,7 +19,14 @@ import uvloop
 
 from loadgen.broker_process import BrokerStartError
 from loadgen.client import AuthenticationError, BrokerError
-from loadgen.runner import RunFailed, RunOptions, VirtualRunner, default_out_dir, run_scenario
+from loadgen.runner import (
+    RunFailed,
+    RunOptions,
+    VirtualRunner,
+    VirtualSweep,
+    default_out_dir,
+    run_scenario,
+)
 from loadgen.scenario import Scenario, ScenarioError, load_scenario, preset_names
 
 if TYPE_CHECKING:
@@ -172,12 +179,14 @@ def add_commands(
     designs: Sequence[str],
     variants: Mapping[str, Variant] | None = None,
     virtual: VirtualRunner | None = None,
+    sweep: VirtualSweep | None = None,
 ) -> None:
     """Register the three subcommands on the broker CLI's subparsers. ``designs``: the
     broker's registered cache designs, live design first; ``variants``: what ``compare``
     may run besides them, ``name -> (design, broker.conf settings, summary)`` (None: the
     plain designs only); ``virtual``: what runs a scenario on virtual time (None: none,
-    and ``--virtual-time`` says so). The broker CLI hands them over: the load generator
+    and ``--virtual-time`` says so); ``sweep``: what runs virtual-time runs on Spark
+    (``compare --master/--remote``). The broker CLI hands them over: the load generator
     never imports the broker."""
     table = _variant_table(designs, variants)
     scenarios = ", ".join(preset_names())
@@ -270,7 +279,20 @@ def add_commands(
         help="with --virtual-time: N runs at a time, each in a process of its own (the "
         "counts do not depend on it; default 1)",
     )
-    compare.set_defaults(handler=_compare, designs=tuple(designs), variants=table, virtual=virtual)
+    spark = compare.add_mutually_exclusive_group()
+    spark.add_argument(
+        "--master",
+        metavar="URL",
+        help="with --virtual-time: run each (variant, seed) as a Spark task on this master "
+        "(local[N], spark://HOST:7077, yarn, k8s://...; sc://... is Spark Connect), the "
+        "code shipped as brokerlab analyze ships it; the counts are the local runs'",
+    )
+    spark.add_argument(
+        "--remote", metavar="sc://HOST:PORT", help="as --master, through Spark Connect"
+    )
+    compare.set_defaults(
+        handler=_compare, designs=tuple(designs), variants=table, virtual=virtual, sweep=sweep
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -433,6 +455,10 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
         raise ScenarioError(f"--implementations: {', '.join(repeated)} named twice")
     if args.repeat < 1:
         raise ScenarioError(f"--repeat {args.repeat}: at least 1")
+    if (args.master or args.remote) and not args.virtual_time:
+        raise ScenarioError(
+            "--master and --remote run virtual-time runs on Spark: add --virtual-time"
+        )
     if args.jobs < 1 or (args.jobs > 1 and not args.virtual_time):
         raise ScenarioError(
             f"--jobs {args.jobs}: 1, or more with --virtual-time (live runs share this "
@@ -523,12 +549,38 @@ def _run_all(
     """Every planned run (variant, options, seed), one after another, or with
     ``--jobs`` N > 1 on virtual time, N at a time in processes of their own; the results
     in the planned order."""
+    if args.master or args.remote:
+        return _run_on_spark(args, scenario, planned, console)
     if args.jobs > 1:
         return run_virtual_all(args.virtual, scenario, planned, console, args.jobs)
     results = []
     for name, options, seed in planned:
         results.append(_run(args, scenario, options, seed))
         _said_done(console, name, results[-1])
+    return results
+
+
+def _run_on_spark(
+    args: argparse.Namespace,
+    scenario: Scenario,
+    planned: Sequence[tuple[str, RunOptions, int]],
+    console: Console,
+) -> list[dict[str, Any]]:
+    """The planned runs as Spark tasks; each one's results and plots written here, on
+    the driver, where a local run writes them."""
+    from loadgen.results import write_results
+
+    sweep: VirtualSweep | None = args.sweep
+    if sweep is None:
+        raise ScenarioError("--master/--remote: this build cannot run a sweep on Spark")
+    where = args.master or args.remote
+    console.print(f"{len(planned)} virtual-time runs as Spark tasks on {where}", highlight=False)
+    results = sweep(scenario, planned, args.master, args.remote)
+    for (name, options, _), run in zip(planned, results, strict=True):
+        run["variant"] = name
+        if options.out_dir is not None:
+            write_results(run, options.out_dir)
+        _said_done(console, name, run)
     return results
 
 

@@ -46,7 +46,7 @@ from loadgen.keys import KeyDistributor, key_name
 from loadgen.progress import ProgressDisplay
 from loadgen.recorder import CounterDeltas, Counters, Latency, flatten
 from loadgen.results import build_results
-from loadgen.scenario import Event, Scenario, ScenarioError
+from loadgen.scenario import ConsumerBehaviour, Event, Scenario, ScenarioError
 
 TENANT = "public"
 #: characters a topic name part may not hold (API.md), replaced in scenario names
@@ -123,6 +123,20 @@ class VirtualRunner(Protocol):
     def __call__(
         self, scenario: Scenario, options: RunOptions, seed: int | None = None
     ) -> dict[str, Any]: ...
+
+
+class VirtualSweep(Protocol):
+    """Runs planned virtual-time runs (variant name, options, seed) as Spark tasks on
+    ``master`` or ``remote`` (``simulation.spark``, handed over by the broker CLI); the
+    results in the planned order, nothing written. RunFailed if a run or Spark failed."""
+
+    def __call__(
+        self,
+        scenario: Scenario,
+        planned: Sequence[tuple[str, RunOptions, int]],
+        master: str | None,
+        remote: str | None,
+    ) -> list[dict[str, Any]]: ...
 
 
 class Admin(Protocol):
@@ -538,6 +552,7 @@ class ConsumerWorker:
     """One consumer session of one subscription on one topic (partition)."""
 
     __slots__ = (
+        "_jitter_draw",
         "_nack_draw",
         "_resumed",
         "_wanted",
@@ -574,6 +589,7 @@ class ConsumerWorker:
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._nack_draw = random.Random(f"{run.scenario.seed}:{topic}:{name}").random
+        self._jitter_draw = random.Random(f"{run.scenario.seed}:{topic}:{name}:jitter").random
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -628,8 +644,8 @@ class ConsumerWorker:
                 await self._resumed.wait()
                 continue
             if self.consumer_id is None:
-                if lost and behaviour.reconnectDelayMs:
-                    await asyncio.sleep(behaviour.reconnectDelayMs / 1000)
+                if lost and (behaviour.reconnectDelayMs or behaviour.reconnectJitterMs):
+                    await asyncio.sleep(reconnect_delay_s(behaviour, self._jitter_draw))
                 lost = False
                 try:
                     async with run.connecting:
@@ -710,6 +726,12 @@ class ConsumerWorker:
         counters.consumed_bytes += len(messages) * size
         counters.redelivered_messages += len(messages) - first
         run.first_deliveries_ever += first
+
+
+def reconnect_delay_s(behaviour: ConsumerBehaviour, draw: Callable[[], float]) -> float:
+    """How long a consumer closed under it waits before subscribing again: the
+    scenario's ``reconnectDelayMs`` plus a draw of up to ``reconnectJitterMs``."""
+    return (behaviour.reconnectDelayMs + draw() * behaviour.reconnectJitterMs) / 1000
 
 
 async def _bounded(

@@ -40,6 +40,9 @@ class ConsumerBehaviour(BaseModel):
     #: wait this long before re-creating a consumer closed under it (a restart or an
     #: unload moved its topic), as a client's reconnect delay
     reconnectDelayMs: int = Field(default=0, ge=0, le=60_000)
+    #: and up to this much more, drawn for each reconnect from the scenario's seed (the
+    #: network's jitter: the public PIP-430 test delays each connection 20-40 ms)
+    reconnectJitterMs: int = Field(default=0, ge=0, le=60_000)
 
 
 class PulsarDriverOptions(BaseModel):

@@ -13,12 +13,14 @@ On a ``local`` master the executors' Python is the driver's own (``PYSPARK_PYTHO
 defaults to it), which imports brokerlab as the driver does. Anywhere else the
 executors' Python is the cluster's (``PYSPARK_PYTHON`` or ``spark.pyspark.python``, as
 for any PySpark job) and need not have brokerlab: :func:`ship_code` zips the packages a
-task imports (``broker``, ``pipeline``; pure Python, checked, the optional compiled
-accelerators of :data:`OPTIONAL_COMPILED` left out) on the driver and adds the
-zip to the session (``addPyFile`` on a classic session, ``addArtifacts(pyfile=True)`` on
-Connect), so tasks import them from there. The executors' Python needs what those
-packages import: pyarrow, numpy, pandas (PySpark's Arrow UDFs), sortedcontainers, and
-libcachesim for the references if the driver has it.
+task imports (the analysis's :data:`SHIPPED_PACKAGES`, ``broker`` and ``pipeline``, or
+those its caller names; pure Python, checked, the optional compiled accelerators of
+:data:`OPTIONAL_COMPILED` left out) on the driver and adds the zip to the session
+(``addPyFile`` on a classic session, ``addArtifacts(pyfile=True)`` on Connect), so tasks
+import them from there. The executors' Python needs what those packages import: for the
+analysis pyarrow, numpy, pandas (PySpark's Arrow UDFs), sortedcontainers, and
+libcachesim for the references if the driver has it (``simulation.spark`` lists what its
+virtual-time runs need).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import sys
 import tempfile
 import weakref
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -43,10 +45,15 @@ SHIPPED_PACKAGES = ("broker", "pipeline")
 #: files that cannot be imported from a zip
 _COMPILED = (".so", ".pyd", ".dylib")
 #: compiled modules the zip leaves out: optional accelerators whose package works without
-#: them (an executor's Python, maybe of another platform, runs the Python reference)
-OPTIONAL_COMPILED = frozenset({"broker.ledger._entries"})
+#: them (an executor's Python, maybe of another platform, runs the Python reference:
+#: ``broker.ledger.entry``, ``storage_stub.bookie.entry_log`` and ``.api``; without
+#: ``_writer`` a disk bookie writes on the loop, and memory mode never uses it)
+OPTIONAL_COMPILED = frozenset(
+    {"broker.ledger._entries", "storage_stub.bookie._frames", "storage_stub.bookie._writer"}
+)
 
-_shipped: weakref.WeakSet[Any] = weakref.WeakSet()
+#: per session, the packages shipped to it so far
+_shipped: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
 
 
 class SparkMissing(Exception):
@@ -118,31 +125,40 @@ def _is_local(session: Any) -> bool:
     return master.startswith("local")
 
 
-def ship_code(session: Any) -> pathlib.Path | None:
-    """Add brokerlab's code to ``session`` (once per session), unless its executors run
-    the driver's own Python (a classic ``local`` master). Returns the zip added."""
-    if session in _shipped:
+def ship_code(session: Any, packages: Sequence[str] | None = None) -> pathlib.Path | None:
+    """Add brokerlab's ``packages`` (None: :data:`SHIPPED_PACKAGES`) to ``session``,
+    unless its executors run the driver's own Python (a classic ``local`` master) or
+    earlier calls shipped them all. Returns the zip added (None if none was).
+
+    A call naming a package not shipped yet adds a zip of all it names: two zips may then
+    hold a package, the same code (this process's), and executors import either."""
+    wanted = frozenset(SHIPPED_PACKAGES if packages is None else packages)
+    shipped = _shipped.get(session, frozenset())
+    if wanted <= shipped:
         return None
     connect = is_connect(session)
     if not connect and _is_local(session):
         return None
-    archive = code_archive()
+    archive = code_archive(packages=sorted(wanted))
     if connect:
         session.addArtifacts(str(archive), pyfile=True)
     else:
         session.sparkContext.addPyFile(str(archive))
-    _shipped.add(session)
+    _shipped[session] = shipped | wanted
     return archive
 
 
-def code_archive(directory: pathlib.Path | None = None) -> pathlib.Path:
-    """A zip of :data:`SHIPPED_PACKAGES` as this process imports them, named by its
-    content (``brokerlab-<hash>.zip``: a changed tree is a new artifact name, which
-    Connect requires) in ``directory`` (a temporary one by default)."""
+def code_archive(
+    directory: pathlib.Path | None = None, packages: Sequence[str] | None = None
+) -> pathlib.Path:
+    """A zip of ``packages`` (None: :data:`SHIPPED_PACKAGES`) as this process imports
+    them, named by its content (``brokerlab-<hash>.zip``: a changed tree is a new
+    artifact name, which Connect requires) in ``directory`` (a temporary one by
+    default). RuntimeError for a compiled module not in :data:`OPTIONAL_COMPILED`."""
     import importlib
 
     members: list[tuple[str, bytes]] = []
-    for package in SHIPPED_PACKAGES:
+    for package in SHIPPED_PACKAGES if packages is None else packages:
         module = importlib.import_module(package)
         root = pathlib.Path(module.__file__ or "").parent
         for path in sorted(root.rglob("*")):
@@ -156,6 +172,12 @@ def code_archive(directory: pathlib.Path | None = None) -> pathlib.Path:
                     continue
                 raise RuntimeError(f"{path}: a compiled module cannot be shipped in a zip")
             members.append((name, path.read_bytes()))
+    # zipimport finds a package without __init__.py (a namespace package: broker.ledger,
+    # broker.dispatch) only by its directory's own entry, which writestr does not make
+    names = {name for name, _ in members}
+    folders = {str(up) for name in names for up in pathlib.PurePosixPath(name).parents}
+    namespaces = sorted(f for f in folders - {"."} if f"{f}/__init__.py" not in names)
+    members += [(f"{folder}/", b"") for folder in namespaces]
     digest = hashlib.sha256()
     for name, data in members:
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
@@ -167,6 +189,9 @@ def code_archive(directory: pathlib.Path | None = None) -> pathlib.Path:
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, data in members:
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
+            if info.is_dir():
+                info.external_attr = 0o40755 << 16 | 0x10  # a directory (MS-DOS flag too)
+            else:
+                info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, data)
     return target

@@ -47,6 +47,7 @@ from broker.ledger.position import Position
 from broker.tasks import TaskOwner
 from loadgen.client import BrokerError, Unavailable
 from loadgen.keys import KeyDistributor, key_name
+from loadgen.runner import reconnect_delay_s
 from loadgen.scenario import VirtualOptions
 from storage_stub.bookie.api import BookieError
 
@@ -158,8 +159,12 @@ class PartitionProducer:
         run = owner.run
         try:
             while self.queue:
-                topic = self.topic or await self._open()
-                if topic is None:  # the run stopped while the topic could not be reached
+                try:
+                    topic = self.topic or await self._open()
+                except BrokerSideError as error:  # refused, not unavailable: not retried
+                    log.warning("producer on %s refused: %s", self.name, error)
+                    topic = None
+                if topic is None:  # refused, or the run stopped while it was unreachable
                     owner.failed(len(self.queue))
                     self.queue = []
                     return
@@ -425,6 +430,7 @@ class ConsumerClient:
         self._ack_timer: asyncio.TimerHandle | None = None
         self.tasks = TaskOwner(f"consumer {name}")
         self._nack_draw = random.Random(f"{scenario.seed}:{topic}:{name}").random
+        self._jitter_draw = random.Random(f"{scenario.seed}:{topic}:{name}:jitter").random
 
     # ------------------------------------------------------------------ broker side
 
@@ -514,7 +520,8 @@ class ConsumerClient:
         broker closes it, subscribe again (after ``reconnectDelayMs``, then with the
         client's backoff while the topic's broker refuses)."""
         run = self.run
-        delay_s = run.scenario.consumers.reconnectDelayMs / 1000
+        behaviour = run.scenario.consumers
+        delay = behaviour.reconnectDelayMs or behaviour.reconnectJitterMs
         options = self.options
         backoff = Backoff(options.reconnectBackoffMs / 1000, options.reconnectMaxBackoffMs / 1000)
         try:
@@ -526,8 +533,8 @@ class ConsumerClient:
                     self._changed.clear()
                     await self._changed.wait()
                     continue
-                if self._lost and delay_s:
-                    await asyncio.sleep(delay_s)
+                if self._lost and delay:
+                    await asyncio.sleep(reconnect_delay_s(behaviour, self._jitter_draw))
                 self._lost = False
                 error = await self._connect()
                 run.connected(self, error)

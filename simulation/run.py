@@ -136,15 +136,15 @@ def virtual_settings(scenario: Scenario, options: RunOptions) -> Settings:
         # no sockets: clients and admin are in the process
         "brokerServicePort": 0,
     }
-    broker: BrokerConfig = load_broker_config(_conf(options.config, "broker.conf"), overrides)
+    broker: BrokerConfig = load_broker_config(conf_path(options.config, "broker.conf"), overrides)
     storage: StorageConfig = load_storage_config(
-        _conf(options.storage_config, "storage.conf"),
+        conf_path(options.storage_config, "storage.conf"),
         {**options.storage_overrides, "storageMode": "memory"},
     )
     return Settings(broker=broker, storage=storage, data_dir=None)
 
 
-def _conf(given: pathlib.Path | None, name: str) -> pathlib.Path | None:
+def conf_path(given: pathlib.Path | None, name: str) -> pathlib.Path | None:
     if given is not None:
         return given
     candidate = pathlib.Path("conf") / name

@@ -65,10 +65,20 @@ def test_compare_rolling_restart_ranks_pip430_above_legacy(
 def test_demo_prints_the_dashboard_and_the_designs_side_by_side(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status = main(["demo", "--duration", "5", "--out", str(tmp_path), "--no-progress"])
+    argv = ["demo", "--duration", "3", "--verdict-seeds", "2", "--out", str(tmp_path)]
+    status = main([*argv, "--no-progress"])
     assert status == 0
     err = capsys.readouterr().err
     assert "/dashboard" in err
+    # it ends with the designs compared on virtual time over two seeds, in one line
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    assert verdict["seeds"] == [42, 43] and set(verdict["designs"]) == {
+        "pip430",
+        "legacy",
+        "segmented",
+    }
+    assert f"verdict: {verdict['verdict']}" in " ".join(err.split())
+    assert "over 2 seeds" in verdict["verdict"]
     for design in ("pip430", "legacy", "segmented"):
         assert design in err
     # the table says in a sentence what a shadow is

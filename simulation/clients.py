@@ -706,9 +706,9 @@ class ConsumerClient:
             if not positions:
                 continue
             try:
-                finish = subscription.begin_acknowledge_messages(
-                    session, positions, [], is_cumulative
-                )
+                # whole entries (the clients send unbatched messages): what an ACK command
+                # of message ids without ack sets does
+                finish = subscription.begin_acknowledge(session, positions, is_cumulative)
             except BrokerSideError as error:
                 log.warning("ack of %s ignored: %s", self.name, error)
                 continue

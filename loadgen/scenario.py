@@ -81,18 +81,22 @@ class VirtualOptions(BaseModel):
     maxAckGroupSize: int = Field(default=1000, ge=1, le=1_000_000)
     #: the client's reconnect backoff: the first retry after this long, doubling
     #: (Pulsar's initial 100 ms) up to ``reconnectMaxBackoffMs`` (60 s)
-    reconnectBackoffMs: float = Field(default=100, ge=0, le=60_000)
-    reconnectMaxBackoffMs: float = Field(default=60_000, ge=0, le=3_600_000)
+    reconnectBackoffMs: float = Field(default=100, ge=0.001, le=60_000)
+    reconnectMaxBackoffMs: float = Field(default=60_000, ge=0.001, le=3_600_000)
     #: messages a producer keeps unacknowledged before a send waits (maxPendingMessages;
     #: the [pulsar] table's pendingQueueSize when that is set)
     maxPendingMessages: int = Field(default=1000, ge=1, le=1_000_000)
+    #: a send not stored after this long fails (a publish error), as the Java client's
+    #: sendTimeoutMs (30 s); 0: never
+    sendTimeoutMs: int = Field(default=30_000, ge=0, le=3_600_000)
     #: producers send at multiples of this many milliseconds: every message whose
     #: scheduled time has come goes out at the next tick (one publish per partition),
     #: its latency counted from its schedule as ever; 0: each at its own instant. At
     #: high rates a tick of 1 ms lets a simulation group what a real broker's own
     #: processing time would group; its cost is up to one tick of publish latency
     sendTickMs: float = Field(default=0, ge=0, le=1000)
-    #: broker CPU a published message costs, in microseconds: each broker works through
+    #: broker CPU a published message costs, in microseconds (to the nanosecond: a
+    #: cost under 0.0005 us is none): each broker works through
     #: its publishes one at a time, so at a rate above 1e6 / publishCostUs its producers
     #: queue and their latency shows it; 0: free (a producer then needs a rate)
     publishCostUs: float = Field(default=0, ge=0, le=1_000_000)

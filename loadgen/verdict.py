@@ -3,9 +3,13 @@ whether one variant is better than another beyond what the seed alone changes.
 
 Each variant runs once per seed, the same seeds for every variant, so two variants can
 be compared seed by seed (a paired comparison): the differences between them on the
-same workload vary much less than either one does across workloads. A ranking step is
-*separable* when the 95% interval of the paired difference excludes zero; with one seed
-there is no interval, and nothing is called separable.
+same workload vary much less than either one does across workloads. The difference is
+a ratio (designs differ by a factor of storage reads more than by an amount): each step
+of the ranking is the mean per-seed log ratio of the two variants' reads, and variants
+are ranked by their geometric mean reads, the same order. A step is *separable* when
+the 95% interval of its mean log ratio excludes zero; with one seed there is no
+interval, and nothing is called separable. Seeds that change nothing a ratio depends on
+give it exactly, and the verdict says so.
 
 Intervals use Student's t with n - 1 degrees of freedom (n seeds).
 """
@@ -109,41 +113,64 @@ def summarize_variant(name: str, runs: Sequence[Mapping[str, Any]]) -> VariantSu
 @dataclass(frozen=True, slots=True)
 class Step:
     """One step of the ranking: ``better`` read fewer entries from storage than
-    ``worse`` by ``saved`` (the share of ``worse``'s reads, paired by seed)."""
+    ``worse``: ``saved`` is the share of ``worse``'s reads that ``better`` did not make
+    (from the mean per-seed log ratio, with its interval); ``separable`` when that
+    interval excludes zero; ``exact`` when the ratio was the same on every seed (the
+    seeds changed nothing it depends on: this workload's difference, not an estimate)."""
 
     better: str
     worse: str
     saved: Interval
     separable: bool
+    exact: bool = False
+
+
+def _log_reads(reads: Sequence[float]) -> list[float]:
+    # log(1 + reads): a variant that read nothing has a ratio too
+    return [math.log1p(value) for value in reads]
 
 
 def paired_saving(better: Sequence[float], worse: Sequence[float]) -> Interval:
-    """Per seed, ``1 - better / worse`` (the share of ``worse``'s storage reads that
-    ``better`` did not make), with its interval. A seed where ``worse`` read nothing
-    counts 0 if ``better`` read nothing too, else -1 (all of ``better``'s reads extra)."""
-    savings = []
-    for ours, theirs in zip(better, worse, strict=True):
-        if theirs > 0:
-            savings.append(1 - ours / theirs)
-        else:
-            savings.append(0.0 if ours == 0 else -1.0)
-    return interval(savings)
+    """Per seed, the log of ``worse``'s reads over ``better``'s (each plus one); its
+    mean and interval, as shares saved: ``1 - exp(-x)`` (20% fewer reads on every seed
+    is 0.2 whatever the seeds' absolute reads; a negative share: more reads). Designs
+    differ by a factor more than by an amount, and the factor, unlike the amount, does
+    not grow with how much a seed's workload reads. O(seeds)."""
+    logs = [
+        theirs - ours for ours, theirs in zip(_log_reads(better), _log_reads(worse), strict=True)
+    ]
+    spread = interval(logs)
+
+    def share(log_ratio: float) -> float:
+        return -math.expm1(-log_ratio)
+
+    return Interval(share(spread.mean), share(spread.low), share(spread.high), spread.n)
 
 
 def rank(runs_by_variant: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Step]:
-    """Variants from fewest storage reads to most (by mean), each step with its paired
-    saving and whether it is separable. Every variant must have run the same seeds."""
+    """Variants from fewest storage reads to most, by the geometric mean over the seeds
+    (of reads plus one): the order the per-seed log ratios of :func:`paired_saving`
+    give, so a step never points the other way. Each step with its saving and whether
+    it is separable; only neighbours in the ranking are compared. Every variant must
+    have run the same seeds."""
     reads = {name: [storage_reads(run) for run in runs] for name, runs in runs_by_variant.items()}
     seeds = {
         name: [run["scenario"]["seed"] for run in runs] for name, runs in runs_by_variant.items()
     }
     if len({tuple(value) for value in seeds.values()}) > 1:
         raise ValueError(f"the variants ran different seeds: {seeds}")
-    order = sorted(reads, key=lambda name: math.fsum(reads[name]) / len(reads[name]))
+    order = sorted(reads, key=lambda name: math.fsum(_log_reads(reads[name])))
     steps = []
     for better, worse in itertools.pairwise(order):
         saved = paired_saving(reads[better], reads[worse])
-        steps.append(Step(better, worse, saved, saved.excludes_zero()))
+        ratios = {
+            round(theirs - ours, 12)
+            for ours, theirs in zip(
+                _log_reads(reads[better]), _log_reads(reads[worse]), strict=True
+            )
+        }
+        exact = saved.n > 1 and len(ratios) == 1
+        steps.append(Step(better, worse, saved, saved.excludes_zero(), exact))
     return steps
 
 
@@ -179,6 +206,18 @@ def verdict(steps: Sequence[Step], seeds: int) -> str:
     parts = []
     for step in steps:
         saved = step.saved
+        if step.exact:
+            how = (
+                f"{saved.mean:.0%} fewer entries from storage than {step.worse} on every "
+                f"one of {seeds} seeds (they changed nothing it depends on: this "
+                "workload's difference, not an estimate)"
+            )
+            parts.append(
+                f"{step.better} reads {how}"
+                if saved.mean
+                else f"{step.better} and {step.worse} read the same ({seeds} seeds)"
+            )
+            continue
         how = (
             f"{saved.mean:.0%} fewer entries from storage than {step.worse}, 95% CI "
             f"{saved.low:.0%} to {saved.high:.0%} over {seeds} seeds"

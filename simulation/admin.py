@@ -9,6 +9,7 @@ set-up handle them as they do against a live broker.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ from broker.dispatch.errors import BrokerError as BrokerSideError
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
 from broker.ledger.position import Position
+from broker.tasks import TaskOwner
 from loadgen.client import sum_stats
 from simulation.clients import RETRYABLE, as_loadgen_error
 
@@ -40,12 +42,16 @@ def _position(message_id: str) -> Position:
 
 class InProcessAdmin:
     """The admin calls of :class:`loadgen.client.BrokerClient` that a run makes, on a
-    cluster in this process."""
+    cluster in this process. A restart runs in a task of ``restarts`` (the run's owner
+    settles it before the cluster closes): the call that asked for it may be cancelled
+    (the run's measured part ends meanwhile) and the broker still comes back, as a live
+    broker's restart goes on after its HTTP caller left."""
 
     base_url = VIRTUAL_URL
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, restarts: TaskOwner) -> None:
         self.cluster = cluster
+        self.restarts = restarts
 
     def _service(self, topic: str) -> tuple[TopicName, BrokerService]:
         name = TopicName.parse(topic)
@@ -75,7 +81,9 @@ class InProcessAdmin:
         await _translated(lambda: self.cluster.unload_bundle(f"{tenant}/{namespace}", bundle))
 
     async def restart_broker(self, index: int, mode: str, downtime_ms: int) -> None:
-        await _translated(lambda: self.cluster.restart(index, mode, downtime_ms / 1000))
+        restart = self.cluster.restart(index, mode, downtime_ms / 1000)
+        task = self.restarts.spawn(restart, name=f"restart broker {index}")
+        await _translated(lambda: asyncio.shield(task))
 
     async def last_message_id(self, topic: str) -> str:
         async def last() -> str:
@@ -114,11 +122,17 @@ class VirtualBroker:
 
     url = VIRTUAL_URL
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, restarts: TaskOwner) -> None:
         self.cluster = cluster
+        self.restarts = restarts
         self.starts = 1
 
     async def restart(self) -> None:
+        """Stop every broker, then start every one, in a task of ``restarts`` (it ends
+        even if the caller is cancelled meanwhile)."""
+        await asyncio.shield(self.restarts.spawn(self._restart(), name="restart brokers"))
+
+    async def _restart(self) -> None:
         for node in self.cluster.nodes:
             await node.stop("graceful")
         for node in self.cluster.nodes:

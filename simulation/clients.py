@@ -1,8 +1,8 @@
 """Clients in the broker's process: producers and consumers that reach the broker
 through the calls its binary front end makes, with no socket between them.
 
-They behave as Pulsar's Java client does, with its defaults (each a stated parameter of
-the scenario's ``[virtual]`` table):
+They behave as Pulsar's Java client does, each value a stated parameter of the
+scenario's ``[virtual]`` table:
 
 - A producer looks its topic's owner up, opens the topic there and registers with it;
   each send carries the next sequence id and the client's publish time; sends made
@@ -10,15 +10,17 @@ the scenario's ``[virtual]`` table):
   end groups what is queued on a connection. At most ``maxPendingMessages`` are
   unacknowledged: a send beyond that waits (blockIfQueueFull). When the broker closes
   the producer (an unload, a restart) it looks the topic up again with the client's
-  backoff and resends what is pending, in order.
+  backoff and resends what is pending, in order; a send not stored within
+  ``sendTimeoutMs`` fails.
 - A consumer subscribes with its receiver queue and grants that many permits; the
   broker hands entries over as its dispatcher finds permits; the application takes
   ``receiveBatchSize`` at a time, and once half the queue has been taken the client
-  grants those permits again (FLOW). Acknowledgments are grouped for
-  ``ackGroupingMs`` (or until ``maxAckGroupSize``); negative acknowledgments come back
-  after the consumer's nack delay. A consumer closed by the broker reconnects after
-  the scenario's ``reconnectDelayMs``, then with the client's backoff while the
-  topic's broker is down.
+  grants those permits again (FLOW). Acknowledgments are flushed every
+  ``ackGroupingMs`` (or at ``maxAckGroupSize``), kept across a lost session, and a
+  message redelivered while its ack waits is dropped as a duplicate; negative
+  acknowledgments come back after the consumer's nack delay. A consumer closed by the
+  broker (or by a broker's death) subscribes again after the client's backoff and the
+  scenario's ``reconnectDelayMs`` (and jitter).
 
 Nothing here reads real time: every wait is on the event loop's clock, so on the
 virtual loop the clients run on virtual time with the broker.
@@ -53,6 +55,7 @@ from storage_stub.bookie.api import BookieError
 
 if TYPE_CHECKING:
     from broker.cluster import Cluster
+    from broker.dispatch.subscription import Subscription
     from broker.dispatch.topic import PersistentTopic
     from loadgen.runner import Run
 
@@ -79,7 +82,7 @@ class Backoff:
 
     def next(self) -> float:
         delay = self._next
-        self._next = min(self._next * 2, self.maximum) if self._next else self.maximum
+        self._next = min(self._next * 2, self.maximum)
         return delay
 
     def reset(self) -> None:
@@ -139,17 +142,35 @@ class PartitionProducer:
         backoff = Backoff(
             owner.options.reconnectBackoffMs / 1000, owner.options.reconnectMaxBackoffMs / 1000
         )
-        while not owner.run.stopping:
+        while not owner.run.stopping and self.queue:
             try:
                 service = owner.cluster.service_for(self.name)
                 topic = await service.get_topic(self.name, create=True)
                 service.add_producer(topic, self)
             except RETRYABLE:
                 await asyncio.sleep(backoff.next())
+                self._expire()
                 continue
             self.topic = topic
             return topic
         return None
+
+    def _expire(self) -> None:
+        """Fail the sends waiting longer than the client's send timeout (publish
+        errors, as a Java client's sends time out while its broker is away). O(expired)."""
+        owner = self.owner
+        timeout_ns = owner.send_timeout_ns
+        if not timeout_ns or not self.queue:
+            return
+        oldest_kept = owner.run.clock.now_ns() - timeout_ns
+        expired = 0
+        for _, scheduled_ns in self.queue:
+            if scheduled_ns > oldest_kept:
+                break
+            expired += 1
+        if expired:
+            del self.queue[:expired]
+            owner.failed(expired)
 
     async def _write(self) -> None:
         """Publish what is queued, everything queued at once, until nothing is. Once the
@@ -217,6 +238,7 @@ class ProducerClient:
         self.interval_ns = int(1e9 / rate) if rate > 0 else 0
         self.tasks = TaskOwner(f"producer {name}")
         self.cpu_cost_ns = round(self.options.publishCostUs * 1000)
+        self.send_timeout_ns = self.options.sendTimeoutMs * 1_000_000
         self._cpus = cpus
         self._connections = [
             PartitionProducer(self, TopicName.parse(topic)) for topic in partitions
@@ -367,6 +389,14 @@ class SimulatedConsumer(BrokerConsumer):
         if client is not None:
             client.lost(self)
 
+    def wake_pollers(self) -> None:
+        """The broker closed this consumer; a killed broker says no more (a live client
+        learns it from its connection closing): either way the client has lost it."""
+        super().wake_pollers()
+        client = self.client
+        if self.closed and client is not None:
+            client.lost(self)
+
 
 class ConsumerClient:
     """One consumer of one subscription on one topic (partition): the loadgen's
@@ -376,7 +406,13 @@ class ConsumerClient:
     over schedules one (``call_soon``, or at the rate limit's next instant), which takes
     up to ``receiveBatchSize`` entries and schedules the next while any are left. Only
     connecting is a task (``run_forever``), as subscribing waits on the broker. O(1) loop
-    work per receive besides the entries' own."""
+    work per receive besides the entries' own.
+
+    Acknowledgments are grouped as the Java client's tracker groups them: flushed every
+    ``ackGroupingMs`` from the session's start (or at once when ``maxAckGroupSize`` are
+    waiting); kept when the connection is lost, and sent on the next session; an entry
+    redelivered while its ack is still waiting is a duplicate, dropped on arrival (its
+    permit given back) and acknowledged with the group."""
 
     def __init__(
         self,
@@ -410,6 +446,8 @@ class ConsumerClient:
         self._sending: list[tuple[Entry, int]] = []
         self.session: SimulatedConsumer | None = None
         self._service: BrokerService | None = None
+        #: when the session began (seconds, the loop's): acks flush on its cadence
+        self._session_began_s = 0.0
         #: the receiver queue: (entry, redelivery count) handed over, not yet taken
         self.incoming: deque[tuple[Entry, int]] = deque()
         #: the connection's state changed (lost, or closed by the application)
@@ -423,10 +461,11 @@ class ConsumerClient:
         self._next_receive_s = 0.0
         #: permits taken by the application, not yet granted again
         self._to_flow = 0
+        #: acknowledged by the application, not yet applied by the broker (in ack order),
+        #: and the same as a set; they outlive a session
         self._acks: list[Position] = []
+        self._acked: set[Position] = set()
         self._cumulative: Position | None = None
-        #: messages the application acknowledged in the group not yet sent
-        self._acked_in_group = 0
         self._ack_timer: asyncio.TimerHandle | None = None
         self.tasks = TaskOwner(f"consumer {name}")
         self._nack_draw = random.Random(f"{scenario.seed}:{topic}:{name}").random
@@ -443,9 +482,25 @@ class ConsumerClient:
                 asyncio.get_running_loop().call_soon(self._dispatched, self.session)
             self._sending.append((entry, redelivery_count))
             return
-        self.incoming.append((entry, redelivery_count))
-        if self._receiving is None:
+        self._enqueue(entry, redelivery_count)
+        if self._receiving is None and self.incoming:
             self._schedule_receive()
+
+    def _enqueue(self, entry: Entry, redelivery_count: int) -> None:
+        """Into the receiver queue, unless its ack is still waiting (a duplicate: its
+        permit comes back, and the waiting ack now applies to this session)."""
+        if self._is_acked(entry.position):
+            self._to_flow += entry.messages
+            if self._to_flow >= self._refill:
+                permits, self._to_flow = self._to_flow, 0
+                self._grant(permits)
+            self._schedule_flush()
+            return
+        self.incoming.append((entry, redelivery_count))
+
+    def _is_acked(self, position: Position) -> bool:
+        cumulative = self._cumulative
+        return position in self._acked or (cumulative is not None and position <= cumulative)
 
     def _dispatched(self, session: SimulatedConsumer | None) -> None:
         sending, self._sending = self._sending, []
@@ -459,13 +514,14 @@ class ConsumerClient:
     def _landed(self, session: SimulatedConsumer, sent: list[tuple[Entry, int]]) -> None:
         if self.session is not session:
             return  # the session is gone, and what it was sent with it
-        self.incoming.extend(sent)
-        if self._receiving is None:
+        for entry, redelivery_count in sent:
+            self._enqueue(entry, redelivery_count)
+        if self._receiving is None and self.incoming:
             self._schedule_receive()
 
     def lost(self, session: SimulatedConsumer) -> None:
         """The broker closed the session (an unload, a restart, a seek): what was in the
-        receiver queue and the acks not yet sent go with it."""
+        receiver queue goes with it; the acks not yet applied wait for the next one."""
         if self.session is not session:
             return
         self._forget_session()
@@ -479,9 +535,6 @@ class ConsumerClient:
         self._sending = []
         self.incoming.clear()
         self._to_flow = 0
-        self._acks = []
-        self._cumulative = None
-        self._acked_in_group = 0
         for handle in (self._ack_timer, self._receiving):
             if handle is not None:
                 handle.cancel()
@@ -490,13 +543,15 @@ class ConsumerClient:
     # ------------------------------------------------------------------ the loadgen's consumer
 
     async def disconnect(self) -> None:
-        """Close the consumer as its application does: pending acks go out first."""
+        """Close the consumer as its application does: pending acks go out first, and
+        what the broker cannot apply any more is given up."""
         self._wanted.clear()
         session, service = self.session, self._service
         if session is None or service is None:
             return
         self._flush_acks()
         self._forget_session()
+        self._acks, self._acked, self._cumulative = [], set(), None
         session.client = None
         service.close_consumer(session)
         self._changed.set()
@@ -517,13 +572,14 @@ class ConsumerClient:
 
     async def run_forever(self) -> None:
         """Keep the consumer connected while it is wanted: subscribe, and after the
-        broker closes it, subscribe again (after ``reconnectDelayMs``, then with the
-        client's backoff while the topic's broker refuses)."""
+        broker closes it subscribe again, as the Java client reconnects: after the
+        backoff (100 ms, doubling while refused, reset once connected) and the
+        connection's own delay (``reconnectDelayMs`` and its jitter)."""
         run = self.run
         behaviour = run.scenario.consumers
-        delay = behaviour.reconnectDelayMs or behaviour.reconnectJitterMs
         options = self.options
         backoff = Backoff(options.reconnectBackoffMs / 1000, options.reconnectMaxBackoffMs / 1000)
+        retrying = False
         try:
             while not run.stopping:
                 if not self._wanted.is_set():
@@ -533,14 +589,16 @@ class ConsumerClient:
                     self._changed.clear()
                     await self._changed.wait()
                     continue
-                if self._lost and delay:
-                    await asyncio.sleep(reconnect_delay_s(behaviour, self._jitter_draw))
+                if self._lost or retrying:
+                    await asyncio.sleep(
+                        backoff.next() + reconnect_delay_s(behaviour, self._jitter_draw)
+                    )
                 self._lost = False
                 error = await self._connect()
                 run.connected(self, error)
+                retrying = error is not None
                 if error is not None:
                     run.counters.consume_errors += 1
-                    await asyncio.sleep(backoff.next())
                     continue
                 backoff.reset()
         finally:
@@ -574,6 +632,7 @@ class ConsumerClient:
         session.client = self
         self.session = session
         self._service = service
+        self._session_began_s = asyncio.get_running_loop().time()
         if self._cpus:
             self._cpu = self._cpus[service.index]
         self._grant(behaviour.receiverQueueSize)
@@ -649,11 +708,14 @@ class ConsumerClient:
     # ------------------------------------------------------------------ acks
 
     def _acknowledge(self, taken: list[tuple[Entry, int]]) -> None:
+        """The application's acks (counted now, as the Java client's acknowledge returns
+        at once) and nacks (sent at once: the broker redelivers after the nack delay)."""
         run = self.run
         session = self.session
         if self._ack_mode == "none" or session is None:
             return
         counters = run.counters
+        acked_ids: list[str] = []
         if self._ack_mode == "cumulative":
             last = taken[-1][0].position
             if self._cumulative is None or last > self._cumulative:
@@ -662,58 +724,94 @@ class ConsumerClient:
         else:
             nack_ratio = self._nack_ratio
             nacks: list[Position] = []
-            acks = self._acks
+            acks, acked_set = self._acks, self._acked
             for entry, redelivery_count in taken:
+                position = entry.position
                 if nack_ratio and redelivery_count == 0 and self._nack_draw() < nack_ratio:
-                    nacks.append(entry.position)
-                else:
-                    acks.append(entry.position)
+                    nacks.append(position)
+                    continue
+                if position not in acked_set:
+                    acks.append(position)
+                    acked_set.add(position)
+                if run.nacked_pending:
+                    acked_ids.append(str(position))
             if nacks:
                 session.subscription.negative_acknowledge(session, nacks)
                 counters.nacked_messages += len(nacks)
                 run.nacked_pending.update(str(position) for position in nacks)
             acked = len(taken) - len(nacks)
-        # counted when the group reaches the broker, as the HTTP driver counts an ack
-        # once the broker answered it
-        self._acked_in_group += acked
-        if run.nacked_pending:
-            run.nacked_pending.difference_update(str(entry.position) for entry, _ in taken)
+        counters.acked_messages += acked
+        run.acked_ever += acked
+        if acked_ids:
+            run.nacked_pending.difference_update(acked_ids)
         if self._grouping_s <= 0 or len(self._acks) >= self.options.maxAckGroupSize:
             self._flush_acks()
-        elif self._ack_timer is None:
-            loop = asyncio.get_running_loop()
-            self._ack_timer = loop.call_later(self._grouping_s, self._flush_acks)
+        else:
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """At the next instant of the session's flush cadence (every ``ackGroupingMs``
+        from its start, as the Java client's fixed-delay flush), unless one is due."""
+        if self._ack_timer is not None or self.session is None:
+            return
+        if self._grouping_s <= 0:
+            self._flush_acks()
+            return
+        loop = asyncio.get_running_loop()
+        began, every = self._session_began_s, self._grouping_s
+        due = began + (int((loop.time() - began) / every) + 1) * every
+        self._ack_timer = loop.call_at(due, self._flush_acks)
 
     def _flush_acks(self) -> None:
-        """Send the grouped acks: applied by the subscription at once, made durable in
-        the background, as the binary front end does with an ACK command."""
+        """Send what waits to the session: what the broker holds for it is applied at
+        once and made durable in the background (as the binary front end does with an
+        ACK command); what it does not hold waits for a session that does (redelivered
+        here, it arrives as a duplicate), and is given up once the subscription's cursor
+        has it acknowledged (another consumer acked it). O(acks waiting)."""
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
         session = self.session
-        whole, self._acks = self._acks, []
-        cumulative, self._cumulative = self._cumulative, None
-        acked, self._acked_in_group = self._acked_in_group, 0
         if session is None or session.closed:
             return
-        self.run.counters.acked_messages += acked
-        self.run.acked_ever += acked
         subscription = session.subscription
-        for positions, is_cumulative in (
-            (whole, False),
-            ([cumulative] if cumulative else [], True),
-        ):
-            if not positions:
-                continue
-            try:
-                # whole entries (the clients send unbatched messages): what an ACK command
-                # of message ids without ack sets does
-                finish = subscription.begin_acknowledge(session, positions, is_cumulative)
-            except BrokerSideError as error:
-                log.warning("ack of %s ignored: %s", self.name, error)
-                continue
-            if finish is not None:
-                self.tasks.spawn(_durable(finish), name=f"ack {self.name}")
+        pending = session.pending
+        if self._acks:
+            mine: list[Position] = []
+            waiting: list[Position] = []
+            is_acknowledged = subscription.cursor.is_acknowledged
+            for position in self._acks:
+                if position in pending:
+                    mine.append(position)
+                elif not is_acknowledged(position):
+                    waiting.append(position)
+            self._acks = waiting
+            self._acked = set(waiting)
+            if mine:
+                self._send_ack(subscription, session, mine, False)
+        cumulative = self._cumulative
+        if cumulative is not None and cumulative in pending:
+            self._cumulative = None
+            self._send_ack(subscription, session, [cumulative], True)
+        elif cumulative is not None and subscription.cursor.is_acknowledged(cumulative):
+            self._cumulative = None
+
+    def _send_ack(
+        self,
+        subscription: Subscription,
+        session: SimulatedConsumer,
+        positions: list[Position],
+        cumulative: bool,
+    ) -> None:
+        try:
+            # whole entries (the clients send unbatched messages): what an ACK command
+            # of message ids without ack sets does
+            finish = subscription.begin_acknowledge(session, positions, cumulative)
+        except BrokerSideError as error:  # cumulative on Shared: refused, as in Pulsar
+            log.warning("ack of %s ignored: %s", self.name, error)
+            return
+        if finish is not None:
+            self.tasks.spawn(_durable(finish), name=f"ack {self.name}")
 
 
 async def _durable(finish: Awaitable[None]) -> None:

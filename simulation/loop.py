@@ -36,13 +36,28 @@ Ts = TypeVarTuple("Ts")
 EPOCH_WALL_MS = 1_700_000_000_000
 
 
+#: loop rounds at one instant that make time stand still: a run that builds a large
+#: backlog at once takes some hundreds of thousands
+MAX_ROUNDS_PER_INSTANT = 10_000_000
+
+
 class Stalled(RuntimeError):
-    """Nothing can run and no timer is pending: every task waits for something that
-    will never come."""
+    """Nothing can run and no timer is pending (every task waits for something that
+    will never come), or time stands still (the loop goes round at one instant,
+    something rescheduling itself at once, for :data:`MAX_ROUNDS_PER_INSTANT` rounds)."""
+
+
+class TimeStandsStill(Stalled):
+    """The loop went round :data:`MAX_ROUNDS_PER_INSTANT` times at one instant."""
 
 
 class TimeLimitExceeded(RuntimeError):
     """The virtual clock passed the loop's limit."""
+
+
+class CallbackFailed(RuntimeError):
+    """A callback on the loop raised (its traceback is this error's cause): the run it
+    belonged to is stopped rather than left half-alive."""
 
 
 class _VirtualSelector(selectors.BaseSelector):
@@ -70,6 +85,10 @@ class _VirtualSelector(selectors.BaseSelector):
             # to the nearest nanosecond: the loop fires what is due within its clock's
             # resolution (1 ns), so a timer is never late by a float's rounding
             loop.advance_ns(round(timeout * 1e9))
+        else:
+            loop.rounds_at_this_instant += 1
+            if loop.rounds_at_this_instant > loop.max_rounds_per_instant:
+                raise TimeStandsStill(loop.describe_frozen())
         return []
 
     def close(self) -> None:
@@ -116,6 +135,10 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         self._limit_ns = None if limit_s is None else int(limit_s * 1e9)
         #: how many times the clock jumped (the loop found nothing to run)
         self.jumps = 0
+        #: loop rounds run since the clock last moved, and how many make time stand
+        #: still (something rescheduling itself at once, forever)
+        self.rounds_at_this_instant = 0
+        self.max_rounds_per_instant = MAX_ROUNDS_PER_INSTANT
         self._timer_order = itertools.count()
         selector = _VirtualSelector()
         selector.loop = self
@@ -142,6 +165,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             )
         self._now_ns = target
         self.jumps += 1
+        self.rounds_at_this_instant = 0
 
     # ------------------------------------------------------------------ timers
 
@@ -188,6 +212,13 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             lines.append(f"  {task.get_name()}: {_waiting_at(task)}")
         return "\n".join(lines) or "  (no tasks)"
 
+    def describe_frozen(self) -> str:
+        return (
+            f"virtual time stands still at {self.time():.3f} s: {self.rounds_at_this_instant:,} "
+            "loop rounds ran without the clock moving (something reschedules itself at "
+            "once, forever); the tasks and where they are:\n" + self.describe_tasks()
+        )
+
     def describe_stall(self) -> str:
         return (
             f"virtual time stalled at {self.time():.3f} s: nothing can run and no timer "
@@ -233,18 +264,44 @@ def run(
 ) -> T:
     """Run ``main`` to completion on a virtual loop (a new one unless given) and close
     it: tasks still pending are cancelled and awaited, as ``asyncio.run`` does.
-    :class:`Stalled` or :class:`TimeLimitExceeded` if the program cannot end."""
+    :class:`Stalled` or :class:`TimeLimitExceeded` if the program cannot end;
+    :class:`CallbackFailed` if a callback on the loop raised (``main`` is cancelled
+    then, so nothing runs on half-alive)."""
     if loop is not None and limit_s is not None:
         raise ValueError("give limit_s to the loop you pass, not to run")
     loop = loop or VirtualEventLoop(limit_s)
     context = contextvars.copy_context()
+    failures: list[tuple[BaseException, str]] = []
+
+    def stop_on_callback_error(loop: asyncio.AbstractEventLoop, details: dict[str, Any]) -> None:
+        error = details.get("exception")
+        if error is not None and "handle" in details:
+            if not failures:
+                failures.append((error, str(details["handle"])))
+                task.cancel()
+            return
+        loop.default_exception_handler(details)
+
+    task = loop.create_task(main, name="main", context=context)
+    loop.set_exception_handler(stop_on_callback_error)
+    frozen = False
     try:
-        task = loop.create_task(main, name="main", context=context)
         return loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        if failures:
+            error, handle = failures[0]
+            raise CallbackFailed(f"a callback raised {error!r}: {handle}") from error
+        raise
+    except TimeStandsStill:
+        # what spins would spin on through any clean-up: the tasks are left as they are
+        frozen = True
+        raise
     finally:
         try:
-            _cancel_pending(loop)
-            loop.run_until_complete(loop.shutdown_asyncgens())
+            if not frozen:
+                _cancel_pending(loop)
+                with contextlib.suppress(Stalled, TimeLimitExceeded):
+                    loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
 

@@ -18,11 +18,13 @@ import dataclasses
 import logging
 import pathlib
 import time
+import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from broker.cluster import Cluster, Settings
 from broker.config import BrokerConfig, load_broker_config, load_storage_config
+from broker.tasks import TaskOwner
 from loadgen.runner import (
     Driver,
     Run,
@@ -35,9 +37,16 @@ from loadgen.runner import (
 from loadgen.scenario import Scenario, ScenarioError
 from simulation.admin import InProcessAdmin, VirtualBroker
 from simulation.clients import BrokerCpu, ConsumerClient, ProducerClient
-from simulation.loop import Stalled, TimeLimitExceeded, VirtualClock, VirtualEventLoop
+from simulation.loop import (
+    CallbackFailed,
+    Stalled,
+    TimeLimitExceeded,
+    VirtualClock,
+    VirtualEventLoop,
+)
 from simulation.loop import run as run_on_virtual_time
 from storage_stub.config import StorageConfig
+from storage_stub.confparse import ConfigError
 
 #: the virtual clock may run this many times the scenario's own length, plus the margin,
 #: before the run is stopped as one that cannot end
@@ -117,7 +126,15 @@ def check_virtual(scenario: Scenario, options: RunOptions) -> None:
         raise ScenarioError(
             f"--virtual-time keeps storage in memory; storageMode={mode} cannot be honoured"
         )
-    if scenario.producerRate == 0 and scenario.virtual.publishCostUs == 0:
+    if round(scenario.virtual.reconnectMaxBackoffMs, 6) < round(
+        scenario.virtual.reconnectBackoffMs, 6
+    ):
+        raise ScenarioError(
+            f"{scenario.name}: [virtual] reconnectMaxBackoffMs "
+            f"({scenario.virtual.reconnectMaxBackoffMs:g}) is below reconnectBackoffMs "
+            f"({scenario.virtual.reconnectBackoffMs:g})"
+        )
+    if scenario.producerRate == 0 and round(scenario.virtual.publishCostUs * 1000) == 0:
         raise ScenarioError(
             f"{scenario.name}: producerRate = 0 (as fast as it goes) on virtual time sends "
             "without end in no time; give producerRate, or a cost per message in "
@@ -136,11 +153,16 @@ def virtual_settings(scenario: Scenario, options: RunOptions) -> Settings:
         # no sockets: clients and admin are in the process
         "brokerServicePort": 0,
     }
-    broker: BrokerConfig = load_broker_config(conf_path(options.config, "broker.conf"), overrides)
-    storage: StorageConfig = load_storage_config(
-        conf_path(options.storage_config, "storage.conf"),
-        {**options.storage_overrides, "storageMode": "memory"},
-    )
+    try:
+        broker: BrokerConfig = load_broker_config(
+            conf_path(options.config, "broker.conf"), overrides
+        )
+        storage: StorageConfig = load_storage_config(
+            conf_path(options.storage_config, "storage.conf"),
+            {**options.storage_overrides, "storageMode": "memory"},
+        )
+    except (ConfigError, OSError) as error:
+        raise ScenarioError(f"configuration error: {error}") from None
     return Settings(broker=broker, storage=storage, data_dir=None)
 
 
@@ -176,6 +198,9 @@ def run_virtual(scenario: Scenario, options: RunOptions, seed: int | None = None
             results = run_on_virtual_time(_run(scenario, options, settings, loop), loop=loop)
         except (Stalled, TimeLimitExceeded) as error:
             raise RunFailed(f"{scenario.name} (seed {scenario.seed}): {error}") from None
+        except CallbackFailed as error:
+            cause = "".join(traceback.format_exception(error.__cause__)).rstrip()
+            raise RunFailed(f"{scenario.name} (seed {scenario.seed}): {error}\n{cause}") from error
     wall_s = time.perf_counter() - began
     virtual_s = loop.now_ns / 1e9
     results["clock"] = "virtual"
@@ -244,17 +269,23 @@ async def _run(
     clock = VirtualClock(loop)
     cluster = Cluster(settings, clock, brokers=scenario.brokers, seed=scenario.seed, threads=False)
     await cluster.open()
+    restarts = TaskOwner("restarts")
     try:
         await cluster.start()
         driver: Driver = VirtualDriver(cluster)
         run = Run(
             scenario,
             driver,
-            InProcessAdmin(cluster),
-            VirtualBroker(cluster),
+            InProcessAdmin(cluster, restarts),
+            VirtualBroker(cluster, restarts),
             clock=VirtualRunClock(loop, clock),
             run_id=f"v{scenario.seed}",
         )
-        return await execute(run, options)
+        results = await execute(run, options)
+        # a restart the measured part's end cut short goes on to its end, as a live
+        # broker's would (only then is the cluster closed)
+        await restarts.settled()
+        return results
     finally:
+        await restarts.close()
         await cluster.close()

@@ -46,6 +46,11 @@ def variant(factors: tuple[float, ...], seeds: tuple[int, ...] = SEEDS) -> list[
     ]
 
 
+def reading(reads: list[float]) -> list[dict[str, Any]]:
+    """One run per seed 1, 2, ... reading these many entries."""
+    return [run_doc(seed, value) for seed, value in enumerate(reads, start=1)]
+
+
 #: the reference: some per-seed noise on top of the workload
 BASELINE = (1.00, 1.03, 0.98, 1.01, 0.99)
 #: 20% fewer reads than the baseline on every seed, give or take 1%
@@ -125,15 +130,35 @@ def test_interval_of_nothing_is_an_error() -> None:
 # ---------------------------------------------------------------------- paired comparison
 
 
-def test_paired_saving_per_seed_shares() -> None:
-    saved = paired_saving([80, 160, 40], [100, 200, 50])
+def test_paired_saving_is_the_share_saved_from_the_mean_log_ratio() -> None:
+    # the same factor on every seed (reads plus one): that share, with no width
+    saved = paired_saving([79, 159, 39], [99, 199, 49])
     assert saved.mean == pytest.approx(0.2)
     assert saved.half_width == pytest.approx(0, abs=1e-12)
-    # a seed where the worse variant read nothing: 0 if neither read, -1 otherwise
+    # the mean log ratio, not the mean share: a halving and a doubling cancel out
+    assert paired_saving([49, 199], [99, 99]).mean == pytest.approx(0, abs=1e-12)
+    # a variant that read nothing still has a ratio; more reads is a negative share
     assert paired_saving([0], [0]).mean == 0
-    assert paired_saving([5], [0]).mean == -1
+    assert paired_saving([9], [0]).mean == pytest.approx(-9)
     with pytest.raises(ValueError):
         paired_saving([1, 2], [1, 2, 3])
+
+
+def test_the_ranking_and_its_steps_never_point_opposite_ways() -> None:
+    # the review's case: A reads more on 9 of 10 seeds but far less on one; ranked by
+    # mean reads A looked better while the per-seed shares said worse
+    a = reading([10_000] + [10] * 9)
+    b = reading([20_000] + [8] * 9)
+    step = rank({"a": a, "b": b})[0]
+    assert (step.better, step.worse) == ("b", "a")
+    assert step.saved.mean > 0
+
+
+def test_seeds_that_change_nothing_give_an_exact_ratio_and_say_so() -> None:
+    same = rank({"x": reading([100, 100, 100]), "y": reading([200, 200, 200])})[0]
+    assert same.exact and same.separable and same.better == "x"
+    words = verdict([same], 3)
+    assert "on every one of 3 seeds" in words and "not an estimate" in words
 
 
 def test_a_variant_reading_a_fifth_less_on_every_seed_ranks_first_and_separably() -> None:

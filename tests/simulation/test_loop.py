@@ -503,3 +503,40 @@ def test_run_cancels_tasks_still_pending_when_main_returns() -> None:
 
     assert sim.run(main()) == "done"
     assert sorted(log) == ["a cancelled at 2.0", "a finally", "b cancelled at 2.0", "b finally"]
+
+
+def test_a_callback_that_reschedules_itself_at_once_forever_is_stopped() -> None:
+    from simulation.loop import Stalled, VirtualEventLoop
+    from simulation.loop import run as run_virtual_loop
+
+    async def spin() -> None:
+        loop = asyncio.get_running_loop()
+
+        def again() -> None:
+            loop.call_soon(again)
+
+        loop.call_soon(again)
+        await asyncio.sleep(1)  # never reached: time stands still
+
+    loop = VirtualEventLoop()
+    loop.max_rounds_per_instant = 1000
+    with pytest.raises(Stalled, match=r"stands still at 0\.000 s"):
+        run_virtual_loop(spin(), loop=loop)
+
+
+def test_a_callback_that_raises_stops_the_run_with_its_error() -> None:
+    from simulation.loop import CallbackFailed
+    from simulation.loop import run as run_virtual_loop
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def broken() -> None:
+            raise KeyError("half-alive")
+
+        loop.call_later(1, broken)
+        await asyncio.sleep(10)
+
+    with pytest.raises(CallbackFailed, match="half-alive") as raised:
+        run_virtual_loop(main())
+    assert isinstance(raised.value.__cause__, KeyError)

@@ -459,6 +459,8 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
         raise ScenarioError(
             "--master and --remote run virtual-time runs on Spark: add --virtual-time"
         )
+    if (args.master or args.remote) and args.jobs != 1:
+        raise ScenarioError("--jobs runs processes here; with --master or --remote Spark does")
     if args.jobs < 1 or (args.jobs > 1 and not args.virtual_time):
         raise ScenarioError(
             f"--jobs {args.jobs}: 1, or more with --virtual-time (live runs share this "

@@ -461,9 +461,11 @@ class ConsumerClient:
         self._next_receive_s = 0.0
         #: permits taken by the application, not yet granted again
         self._to_flow = 0
-        #: acknowledged by the application, not yet applied by the broker (in ack order),
-        #: and the same as a set; they outlive a session
+        #: acknowledged by the application, not yet applied by the broker, in ack order;
+        #: they outlive a session
         self._acks: list[Position] = []
+        #: those of them the broker did not apply where they were sent (a session lost,
+        #: a redelivery elsewhere): what arrives again of these is a duplicate
         self._acked: set[Position] = set()
         self._cumulative: Position | None = None
         self._ack_timer: asyncio.TimerHandle | None = None
@@ -482,7 +484,10 @@ class ConsumerClient:
                 asyncio.get_running_loop().call_soon(self._dispatched, self.session)
             self._sending.append((entry, redelivery_count))
             return
-        self._enqueue(entry, redelivery_count)
+        if self._acked or self._cumulative is not None:
+            self._enqueue(entry, redelivery_count)
+        else:  # nothing it could duplicate
+            self.incoming.append((entry, redelivery_count))
         if self._receiving is None and self.incoming:
             self._schedule_receive()
 
@@ -525,6 +530,7 @@ class ConsumerClient:
         if self.session is not session:
             return
         self._forget_session()
+        self._acked.update(self._acks)
         self._lost = True
         self._changed.set()
 
@@ -724,15 +730,13 @@ class ConsumerClient:
         else:
             nack_ratio = self._nack_ratio
             nacks: list[Position] = []
-            acks, acked_set = self._acks, self._acked
+            acks = self._acks
             for entry, redelivery_count in taken:
                 position = entry.position
                 if nack_ratio and redelivery_count == 0 and self._nack_draw() < nack_ratio:
                     nacks.append(position)
                     continue
-                if position not in acked_set:
-                    acks.append(position)
-                    acked_set.add(position)
+                acks.append(position)
                 if run.nacked_pending:
                     acked_ids.append(str(position))
             if nacks:
@@ -786,7 +790,8 @@ class ConsumerClient:
                 elif not is_acknowledged(position):
                     waiting.append(position)
             self._acks = waiting
-            self._acked = set(waiting)
+            if waiting or self._acked:
+                self._acked = set(waiting)
             if mine:
                 self._send_ack(subscription, session, mine, False)
         cumulative = self._cumulative

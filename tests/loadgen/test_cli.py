@@ -78,7 +78,9 @@ def test_demo_prints_the_dashboard_and_the_designs_side_by_side(
         "segmented",
     }
     assert f"verdict: {verdict['verdict']}" in " ".join(err.split())
-    assert "over 2 seeds" in verdict["verdict"]
+    # "over 2 seeds" with an interval, or "on every one of 2 seeds" when the seeds changed
+    # nothing the short run depends on (3 s ends before the demo's first event)
+    assert "2 seeds" in verdict["verdict"]
     for design in ("pip430", "legacy", "segmented"):
         assert design in err
     # the table says in a sentence what a shadow is

@@ -269,9 +269,10 @@ class BrokerConfig(BaseModel):
     brokerlabUnloadInactiveTopicsEnabled: bool = True
 
     # --- Stats ---
-    #: Period (s) over which topic stats and /metrics rates are computed. Pulsar's
-    #: default is 60; brokerlab uses 10 so dashboards move while you watch.
-    statsUpdateFrequencyInSecs: int = Field(default=10, ge=1)
+    #: Period (s) over which topic stats and /metrics rates are computed, and at which
+    #: every cursor's backlog is re-checked (the rules before PIP-430 read it). Pulsar's
+    #: default, 60. (The dashboard computes its own rates from counters.)
+    statsUpdateFrequencyInSecs: int = Field(default=60, ge=1)
     #: Topic-labelled series in /metrics (turn off with many topics). Pulsar: same.
     exposeTopicLevelMetricsInPrometheus: bool = True
     #: brokerlab only: most topics given their own topic-labelled series (those with

@@ -95,7 +95,7 @@ async def check_data_format(metadata: MetadataStore) -> None:
 class ServiceConfig:
     allow_auto_topic_creation: bool = True
     consumer_idle_timeout_ms: int = 30000
-    stats_update_frequency_s: int = 10
+    stats_update_frequency_s: int = 60
     maintenance_interval_s: float = 0.5
     cache_eviction_interval_ms: int = 10
     #: managedLedgerOffloadThresholdInBytes: offload closed ledgers of a topic holding

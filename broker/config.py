@@ -190,6 +190,9 @@ class BrokerConfig(BaseModel):
     #: brokerlab only (PIP-174 has no key): segments of the segmented cache; 0 means
     #: max(2, cache size / 1 GiB), the proposal's rule.
     managedLedgerCacheSegments: int = Field(default=0, ge=0)
+    #: brokerlab only: the size every entry counts as in the cache, whatever its
+    #: payload (Pulsar's tests inject an EntryLengthFunction); 0: the payload's size.
+    brokerlabCacheEntryLengthBytes: int = Field(default=0, ge=0, le=2_147_483_647)
 
     # --- Tiered storage ---
     #: Offload closed ledgers of a topic holding more than this in the bookie; -1: only
@@ -336,6 +339,7 @@ def cache_config(config: BrokerConfig) -> CacheConfig:
             config.managedLedgerMaxBacklogBetweenCursorsForCaching
         ),
         segments=config.managedLedgerCacheSegments,
+        entry_length=config.brokerlabCacheEntryLengthBytes,
     )
 
 

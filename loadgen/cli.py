@@ -174,6 +174,18 @@ def _variants_description(table: Mapping[str, Variant]) -> str:
     return "\n".join(lines)
 
 
+#: compare's help after the table: which variants answer which question
+_FAMILIES = """
+
+pip430-* are the four configurations of Pulsar's public PIP-430 comparison (PR #24623's
+rolling-restart test) as it ran them: all on PIP-430's own code (Pulsar 4.1), the three
+baselines with cacheEvictionByExpectedReadCount=false. Their preset:
+  brokerlab compare --scenario pr24623-rolling-restart --virtual-time --implementations
+      pip430-extendttl,pip430-expected-off,pip430-markdelete,pip430-pr12258
+legacy-* are the same baselines on the design before PIP-430 (Pulsar 4.0): a different
+question, 4.0 against 4.1, not the public table."""
+
+
 def add_commands(
     commands: Any,
     designs: Sequence[str],
@@ -239,7 +251,7 @@ def add_commands(
         help="run a scenario against a fresh broker per cache design or variant, side by side",
         description="Run a scenario against a fresh broker per cache design or variant\n"
         "(a design plus broker.conf settings), with the same seed, and compare them.\n\n"
-        "designs and variants:\n" + _variants_description(table),
+        "designs and variants:\n" + _variants_description(table) + _FAMILIES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     compare.add_argument("--scenario", required=True, metavar="NAME|FILE")

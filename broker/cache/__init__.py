@@ -35,7 +35,12 @@ def create_stream(
     size_only = dataclasses.replace(config, copy_entries=False)
     others = [design(name).create(size_only, event_clock) for name in shadows]
     return CacheEventStream(
-        live, others, clock, event_clock, trace(event_clock) if trace is not None else None
+        live,
+        others,
+        clock,
+        event_clock,
+        trace(event_clock) if trace is not None else None,
+        entry_length=config.entry_length,
     )
 
 

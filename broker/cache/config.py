@@ -44,6 +44,10 @@ class CacheConfig:
     max_backlog_between_cursors_for_caching: int = 1000
     #: brokerlab's managedLedgerCacheSegments (PIP-174 ring); 0: max(2, size / 1 GiB)
     segments: int = 0
+    #: brokerlabCacheEntryLengthBytes: the size every entry counts as in the cache (and
+    #: in the trace), whatever its payload; 0: its payload's. Pulsar's tests inject an
+    #: ``EntryLengthFunction`` to this end (PR #24623's rolling-restart test: 8 KiB).
+    entry_length: int = 0
 
     #: eviction starts above this share of max (a Pulsar constant)
     EVICTION_TRIGGER: float = 0.98

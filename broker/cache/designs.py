@@ -107,34 +107,69 @@ def _variants(*variants: Variant) -> dict[str, Variant]:
     return registry
 
 
-#: The configurations of Pulsar's public PIP-430 comparison (PR #24623's rolling-restart
-#: test: PIP-430, the earlier default, cacheEvictionByMarkDeletedPosition and PR #12258's
-#: backlog caching), as designs plus settings. ``legacy`` plain is the earlier
-#: default (its rules read neither cacheEvictionByExpectedReadCount nor the TTL extension),
-#: so its variants set only what their Pulsar helper adds to it.
+#: The settings of PR #12258's backlog caching (the public comparison's
+#: ``configurePR12258Caching``): every cursor with entries to read caches what it reads,
+#: and no cursor ever counts as backlogged.
+PR12258_SETTINGS = {
+    "managedLedgerMinimumBacklogCursorsForCaching": "1",
+    "managedLedgerMinimumBacklogEntriesForCaching": "1",
+    "managedLedgerMaxBacklogBetweenCursorsForCaching": "2147483647",  # Integer.MAX_VALUE
+    "managedLedgerCursorBackloggedThreshold": "9223372036854775807",  # Long.MAX_VALUE
+}
+
+#: Expected reads and the TTL extension both off: the public comparison's
+#: ``disablePIP430``, which each of its three baselines starts from. (The extension is
+#: off by default here, as in Pulsar 5.0, so only expected reads are set.)
+_EXPECTED_OFF = {"cacheEvictionByExpectedReadCount": "false"}
+
+#: Two families of variants.
+#:
+#: ``pip430-*``: the four configurations of Pulsar's public PIP-430 comparison (PR
+#: #24623's ``BrokerEntryCacheRollingRestartTest``), as that test ran them: all on the
+#: PR's own code (Pulsar 4.1: the broker-wide removal queue, partial range reads), the
+#: three baselines with ``cacheEvictionByExpectedReadCount=false`` plus their settings.
+#: This is the question "which settings, on today's Pulsar".
+#:
+#: ``legacy-*``: the same baselines on the design before PIP-430 (Pulsar 4.0: per-ledger
+#: caches, all-or-nothing range reads). This is the question "4.0 against 4.1"; it is
+#: not what the public table compared.
 VARIANTS: dict[str, Variant] = _variants(
     Variant(
         "pip430-extendttl",
         "pip430",
         "PIP-430 as the public comparison ran it: recently read entries get another TTL",
+        # expected reads are on by default
         {"managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed": "true"},
+    ),
+    Variant(
+        "pip430-expected-off",
+        "pip430",
+        "Pulsar 4.1 with expected reads off: the earlier default's rules on PIP-430's structure",
+        _EXPECTED_OFF,
+    ),
+    Variant(
+        "pip430-markdelete",
+        "pip430",
+        "Pulsar 4.1, expected reads off, invalidating up to the slowest mark-delete (PR #14985)",
+        {**_EXPECTED_OFF, "cacheEvictionByMarkDeletedPosition": "true"},
+    ),
+    Variant(
+        "pip430-pr12258",
+        "pip430",
+        "Pulsar 4.1, expected reads off, caching reads of backlogged cursors (PR #12258)",
+        {**_EXPECTED_OFF, **PR12258_SETTINGS},
     ),
     Variant(
         "legacy-markdelete",
         "legacy",
-        "before PIP-430, invalidating up to the slowest mark-delete position (PR #14985)",
+        "before PIP-430 (4.0), invalidating up to the slowest mark-delete position (PR #14985)",
         {"cacheEvictionByMarkDeletedPosition": "true"},
     ),
     Variant(
         "legacy-backlog",
         "legacy",
-        "before PIP-430, caching reads of backlogged cursors close together (PR #12258)",
-        {
-            "managedLedgerMinimumBacklogCursorsForCaching": "1",
-            "managedLedgerMinimumBacklogEntriesForCaching": "1",
-            "managedLedgerMaxBacklogBetweenCursorsForCaching": "2147483647",  # Integer.MAX
-            "managedLedgerCursorBackloggedThreshold": "9223372036854775807",  # Long.MAX
-        },
+        "before PIP-430 (4.0), caching reads of backlogged cursors close together (PR #12258)",
+        PR12258_SETTINGS,
     ),
 )
 

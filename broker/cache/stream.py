@@ -81,8 +81,11 @@ class CacheEventStream:
         source: Clock,
         clock: EventClock,
         trace: TraceSink | None = None,
+        entry_length: int = 0,
     ) -> None:
         self.live = live
+        #: every entry's size in the cache, whatever its payload (0: its payload's)
+        self.entry_length = entry_length
         self.shadows = list(shadows)
         self.trace = trace
         self._source = source
@@ -141,6 +144,7 @@ class TopicEvents:
 
     __slots__ = (
         "_clock",
+        "_entry_length",
         "_mark_read",
         "_shadow_mark_reads",
         "_source",
@@ -161,21 +165,28 @@ class TopicEvents:
         self._trace = stream.trace
         self._clock = stream.clock
         self._source = stream._source
+        self._entry_length = stream.entry_length
         # released is the one event per entry handed over: bound once
         self._mark_read = live.cache.mark_read
         self._shadow_mark_reads = [shadow.cache.mark_read for shadow in shadows]
 
     def added(self, ledger_id: int, first: int, datas: Sequence[bytes]) -> None:
         self._clock.now_ns = self._source.monotonic_ns()
-        if self._trace is None and not self.shadows:
+        if self._trace is None and not self.shadows and not self._entry_length:
             self.live.added(ledger_id, first, datas, None)  # sizes measured if cached
             return
-        sizes = list(map(len, datas))
+        sizes = self._sizes(datas)
         if self._trace is not None:
             self._trace.add(self.name, ledger_id, first, sizes)
         self.live.added(ledger_id, first, datas, sizes)
         for shadow in self.shadows:
             shadow.added(ledger_id, first, None, sizes)
+
+    def _sizes(self, datas: Sequence[bytes]) -> list[int]:
+        """Each entry's size in the cache: its payload's, or the configured length
+        (``brokerlabCacheEntryLengthBytes``). O(n)."""
+        length = self._entry_length
+        return [length] * len(datas) if length else list(map(len, datas))
 
     def read(self, reader: str, ledger_id: int, first: int, last: int, replay: bool) -> ReadPlan:
         """The live design's plan for the read; the shadows look up the same range."""
@@ -191,7 +202,7 @@ class TopicEvents:
 
     def filled(self, ledger_id: int, first: int, datas: Sequence[bytes]) -> None:
         self._clock.now_ns = self._source.monotonic_ns()
-        sizes = list(map(len, datas))
+        sizes = self._sizes(datas)
         if self._trace is not None:
             self._trace.fill(self.name, ledger_id, first, sizes)
         self.live.filled(ledger_id, first, datas, sizes)

@@ -319,3 +319,22 @@ def test_a_failed_storage_read_counts_nothing_and_is_forgotten() -> None:
     assert events.live.reads_in_flight == 0
     assert events.read("a", L, 0, 4, False).own == [(0, 4)], "read again, not joined"
     assert events.live.manager.counters.misses == 0
+
+
+# ---------------------------------------------------------------------- entry length
+
+
+@pytest.mark.parametrize("design", ["pip430", "legacy", "segmented"])
+def test_an_injected_entry_length_is_what_every_entry_costs_the_cache(design: str) -> None:
+    """brokerlabCacheEntryLengthBytes (Pulsar's tests' EntryLengthFunction): 10-byte
+    payloads counted as 8 KiB each, added and read from storage alike, so a cache of
+    three such entries' size holds three of them, however small the payloads."""
+    length = 8 * 1024
+    stream, events, _ = topic(design, max_size_bytes=100 * length, entry_length=length)
+    activate(events, "c", 0)
+    add(events, 0, 3)
+    if design != "segmented":  # the ring caches adds only
+        read(events, "c", 3, 4)  # not yet stored: both are fills from storage
+    sizes = {entry.size for entry in events.live.cache.cached_entries()}
+    assert sizes == {length}
+    assert stream.stats()["sizeBytes"] == length * len(held(events))

@@ -25,6 +25,29 @@ EXPECTED: dict[str, tuple[str, CacheConfig]] = {
         "pip430",
         dataclasses.replace(DEFAULTS, extend_ttl_of_recently_accessed=True),
     ),
+    "pip430-expected-off": (
+        "pip430",
+        dataclasses.replace(DEFAULTS, eviction_by_expected_read_count=False),
+    ),
+    "pip430-markdelete": (
+        "pip430",
+        dataclasses.replace(
+            DEFAULTS,
+            eviction_by_expected_read_count=False,
+            cache_eviction_by_mark_deleted_position=True,
+        ),
+    ),
+    "pip430-pr12258": (
+        "pip430",
+        dataclasses.replace(
+            DEFAULTS,
+            eviction_by_expected_read_count=False,
+            min_backlog_cursors_for_caching=1,
+            min_backlog_entries_for_caching=1,
+            max_backlog_between_cursors_for_caching=2**31 - 1,
+            cursor_backlogged_threshold=2**63 - 1,
+        ),
+    ),
     "legacy-markdelete": (
         "legacy",
         dataclasses.replace(DEFAULTS, cache_eviction_by_mark_deleted_position=True),
@@ -125,15 +148,39 @@ def test_a_bad_registration_is_refused(bad: Variant, message: str) -> None:
         _variants(bad)
 
 
-def test_legacy_backlog_caches_storage_reads_of_backlogged_cursors_and_legacy_does_not() -> None:
+def test_the_public_baselines_run_on_pip430_with_expected_reads_off() -> None:
+    """The public comparison ran its three baselines on PIP-430's own code with
+    cacheEvictionByExpectedReadCount=false (its disablePIP430): the pip430-* variants are
+    the pip430 design with that setting; legacy-* are the design before PIP-430."""
+    for name in ("pip430-expected-off", "pip430-markdelete", "pip430-pr12258"):
+        assert variant(name).design == "pip430"
+        assert variant(name).settings["cacheEvictionByExpectedReadCount"] == "false"
+    for name in ("legacy-markdelete", "legacy-backlog"):
+        assert variant(name).design == "legacy"
+    same = ("cacheEvictionByMarkDeletedPosition",)
+    assert {k: variant("pip430-markdelete").settings[k] for k in same} == dict(
+        variant("legacy-markdelete").settings
+    )
+    pr12258 = dict(variant("pip430-pr12258").settings)
+    del pr12258["cacheEvictionByExpectedReadCount"]
+    assert pr12258 == dict(variant("legacy-backlog").settings)
+
+
+@pytest.mark.parametrize("backlog_variant", ["legacy-backlog", "pip430-pr12258"])
+def test_backlog_caching_caches_storage_reads_of_backlogged_cursors_and_defaults_do_not(
+    backlog_variant: str,
+) -> None:
     """The variant reaches the design's rules: PR #12258's check picks two cursors far
-    behind (beyond the default 1000-entry limits) for caching under legacy-backlog only."""
+    behind (beyond the default 1000-entry limits) for caching under its variants only."""
     cursors = [CursorCheck("a", True, 50_000), CursorCheck("b", True, 52_000)]
     chosen = {}
-    for name in ("legacy", "legacy-backlog"):
+    plain = variant(backlog_variant).design
+    if plain == "pip430":
+        plain = "pip430-expected-off"
+    for name in (plain, backlog_variant):
         found = variant(name)
         instance = DESIGNS[found.design].create(cache_config(loaded(name)), ManualClock())
         unit = instance.load("persistent://public/default/t")
         unit.policy.checked(cursors)
         chosen[name] = [unit.policy.storage_read_reads(cursor.name) for cursor in cursors]
-    assert chosen == {"legacy": [0, 0], "legacy-backlog": [1, 1]}
+    assert chosen == {plain: [0, 0], backlog_variant: [1, 1]}

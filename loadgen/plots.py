@@ -241,6 +241,10 @@ def percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.1f}%"
 
 
+def _count(value: int | None) -> str:
+    return "n/a" if value is None else f"{value:,}"
+
+
 def _fixed(value: float | None, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -276,6 +280,9 @@ def comparison_table(runs: list[dict[str, Any]]) -> str:
     header = [
         "implementation",
         "hit ratio",
+        "consumed hit ratio",
+        "published",
+        "consumed",
         "byte hit ratio",
         "bookie read requests",
         "bookie entries read",
@@ -292,6 +299,9 @@ def comparison_table(runs: list[dict[str, Any]]) -> str:
             [
                 _label(run).replace("|", "\\|"),
                 percent(_cache(run, "hitRatio")),
+                percent(_cache(run, "consumedHitRatio")),
+                _count(run.get("totals", {}).get("publishedMessages")),
+                _count(run.get("totals", {}).get("consumedMessages")),
                 percent(_cache(run, "byteHitRatio")),
                 f"{_storage(run, 'bookie', 'readRequests'):.0f}",
                 f"{_storage(run, 'bookie', 'entriesRead'):.0f}",

@@ -536,6 +536,7 @@ class PulsarConsumer:
         run.end_to_end.record_us((time.time() * 1000 - message.publish_timestamp()) * 1000)
         counters.consumed_messages += 1
         counters.consumed_bytes += run.scenario.messageSize
+        run.received_ever += 1
         if message.redelivery_count():
             counters.redelivered_messages += 1
         else:

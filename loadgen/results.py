@@ -23,7 +23,9 @@ Shape (``version`` 1):
 - ``cache``: the growth of the broker's cache counters during the run (``hits``,
   ``misses``, ``hitBytes``, ``missBytes``, ``inserted``, ``evicted`` by reason,
   ``evictionRuns``, ``evictionCpuSeconds``), ``hitRatio`` and ``byteHitRatio``, and
-  the same for each shadow design;
+  the same for each shadow design; ``consumedHitRatio``, the metric of Pulsar's public
+  PIP-430 comparison: (messages consumed - entries read from storage) / messages
+  consumed, redeliveries counted as consumed (``null`` with nothing consumed);
 - ``storage``: the growth of the bookie's and the tiered store's counters during the
   run (``bookie.readRequests``, ``bookie.entriesRead``, ``bookie.bytesRead``, ...);
 - ``brokerAtEnd``: the raw ``broker-stats/cache`` and ``broker-stats/storage`` answers
@@ -155,7 +157,11 @@ def build_results(
         shadows[name] = _cache_growth(cache_delta, prefix=f"shadows.{name}.")
     cache["shadows"] = shadows
     results["cache"] = cache
-    results["storage"] = _storage_growth(storage_delta)
+    storage = _storage_growth(storage_delta)
+    results["storage"] = storage
+    consumed = counters["consumedMessages"]
+    read = storage["bookie"].get("entriesRead", 0) + storage["tiered"].get("entriesRead", 0)
+    cache["consumedHitRatio"] = _ratio(consumed - read, consumed)
     results["brokerAtEnd"] = {"cache": cache_at_end, "storage": storage_at_end}
     results["events"] = events
     return results

@@ -62,8 +62,6 @@ MAX_IN_FLIGHT = 8
 #: produce requests in flight across all producers (the producers' connection pool): an
 #: open-loop producer that falls behind waits here, and its latency shows it
 PRODUCE_CONNECTIONS = 256
-#: how long a producer held back by maxMessagesInFlight waits before looking again
-IN_FLIGHT_WAIT_S = 0.01
 #: concurrent admin or setup requests
 ADMIN_CONCURRENCY = 64
 BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
@@ -264,6 +262,8 @@ class Run:
         #: while building a catch-up backlog: stop producing once this many are stored
         self.stop_at_sent: int | None = None
         self.first_deliveries_ever = 0
+        #: every message a consumer received, redeliveries too
+        self.received_ever = 0
         self.acked_ever = 0
         #: ids of negatively acknowledged messages not acknowledged since (redelivery due)
         self.nacked_pending: set[str] = set()
@@ -328,6 +328,12 @@ class Run:
     def backlog(self) -> int:
         expected = self.sent_ever * self.scenario.subscriptionsPerTopic
         return max(0, expected - self.first_deliveries_ever)
+
+    def in_flight(self) -> int:
+        """Messages in flight as maxMessagesInFlight counts them (the public PIP-430
+        test's counter): one per subscription per message sent, less every message
+        received, redeliveries included. O(1)."""
+        return self.sent_ever * self.scenario.subscriptionsPerTopic - self.received_ever
 
     def admin_or_refuse(self, what: str) -> Admin:
         """The HTTP admin, or a BrokerError saying ``what`` needs it."""
@@ -495,10 +501,10 @@ class ProducerWorker:
                     now = run.clock.now_ns()
                 if now >= deadline_ns or run.stopping:
                     break
-                if run.in_flight_cap and run.backlog() >= run.in_flight_cap:
+                if run.in_flight_cap and run.in_flight() >= run.in_flight_cap:
                     # the consumers are this far behind: wait for them (and then go on
                     # from now, not in a burst making up for the pause)
-                    await asyncio.sleep(IN_FLIGHT_WAIT_S)
+                    await asyncio.sleep(run.scenario.inFlightPauseMs / 1000)
                     scheduled = run.clock.now_ns()
                     continue
                 await self._in_flight.acquire()
@@ -726,6 +732,7 @@ class ConsumerWorker:
         counters.consumed_bytes += len(messages) * size
         counters.redelivered_messages += len(messages) - first
         run.first_deliveries_ever += first
+        run.received_ever += len(messages)
 
 
 def reconnect_delay_s(behaviour: ConsumerBehaviour, draw: Callable[[], float]) -> float:

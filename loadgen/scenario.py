@@ -143,10 +143,14 @@ class Scenario(BaseModel):
     producersPerTopic: int = Field(default=1, ge=0, le=1000)
     #: messages per second across all producers; 0: as fast as possible
     producerRate: float = Field(default=1000, ge=0)
-    #: producers wait while this many messages are in flight (sent and not yet delivered
-    #: to each subscription, all subscriptions together), as the public PIP-430 test's
-    #: targetMessagesInFlight throttles its producer; 0: never wait
+    #: producers pause while this many messages are in flight, counted as the public
+    #: PIP-430 test's targetMessagesInFlight counts them: + one per subscription for each
+    #: message sent, - one for each message a consumer received (redeliveries too); 0:
+    #: never pause
     maxMessagesInFlight: int = Field(default=0, ge=0)
+    #: how long a producer pauses when it finds maxMessagesInFlight reached before it
+    #: sends again (the public test: 100 ms)
+    inFlightPauseMs: float = Field(default=10, gt=0, le=60_000)
     subscriptionsPerTopic: int = Field(default=1, ge=0, le=1000)
     consumerPerSubscription: int = Field(default=1, ge=0, le=1000)
     subscriptionType: Literal["Exclusive", "Failover", "Shared", "Key_Shared"] = "Exclusive"

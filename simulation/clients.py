@@ -64,9 +64,6 @@ log = logging.getLogger(__name__)
 #: what a client retries after its backoff: the topic's broker is down, moving it, or
 #: closed it under the call
 RETRYABLE = (UnavailableError, NotOwnerError, ManagedLedgerError, BookieError)
-#: how long a producer held back by maxMessagesInFlight waits before looking again (as
-#: the HTTP driver)
-IN_FLIGHT_WAIT_S = 0.01
 
 
 class Backoff:
@@ -325,8 +322,8 @@ class ProducerClient:
                     now = clock.now_ns()
                 if now >= deadline_ns or run.stopping:
                     break
-                if run.in_flight_cap and run.backlog() >= run.in_flight_cap:
-                    await asyncio.sleep(IN_FLIGHT_WAIT_S)
+                if run.in_flight_cap and run.in_flight() >= run.in_flight_cap:
+                    await asyncio.sleep(run.scenario.inFlightPauseMs / 1000)
                     scheduled = clock.now_ns()
                     continue
                 if self._pending >= self._max_pending:
@@ -710,6 +707,7 @@ class ConsumerClient:
         counters.consumed_bytes += count * run.scenario.messageSize
         counters.redelivered_messages += count - first
         run.first_deliveries_ever += first
+        run.received_ever += count
 
     # ------------------------------------------------------------------ acks
 

@@ -94,14 +94,42 @@ class SegmentedEntryCache:
     def get_range(
         self, ledger_id: int, first: int, last: int, hits: list[CachedEntry]
     ) -> list[MissingRange]:
-        """All or nothing, as the PR's range reads."""
+        """All or nothing, found as the PR's ``SharedEntryCacheManagerImpl.getRange``
+        finds entries: the segments are walked newest to oldest once, and in each the
+        walk goes on from the id it reached while that id is present; the first absent
+        id moves it to the next older segment, never back to a newer one, and when that
+        id is ``last`` the walk ends (the PR's loop condition). A range whose older part
+        sits in an older segment than its newer part is therefore read from storage
+        whole, although every entry is in the ring. A one-entry read probes every
+        segment, as the PR's single-position ``get`` (the replay queue's reads; a
+        one-entry range read of the dispatcher would walk as above, a difference kept
+        because the event does not say which it was). O(range + segments)."""
         manager = self._manager
-        found: list[SegmentEntry] = []
-        for entry_id in range(first, last + 1):
-            entry = manager._lookup(ledger_id, entry_id)
-            if entry is None:
+        if first == last:
+            single = manager._lookup(ledger_id, first)
+            if single is None:
                 return [(first, last)]
-            found.append(entry)
+            counters = manager.counters
+            counters.hits += 1
+            counters.hit_bytes += single.size
+            hits.append(manager._copy_out(single))
+            return []
+        segments = manager.segments
+        count = len(segments)
+        found: list[SegmentEntry] = []
+        entry_id = first
+        for back in range(count):
+            index = segments[(manager.current - back) % count].index
+            while entry_id <= last:
+                entry = index.get((ledger_id, entry_id))
+                if entry is None:
+                    break
+                found.append(entry)
+                entry_id += 1
+            if entry_id == last:
+                break
+        if entry_id <= last:
+            return [(first, last)]
         counters = manager.counters
         counters.hits += len(found)
         counters.hit_bytes += sum(e.size for e in found)
@@ -177,7 +205,8 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
     # ------------------------------------------------------------------ internals
 
     def _lookup(self, ledger_id: int, entry_id: int) -> SegmentEntry | None:
-        """Probe the segments newest first. O(segments)."""
+        """Probe the segments newest first, as the PR's single-entry ``get``.
+        O(segments)."""
         key = (ledger_id, entry_id)
         segments = self.segments
         count = len(segments)

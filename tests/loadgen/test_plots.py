@@ -141,15 +141,28 @@ def test_comparison_table_has_one_row_per_run_in_order() -> None:
     ]
     runs[1]["cache"].pop("evictionCpuSeconds")
     runs[1]["storage"] = {"tiered": {"objectGets": 3}}
+    # the public comparison's metric and the work done, beside the hit ratio
+    runs[0]["cache"]["consumedHitRatio"] = 0.9668
+    runs[0]["totals"] = {"publishedMessages": 1200, "consumedMessages": 12000}
     lines = comparison_table(runs).splitlines()
     assert len(lines) == 2 + len(runs)
     cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
-    assert cells[0][:3] == ["implementation", "hit ratio", "byte hit ratio"]
+    assert cells[0][:6] == [
+        "implementation",
+        "hit ratio",
+        "consumed hit ratio",
+        "published",
+        "consumed",
+        "byte hit ratio",
+    ]
     assert set(cells[1]) == {"---"} and len(cells[1]) == len(cells[0])
     assert all(len(row) == len(cells[0]) for row in cells)
     assert cells[2] == [
         "s3fifo",
         "98.4%",
+        "96.7%",
+        "1,200",
+        "12,000",
         "97.4%",
         "12",
         "340",
@@ -160,8 +173,8 @@ def test_comparison_table_has_one_row_per_run_in_order() -> None:
         "4.50",
         "12.25",
     ]
-    assert cells[3][:4] == ["lru", "n/a", "n/a", "0"]
-    assert cells[3][5:9] == ["0 B", "3", "0 B", "n/a"]
+    assert cells[3][:7] == ["lru", "n/a", "n/a", "n/a", "n/a", "n/a", "0"]
+    assert cells[3][8:12] == ["0 B", "3", "0 B", "n/a"]
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ PRESETS = [
     "tiered-cold-read",
     "demo",
     "throughput",
+    "pr24623-rolling-restart",
 ]
 
 
@@ -31,6 +32,26 @@ def test_each_preset_loads_with_its_own_name(name: str) -> None:
     assert scenario.name == name
     assert scenario.topics >= 1 and scenario.testDurationSeconds > 0
     assert all(event.at <= scenario.testDurationSeconds for event in scenario.events)
+
+
+def test_the_public_comparison_preset_carries_the_tests_own_parameters() -> None:
+    """PR #24623's BrokerEntryCacheRollingRestartTest, read from its source."""
+    public = load_scenario("pr24623-rolling-restart")
+    assert (public.brokers, public.topics, public.partitionsPerTopic) == (2, 1, 10)
+    assert (public.producerRate, public.messageSize) == (50_000, 8)  # Schema.INT64
+    assert (public.maxMessagesInFlight, public.inFlightPauseMs) == (500_000, 100)
+    assert (public.subscriptionsPerTopic, public.subscriptionType) == (10, "Shared")
+    assert public.consumers.receiverQueueSize == 200 and public.consumers.rateLimit == 0
+    assert (public.consumers.reconnectDelayMs, public.consumers.reconnectJitterMs) == (20, 20)
+    assert public.virtual.ackGroupingMs == 5
+    assert public.broker["managedLedgerCacheSizeMB"] == 250
+    assert public.broker["brokerlabCacheEntryLengthBytes"] == 8192
+    assert public.testDurationSeconds == 30
+    assert [(e.at, e.type, e.broker, e.downtimeMs) for e in public.events] == [
+        (7.5, "restart", 0, 0),
+        (15, "restart", 1, 0),
+        (22.5, "restart", 0, 0),
+    ]
 
 
 def test_a_few_facts_of_the_presets() -> None:

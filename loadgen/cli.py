@@ -517,6 +517,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
         results["variant"] = name  # written so by the run too (options.variant)
         by_variant.setdefault(name, []).append(results)
     runs = [by_variant[name][0] for name in names]
+    unequal = unequal_work(by_variant, seeds)
     lines = [_variant_line(name, variants[name], user) for name in names]
     if user:
         lines.append(f"- every run: --set {_settings_text(user)}")
@@ -535,6 +536,9 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     else:
         table = comparison_table(runs)
         detail = f"Hit ratio ranking: {rank(runs)}"
+    if unequal:
+        # a variant may change when consumers get their messages, never what was sent
+        ranked = "none: " + unequal
     report = (
         f"# {scenario.name}: cache designs compared\n\n"
         + "\n".join(lines)
@@ -551,7 +555,34 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
         print(f"hit ratio ranking: {rank(runs)}")
     print(f"verdict: {ranked}")
     console.print(f"report: {out / 'compare.md'}, {out / 'compare.png'}", highlight=False)
+    if unequal and args.virtual_time:
+        console.print(f"[red]error:[/red] {unequal}", highlight=False)
+        return 1
     return 0
+
+
+def unequal_work(
+    by_variant: Mapping[str, Sequence[Mapping[str, Any]]], seeds: Sequence[int]
+) -> str:
+    """Why the variants' runs did not do the same work, or "" when they did: for each
+    seed, every variant must have published the same number of messages (on virtual
+    time the same seed gives the same client schedule, unless a design changed it, e.g.
+    through maxMessagesInFlight; a live run never repeats its schedule)."""
+    for index, seed in enumerate(seeds):
+        published = {
+            name: runs[index].get("totals", {}).get("publishedMessages")
+            for name, runs in by_variant.items()
+            if index < len(runs)
+        }
+        if None in published.values():
+            continue  # a run that did not say (an older results file)
+        if len(set(published.values())) > 1:
+            counts = ", ".join(f"{name} {count:,}" for name, count in published.items())
+            return (
+                f"the variants did not publish the same messages (seed {seed}: {counts}); "
+                "their storage reads are not comparable"
+            )
+    return ""
 
 
 def _run_all(

@@ -239,3 +239,35 @@ def test_rank_and_table_prefer_the_variant_to_the_implementation() -> None:
     assert rank(runs) == "legacy-markdelete (60.0%) > legacy (50.0%)"
     rows = comparison_table(runs).splitlines()[2:]
     assert [row.split("|")[1].strip() for row in rows] == ["legacy", "legacy-markdelete"]
+
+
+@pytest.mark.usefixtures("no_plots")
+def test_a_virtual_comparison_whose_variants_published_differently_fails(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On virtual time a seed gives every variant the same client schedule; variants
+    that published different messages (a design slowed its consumers and so the
+    producer held back by them) did not do the same work: the comparison says so, gives
+    no verdict, and fails."""
+    published = {"pip430": 1000, "legacy": 1000, "segmented": 900}
+
+    def virtual(scenario: Scenario, options: RunOptions, seed: int | None = None) -> dict[str, Any]:
+        design = str(options.broker_overrides["managedLedgerCacheImplementation"])
+        results = fake_results(scenario.name, options.broker_overrides, seed or 2)
+        results["totals"] = {"publishedMessages": published[design], "consumedMessages": 1}
+        return results
+
+    def run(names: str) -> int:
+        parser = argparse.ArgumentParser(prog="brokerlab")
+        add_commands(parser.add_subparsers(dest="command"), list(DESIGNS), WIRED, virtual)
+        argv = ["compare", "--scenario", "catchup", "--out", str(tmp_path), "--no-progress"]
+        return run_command(parser.parse_args([*argv, "--virtual-time", "--implementations", names]))
+
+    assert run("pip430,legacy") == 0
+    assert "Verdict: pip430 read" in (tmp_path / "compare.md").read_text()
+    capsys.readouterr()
+    assert run("pip430,segmented") == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "did not publish the same messages (seed 2: pip430 1,000, segmented 900)" in err
+    report = (tmp_path / "compare.md").read_text()
+    assert "Verdict: none: the variants did not publish the same messages" in report

@@ -12,8 +12,12 @@ replay of a recorded trace (sizes only). The events and their order are the cont
 Reads, as Pulsar counts them (``RangeEntryCacheImpl`` with ``PendingReadsManager``):
 
 - ``read``: the reader asks for ``first..last``; cached entries are hits, counted now.
-  Each missing entry either joins a storage read of it already in flight in *this*
-  design (the reader then counts nothing for it), or starts one, owned by this reader.
+  Each run of missing entries is placed as ``PendingReadsManager.findPendingRead``
+  places it, among the storage reads in flight in *this* design: joined to the read of
+  exactly that range, else to the oldest that includes it, else to one holding its start
+  (the last found; what lies beyond is placed the same way), else to one holding its end;
+  else it is a storage read of its own (a read in flight strictly inside it is not
+  joined: those entries are read twice). A joined part counts nothing for the reader.
   A design that does not share storage reads (the PIP-174 ring, the disabled cache)
   starts one per reader.
 - ``filled``: entries arrived from storage. Every storage read of an entry counts one
@@ -52,16 +56,32 @@ from broker.cache.entry import CachedEntry
 from broker.clock import Clock
 
 
+class PendingRange:
+    """One storage read in flight in a design that shares them (Pulsar's
+    ``PendingReadsManager.PendingRead``): its range, and how many of its entries have
+    not arrived yet (it leaves the ledger's reads in flight when none are left)."""
+
+    __slots__ = ("first", "last", "outstanding")
+
+    def __init__(self, first: int, last: int, outstanding: int) -> None:
+        self.first = first
+        self.last = last
+        self.outstanding = outstanding
+
+
 class PendingEntry:
     """An entry this design is reading from storage: the reader that started the read,
-    and how many storage reads of it are outstanding (1 when reads are shared). Never
-    changed once made, so one object can stand for every entry of a range."""
+    how many storage reads of it are outstanding (more than one when a read was started
+    over it while another was in flight), and the range reads it belongs to (none in a
+    design that does not share reads). Never changed once made, so one object can stand
+    for every entry of a range."""
 
-    __slots__ = ("reader", "reads")
+    __slots__ = ("ranges", "reader", "reads")
 
-    def __init__(self, reader: str, reads: int = 1) -> None:
+    def __init__(self, reader: str, reads: int = 1, ranges: tuple[PendingRange, ...] = ()) -> None:
         self.reader = reader
         self.reads = reads
+        self.ranges = ranges
 
 
 class ReadPlan:
@@ -87,7 +107,8 @@ class TopicUnit:
     reads of an entry all complete with the live design's first read of it."""
 
     __slots__ = (
-        "_pending", "_shares", "cache", "counters", "live", "manager", "policy", "released",
+        "_pending", "_ranges", "_shares", "cache", "counters", "live", "manager", "policy",
+        "released",
     )  # fmt: skip
 
     def __init__(
@@ -105,6 +126,9 @@ class TopicUnit:
         self._shares = manager.shares_pending_reads
         #: ledger id -> entry id -> the storage read of it in flight
         self._pending: dict[int, dict[int, PendingEntry]] = {}
+        #: ledger id -> (first, last) -> the range reads in flight, oldest first (a
+        #: design that shares storage reads)
+        self._ranges: dict[int, dict[tuple[int, int], PendingRange]] = {}
         #: ``released(ledger_id, entry_id)``: the entry was handed to a consumer, one
         #: expected read happened. O(1). The cache's own ``mark_read``, bound here: it
         #: runs once per entry delivered, the commonest event of a trace
@@ -150,6 +174,18 @@ class TopicUnit:
         pending = self._pending.get(ledger_id)
         if pending is None:
             pending = self._pending[ledger_id] = {}
+        if self._shares:
+            ranges = self._ranges.get(ledger_id)
+            if ranges is None:
+                ranges = self._ranges[ledger_id] = {}
+            completed = False
+            for miss_first, miss_last in missing:
+                completed |= self._find_pending_read(
+                    reader, ledger_id, miss_first, miss_last, pending, ranges, plan, available
+                )
+            if completed:
+                self.manager.after_insert()
+            return plan
         if not pending and not available:
             # nothing in flight here: every missing range is this reader's own read
             mine = PendingEntry(reader)
@@ -157,39 +193,117 @@ class TopicUnit:
                 pending.update(zip(range(miss_first, miss_last + 1), repeat(mine)))
             plan.own = missing
             return plan
-        shares = self._shares
+        # a design that does not share storage reads: every missing entry is read again
         mine = PendingEntry(reader)
         completed = False
         waiting: PendingEntry | None
         for miss_first, miss_last in missing:
             run_first = run_last = -1
-            run_joined = False
             for entry_id in range(miss_first, miss_last + 1):
+                size = available.get(entry_id) if available else None
+                if size is not None:
+                    self._complete(reader, ledger_id, entry_id, None, size, 1)
+                    completed = True
+                    continue
                 waiting = pending.get(entry_id)
-                if waiting is not None and shares:
-                    joined = True
-                else:
-                    size = available.get(entry_id) if available else None
-                    if size is not None:
-                        self._complete(reader, ledger_id, entry_id, None, size, 1)
-                        completed = True
-                        continue
-                    joined = False
-                    if waiting is None:
-                        pending[entry_id] = mine
-                    else:  # another storage read of the same entry (no sharing)
-                        pending[entry_id] = PendingEntry(waiting.reader, waiting.reads + 1)
-                if run_first >= 0 and (joined != run_joined or entry_id != run_last + 1):
-                    (plan.joined if run_joined else plan.own).append((run_first, run_last))
+                if waiting is None:
+                    pending[entry_id] = mine
+                else:  # another storage read of the same entry
+                    pending[entry_id] = PendingEntry(waiting.reader, waiting.reads + 1)
+                if run_first >= 0 and entry_id != run_last + 1:
+                    plan.own.append((run_first, run_last))
                     run_first = -1
                 if run_first < 0:
-                    run_first, run_joined = entry_id, joined
+                    run_first = entry_id
                 run_last = entry_id
             if run_first >= 0:
-                (plan.joined if run_joined else plan.own).append((run_first, run_last))
+                plan.own.append((run_first, run_last))
         if completed:
             self.manager.after_insert()
         return plan
+
+    def _find_pending_read(
+        self,
+        reader: str,
+        ledger_id: int,
+        first: int,
+        last: int,
+        pending: dict[int, PendingEntry],
+        ranges: dict[tuple[int, int], PendingRange],
+        plan: ReadPlan,
+        available: dict[int, int] | None,
+    ) -> bool:
+        """One missing run, as Pulsar's ``PendingReadsManager.findPendingRead`` places
+        it: joined whole to the read in flight of exactly that range, else to the first
+        (oldest) one that includes it; else to one it overlaps at an end, the last such
+        found that leaves only its right part, else only its left part, that part read
+        the same way at once (the remainder re-enters the cache path); else a storage read
+        of its own. A read in flight strictly inside the run is not joined (Pulsar's
+        overlap test looks at the run's ends only): the run is read whole, those entries
+        twice. Returns whether an entry was completed at once (a shadow's view of a live
+        hit). O(reads in flight of the ledger + run)."""
+        key = (first, last)
+        if key in ranges:
+            plan.joined.append(key)
+            return False
+        right: PendingRange | None = None
+        left: PendingRange | None = None
+        for found in ranges.values():
+            if found.first <= first and last <= found.last:
+                plan.joined.append(key)
+                return False
+            if found.first <= first <= found.last:  # the run's start is in it
+                right = found
+            elif found.first <= last <= found.last:  # the run's end is in it
+                left = found
+        if right is not None:
+            plan.joined.append((first, right.last))
+            return self._find_pending_read(
+                reader, ledger_id, right.last + 1, last, pending, ranges, plan, available
+            )
+        if left is not None:
+            completed = self._find_pending_read(
+                reader, ledger_id, first, left.first - 1, pending, ranges, plan, available
+            )
+            plan.joined.append((left.first, last))
+            return completed
+        return self._start_read(reader, ledger_id, first, last, pending, ranges, plan, available)
+
+    def _start_read(
+        self,
+        reader: str,
+        ledger_id: int,
+        first: int,
+        last: int,
+        pending: dict[int, PendingEntry],
+        ranges: dict[tuple[int, int], PendingRange],
+        plan: ReadPlan,
+        available: dict[int, int] | None,
+    ) -> bool:
+        """A storage read of ``first..last`` of ``reader``'s own, registered as in flight.
+        A shadow completes at once the entries the live design had (``available``).
+        O(run)."""
+        read = PendingRange(first, last, 0)
+        mine = PendingEntry(reader, 1, (read,))
+        completed = False
+        for entry_id in range(first, last + 1):
+            size = available.get(entry_id) if available else None
+            if size is not None:
+                self._complete(reader, ledger_id, entry_id, None, size, 1)
+                completed = True
+                continue
+            read.outstanding += 1
+            waiting = pending.get(entry_id)
+            if waiting is None:
+                pending[entry_id] = mine
+            else:  # read twice: under a read in flight strictly inside this one
+                pending[entry_id] = PendingEntry(
+                    waiting.reader, waiting.reads + 1, (*waiting.ranges, read)
+                )
+        if read.outstanding:
+            ranges[(first, last)] = read
+        plan.own.append((first, last))
+        return completed
 
     def filled(
         self,
@@ -205,6 +319,9 @@ class TopicUnit:
         if not pending:
             return
         one_read = self.live
+        ranges = self._ranges.get(ledger_id)
+        # the live design's event is one of its own reads, in flight under its range
+        done = ranges.pop((first, first + len(sizes) - 1), None) if one_read and ranges else None
         misses = miss_bytes = 0
         expected_of: dict[str, int] = {}
         storage_read_reads = self.policy.storage_read_reads
@@ -216,8 +333,11 @@ class TopicUnit:
                 continue
             reads = waiting.reads
             if one_read and reads > 1:  # other storage reads of it are still out
-                pending[entry_id] = PendingEntry(waiting.reader, reads - 1)
+                rest = tuple(read for read in waiting.ranges if read is not done)
+                pending[entry_id] = PendingEntry(waiting.reader, reads - 1, rest)
                 reads = 1
+            elif waiting.ranges and ranges is not None:
+                self._arrived(waiting, ranges)
             misses += reads
             miss_bytes += size * reads
             reader = waiting.reader
@@ -234,6 +354,15 @@ class TopicUnit:
             counters.miss_bytes += miss_bytes
             self.manager.after_insert()
 
+    @staticmethod
+    def _arrived(waiting: PendingEntry, ranges: dict[tuple[int, int], PendingRange]) -> None:
+        """Every storage read of an entry is over: each range read it belonged to has
+        one entry less to wait for, and leaves the reads in flight with none. O(reads)."""
+        for read in waiting.ranges:
+            read.outstanding -= 1
+            if read.outstanding <= 0 and ranges.get((read.first, read.last)) is read:
+                del ranges[(read.first, read.last)]
+
     def fill_failed(self, ledger_id: int, first: int, last: int) -> None:
         """The storage read of ``first..last`` failed: nothing arrives, nothing counts.
         The live design forgets that one read; a shadow's reads of those entries end."""
@@ -241,10 +370,17 @@ class TopicUnit:
         if not pending:
             return
         one_read = self.live
+        ranges = self._ranges.get(ledger_id)
+        done = ranges.pop((first, last), None) if one_read and ranges else None
         for entry_id in range(first, last + 1):
             waiting = pending.pop(entry_id, None)
-            if waiting is not None and one_read and waiting.reads > 1:
-                pending[entry_id] = PendingEntry(waiting.reader, waiting.reads - 1)
+            if waiting is None:
+                continue
+            if one_read and waiting.reads > 1:
+                rest = tuple(read for read in waiting.ranges if read is not done)
+                pending[entry_id] = PendingEntry(waiting.reader, waiting.reads - 1, rest)
+            elif waiting.ranges and ranges is not None:
+                self._arrived(waiting, ranges)
 
     def _complete(
         self,

@@ -299,6 +299,59 @@ def test_a_reader_that_joins_a_storage_read_counts_neither_hit_nor_miss(design: 
     assert counters.miss_bytes == 15 * SIZE
 
 
+@pytest.mark.parametrize("design", ["pip430", "legacy"])
+def test_a_read_in_flight_strictly_inside_a_missing_run_is_not_joined(design: str) -> None:
+    """PendingReadsManager.findPendingRead tests the run's ends only: a read of 5-7 in
+    flight is inside 0-10, so 0-10 is read whole and 5-7 twice (two misses each)."""
+    _, events, clock = topic(design)
+    clock.advance_ms(GRACE_MS + 1)
+    add(events, 0, 11)
+    inner = events.read("a", L, 5, 7, False)
+    outer = events.read("b", L, 0, 10, False)
+    assert (inner.own, outer.own, outer.joined) == ([(5, 7)], [(0, 10)], [])
+    events.filled(L, 5, [PAYLOAD] * 3)
+    assert events.live.reads_in_flight == 11, "the outer read still waits for 5-7"
+    events.filled(L, 0, [PAYLOAD] * 11)
+    assert events.live.reads_in_flight == 0
+    assert events.live.manager.counters.misses == 3 + 11
+
+
+@pytest.mark.parametrize("design", ["pip430", "legacy"])
+def test_a_run_joins_one_read_at_an_end_and_reads_its_remainder_the_same_way(
+    design: str,
+) -> None:
+    """0-20 with reads of 5-7 and 15-25 in flight: only 15-25 holds one of the run's ends
+    (its last), so 15-20 is joined and the remainder 0-14 looked up again: 5-7 is inside
+    it, not at an end, so 0-14 is read whole."""
+    _, events, clock = topic(design)
+    clock.advance_ms(GRACE_MS + 1)
+    add(events, 0, 26)
+    events.read("a", L, 5, 7, False)
+    events.read("b", L, 15, 25, False)
+    plan = events.read("c", L, 0, 20, False)
+    assert (plan.own, plan.joined) == ([(0, 14)], [(15, 20)])
+
+
+@pytest.mark.parametrize("design", ["pip430", "legacy"])
+def test_a_run_prefers_the_latest_read_holding_its_start_then_one_holding_its_end(
+    design: str,
+) -> None:
+    """Reads of 3-4 and 0-8 in flight (the second read whole: 3-4 was inside it) both
+    hold 3, the start of 3-10: the one found last (0-8) is joined and 9-10 read. A read
+    holding a run's start is joined from there: 3-4 would have left 5-10 to read. And
+    12-20 holds the end of 11-16: 12-16 joined, 11 read."""
+    _, events, clock = topic(design)
+    clock.advance_ms(GRACE_MS + 1)
+    add(events, 0, 21)
+    events.read("a", L, 3, 4, False)
+    assert events.read("b", L, 0, 8, False).own == [(0, 8)]
+    events.read("c", L, 12, 20, False)
+    plan = events.read("d", L, 3, 10, False)
+    assert (plan.joined, plan.own) == ([(3, 8)], [(9, 10)])
+    plan = events.read("e", L, 11, 16, False)
+    assert (plan.own, plan.joined) == ([(11, 11)], [(12, 16)])
+
+
 def test_the_ring_counts_every_reader_s_storage_read() -> None:
     _, events, _ = topic("segmented")
     add(events, 0, 10)

@@ -821,6 +821,13 @@ def _demo_verdict(
     return line
 
 
+#: what a shadow's numbers are worth, as measured (README, "Shadows")
+SHADOW_ERROR_NOTE = (
+    "A shadow's numbers are its design's on the live design's reads, not its design "
+    'run live: see the README\'s "Shadows" for the measured difference.'
+)
+
+
 def _design_table(results: dict[str, Any]) -> Table:
     """The live design and its shadows on the same reads."""
     from rich.table import Table
@@ -831,9 +838,15 @@ def _design_table(results: dict[str, Any]) -> Table:
     table = Table(
         title="cache designs on the same cache events",
         caption="a shadow is another design run beside the live one on the same events, "
-        "sizes only: what it would have served (hits) and read from storage (misses)",
+        "sizes only: what it would have served (hits) and read from storage (misses); "
+        "joined: entries a reader waited for from another reader's storage read; read hit "
+        f"ratio: 1 - misses / entries asked for. {SHADOW_ERROR_NOTE}",
     )
-    for column in ("design", "role", "hits", "misses", "hit ratio", "byte hit ratio"):
+    columns = (
+        "design", "role", "hits", "misses", "joined", "hit ratio", "read hit ratio",
+        "byte hit ratio",
+    )  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="left" if column in ("design", "role") else "right")
     rows = [(results["broker"]["implementation"], "live", cache)]
     rows += [(name, "shadow", stats) for name, stats in cache["shadows"].items()]
@@ -843,7 +856,9 @@ def _design_table(results: dict[str, Any]) -> Table:
             role,
             f"{stats['hits']:,.0f}",
             f"{stats['misses']:,.0f}",
+            f"{stats.get('joined', 0):,.0f}",
             percent(stats["hitRatio"]),
+            percent(stats.get("readHitRatio")),
             percent(stats["byteHitRatio"]),
         )
     return table

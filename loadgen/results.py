@@ -22,7 +22,10 @@ Shape (``version`` 1):
   acknowledged and negatively acknowledged, average rates, the backlog at the end;
 - ``cache``: the growth of the broker's cache counters during the run (``hits``,
   ``misses``, ``hitBytes``, ``missBytes``, ``inserted``, ``evicted`` by reason,
-  ``evictionRuns``, ``evictionCpuSeconds``), ``hitRatio`` and ``byteHitRatio``, and
+  ``evictionRuns``, ``evictionCpuSeconds``, ``joined``: entries a reader waited for
+  from another reader's storage read, ``requested``: entries asked for), ``hitRatio``
+  (hits / (hits + misses), as Pulsar's metrics), ``readHitRatio`` (1 - misses /
+  requested: joined entries count as asked for and not read) and ``byteHitRatio``, and
   the same for each shadow design; ``consumedHitRatio``, the metric of Pulsar's public
   PIP-430 comparison: (messages consumed - entries read from storage) / messages
   consumed, redeliveries counted as consumed (``null`` with nothing consumed);
@@ -65,6 +68,8 @@ CACHE_COUNTERS = (
     "misses",
     "hitBytes",
     "missBytes",
+    "joined",
+    "requested",
     "inserted",
     "evictionRuns",
     "evictionCpuSeconds",
@@ -86,6 +91,11 @@ def _cache_growth(delta: dict[str, float], prefix: str = "") -> dict[str, Any]:
         reason: delta.get(f"{prefix}evicted.{reason}", 0) for reason in EVICTION_REASONS
     }
     growth["hitRatio"] = _ratio(growth["hits"], growth["hits"] + growth["misses"])
+    # every entry asked for counts, joined ones too: 1 - storage reads / entries asked
+    requested = growth.get("requested")
+    growth["readHitRatio"] = (
+        _ratio(requested - growth["misses"], requested) if requested is not None else None
+    )
     growth["byteHitRatio"] = _ratio(growth["hitBytes"], growth["hitBytes"] + growth["missBytes"])
     return growth
 

@@ -18,8 +18,10 @@ class CacheCounters:
         "hit_bytes",
         "hits",
         "inserted",
+        "joined",
         "miss_bytes",
         "misses",
+        "requested",
         "size",
     )
 
@@ -28,6 +30,11 @@ class CacheCounters:
         self.hit_bytes = 0
         self.misses = 0
         self.miss_bytes = 0
+        #: entries a reader waited for from a storage read another reader started
+        #: (Pulsar counts them neither hit nor miss)
+        self.joined = 0
+        #: entries asked for by reads, hit, joined or read from storage
+        self.requested = 0
         self.inserted = 0
         self.evicted_ttl = 0
         self.evicted_size = 0
@@ -56,6 +63,8 @@ class CacheCounters:
             "misses": self.misses,
             "hitBytes": self.hit_bytes,
             "missBytes": self.miss_bytes,
+            "joined": self.joined,
+            "requested": self.requested,
             "inserted": self.inserted,
             "evicted": {
                 "ttl": self.evicted_ttl,

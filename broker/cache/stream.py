@@ -31,7 +31,17 @@ from broker.cache.unit import DesignInstance, ReadPlan, TopicUnit
 from broker.clock import Clock, EventClock
 
 #: the counters a shadow reports (the live design reports all of its own)
-SHADOW_STATS = ("hits", "misses", "hitBytes", "missBytes", "sizeBytes", "entries", "evicted")
+SHADOW_STATS = (
+    "hits",
+    "misses",
+    "joined",
+    "requested",
+    "hitBytes",
+    "missBytes",
+    "sizeBytes",
+    "entries",
+    "evicted",
+)
 
 
 class TraceSink(Protocol):

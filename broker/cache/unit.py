@@ -168,6 +168,7 @@ class TopicUnit:
         data is already at hand (a shadow's view of the live hits): one this design
         misses and is not already reading is read at once."""
         plan = ReadPlan([])
+        self.counters.requested += last - first + 1
         missing = self.cache.get_range(ledger_id, first, last, plan.hits)
         if not missing:
             return plan
@@ -183,6 +184,8 @@ class TopicUnit:
                 completed |= self._find_pending_read(
                     reader, ledger_id, miss_first, miss_last, pending, ranges, plan, available
                 )
+            if plan.joined:
+                self.counters.joined += sum(b - a + 1 for a, b in plan.joined)
             if completed:
                 self.manager.after_insert()
             return plan

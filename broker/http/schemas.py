@@ -338,6 +338,8 @@ class ShadowCacheStats(BaseModel):
 
     hits: Count = Field(description="Hits.")
     misses: Count = Field(description="Misses.")
+    joined: Count = Field(description="Entries it would have waited for from another read.")
+    requested: Count = Field(description="Entries asked for by reads.")
     hitBytes: Count = Field(description="Bytes it would have served.")
     missBytes: Count = Field(description="Bytes it would have read from storage.")
     sizeBytes: Count = Field(description="Bytes it would hold now.")
@@ -361,6 +363,13 @@ class CacheStats(BaseModel):
     )
     hitBytes: Count = Field(description="Bytes served from the cache.")
     missBytes: Count = Field(description="Bytes read from storage.")
+    joined: Count = Field(
+        description="Entries a reader waited for from a storage read another reader started "
+        "(neither hit nor miss, as Pulsar counts them)."
+    )
+    requested: Count = Field(
+        description="Entries asked for by reads: hits, joined, and those read from storage."
+    )
     inserted: Count = Field(description="Entries inserted.")
     evicted: CacheEvictions
     evictionRuns: Count = Field(description="Eviction passes.")

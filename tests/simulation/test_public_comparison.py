@@ -10,8 +10,9 @@ import pytest
 
 from loadgen.cli import unequal_work
 from loadgen.runner import RunOptions
-from loadgen.scenario import Scenario
+from loadgen.scenario import Scenario, load_scenario
 from simulation.run import run_virtual
+from tests.simulation.test_virtual_run import SMALL
 
 #: one partition, two subscriptions whose consumers drain 200 msg/s each, a producer
 #: asked for 2,000 msg/s and held at 600 messages in flight (+2 a send, -1 a receive)
@@ -74,3 +75,24 @@ def test_variants_that_published_different_messages_are_not_compared() -> None:
     different = {"a": _runs(100, 90), "b": _runs(100, 95)}
     reason = unequal_work(different, [1, 2])
     assert "seed 2: a 90, b 95" in reason and "not comparable" in reason
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_misses_are_the_entries_read_from_storage_across_restarts(
+    tmp_path: pathlib.Path, seed: int
+) -> None:
+    """The cache's misses and the storage's entries read are one count, restarts
+    included: a graceful restart and a kill while 50 ms storage reads are in flight, two
+    brokers, nacks and a slow consumer (the public metric subtracts the one from what
+    was consumed; the hit ratio uses the other)."""
+    scenario_file = tmp_path / "small.toml"
+    scenario_file.write_text(SMALL)
+    storage = tmp_path / "storage.conf"
+    storage.write_text("readEntryLatency=fixed:50\n")
+    results = run_virtual(
+        load_scenario(str(scenario_file)), RunOptions(storage_config=storage), seed=seed
+    )
+    assert [(e["type"], e["ok"]) for e in results["events"]] == [("restart", True)] * 2
+    read = results["storage"]["bookie"]["entriesRead"]
+    assert read > 100, "the run read from storage"
+    assert results["cache"]["misses"] == read

@@ -141,7 +141,12 @@ class Dispatcher(ABC):
             except BaseException:
                 self.replay.update(positions)
                 raise
-            fresh = [entry for entry in entries if not cursor.is_acknowledged(entry.position)]
+            fresh = []
+            for entry in entries:
+                if cursor.is_acknowledged(entry.position):
+                    self._dropped(entry)  # acknowledged while the read was in flight
+                else:
+                    fresh.append(entry)
             self._send(fresh)
             return True
         if not cursor.has_more_entries():
@@ -151,6 +156,13 @@ class Dispatcher(ABC):
             return False
         self._send(entries)
         return True
+
+    def _dropped(self, entry: Entry) -> None:
+        """An entry read for dispatch and let go before any consumer got it: Pulsar
+        releases it, and a release counts one expected read down (PIP-430's
+        ``EntryImpl.deallocate`` -> ``markRead``), as a hand-over does. O(1)."""
+        position = entry.position
+        self.ledger.events.released(self.cursor.name, position.ledger_id, position.entry_id)
 
     def _replay_later(self, position: Position) -> None:
         """Queue a position to send again; one more read of it is now expected (the
@@ -244,7 +256,9 @@ class SingleActiveConsumerDispatcher(Dispatcher):
     def _send(self, entries: list[Entry]) -> None:
         active = self.active_consumer()
         if active is None:
-            # nobody to take them: read them again when a consumer comes
+            # nobody to take them: let them go, read them again when a consumer comes
+            for entry in entries:
+                self._dropped(entry)
             self.cursor.rewind()
             return
         now = self.clock.monotonic_ns()

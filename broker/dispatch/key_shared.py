@@ -251,6 +251,7 @@ class KeySharedDispatcher(SharedDispatcher):
         for entry in entries:
             position = entry.position
             if self.cursor.is_acknowledged(position):
+                self._dropped(entry)
                 continue
             slot = sticky_slot(key_of(entry.data))
             owner = None

@@ -41,7 +41,7 @@ def measure(
             live: dict[str, dict[str, Any]] = {}
             for design in designs:
                 others = ",".join(d for d in designs if d != design)
-                overrides = {
+                overrides: dict[str, object] = {
                     "managedLedgerCacheImplementation": design,
                     "brokerlabShadowCacheImplementations": others,
                 }

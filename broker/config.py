@@ -201,6 +201,14 @@ class BrokerConfig(BaseModel):
     #: Bookie copies of offloaded ledgers are deleted after this. Pulsar: same (4 hours).
     managedLedgerOffloadDeletionLagMs: int = Field(default=14400000, ge=0)
 
+    #: Most bytes of reads in flight at once, broker-wide (estimated before each read,
+    #: cache hits included); 0 = no limit. Pulsar: same key, default 0 in 4.1.
+    managedLedgerMaxReadsInFlightSizeInMB: int = Field(default=0, ge=0)
+    #: How long a read waits for permits before it fails (and is retried). Pulsar: same.
+    managedLedgerMaxReadsInFlightPermitsAcquireTimeoutMillis: int = Field(default=60_000, ge=0)
+    #: Most reads waiting for permits; one more fails at once. Pulsar: same.
+    managedLedgerMaxReadsInFlightPermitsAcquireQueueSize: int = Field(default=50_000, ge=0)
+
     # --- Dispatch ---
     #: Most entries a dispatcher reads from the ledger in one read. Pulsar: same default.
     dispatcherMaxReadBatchSize: int = Field(default=100, gt=0)

@@ -20,6 +20,7 @@ from sortedcontainers import SortedSet
 from broker.clock import Clock
 from broker.dispatch.consumer import Consumer
 from broker.ledger.entry import Entry
+from broker.ledger.managed_ledger import ReadsThrottled
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
@@ -116,9 +117,9 @@ class Dispatcher(ABC):
                 while await self._dispatch_once():
                     pass
                 backoff_s = RETRY_MIN_S
-            except BookieError as error:
+            except (BookieError, ReadsThrottled) as error:
                 log.warning(
-                    "dispatch of %s: storage read failed, retrying in %.2fs: %s",
+                    "dispatch of %s: read failed, retrying in %.2fs: %s",
                     self.subscription.name,
                     backoff_s,
                     error,

@@ -44,6 +44,7 @@ from broker.ledger.managed_ledger import (
 )
 from broker.ledger.offload import TieredStorage
 from broker.ledger.position import Position
+from broker.ledger.read_limiter import ReadLimiter
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import Bookie, BookieError, MetadataStore
 
@@ -126,6 +127,11 @@ class ServiceConfig:
     max_consumers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
     max_subscriptions_per_topic: int = 0
+    #: managedLedgerMaxReadsInFlightSizeInMB in bytes (0: no limit), and its permits'
+    #: acquire timeout and queue size
+    max_reads_in_flight_bytes: int = 0
+    reads_in_flight_timeout_ms: int = 60_000
+    reads_in_flight_queue_size: int = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +194,12 @@ class BrokerService:
         #: the broker is shutting down: no topic loads here any more
         self.stopping = False
         self.tiered = tiered
+        #: the broker-wide limit on reads in flight, shared by every managed ledger
+        self.read_limiter = ReadLimiter(
+            config.max_reads_in_flight_bytes,
+            config.reads_in_flight_timeout_ms,
+            config.reads_in_flight_queue_size,
+        )
         #: the access trace recorder, for its stats (None: off); it records the events
         #: of ``cache``
         self.trace = trace
@@ -339,6 +351,7 @@ class BrokerService:
             ml_name, self.bookie, self.metadata, events, self.config.ledger, self.clock
         )
         ledger.tiered = self.tiered
+        ledger.read_limiter = self.read_limiter
         try:
             await ledger.open()
         except BookieError as error:

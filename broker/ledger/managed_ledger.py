@@ -29,6 +29,7 @@ from broker.ledger.live_entries import LiveEntries
 from broker.ledger.offload import TieredStorage, offset_of, stream_id_of
 from broker.ledger.pending_reads import PendingRead, PendingReads
 from broker.ledger.position import Position
+from broker.ledger.read_limiter import ReadLimiter, TooManyReads, estimated_read_size
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import Bookie, BookieError, MetadataStore, total_size, when_done
 
@@ -43,6 +44,11 @@ _CURSOR_PREFIX = "cursor/"
 
 class ManagedLedgerError(Exception):
     """The managed ledger cannot serve the request (closed, deleted)."""
+
+
+class ReadsThrottled(ManagedLedgerError):
+    """No permits for a read within managedLedgerMaxReadsInFlightSizeInMB: the reader
+    retries after a backoff, as Pulsar's dispatchers do after TooManyRequests."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +181,8 @@ class ManagedLedger:
         self.live_entries = LiveEntries()
         #: the tiered store offloaded ledgers are read from (None: no tiered storage)
         self.tiered: TieredStorage | None = None
+        #: the broker's limit on reads in flight (None: no limit)
+        self.read_limiter: ReadLimiter | None = None
         self.stream_id = stream_id_of(name)
         #: something happened that the broker's upkeep must look at (adds, cursor moves,
         #: consumers coming or going, offloads); the upkeep clears it when it puts the
@@ -727,6 +735,28 @@ class ManagedLedger:
     ) -> list[Entry]:
         """One range read: the live design's hits now, its own storage reads started,
         reads in flight joined; entries in order. ManagedLedgerError once closed."""
+        if self._closed:
+            raise ManagedLedgerError(f"managed ledger {self.name} is closed")
+        limiter = self.read_limiter
+        if limiter is None or not limiter.enabled:
+            return await self._read_range_now(ledger_id, first, last, reader, replay)
+        info = self._ledgers.get(ledger_id)
+        size = estimated_read_size(
+            last - first + 1, info.size if info else 0, info.entries if info else 0
+        )
+        try:
+            taken = await limiter.acquire(size)
+        except TooManyReads as error:
+            raise ReadsThrottled(str(error)) from error
+        try:
+            return await self._read_range_now(ledger_id, first, last, reader, replay)
+        finally:
+            limiter.release(taken)
+
+    async def _read_range_now(
+        self, ledger_id: int, first: int, last: int, reader: str, replay: bool
+    ) -> list[Entry]:
+        """The read itself, its permits (if limited) taken."""
         if self._closed:
             raise ManagedLedgerError(f"managed ledger {self.name} is closed")
         plan = self.events.read(reader, ledger_id, first, last, replay)

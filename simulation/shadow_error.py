@@ -77,13 +77,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args(argv)
     seeds = [int(seed) for seed in args.seeds.split(",")]
-    rows = measure(args.presets.split(","), seeds, args.duration)
-    for row in rows:
-        print(
-            f"{row['preset']:<24} seed {row['seed']}  {row['design']:<9} as a shadow of "
-            f"{row['liveDesign']:<9} {row['shadowMisses']:>9,} misses, live "
-            f"{row['liveMisses']:>9,}  ({row['relativeError']:.1%})"
-        )
+    rows: list[dict[str, Any]] = []
+    for preset in args.presets.split(","):
+        for seed in seeds:  # printed as each is measured: a long measurement shows progress
+            measured = measure([preset], [seed], args.duration)
+            rows += measured
+            for row in measured:
+                print(
+                    f"{row['preset']:<24} seed {row['seed']}  {row['design']:<9} as a shadow "
+                    f"of {row['liveDesign']:<9} {row['shadowMisses']:>9,} misses, live "
+                    f"{row['liveMisses']:>9,}  ({row['relativeError']:.1%})",
+                    flush=True,
+                )
     worst = max(rows, key=lambda row: row["relativeError"])
     print(
         f"largest error: {worst['relativeError']:.1%} ({worst['design']} as a shadow of "

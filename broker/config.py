@@ -2,8 +2,10 @@
 files.
 
 Field names are the file's keys: Pulsar's ``ServiceConfiguration`` names and defaults
-where Pulsar has the setting; the few brokerlab-only keys say so. ``conf/broker.conf``
-documents every key; ``tests/config`` keeps the file and these defaults in step.
+where Pulsar has the setting; the few brokerlab-only keys say so. Each key is defined
+once (:func:`storage_stub.confkeys.key`): type, default, bounds and documentation, from
+which pydantic validates and ``python -m broker.config_doc --write`` writes
+``conf/broker.conf``; ``tests/config`` checks that the file is up to date.
 """
 
 from __future__ import annotations
@@ -11,15 +13,17 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from broker.auth.service import check_config
 from broker.cache.config import CacheConfig
 from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from storage_stub.config import StorageConfig
+from storage_stub.confkeys import Section, key
 from storage_stub.confparse import load_config
 
 __all__ = [
+    "CONF_HEADER",
     "BrokerConfig",
     "StorageConfig",
     "cache_config",
@@ -27,276 +31,867 @@ __all__ = [
     "load_storage_config",
 ]
 
+#: The top of conf/broker.conf.
+CONF_HEADER = """
+brokerlab broker configuration.
+
+Format: Pulsar's broker.conf format. One key=value per line; lines starting with # are
+comments; there are no trailing comments (a # after a value is part of the value). An
+empty value (key=) means "use the default". An unknown key, a repeated key or a bad
+value stops start-up with a message naming the key, this file and the line.
+
+Keys are Pulsar's ServiceConfiguration names, with Pulsar's defaults where Pulsar has the
+setting; "brokerlab only" marks keys Pulsar does not have.
+"""
+
+HTTP = Section("HTTP service")
+SECURITY = Section(
+    "Security: authentication and authorization",
+    intro="""
+    Off by default (brokerlab listens on loopback only); serving on another address with
+    authentication off logs a warning. With authorization on, administration (topic and
+    namespace admin, unloads, the fault injector, broker restarts) needs a super-user; any
+    authenticated role may produce and consume (brokerlab has no per-namespace grants).
+    What each role may do: broker/auth/service.py.
+
+    Tokens: brokerlab token create-secret-key / create-key-pair / create (docs/api.md).
+    """,
+)
+CLUSTER = Section("Several brokers (brokerlab serve --brokers N)")
+BINARY = Section("Pulsar binary protocol")
+PRODUCE = Section("Produce")
+ROLLOVER = Section(
+    "Managed ledger: ledger rollover",
+    intro="""
+    A topic's current ledger is closed and a new one opened when it has reached the entry
+    count, the size or the maximum age below, and is older than the minimum age.
+    """,
+)
+CACHE = Section("Managed ledger: broker entry cache")
+TIERED = Section("Tiered storage")
+READS_IN_FLIGHT = Section("Managed ledger: reads in flight")
+DISPATCH = Section("Dispatch")
+LIMITS = Section("Limits (0 = no limit, as Pulsar)")
+INACTIVE = Section("Inactive topics")
+STATS = Section("Stats")
+TRACES = Section(
+    "Access traces",
+    intro="What the entry cache was asked, recorded; brokerlab analyze replays a trace "
+    "through every cache design at every size.",
+)
+
+PULSAR_SAME = "Pulsar: same key and default."
+BROKERLAB_ONLY = "brokerlab only."
+
 
 class BrokerConfig(BaseModel):
-    """Every key of conf/broker.conf."""
+    """Every key of conf/broker.conf, in the file's order."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # --- HTTP service ---
-    #: Address the HTTP service listens on. Pulsar binds 0.0.0.0; brokerlab stays local.
-    bindAddress: str = Field(default="127.0.0.1", min_length=1)
-    #: HTTP port; 0 picks a free port (tests). Pulsar: same default.
-    webServicePort: int = Field(default=8080, ge=0, le=65535)
-    #: Host name or address clients are told to connect to (lookups, the binary
-    #: protocol's LOOKUP). Pulsar: same key, default the host name; brokerlab's default
-    #: is loopback, as its bindAddress: set it when binding elsewhere.
-    advertisedAddress: str = Field(default="127.0.0.1", min_length=1)
-    #: Name of the cluster this broker belongs to (admin routes). Pulsar's standalone
-    #: mode names it "standalone".
-    clusterName: str = Field(default="standalone", min_length=1)
-
-    # --- Security (broker/auth/service.py says what each role may do) ---
-    #: Clients must authenticate (HTTP, WebSocket, binary protocol). Pulsar: same.
-    authenticationEnabled: bool = False
-    #: Comma-separated providers, or none; brokerlab has Pulsar's token provider only.
-    #: Pulsar: same key (blank default).
-    authenticationProviders: str = Field(default="none", min_length=1)
-    #: Administration needs one of superUserRoles. Pulsar: same key and default.
-    authorizationEnabled: bool = False
-    #: Comma-separated roles that may administer, or none. Pulsar: same (blank default).
-    superUserRoles: str = Field(default="none", min_length=1)
-    #: Role of a client without credentials, or none (refused). Pulsar: same.
-    anonymousUserRole: str = Field(default="none", min_length=1)
-    #: How often a binary-protocol connection checks that its client's token has not
-    #: expired; an expired one is challenged for a new token (AUTH_CHALLENGE), and the
-    #: connection closed if none comes by the next check. Pulsar: same key and default.
-    authenticationRefreshCheckSeconds: int = Field(default=60, gt=0)
-    #: HS256 secret key (data:;base64,..., file:///path, a path), or none. Pulsar: same.
-    tokenSecretKey: str = Field(default="none", min_length=1)
-    #: Public key of a key pair (same forms, DER), or none. Pulsar: same.
-    tokenPublicKey: str = Field(default="none", min_length=1)
-    #: Signature algorithm of tokenPublicKey's tokens. Pulsar: same key and default.
-    tokenPublicAlg: str = Field(
-        default="RS256", pattern="^(RS256|RS384|RS512|PS256|PS384|PS512|ES256|ES384|ES512)$"
+    bindAddress: str = key(
+        "127.0.0.1",
+        HTTP,
+        "Address the HTTP service (produce, consume, admin, /metrics, /dashboard) listens on.",
+        unit="host name or IP address",
+        origin="Pulsar: same key, default 0.0.0.0; brokerlab listens on loopback only unless told.",
+        min_length=1,
     )
-    #: The claim holding a token's role. Pulsar: same key (blank means sub).
-    tokenAuthClaim: str = Field(default="sub", min_length=1)
-    #: The claim holding a token's audiences, or none (not checked). Pulsar: same.
-    tokenAudienceClaim: str = Field(default="none", min_length=1)
-    #: This broker's audience name, required in tokenAudienceClaim. Pulsar: same.
-    tokenAudience: str = Field(default="none", min_length=1)
-    #: Seconds a token's exp may be off the broker's clock. Pulsar: same key and default.
-    tokenAllowedClockSkewSeconds: int = Field(default=0, ge=0)
-    #: /metrics needs a token too (when authentication is on). Pulsar: same.
-    authenticateMetricsEndpoint: bool = False
-    #: brokerlab only: Host header names (comma-separated) the HTTP service answers
-    #: besides loopback names; none: loopback names only when bound to loopback, any
-    #: name otherwise; * any name (DNS rebinding guard off).
-    httpAllowedHosts: str = Field(default="none", min_length=1)
-    #: brokerlab only: origins (comma-separated, or *) whose web pages may call the HTTP
-    #: API (CORS answers, cross-origin state changes); none: CORS off.
-    httpCorsAllowedOrigins: str = Field(default="none", min_length=1)
-
-    # --- Several brokers (brokerlab serve --brokers N) ---
-    #: Bundles a namespace is cut into; each bundle (a range of topic-name hashes) has
-    #: one owning broker. Pulsar: same key and default.
-    defaultNumberOfNamespaceBundles: int = Field(default=4, gt=0, le=1024)
-    #: How long the bundles of a killed broker stay owned by it (clients cannot be
-    #: served) before the others may take them: the metadata store's session expiry.
-    #: Pulsar: same key and default (ms).
-    metadataStoreSessionTimeoutMillis: int = Field(default=30000, ge=0)
-
-    # --- Pulsar binary protocol ---
-    #: TCP port of Pulsar's binary protocol (pulsar://); 0 disables it, -1 picks a free
-    #: port (tests; brokerlab only). Pulsar: same key and default.
-    brokerServicePort: int = Field(default=6650, ge=-1, le=65535)
-    #: Seconds between keep-alive PINGs on a binary connection; a connection that has
-    #: not answered for twice this long is closed. Pulsar: same key and default.
-    keepAliveIntervalSeconds: int = Field(default=30, gt=0)
-    #: Acks of single messages of a batch (ack sets) are kept, so a redelivery of the
-    #: batch sends only the messages not yet acknowledged. Pulsar: same key and default.
-    acknowledgmentAtBatchIndexLevelEnabled: bool = False
-    #: Pulsar's WebSocket API (/ws/v2/...) on the HTTP port. Pulsar's broker default is
-    #: false; its standalone mode, which brokerlab plays, turns it on.
-    webSocketServiceEnabled: bool = True
-
-    # --- Produce ---
-    #: Produce to a missing topic creates it. Pulsar: same default.
-    allowAutoTopicCreation: bool = True
-    #: Largest message payload in bytes (413 above it). Pulsar: same default (5 MiB).
-    maxMessageSize: int = Field(default=5242880, gt=0)
-    #: brokerlab only: largest HTTP request body in bytes (Pulsar's httpMaxRequestSize
-    #: is unbounded by default; produce bodies carry base64 payloads, so bound them).
-    maxHttpRequestBodyBytes: int = Field(default=16777216, gt=0)
-    #: brokerlab only: most messages in one produce request.
-    maxMessagesPerProduceRequest: int = Field(default=1000, gt=0)
-    #: brokerlab only: processes that decode and encode produce bodies beside the event
-    #: loop (broker.http.codec); 0 does it on the loop; -1 picks by the machine's cores.
-    httpCodecProcesses: int = Field(default=-1, ge=-1, le=64)
-    #: What a produce or consumer auto-creates: non-partitioned or partitioned (with
-    #: defaultNumPartitions). Pulsar: same key and default.
-    allowAutoTopicCreationType: str = Field(
-        default="non-partitioned", pattern="^(non-partitioned|partitioned)$"
+    webServicePort: int = key(
+        8080,
+        HTTP,
+        "TCP port of the HTTP service; 0 picks a free port (tests).",
+        unit="port number",
+        origin=PULSAR_SAME,
+        ge=0,
+        le=65535,
     )
-    #: Partitions of an auto-created partitioned topic. Pulsar: same key and default.
-    defaultNumPartitions: int = Field(default=1, gt=0)
-    #: Most partitions a partitioned topic may have; 0 = no limit. Pulsar: same.
-    maxNumPartitionsPerPartitionedTopic: int = Field(default=0, ge=0)
-
-    # --- Managed ledger: rollover ---
-    #: Roll the current ledger over at this many entries (not before the minimum time).
-    managedLedgerMaxEntriesPerLedger: int = Field(default=50000, gt=0)
-    #: Roll over at this many MiB written to the current ledger (ditto).
-    managedLedgerMaxSizePerLedgerMbytes: int = Field(default=2048, gt=0)
-    #: A ledger is never rolled over before it is this old (minutes); 0 = no minimum.
-    managedLedgerMinLedgerRolloverTimeMinutes: int = Field(default=10, ge=0)
-    #: A ledger holding entries is rolled over once it is this old (minutes).
-    managedLedgerMaxLedgerRolloverTimeMinutes: int = Field(default=240, gt=0)
-
-    # --- Managed ledger: entry cache ---
-    #: Broker entry cache size in MiB; 0 disables caching. Pulsar's default is 20% of
-    #: the JVM's direct memory with a floor of 64 MB; brokerlab has no JVM, so the floor.
-    managedLedgerCacheSizeMB: int = Field(default=64, ge=0)
-    #: brokerlab only: the live cache design, one of ``broker.cache.designs.DESIGNS``:
-    #: pip430 (PIP-430), legacy (before it), segmented (PIP-174's ring).
-    managedLedgerCacheImplementation: str = DEFAULT_DESIGN
-    #: brokerlab only: comma-separated designs run as size-only shadows of the live
-    #: cache on the same cache events, or "none".
-    brokerlabShadowCacheImplementations: str = "none"
-    #: A size eviction frees down to this share of the cache size. Pulsar: same default.
-    managedLedgerCacheEvictionWatermark: float = Field(default=0.9, gt=0, lt=1)
-    #: Period of the timestamp eviction pass (ms). Pulsar: same default.
-    managedLedgerCacheEvictionIntervalMs: int = Field(default=10, gt=0)
-    #: Entry TTL in the cache (ms). Pulsar: same default.
-    managedLedgerCacheEvictionTimeThresholdMillis: int = Field(default=1000, gt=0)
-    #: PIP-430's expected read counts. Pulsar: same default.
-    cacheEvictionByExpectedReadCount: bool = True
-    #: PIP-430: TTL extensions of an entry that still has expected reads. Pulsar: same.
-    managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes: int = Field(
-        default=5, ge=0
+    advertisedAddress: str = key(
+        "127.0.0.1",
+        HTTP,
+        "Host name or address clients are told to connect to (HTTP lookups and the binary "
+        "protocol's LOOKUP answer with it); set it when bindAddress is not loopback.",
+        unit="host name or IP address",
+        origin="Pulsar: same key, default the host name; brokerlab stays on loopback unless told.",
+        min_length=1,
     )
-    #: PIP-430: give a recently read entry another TTL (LRU-like). false as in Pulsar 5.0.
-    managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed: bool = False
-    #: Cache an owned copy of each payload rather than a view. Pulsar: same default.
-    managedLedgerCacheCopyEntries: bool = False
-    #: Keep caching added entries this long after the last active cursor left (ms);
-    #: -1 means 2 x managedLedgerCacheEvictionTimeThresholdMillis, Pulsar's default.
-    managedLedgerContinueCachingAddedEntriesAfterLastActiveCursorLeavesMillis: int = Field(
-        default=-1, ge=-1
+    clusterName: str = key(
+        "standalone",
+        HTTP,
+        "Name of the cluster this broker belongs to, as the admin routes report it.",
+        unit="name",
+        origin="Pulsar: same key; its standalone mode uses this name.",
+        min_length=1,
     )
-    #: legacy: invalidate up to the slowest mark-delete instead of the slowest read
-    #: position. Pulsar: same default.
-    cacheEvictionByMarkDeletedPosition: bool = False
-    #: legacy: a cursor more than this many entries behind is backlogged (not active).
-    managedLedgerCursorBackloggedThreshold: int = Field(default=1000, ge=0)
-    #: legacy backlog caching: cache reads of backlogged cursors when at least this many
-    #: are close together; 0 disables it. Pulsar: same default.
-    managedLedgerMinimumBacklogCursorsForCaching: int = Field(default=0, ge=0)
-    #: legacy backlog caching: a cursor counts when its backlog is at least this.
-    managedLedgerMinimumBacklogEntriesForCaching: int = Field(default=1000, ge=0)
-    #: legacy backlog caching: most entries between cursors counted together.
-    managedLedgerMaxBacklogBetweenCursorsForCaching: int = Field(default=1000, ge=0)
-    #: brokerlab only (PIP-174 has no key): segments of the segmented cache; 0 means
-    #: max(2, cache size / 1 GiB), the proposal's rule.
-    managedLedgerCacheSegments: int = Field(default=0, ge=0)
-    #: brokerlab only: the size every entry counts as in the cache, whatever its
-    #: payload (Pulsar's tests inject an EntryLengthFunction); 0: the payload's size.
-    brokerlabCacheEntryLengthBytes: int = Field(default=0, ge=0, le=2_147_483_647)
 
-    # --- Tiered storage ---
-    #: Offload closed ledgers of a topic holding more than this in the bookie; -1: only
-    #: on request (the offload route). Pulsar: same key and default.
-    managedLedgerOffloadThresholdInBytes: int = Field(default=-1, ge=-1)
-    #: Bookie copies of offloaded ledgers are deleted after this. Pulsar: same (4 hours).
-    managedLedgerOffloadDeletionLagMs: int = Field(default=14400000, ge=0)
-
-    #: Most bytes of reads in flight at once, broker-wide (estimated before each read,
-    #: cache hits included); 0 = no limit. Pulsar: same key, default 0 in 4.1.
-    managedLedgerMaxReadsInFlightSizeInMB: int = Field(default=0, ge=0)
-    #: How long a read waits for permits before it fails (and is retried). Pulsar: same.
-    managedLedgerMaxReadsInFlightPermitsAcquireTimeoutMillis: int = Field(default=60_000, ge=0)
-    #: Most reads waiting for permits; one more fails at once. Pulsar: same.
-    managedLedgerMaxReadsInFlightPermitsAcquireQueueSize: int = Field(default=50_000, ge=0)
-
-    # --- Dispatch ---
-    #: Most entries a dispatcher reads from the ledger in one read. Pulsar: same default.
-    dispatcherMaxReadBatchSize: int = Field(default=100, gt=0)
-    #: Shared/Key_Shared: stop dispatching to a consumer with this many unacked messages;
-    #: 0 = no limit. Pulsar: same default.
-    maxUnackedMessagesPerConsumer: int = Field(default=50000, ge=0)
-    #: Shared/Key_Shared: stop dispatching to a subscription with this many unacked
-    #: messages; 0 = no limit. Pulsar: same default (4 x the per-consumer limit).
-    maxUnackedMessagesPerSubscription: int = Field(default=200000, ge=0)
-    #: Key_Shared: stop reading ahead while this many messages per consumer wait in the
-    #: replay queue. Pulsar 5.0's documented figure.
-    keySharedLookAheadMsgInReplayThresholdPerConsumer: int = Field(default=4000, gt=0)
-    #: Key_Shared: ... and at most this many per subscription. Pulsar 5.0's figure.
-    keySharedLookAheadMsgInReplayThresholdPerSubscription: int = Field(default=40000, gt=0)
-    #: brokerlab only: close a consumer that has not polled for this long (ms); HTTP
-    #: consumers have no connection whose loss would tell the broker they are gone.
-    consumerIdleTimeoutMs: int = Field(default=30000, gt=0)
-
-    # --- Limits (0 = no limit, as Pulsar) ---
-    #: Most binary-protocol connections; more are closed at accept. Pulsar: same key
-    #: and default.
-    brokerMaxConnections: int = Field(default=0, ge=0)
-    #: Most binary-protocol connections from one client address; more are closed at
-    #: accept. Pulsar: same key and default.
-    brokerMaxConnectionsPerIp: int = Field(default=0, ge=0)
-    #: Most HTTP connections (WebSocket included); more are answered 429 and closed at
-    #: accept; 0: no limit. Pulsar's key; not its default (2048, for its admin web
-    #: server): here HTTP carries the data path, one connection per long-polling
-    #: consumer, and the many-topics preset alone holds more than 2,048.
-    maxHttpServerConnections: int = Field(default=0, ge=0)
-    #: brokerlab only: most HTTP connections from one client address (429 and closed
-    #: at accept), so one client cannot take every file descriptor.
-    brokerlabHttpMaxConnectionsPerIp: int = Field(default=0, ge=0)
-    #: Close an HTTP connection that has not sent a complete request head within this
-    #: many ms of opening or of its last response: idle keep-alive and slowloris
-    #: connections alike (partial bytes do not extend it); and one whose request body
-    #: sends nothing for this long. Pulsar: same key and default.
-    httpServerIdleTimeout: int = Field(default=30000, gt=0)
-    #: Most producers of a topic, binary and WebSocket (binary protocol: ProducerBusy;
-    #: WebSocket handshake: 409). Pulsar: same key and default.
-    maxProducersPerTopic: int = Field(default=0, ge=0)
-    #: Most consumers of a topic (HTTP 409 conflict; binary: ConsumerBusy).
-    #: Pulsar: same key and default.
-    maxConsumersPerTopic: int = Field(default=0, ge=0)
-    #: Most consumers of a subscription (409; ConsumerBusy). Pulsar: same.
-    maxConsumersPerSubscription: int = Field(default=0, ge=0)
-    #: Most subscriptions of a topic (409; NotAllowedError). Pulsar: same.
-    maxSubscriptionsPerTopic: int = Field(default=0, ge=0)
-    #: Most topics of a namespace, partitions counted (409; NotAllowedError). Pulsar:
-    #: same key and default.
-    maxTopicsPerNamespace: int = Field(default=0, ge=0)
-
-    # --- Inactive topics ---
-    #: Delete topics inactive per brokerDeleteInactiveTopicsMode. Pulsar: same default.
-    brokerDeleteInactiveTopicsEnabled: bool = True
-    #: Seconds between checks for inactive topics. Pulsar: same key and default.
-    brokerDeleteInactiveTopicsFrequencySeconds: int = Field(default=60, gt=0)
-    #: Which inactive topics are deleted: delete_when_no_subscriptions (no subscription,
-    #: no producer) or delete_when_subscriptions_caught_up (no backlog, no client).
-    #: Pulsar: same key and default.
-    brokerDeleteInactiveTopicsMode: str = Field(
-        default="delete_when_no_subscriptions",
-        pattern="^(delete_when_no_subscriptions|delete_when_subscriptions_caught_up)$",
+    authenticationEnabled: bool = key(
+        False,
+        SECURITY,
+        "Clients must authenticate: HTTP and WebSocket with Authorization: Bearer <token> "
+        "(WebSocket also ?token=), the binary protocol in its CONNECT.",
+        origin=PULSAR_SAME,
     )
-    #: Seconds a topic must stay inactive before the check acts; -1: the frequency.
-    #: Pulsar: same key, unset by default (then the frequency).
-    brokerDeleteInactiveTopicsMaxInactiveDurationSeconds: int = Field(default=-1, ge=-1)
-    #: brokerlab only: unload inactive topics that must not be deleted, freeing memory.
-    brokerlabUnloadInactiveTopicsEnabled: bool = True
+    authenticationProviders: str = key(
+        "none",
+        SECURITY,
+        "Authentication providers, comma-separated, or none. The one provider brokerlab has "
+        "is org.apache.pulsar.broker.authentication.AuthenticationProviderToken (JWT "
+        "tokens).",
+        unit="class names",
+        origin="Pulsar: same key; its default is blank.",
+        min_length=1,
+    )
+    authorizationEnabled: bool = key(
+        False,
+        SECURITY,
+        "Administration needs a role of superUserRoles (403 otherwise).",
+        origin=PULSAR_SAME,
+    )
+    superUserRoles: str = key(
+        "none",
+        SECURITY,
+        "Roles that may administer, comma-separated, or none.",
+        unit="role names",
+        origin="Pulsar: same key; its default is blank.",
+        min_length=1,
+    )
+    anonymousUserRole: str = key(
+        "none",
+        SECURITY,
+        "The role of a client that sends no credentials, or none (such clients are refused).",
+        unit="role name",
+        origin="Pulsar: same key; its default is blank.",
+        min_length=1,
+    )
+    authenticationRefreshCheckSeconds: int = key(
+        60,
+        SECURITY,
+        "How often a binary-protocol connection checks that its client's token has not "
+        "expired. An expired token is challenged (AUTH_CHALLENGE): the client answers with "
+        "a new token of the same role (AUTH_RESPONSE) or the connection is closed at the "
+        "next check; a client that cannot refresh is closed at once. HTTP checks the token "
+        "of every request.",
+        unit="seconds",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    tokenSecretKey: str = key(
+        "none",
+        SECURITY,
+        "Secret key that signs and validates tokens (HS256): data:;base64,<key>, "
+        "file:///path (the key's raw bytes), a path, or none. Set this or tokenPublicKey.",
+        unit="key location",
+        origin="Pulsar: same key and forms; its default is blank.",
+        min_length=1,
+    )
+    tokenPublicKey: str = key(
+        "none",
+        SECURITY,
+        "Public key that validates tokens signed by its private key: data:;base64,<DER>, "
+        "file:///path (DER, or PEM), a path, or none.",
+        unit="key location",
+        origin="Pulsar: same key and forms; its default is blank.",
+        min_length=1,
+    )
+    tokenPublicAlg: str = key(
+        "RS256",
+        SECURITY,
+        "Signature algorithm of tokens validated with tokenPublicKey.",
+        choices=("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"),
+        origin=PULSAR_SAME,
+    )
+    tokenAuthClaim: str = key(
+        "sub",
+        SECURITY,
+        "The token claim that holds the role.",
+        unit="claim name",
+        origin="Pulsar: same key; blank means sub.",
+        min_length=1,
+    )
+    tokenAudienceClaim: str = key(
+        "none",
+        SECURITY,
+        "The token claim that holds the token's audiences, or none (audiences not checked).",
+        unit="claim name",
+        origin="Pulsar: same key; its default is blank.",
+        min_length=1,
+    )
+    tokenAudience: str = key(
+        "none",
+        SECURITY,
+        "This broker's audience: tokenAudienceClaim must name it. Required with that claim.",
+        unit="name",
+        origin="Pulsar: same key; its default is blank.",
+        min_length=1,
+    )
+    tokenAllowedClockSkewSeconds: int = key(
+        0,
+        SECURITY,
+        "How far a token's expiry may be off the broker's clock.",
+        unit="seconds",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    authenticateMetricsEndpoint: bool = key(
+        False,
+        SECURITY,
+        "/metrics needs a token too when authentication is on (otherwise it is open).",
+        origin=PULSAR_SAME,
+    )
+    httpAllowedHosts: str = key(
+        "none",
+        SECURITY,
+        "Host header names the HTTP service answers (403 for others), with or without a "
+        "port, comma-separated. none: when bound to a loopback address only loopback names "
+        "(localhost, 127.0.0.1, [::1]) and advertisedAddress, so a web page cannot reach the "
+        "broker through DNS rebinding; any name when bound elsewhere. *: any name (the DNS "
+        "rebinding guard off).",
+        unit="host names",
+        origin=BROKERLAB_ONLY,
+        min_length=1,
+    )
+    httpCorsAllowedOrigins: str = key(
+        "none",
+        SECURITY,
+        "Origins whose web pages may call the HTTP API from a browser "
+        "(https://app.example:8443), comma-separated, or * for any: they get CORS answers "
+        "and may change state. none: CORS off, and a request with another site's Origin "
+        "that changes state (or opens a WebSocket) is refused (403).",
+        unit="origins",
+        origin=BROKERLAB_ONLY,
+        min_length=1,
+    )
 
-    # --- Stats ---
-    #: Period (s) over which topic stats and /metrics rates are computed, and at which
-    #: every cursor's backlog is re-checked (the rules before PIP-430 read it). Pulsar's
-    #: default, 60. (The dashboard computes its own rates from counters.)
-    statsUpdateFrequencyInSecs: int = Field(default=60, ge=1)
-    #: Topic-labelled series in /metrics (turn off with many topics). Pulsar: same.
-    exposeTopicLevelMetricsInPrometheus: bool = True
-    #: brokerlab only: most topics given their own topic-labelled series (those with
-    #: the largest backlogs); the rest are summed under topic="_other".
-    brokerlabMetricsMaxTopics: int = Field(default=1000, ge=0)
+    defaultNumberOfNamespaceBundles: int = key(
+        4,
+        CLUSTER,
+        "Bundles a namespace is cut into. Each bundle is a range of the CRC32 of topic names "
+        "and is owned by one broker of the cluster; lookups answer with the owner.",
+        unit="bundles",
+        origin=PULSAR_SAME,
+        gt=0,
+        le=1024,
+    )
+    metadataStoreSessionTimeoutMillis: int = key(
+        30000,
+        CLUSTER,
+        "How long a killed broker's bundles stay owned by it (their clients cannot be "
+        "served) before another broker may take them (the metadata store's session "
+        "expiry); a graceful restart hands them over at once.",
+        unit="milliseconds",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
 
-    # --- Access traces ---
-    #: brokerlab only: write an access trace (Parquet) into this directory; none: off.
-    brokerlabTraceDir: str = Field(default="none", min_length=1)
-    #: brokerlab only: events per trace file.
-    brokerlabTraceRollEvents: int = Field(default=100_000, ge=1)
-    #: brokerlab only: files waiting for the writer before new events are dropped.
-    brokerlabTraceMaxPendingFiles: int = Field(default=4, ge=1)
+    brokerServicePort: int = key(
+        6650,
+        BINARY,
+        "TCP port of Pulsar's binary protocol (pulsar://host:port), served by the same "
+        "process and event loop as HTTP; 0 disables it; -1 picks a free port (brokerlab "
+        "only, for tests).",
+        unit="port number",
+        origin=PULSAR_SAME,
+        ge=-1,
+        le=65535,
+    )
+    keepAliveIntervalSeconds: int = key(
+        30,
+        BINARY,
+        "Seconds between keep-alive PINGs on a binary connection; one silent for twice this "
+        "long is closed.",
+        unit="seconds",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    acknowledgmentAtBatchIndexLevelEnabled: bool = key(
+        False,
+        BINARY,
+        "Keep acks of single messages of a batched entry (ack sets): a redelivery of the "
+        "entry then carries the ack set, so the client skips the messages already "
+        "acknowledged.",
+        origin=PULSAR_SAME,
+    )
+    webSocketServiceEnabled: bool = key(
+        True,
+        BINARY,
+        "Serve Pulsar's WebSocket API (/ws/v2/producer|consumer|reader/...) on the HTTP port.",
+        origin="Pulsar: same key; the broker's default is false, its standalone mode's "
+        "(which brokerlab plays) true.",
+    )
+
+    allowAutoTopicCreation: bool = key(
+        True,
+        PRODUCE,
+        "Whether producing to a topic that does not exist creates it; when false such a "
+        "produce gets 404.",
+        origin=PULSAR_SAME,
+    )
+    maxMessageSize: int = key(
+        5242880,
+        PRODUCE,
+        "Largest message payload accepted; a larger message is refused with 413.",
+        unit="bytes (5 MiB)",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    maxHttpRequestBodyBytes: int = key(
+        16777216,
+        PRODUCE,
+        "Largest HTTP request body accepted (413 above it). Payloads travel base64-encoded "
+        "in JSON (4/3 of their size), so keep this above 4/3 x maxMessageSize plus some "
+        "room.",
+        unit="bytes (16 MiB)",
+        origin="brokerlab only (Pulsar's nearest setting, httpMaxRequestSize, is unbounded "
+        "by default).",
+        gt=0,
+    )
+    maxMessagesPerProduceRequest: int = key(
+        1000,
+        PRODUCE,
+        "Most messages accepted in one produce request; a request with more is refused.",
+        unit="messages",
+        origin=BROKERLAB_ONLY,
+        gt=0,
+    )
+    httpCodecProcesses: int = key(
+        -1,
+        PRODUCE,
+        "Processes (broker.http.codec) that validate, base64-decode and encode produce "
+        "bodies of 16 KiB or more beside the event loop, so that work runs on another core; "
+        "0 does it all on the loop; -1 picks: none with one or two usable cores (the trip "
+        "costs more CPU than it saves there), one with three or more. The answers are the "
+        "same either way, but a small request encoded on the loop can be stored before a "
+        "large one read earlier (publish times out of order along the topic, as with "
+        "several Pulsar producers). A process that dies stops the broker.",
+        unit="processes",
+        origin=BROKERLAB_ONLY,
+        ge=-1,
+        le=64,
+    )
+    allowAutoTopicCreationType: str = key(
+        "non-partitioned",
+        PRODUCE,
+        "What producing to (or subscribing on) a missing topic creates: non-partitioned, or "
+        "partitioned with defaultNumPartitions partitions.",
+        choices=("non-partitioned", "partitioned"),
+        origin=PULSAR_SAME,
+    )
+    defaultNumPartitions: int = key(
+        1,
+        PRODUCE,
+        "Partitions of an auto-created partitioned topic.",
+        unit="partitions",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    maxNumPartitionsPerPartitionedTopic: int = key(
+        0,
+        PRODUCE,
+        "Most partitions a partitioned topic may be created with; 0 = no limit.",
+        unit="partitions",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+
+    managedLedgerMaxEntriesPerLedger: int = key(
+        50000,
+        ROLLOVER,
+        "Entries after which the current ledger is rolled over.",
+        unit="entries",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    managedLedgerMaxSizePerLedgerMbytes: int = key(
+        2048,
+        ROLLOVER,
+        "Size after which the current ledger is rolled over.",
+        unit="MiB",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    managedLedgerMinLedgerRolloverTimeMinutes: int = key(
+        10,
+        ROLLOVER,
+        "Minimum age of a ledger before it is rolled over, whatever its size; 0 = no minimum.",
+        unit="minutes",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    managedLedgerMaxLedgerRolloverTimeMinutes: int = key(
+        240,
+        ROLLOVER,
+        "Age at which a ledger holding entries is rolled over even if it is not full.",
+        unit="minutes",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+
+    managedLedgerCacheSizeMB: int = key(
+        64,
+        CACHE,
+        "Total size of the broker entry cache (all topics); 0 disables caching, so every "
+        "read goes to storage.",
+        unit="MiB",
+        origin="Pulsar: same key; its default is 20% of the JVM's direct memory with a floor "
+        "of 64 MB. brokerlab has no JVM heap to size from, so it uses the floor.",
+        ge=0,
+    )
+    managedLedgerCacheImplementation: str = key(
+        DEFAULT_DESIGN,
+        CACHE,
+        "The live cache design (broker.cache.designs.DESIGNS): pip430 (PIP-430: per-ledger "
+        "range caches, one global removal queue, expected read counts), legacy (the "
+        "per-ledger design PIP-430 replaced), segmented (PIP-174's broker-wide ring of "
+        "segments).",
+        choices=tuple(DESIGNS),
+        pattern_from_choices=False,  # _registered_design below names them on a bad value
+        origin=BROKERLAB_ONLY,
+    )
+    brokerlabShadowCacheImplementations: str = key(
+        "none",
+        CACHE,
+        "Other designs to run as shadows beside the live cache: each is another design run "
+        "on the same cache events, holding sizes only, so its hits and misses are what that "
+        "design would have served and read from storage on this run. They show under "
+        '"shadows" in GET /admin/v2/broker-stats/cache. Comma-separated, e.g. '
+        "legacy,segmented, or none.",
+        unit="design names",
+        origin=BROKERLAB_ONLY,
+    )
+    managedLedgerCacheEvictionWatermark: float = key(
+        0.9,
+        CACHE,
+        "A size eviction (which starts above 0.98 x the cache size) frees down to this share "
+        "of the cache size.",
+        unit="fraction of managedLedgerCacheSizeMB",
+        origin=PULSAR_SAME,
+        gt=0,
+        lt=1,
+    )
+    managedLedgerCacheEvictionIntervalMs: int = key(
+        10,
+        CACHE,
+        "Period of the timestamp eviction pass.",
+        unit="ms",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    managedLedgerCacheEvictionTimeThresholdMillis: int = key(
+        1000,
+        CACHE,
+        "Time to live of a cache entry: the timestamp pass removes (or, pip430, requeues) "
+        "entries older than this.",
+        unit="ms",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    cacheEvictionByExpectedReadCount: bool = key(
+        True,
+        CACHE,
+        "pip430: count expected reads per entry (active cursors that will read it) and "
+        "prefer to keep entries that still have some.",
+        origin=PULSAR_SAME,
+    )
+    managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes: int = key(
+        5,
+        CACHE,
+        "pip430: how many times an entry with remaining expected reads gets another TTL "
+        "instead of being evicted.",
+        unit="count",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed: bool = key(
+        False,
+        CACHE,
+        "pip430: give an entry read since the last eviction check another TTL (LRU-like).",
+        origin="Pulsar: same key; false since Pulsar 5.0 (it was true in 4.2).",
+    )
+    managedLedgerCacheCopyEntries: bool = key(
+        False,
+        CACHE,
+        "Cache an owned copy of each payload (exact memory accounting) rather than a view of "
+        "the buffer it arrived in (no copy, but a view can pin a larger buffer).",
+        origin=PULSAR_SAME,
+    )
+    managedLedgerContinueCachingAddedEntriesAfterLastActiveCursorLeavesMillis: int = key(
+        -1,
+        CACHE,
+        "pip430: keep caching added entries this long after the last active cursor left "
+        "(and after the topic loads); -1 means 2 x "
+        "managedLedgerCacheEvictionTimeThresholdMillis.",
+        unit="ms",
+        origin="Pulsar: same key; its default is 2 x the TTL.",
+        ge=-1,
+    )
+    cacheEvictionByMarkDeletedPosition: bool = key(
+        False,
+        CACHE,
+        "legacy: invalidate cached entries up to the slowest cursor's mark-delete position "
+        "instead of its read position.",
+        origin=PULSAR_SAME,
+    )
+    managedLedgerCursorBackloggedThreshold: int = key(
+        1000,
+        CACHE,
+        "legacy: a cursor more than this many entries behind the tail is backlogged, not "
+        "active, and does not hold entries in the cache.",
+        unit="entries",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    managedLedgerMinimumBacklogCursorsForCaching: int = key(
+        0,
+        CACHE,
+        "legacy backlog caching: cache what backlogged cursors read when at least this many "
+        "of them are within managedLedgerMaxBacklogBetweenCursorsForCaching of each other; "
+        "0 off.",
+        unit="cursors",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    managedLedgerMinimumBacklogEntriesForCaching: int = key(
+        1000,
+        CACHE,
+        "legacy backlog caching: a cursor counts only with at least this much backlog.",
+        unit="entries",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    managedLedgerMaxBacklogBetweenCursorsForCaching: int = key(
+        1000,
+        CACHE,
+        "legacy backlog caching: cursors at most this far apart count together.",
+        unit="entries",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    managedLedgerCacheSegments: int = key(
+        0,
+        CACHE,
+        "segmented: number of segments in the ring; 0 means max(2, cache size / 1 GiB), the "
+        "rule of the PIP-174 proposal.",
+        unit="segments",
+        origin="brokerlab only (PIP-174 was never merged and has no key).",
+        ge=0,
+    )
+    brokerlabCacheEntryLengthBytes: int = key(
+        0,
+        CACHE,
+        "The size every entry counts as in the cache (and its trace), whatever its payload; "
+        "0 counts the payload. Pulsar's tests inject an EntryLengthFunction to this end: PR "
+        "#24623's rolling-restart test counts its 8-byte messages as 8 KiB entries.",
+        unit="bytes",
+        origin=BROKERLAB_ONLY,
+        ge=0,
+        le=2_147_483_647,
+    )
+
+    managedLedgerOffloadThresholdInBytes: int = key(
+        -1,
+        TIERED,
+        "Offload the closed ledgers of a topic to the tiered store (stream set objects) once "
+        "it holds more than this in the bookie; several topics' ledgers share one object. "
+        "-1 means only on request (PUT .../offload).",
+        unit="bytes",
+        origin=PULSAR_SAME,
+        ge=-1,
+    )
+    managedLedgerOffloadDeletionLagMs: int = key(
+        14400000,
+        TIERED,
+        "Delete the bookie copy of an offloaded ledger this long after its offload (reads "
+        "go to the tiered store as soon as a ledger is offloaded).",
+        unit="ms",
+        origin="Pulsar: same key and default (4 hours).",
+        ge=0,
+    )
+
+    managedLedgerMaxReadsInFlightSizeInMB: int = key(
+        0,
+        READS_IN_FLIGHT,
+        "Most bytes of reads in flight at once in this broker, each read estimated before it "
+        "starts (the ledger's mean entry size + 64 bytes per entry), cache hits included; a "
+        "read that finds too few waits in one first-come queue. 0 = no limit.",
+        unit="MiB",
+        origin="Pulsar: same key; default 0 in 4.1 (5.0 sets a share of direct memory, which "
+        "brokerlab does not have).",
+        ge=0,
+    )
+    managedLedgerMaxReadsInFlightPermitsAcquireTimeoutMillis: int = key(
+        60_000,
+        READS_IN_FLIGHT,
+        "How long a read waits for those permits before it fails (its dispatcher retries).",
+        unit="ms",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    managedLedgerMaxReadsInFlightPermitsAcquireQueueSize: int = key(
+        50_000,
+        READS_IN_FLIGHT,
+        "Most reads waiting for those permits; one more fails at once.",
+        unit="reads",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+
+    dispatcherMaxReadBatchSize: int = key(
+        100,
+        DISPATCH,
+        "Most entries a subscription's dispatcher reads from the ledger (cache or storage) "
+        "in one read.",
+        unit="entries",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    maxUnackedMessagesPerConsumer: int = key(
+        50000,
+        DISPATCH,
+        "Shared and Key_Shared subscriptions: a consumer with this many unacknowledged "
+        "messages gets no more until it acknowledges some; 0 = no limit.",
+        unit="messages",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    maxUnackedMessagesPerSubscription: int = key(
+        200000,
+        DISPATCH,
+        "Shared and Key_Shared subscriptions: dispatch to the whole subscription pauses "
+        "while it has this many unacknowledged messages; 0 = no limit.",
+        unit="messages",
+        origin="Pulsar: same key and default (4 x per consumer).",
+        ge=0,
+    )
+    keySharedLookAheadMsgInReplayThresholdPerConsumer: int = key(
+        4000,
+        DISPATCH,
+        "Key_Shared: the dispatcher stops reading new entries while the replay queue holds "
+        "min(this x consumers, keySharedLookAheadMsgInReplayThresholdPerSubscription) "
+        "messages, so a stuck consumer cannot make the broker read the whole backlog ahead.",
+        unit="messages per consumer",
+        origin="Pulsar: same key; 4000 is the figure of Pulsar 5.0's documentation.",
+        gt=0,
+    )
+    keySharedLookAheadMsgInReplayThresholdPerSubscription: int = key(
+        40000,
+        DISPATCH,
+        "Key_Shared: the subscription-wide bound of the look-ahead above.",
+        unit="messages",
+        origin="Pulsar: same key; 40000 is the figure of Pulsar 5.0's documentation.",
+        gt=0,
+    )
+    consumerIdleTimeoutMs: int = key(
+        30000,
+        DISPATCH,
+        "A consumer that has not polled for this long is closed as if it had disconnected; "
+        "its unacknowledged messages go back to the subscription.",
+        unit="milliseconds",
+        origin="brokerlab only (HTTP consumers have no connection whose loss would tell the "
+        "broker).",
+        gt=0,
+    )
+
+    brokerMaxConnections: int = key(
+        0,
+        LIMITS,
+        "Most binary-protocol connections; a connection over it is closed at accept.",
+        unit="connections; 0 = no limit",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    brokerMaxConnectionsPerIp: int = key(
+        0,
+        LIMITS,
+        "Most binary-protocol connections from one client address; more are closed at accept.",
+        unit="connections; 0 = no limit",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    maxHttpServerConnections: int = key(
+        0,
+        LIMITS,
+        "Most HTTP connections (WebSocket included); a connection over it is answered 429 "
+        "too-many-requests and closed, its request unread. 0: no limit.",
+        unit="connections",
+        origin="Pulsar: same key; its default, 2048, is for its admin web server, while here "
+        "HTTP carries every long-polling consumer (one connection each: the many-topics "
+        "preset holds more than 2,048).",
+        ge=0,
+    )
+    brokerlabHttpMaxConnectionsPerIp: int = key(
+        0,
+        LIMITS,
+        "Most HTTP connections from one client address (429 and closed, as above), so one "
+        "client cannot take every file descriptor.",
+        unit="connections; 0 = no limit",
+        origin=BROKERLAB_ONLY,
+        ge=0,
+    )
+    httpServerIdleTimeout: int = key(
+        30000,
+        LIMITS,
+        "An HTTP connection that has not sent a complete request head within this long of "
+        "opening, or of its last response, is closed: idle keep-alive connections and "
+        "slowloris clients alike (bytes of an incomplete head do not extend it). So is one "
+        "whose request body sends nothing for this long (as Jetty's idle timeout in Pulsar; "
+        "a body that keeps coming is read, however slowly).",
+        unit="milliseconds",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    maxProducersPerTopic: int = key(
+        0,
+        LIMITS,
+        "Most producers of a topic, binary and WebSocket ones alike: beyond it the binary "
+        "protocol answers ProducerBusy and a WebSocket producer's handshake 409 conflict (as "
+        "Pulsar's WebSocket service). HTTP produce has no producer and is not counted.",
+        unit="producers; 0 = no limit",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    maxConsumersPerTopic: int = key(
+        0,
+        LIMITS,
+        "Most consumers of a topic: HTTP 409 conflict, binary protocol ConsumerBusy.",
+        unit="consumers; 0 = no limit",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    maxConsumersPerSubscription: int = key(
+        0,
+        LIMITS,
+        "Most consumers of a subscription: HTTP 409 conflict, binary ConsumerBusy.",
+        unit="consumers; 0 = no limit",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    maxSubscriptionsPerTopic: int = key(
+        0,
+        LIMITS,
+        "Most subscriptions of a topic: HTTP 409 conflict, binary NotAllowedError.",
+        unit="subscriptions; 0 = no limit",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    maxTopicsPerNamespace: int = key(
+        0,
+        LIMITS,
+        "Most topics of a namespace, every partition counted: creating one more (produce, "
+        "consumer or lookup auto-creation), or a partitioned topic whose partitions do not "
+        "all fit, answers HTTP 409 conflict, binary NotAllowedError. Raising a partitioned "
+        "topic's count is not checked, as in Pulsar.",
+        unit="topics; 0 = no limit",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+
+    brokerDeleteInactiveTopicsEnabled: bool = key(
+        True,
+        INACTIVE,
+        "Delete inactive topics: no producer or consumer connected, nothing produced, acked "
+        "or subscribed for brokerDeleteInactiveTopicsMaxInactiveDurationSeconds, and per "
+        "brokerDeleteInactiveTopicsMode no subscriptions (or none with a backlog). A topic "
+        "with a subscription that has a backlog is never deleted. The next produce creates "
+        "it again (with allowAutoTopicCreation).",
+        origin=PULSAR_SAME,
+    )
+    brokerDeleteInactiveTopicsFrequencySeconds: int = key(
+        60,
+        INACTIVE,
+        "How often inactive topics are looked for (deleted, or unloaded: see below).",
+        unit="seconds",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    brokerDeleteInactiveTopicsMode: str = key(
+        "delete_when_no_subscriptions",
+        INACTIVE,
+        "Which inactive topics are deleted. delete_when_no_subscriptions: topics with no "
+        "subscriptions (and no producer); delete_when_subscriptions_caught_up: topics whose "
+        "subscriptions have no backlog and no client (they are deleted with the topic).",
+        choices=("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up"),
+        origin=PULSAR_SAME,
+    )
+    brokerDeleteInactiveTopicsMaxInactiveDurationSeconds: int = key(
+        -1,
+        INACTIVE,
+        "How long a topic must stay inactive before it is deleted or unloaded; -1: the "
+        "frequency above.",
+        unit="seconds",
+        origin="Pulsar: same key; Pulsar leaves it unset, which means the frequency.",
+        ge=-1,
+    )
+    brokerlabUnloadInactiveTopicsEnabled: bool = key(
+        True,
+        INACTIVE,
+        "Unload inactive topics that are not deleted (deletion off, or the mode keeps them), "
+        "as a bundle unload would: cursors and ledger closed durably, memory freed; the next "
+        "produce, consumer or admin call loads the topic again from storage.",
+        origin="brokerlab only (Pulsar keeps idle topics loaded; its load manager moves bundles).",
+    )
+
+    statsUpdateFrequencyInSecs: int = key(
+        60,
+        STATS,
+        "Period over which topic stats and /metrics rates (msgRateIn, "
+        "pulsar_ml_cache_hits_rate, ...) are computed and refreshed. The rules before "
+        "PIP-430 (legacy, and pip430 with cacheEvictionByExpectedReadCount=false) also "
+        "re-check every cursor's backlog at this period (Pulsar's checkBackloggedCursors). "
+        "The dashboard computes its own rates from counters, so it moves whatever this is.",
+        unit="seconds",
+        origin=PULSAR_SAME,
+        ge=1,
+    )
+    exposeTopicLevelMetricsInPrometheus: bool = key(
+        True,
+        STATS,
+        "Topic-labelled series in GET /metrics (backlog, rates, storage size and replay "
+        "queue per topic). Turn off for brokers with many topics: the scrape grows with "
+        "them.",
+        origin=PULSAR_SAME,
+    )
+    brokerlabMetricsMaxTopics: int = key(
+        1000,
+        STATS,
+        "With topic-level metrics, most topics given their own series: those with the "
+        "largest backlogs (ties: the larger storage size). The others are summed into one "
+        'series per metric labelled topic="_other" (brokerlab_metrics_topics_aggregated '
+        "says how many), so a scrape of 50,000 topics stays small and fast. 0: every topic "
+        "is aggregated.",
+        unit="topics",
+        origin="brokerlab only (Pulsar has no cap).",
+        ge=0,
+    )
+
+    brokerlabTraceDir: str = key(
+        "none",
+        TRACES,
+        "Write an access trace into this directory: Parquet files of what the entry cache "
+        "was asked (adds, reads with hit or miss, releases, replay adds, invalidations, "
+        "evictions, cursor activations; docs/trace-format.md), or none for no trace. "
+        "brokerlab loadgen --trace sets it for a broker it starts.",
+        unit="a directory path",
+        origin=BROKERLAB_ONLY,
+        min_length=1,
+    )
+    brokerlabTraceRollEvents: int = key(
+        100_000,
+        TRACES,
+        "Events per trace file; the buffer of one file is handed to a writer thread when full.",
+        unit="events",
+        origin=BROKERLAB_ONLY,
+        ge=1,
+    )
+    brokerlabTraceMaxPendingFiles: int = key(
+        4,
+        TRACES,
+        "Trace files waiting for the writer thread before new events are dropped (and "
+        "counted in brokerlab_trace_dropped_events_total and GET "
+        "/admin/v2/broker-stats/trace).",
+        unit="files",
+        origin=BROKERLAB_ONLY,
+        ge=1,
+    )
 
     @field_validator("managedLedgerCacheImplementation")
     @classmethod

@@ -1,4 +1,8 @@
-"""The aiohttp application: routes translate HTTP to broker calls and back."""
+"""The aiohttp application: routes translate HTTP to broker calls and back.
+
+Each handler's ``@api.operation(...)`` declares its operation of the HTTP contract
+(``broker/http/contract.py``): ``/openapi.json`` and the route sections of docs/api.md
+are rendered from these declarations (``python -m broker.http.apidoc --write``)."""
 
 from __future__ import annotations
 
@@ -383,10 +387,7 @@ async def produce(request: web.Request) -> web.Response:
     tag="subscriptions",
     summary="delete a subscription",
     redirect=TOPIC_OWNER,
-    success=Success(
-        204,
-        "deleted.",
-    ),
+    success=Success(204, "deleted."),
     errors={
         400: "bad topic or subscription name.",
         404: "unknown topic or subscription.",
@@ -415,10 +416,7 @@ async def delete_subscription(request: web.Request) -> web.Response:
     tag="subscriptions",
     summary="reset a cursor to a time",
     redirect=TOPIC_OWNER,
-    success=Success(
-        204,
-        "the cursor was moved.",
-    ),
+    success=Success(204, "the cursor was moved."),
     errors={
         400: "bad topic or subscription name; `timestampMs` not a non-negative integer.",
         404: "unknown topic or subscription.",
@@ -461,10 +459,7 @@ RESET_CURSOR_BODY = JsonBody[MessageIdRequest](MessageIdRequest, "Where to move 
     summary="reset a cursor to a message id",
     body=RESET_CURSOR_BODY,
     redirect=TOPIC_OWNER,
-    success=Success(
-        204,
-        "the cursor was moved.",
-    ),
+    success=Success(204, "the cursor was moved."),
     errors={
         400: "bad topic or subscription name; body not a JSON object; `messageId` missing or not "
         "`L:E`.",
@@ -507,11 +502,7 @@ CONSUMER_BODY = JsonBody[ConsumerRequest](ConsumerRequest, "Consumer settings.",
     summary="create a consumer",
     body=CONSUMER_BODY,
     redirect=TOPIC_OWNER,
-    success=Success(
-        200,
-        '`{"consumerId": "<opaque, unguessable>"}`.',
-        ConsumerCreated,
-    ),
+    success=Success(200, '`{"consumerId": "<opaque, unguessable>"}`.', ConsumerCreated),
     errors={
         400: "bad topic or subscription name; body not a JSON object; a field of the wrong type, "
         "an unknown enum value or out of range.",
@@ -708,10 +699,7 @@ ACK_BODY = JsonBody[AckRequest](AckRequest, "What to acknowledge.")
     tag="consumers",
     summary="acknowledge messages",
     body=ACK_BODY,
-    success=Success(
-        204,
-        "applied.",
-    ),
+    success=Success(204, "applied."),
     errors={
         400: "body not a JSON object; `messageIds` missing, empty or with an id that is neither "
         "`L:E` nor `L:E:I` (`3:17:x`, `3:17:-1`); unknown `ackType`; `Cumulative` on a Shared or "
@@ -786,10 +774,7 @@ NACK_BODY = JsonBody[MessageIdsRequest](MessageIdsRequest, "What to redeliver.")
     tag="consumers",
     summary="negatively acknowledge messages",
     body=NACK_BODY,
-    success=Success(
-        204,
-        "the listed messages are scheduled for redelivery.",
-    ),
+    success=Success(204, "the listed messages are scheduled for redelivery."),
     errors={
         400: "body not a JSON object; `messageIds` missing, empty or with an id that is neither "
         "`L:E` nor `L:E:I`. Nothing is redelivered.",
@@ -841,10 +826,7 @@ def _received(consumer: Consumer, position: Position) -> bool:
     "redeliverUnacknowledged",
     tag="consumers",
     summary="redeliver every unacked message",
-    success=Success(
-        204,
-        "done.",
-    ),
+    success=Success(204, "done."),
     errors={
         404: "unknown or closed consumer id.",
     },
@@ -869,10 +851,7 @@ async def redeliver_unacknowledged(request: web.Request) -> web.Response:
     "closeConsumer",
     tag="consumers",
     summary="close a consumer",
-    success=Success(
-        204,
-        "closed.",
-    ),
+    success=Success(204, "closed."),
     errors={
         404: "unknown or already closed consumer id.",
     },
@@ -899,11 +878,7 @@ async def close_consumer(request: web.Request) -> web.Response:
     "listTopics",
     tag="topics",
     summary="list the topics of a namespace",
-    success=Success(
-        200,
-        '`["persistent://t1/ns1/orders", ...]`.',
-        TopicList,
-    ),
+    success=Success(200, '`["persistent://t1/ns1/orders", ...]`.', TopicList),
     errors={
         400: "bad tenant or namespace name.",
         503: "storage fault or timeout while listing.",
@@ -935,10 +910,7 @@ FORCE_TOPIC_DELETE = FlagQuery("force", "Close connected consumers first.")
     summary="delete a topic",
     query=(FORCE_TOPIC_DELETE,),
     redirect=TOPIC_OWNER,
-    success=Success(
-        204,
-        "deleted.",
-    ),
+    success=Success(204, "deleted."),
     errors={
         400: "bad topic name; `force` not `true` or `false`.",
         404: "unknown topic.",
@@ -975,11 +947,7 @@ async def delete_topic(request: web.Request) -> web.Response:
     tag="topics",
     summary="topic stats",
     redirect=TOPIC_OWNER,
-    success=Success(
-        200,
-        "the stats object.",
-        TopicStats,
-    ),
+    success=Success(200, "the stats object.", TopicStats),
     errors={
         400: "bad topic name.",
         404: "unknown topic.",
@@ -1017,11 +985,7 @@ async def topic_stats(request: web.Request) -> web.Response:
     tag="topics",
     summary="managed-ledger internal stats",
     redirect=TOPIC_OWNER,
-    success=Success(
-        200,
-        "the internal stats object.",
-        PersistentTopicInternalStats,
-    ),
+    success=Success(200, "the internal stats object.", PersistentTopicInternalStats),
     errors={
         400: "bad topic name.",
         404: "unknown topic.",
@@ -1058,10 +1022,7 @@ OFFLOAD_BODY = JsonBody[MessageIdRequest](MessageIdRequest, "Offload closed ledg
     summary="offload to tiered storage",
     body=OFFLOAD_BODY,
     redirect=TOPIC_OWNER,
-    success=Success(
-        204,
-        "the ledgers are offloaded.",
-    ),
+    success=Success(204, "the ledgers are offloaded."),
     errors={
         400: "bad topic name; body not a JSON object; `messageId` missing or not `L:E`.",
         404: "unknown topic.",
@@ -1099,11 +1060,7 @@ async def offload(request: web.Request) -> web.Response:
     tag="topics",
     summary="offload status",
     redirect=TOPIC_OWNER,
-    success=Success(
-        200,
-        "the status object.",
-        OffloadStatus,
-    ),
+    success=Success(200, "the status object.", OffloadStatus),
     errors={
         400: "bad topic name.",
         404: "unknown topic.",
@@ -1175,12 +1132,7 @@ async def unload_namespace(request: web.Request) -> web.Response:
     "healthCheck",
     tag="broker",
     summary="health check",
-    success=Success(
-        200,
-        "`ok` (`text/plain`).",
-        {"type": "string", "enum": ["ok"]},
-        "text/plain",
-    ),
+    success=Success(200, "`ok` (`text/plain`).", {"type": "string", "enum": ["ok"]}, "text/plain"),
     down=False,
     errors={},
     description="""
@@ -1199,11 +1151,7 @@ async def health(request: web.Request) -> web.Response:
     "getCacheStats",
     tag="broker",
     summary="entry cache stats",
-    success=Success(
-        200,
-        "the cache stats object.",
-        CacheStats,
-    ),
+    success=Success(200, "the cache stats object.", CacheStats),
     down=False,
     errors={
         503: "the broker has not started yet (`brokerlab serve` opens its HTTP service a moment "
@@ -1258,11 +1206,7 @@ async def cache_stats(request: web.Request) -> web.Response:
     "getStorageStats",
     tag="broker",
     summary="storage stats",
-    success=Success(
-        200,
-        "the storage stats object.",
-        StorageStats,
-    ),
+    success=Success(200, "the storage stats object.", StorageStats),
     down=False,
     errors={},
     description="""
@@ -1293,11 +1237,7 @@ async def storage_stats(request: web.Request) -> web.Response:
     "getTraceStats",
     tag="broker",
     summary="access trace stats",
-    success=Success(
-        200,
-        "the trace stats object.",
-        TraceStats,
-    ),
+    success=Success(200, "the trace stats object.", TraceStats),
     down=False,
     errors={},
     description="""
@@ -1323,12 +1263,7 @@ async def trace_stats(request: web.Request) -> web.Response:
     "getMetrics",
     tag="broker",
     summary="Prometheus metrics",
-    success=Success(
-        200,
-        "Prometheus text exposition format.",
-        None,
-        "text/plain",
-    ),
+    success=Success(200, "Prometheus text exposition format.", None, "text/plain"),
     down=False,
     errors={},
     description="""
@@ -1422,12 +1357,7 @@ TOP_TOPICS = 10
     "getDashboard",
     tag="broker",
     summary="live dashboard",
-    success=Success(
-        200,
-        "the HTML page.",
-        None,
-        "text/html",
-    ),
+    success=Success(200, "the HTML page.", None, "text/html"),
     down=False,
     errors={},
     description="""
@@ -1451,11 +1381,7 @@ async def dashboard(request: web.Request) -> web.Response:
     "getDashboardData",
     tag="broker",
     summary="the dashboard's snapshot",
-    success=Success(
-        200,
-        "the snapshot object.",
-        DashboardData,
-    ),
+    success=Success(200, "the snapshot object.", DashboardData),
     errors={},
     description="""
         **Extension.** One snapshot of the counters the dashboard charts (the page computes
@@ -1530,11 +1456,7 @@ def _broker_summary(node: BrokerNode) -> dict[str, Any]:
     "listBrokers",
     tag="cluster",
     summary="the brokers of the cluster",
-    success=Success(
-        200,
-        "the array of brokers.",
-        {"type": "array", "items": schema_ref(Broker)},
-    ),
+    success=Success(200, "the array of brokers.", {"type": "array", "items": schema_ref(Broker)}),
     down=False,
     errors={},
     description="""
@@ -1582,11 +1504,7 @@ DOWNTIME_MS = IntQuery(
         RESTART_MODE,
         DOWNTIME_MS,
     ),
-    success=Success(
-        200,
-        "the broker, up again (asked of another broker).",
-        Broker,
-    ),
+    success=Success(200, "the broker, up again (asked of another broker).", Broker),
     down=False,
     errors={
         400: "`index` not a number, or not a broker of the cluster; `mode` not `graceful` or "
@@ -1646,11 +1564,7 @@ def _path_int(request: web.Request, name: str) -> int:
     "getOpenApi",
     tag="broker",
     summary="this contract as OpenAPI 3.1",
-    success=Success(
-        200,
-        "the OpenAPI document (JSON).",
-        {"type": "object"},
-    ),
+    success=Success(200, "the OpenAPI document (JSON).", {"type": "object"}),
     down=False,
     errors={},
     description="""
@@ -1681,10 +1595,7 @@ FAULT_BODY = JsonBody[FaultSetting](FaultSetting, "The fault.")
     tag="brokerlab",
     summary="set the fault of one storage operation",
     body=FAULT_BODY,
-    success=Success(
-        204,
-        "set.",
-    ),
+    success=Success(204, "set."),
     down=False,
     errors={
         400: "body not a JSON object; `operation` missing or unknown; `errorRate` or `delayMs` "
@@ -1726,10 +1637,7 @@ async def set_fault(request: web.Request) -> web.Response:
     "clearFaults",
     tag="brokerlab",
     summary="clear every fault",
-    success=Success(
-        204,
-        "every operation runs without injected faults again.",
-    ),
+    success=Success(204, "every operation runs without injected faults again."),
     down=False,
     errors={},
     description="""

@@ -7,6 +7,9 @@ Paths, verbs and JSON field names are Pulsar's (``admin/v2/PersistentTopics``,
 brokerlab's ``{"reason", "code"}``. Where Pulsar answers a status brokerlab has no code
 for (406 and 422 for a bad partition count), the nearest of ours is used and
 ``docs/api.md`` says so.
+
+Each handler's ``@api.operation(...)`` is its part of the contract, from which
+``/openapi.json`` and docs/api.md's route sections are rendered.
 """
 
 from __future__ import annotations
@@ -106,10 +109,7 @@ PARTITIONS_BODY = JsonBody[int](PartitionCount, "The number of partitions.")
     tag="partitioned topics",
     summary="create a partitioned topic",
     body=PARTITIONS_BODY,
-    success=Success(
-        204,
-        "created; no partition is loaded until used.",
-    ),
+    success=Success(204, "created; no partition is loaded until used."),
     errors={
         400: "bad topic name, or one ending in `-partition-<n>`; a body that is not a JSON "
         'integer (`"3"`, `3.0`, `true`, none); a count below 1 or over the limit; partition '
@@ -142,10 +142,7 @@ FORCE_UPDATE_PARTITIONS = FlagQuery("force", "Accepted; no effect.")
     summary="raise the partition count",
     query=(FORCE_UPDATE_PARTITIONS,),
     body=NEW_PARTITIONS_BODY,
-    success=Success(
-        204,
-        "the partitioned topic has that many partitions.",
-    ),
+    success=Success(204, "the partitioned topic has that many partitions."),
     errors={
         400: "bad topic name; a body that is not a JSON integer; a count below 1 or over "
         "`maxNumPartitionsPerPartitionedTopic`; `force` not `true` or `false`.",
@@ -184,11 +181,7 @@ CHECK_AUTO_CREATION = FlagQuery(
     tag="partitioned topics",
     summary="partitioned-topic metadata",
     query=(CHECK_AUTO_CREATION,),
-    success=Success(
-        200,
-        '`{"partitions": 3, "deleted": false}`.',
-        PartitionedTopicMetadata,
-    ),
+    success=Success(200, '`{"partitions": 3, "deleted": false}`.', PartitionedTopicMetadata),
     errors={
         400: "bad topic name; `checkAllowAutoCreation` not `true` or `false`.",
         404: "neither a topic nor a partitioned topic, and no auto-creation applies.",
@@ -227,10 +220,7 @@ FORCE_PARTITIONS_DELETE = FlagQuery("force", "Close connected consumers first.")
     tag="partitioned topics",
     summary="delete a partitioned topic",
     query=(FORCE_PARTITIONS_DELETE,),
-    success=Success(
-        204,
-        "deleted; the name is free again.",
-    ),
+    success=Success(204, "deleted; the name is free again."),
     errors={
         400: "bad topic name; `force` not `true` or `false`.",
         404: "not a partitioned topic.",
@@ -287,11 +277,7 @@ PER_PARTITION = FlagQuery("perPartition", "Include each partition's stats.", Tru
     tag="partitioned topics",
     summary="partitioned-topic stats",
     query=(PER_PARTITION,),
-    success=Success(
-        200,
-        "the stats object.",
-        PartitionedTopicStats,
-    ),
+    success=Success(200, "the stats object.", PartitionedTopicStats),
     errors={
         400: "bad topic name; `perPartition` not `true` or `false`.",
         404: "not a partitioned topic.",
@@ -328,11 +314,7 @@ async def partitioned_stats(request: web.Request) -> web.Response:
     "listPartitionedTopics",
     tag="partitioned topics",
     summary="list partitioned topics",
-    success=Success(
-        200,
-        "the names.",
-        NameList,
-    ),
+    success=Success(200, "the names.", NameList),
     errors={
         400: "bad tenant or namespace name.",
         503: "storage fault or timeout while reading partitioned topics.",
@@ -386,11 +368,7 @@ def _broker_url(request: web.Request) -> str | None:
     "lookupTopic",
     tag="lookup",
     summary="look a topic up",
-    success=Success(
-        200,
-        "the LookupData object.",
-        LookupData,
-    ),
+    success=Success(200, "the LookupData object.", LookupData),
     errors={
         400: "bad topic name.",
         404: "no such topic and `allowAutoTopicCreation=false`.",
@@ -450,11 +428,7 @@ async def lookup_topic(request: web.Request) -> web.Response:
     "getClusters",
     tag="tenants",
     summary="list clusters",
-    success=Success(
-        200,
-        '`["standalone"]`.',
-        NameList,
-    ),
+    success=Success(200, '`["standalone"]`.', NameList),
     down=False,
     errors={},
     description="""
@@ -471,11 +445,7 @@ async def list_clusters(request: web.Request) -> web.Response:
     "getTenants",
     tag="tenants",
     summary="list tenants",
-    success=Success(
-        200,
-        'the tenant names, sorted: `["public"]`.',
-        NameList,
-    ),
+    success=Success(200, 'the tenant names, sorted: `["public"]`.', NameList),
     errors={
         503: "storage fault or timeout.",
     },
@@ -497,10 +467,7 @@ TENANT_BODY = JsonBody[TenantInfo](TenantInfo, "The tenant (optional).", require
     tag="tenants",
     summary="create a tenant",
     body=TENANT_BODY,
-    success=Success(
-        204,
-        "created.",
-    ),
+    success=Success(204, "created."),
     errors={
         400: "bad tenant name; a body that is not a JSON object; a field of the wrong type; a "
         "cluster other than `clusterName`.",
@@ -532,11 +499,7 @@ async def create_tenant(request: web.Request) -> web.Response:
     "getTenant",
     tag="tenants",
     summary="a tenant's TenantInfo",
-    success=Success(
-        200,
-        '`{"adminRoles": [], "allowedClusters": ["standalone"]}`.',
-        TenantInfo,
-    ),
+    success=Success(200, '`{"adminRoles": [], "allowedClusters": ["standalone"]}`.', TenantInfo),
     errors={
         400: "bad tenant name.",
         404: "no such tenant.",
@@ -560,10 +523,7 @@ FORCE_TENANT_DELETE = FlagQuery("force", "Delete its namespaces first.")
     tag="tenants",
     summary="delete a tenant",
     query=(FORCE_TENANT_DELETE,),
-    success=Success(
-        204,
-        "deleted.",
-    ),
+    success=Success(204, "deleted."),
     errors={
         400: "bad tenant name; `force` not `true` or `false`.",
         404: "no such tenant.",
@@ -594,11 +554,7 @@ async def delete_tenant(request: web.Request) -> web.Response:
     "getNamespaces",
     tag="namespaces",
     summary="list a tenant's namespaces",
-    success=Success(
-        200,
-        '`tenant/namespace` names, sorted: `["public/default"]`.',
-        NameList,
-    ),
+    success=Success(200, '`tenant/namespace` names, sorted: `["public/default"]`.', NameList),
     errors={
         400: "bad tenant name.",
         404: "no such tenant.",
@@ -622,10 +578,7 @@ POLICIES_BODY = JsonBody[dict[str, Any]](NamespacePolicies, "Ignored (optional).
     tag="namespaces",
     summary="create a namespace",
     body=POLICIES_BODY,
-    success=Success(
-        204,
-        "created.",
-    ),
+    success=Success(204, "created."),
     errors={
         400: "bad tenant or namespace name; a body that is not a JSON object.",
         404: "no such tenant.",
@@ -654,10 +607,7 @@ FORCE_NAMESPACE_DELETE = FlagQuery("force", "Delete its topics first.")
     tag="namespaces",
     summary="delete a namespace",
     query=(FORCE_NAMESPACE_DELETE,),
-    success=Success(
-        204,
-        "deleted.",
-    ),
+    success=Success(204, "deleted."),
     errors={
         400: "bad tenant or namespace name; `force` not `true` or `false`.",
         404: "no such namespace.",
@@ -693,11 +643,7 @@ TOPICS_MODE = ChoiceQuery(
     tag="namespaces",
     summary="list a namespace's topics",
     query=(TOPICS_MODE,),
-    success=Success(
-        200,
-        '`["persistent://public/default/orders", ...]`.',
-        TopicList,
-    ),
+    success=Success(200, '`["persistent://public/default/orders", ...]`.', TopicList),
     errors={
         400: "bad tenant or namespace name; `mode` not one of the three.",
         503: "storage fault or timeout while listing.",
@@ -723,10 +669,7 @@ async def namespace_topics(request: web.Request) -> web.Response:
     "unloadNamespacePut",
     tag="namespaces",
     summary="unload a namespace (Pulsar's verb)",
-    success=Success(
-        204,
-        "every topic of the namespace is unloaded, as with `POST`.",
-    ),
+    success=Success(204, "every topic of the namespace is unloaded, as with `POST`."),
     errors={
         400: "bad tenant or namespace name.",
     },
@@ -748,10 +691,7 @@ async def unload_namespace(request: web.Request) -> web.Response:
     "unloadNamespaceBundle",
     tag="namespaces",
     summary="unload a namespace bundle",
-    success=Success(
-        204,
-        "unloaded and released.",
-    ),
+    success=Success(204, "unloaded and released."),
     errors={
         400: "bad tenant or namespace name; a bundle that is not one of the cluster's (the "
         "`reason` lists them).",
@@ -789,11 +729,7 @@ async def unload_bundle(request: web.Request) -> web.Response:
     tag="topics",
     summary="list subscriptions",
     redirect=PARTITION_OWNER,
-    success=Success(
-        200,
-        '`["billing", "shipping"]`.',
-        NameList,
-    ),
+    success=Success(200, '`["billing", "shipping"]`.', NameList),
     errors={
         400: "bad topic name.",
         404: "unknown topic.",
@@ -822,10 +758,7 @@ async def list_subscriptions(request: web.Request) -> web.Response:
     tag="topics",
     summary="unload a topic",
     redirect=PARTITION_OWNER,
-    success=Success(
-        204,
-        "unloaded.",
-    ),
+    success=Success(204, "unloaded."),
     errors={
         400: "bad topic name.",
         404: "neither a topic nor a partitioned topic.",
@@ -910,10 +843,7 @@ START_MESSAGE_ID = PatternQuery(
     query=(START_MESSAGE_ID,),
     body=SUBSCRIPTION_START_BODY,
     redirect=PARTITION_OWNER,
-    success=Success(
-        204,
-        "the subscription exists now, with no consumers.",
-    ),
+    success=Success(204, "the subscription exists now, with no consumers."),
     errors={
         400: "bad topic or subscription name; `messageId` not `earliest`, `latest` or `L:E`; a "
         "body that is not JSON, not one of the forms above, or given with `messageId`; a message "

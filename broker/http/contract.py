@@ -7,22 +7,31 @@ a request and to describe it in the OpenAPI document, so the two cannot disagree
 - :class:`JsonBody`: a JSON request body of a pydantic type (``broker/http/models.py``);
   ``read(request)`` parses and validates it in one pass, ``schema`` is where the
   document's schema comes from.
-- :class:`RouteTable`: aiohttp routes attached to operations of the contract by
-  operation id: a handler says which operation it implements and gets that operation's
-  method and path, so the routes served are the routes documented.
+- :class:`Operation`: one operation of the contract, declared once beside its handler
+  by :meth:`RouteTable.operation` (method, path, parameters, body, the success answer,
+  every error status with when it happens, a description in markdown). The OpenAPI
+  document (``broker/http/openapi.py``) and the route reference of ``docs/api.md``
+  (``broker/http/apidoc.py``) are both rendered from these declarations.
+- :class:`RouteTable`: the operations of one module, each registered as an aiohttp
+  route of its handler, so the routes served are the routes documented.
+
+Texts (descriptions, when-texts) are markdown, as docs/api.md shows them; links to
+sections of docs/api.md are written ``[Conventions](#conventions)``.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from aiohttp import web
 from pydantic import TypeAdapter, ValidationError
 
 from broker.dispatch.errors import InvalidRequestError
+from broker.http.errors import ERRORS
 from broker.http.parsing import decimal
 
 Json = dict[str, Any]
@@ -214,25 +223,148 @@ class JsonBody(Generic[T]):
             raise invalid_body(error) from None
 
 
+# --- operations --------------------------------------------------------------------------
+
+#: Path templates shared by many operations.
+TOPIC = "/persistent/{tenant}/{namespace}/{topic}"
+ADMIN_TOPIC = "/admin/v2" + TOPIC
+SUBSCRIPTION = ADMIN_TOPIC + "/subscription/{subscription}"
+NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
+CONSUMER = "/consumers/{consumerId}"
+
+#: Statuses any route can return (security); part of every operation.
+COMMON_ERRORS: dict[int, str] = {
+    401: "no token, or a token that is not valid (expired, badly signed, not "
+    "`Authorization: Bearer <token>`).",
+    403: "the token's role is not allowed this operation; or the `Host` is not a name of "
+    "this broker; or a page of another origin asks to change state.",
+}
+#: Statuses every route that changes state (any method but GET) can return.
+CHANGING_ERRORS: dict[int, str] = {
+    415: "its body is of a type a web page may send to any site without asking "
+    "(`text/plain`, a form type, or none): send `Content-Type: application/json`.",
+}
+#: The 503 of a route that needs this broker's service and lists no 503 of its own.
+DOWN = "this broker is down (restarting, or not started yet)."
+
+#: The 307 of a route serving a topic that another broker of the cluster may own.
+TOPIC_OWNER = (
+    "another broker of the cluster owns the topic: repeat the request at `Location` "
+    "(see [Conventions](#conventions))."
+)
+#: The 307 of a route that also takes a partitioned topic's name, which is never redirected.
+PARTITION_OWNER = (
+    TOPIC_OWNER.removesuffix(".") + "; never on a partitioned topic's name, whose "
+    "partitions are reached at their owners (see [Partitioned topics](#partitioned-topics))."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    """The answer of an operation that worked.
+
+    ``schema``: the type of a JSON answer (a model of ``broker/http/schemas.py``, which
+    the document has as a component), or a JSON schema written out; None for text. No
+    content at 204."""
+
+    status: int
+    when: str
+    schema: Any = None
+    media_type: str = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One operation of the HTTP contract: everything the OpenAPI document and
+    docs/api.md say about it. ``errors``: each error status the route itself can answer,
+    with when (the statuses of :data:`COMMON_ERRORS`, of :data:`CHANGING_ERRORS` and the
+    503 of ``down`` are added by the renderers). ``redirect``: when it answers 307.
+    ``down``: it needs this broker's service, so it answers 503 while the broker is
+    down; routes that answer from the process alone pass False."""
+
+    operation_id: str
+    method: str
+    path: str
+    tag: str
+    summary: str
+    success: Success
+    errors: Mapping[int, str]
+    description: str = ""
+    query: tuple[Query, ...] = ()
+    body: JsonBody[Any] | None = None
+    redirect: str | None = None
+    down: bool = True
+    handler: Handler | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        unknown = [status for status in self.errors if status not in ERRORS]
+        if unknown:
+            raise ValueError(f"{self.operation_id}: error statuses without a code: {unknown}")
+        if self.method != self.method.upper():
+            raise ValueError(f"{self.operation_id}: method {self.method!r} not upper case")
+
+    def error_statuses(self) -> dict[int, str]:
+        """Every error status of the operation and when, the shared ones included; the
+        503 of ``down`` as :data:`DOWN` unless the route lists its own 503."""
+        errors = dict(self.errors)
+        if self.down and 503 not in errors:
+            errors[503] = DOWN
+        errors |= COMMON_ERRORS
+        if self.method != "GET":
+            errors |= CHANGING_ERRORS
+        return dict(sorted(errors.items()))
+
+
 class RouteTable:
-    """The app's routes, each the implementation of one operation of the contract.
+    """The operations of one module of handlers, each served by one aiohttp route.
 
-    ``operations`` maps an operation id to its (method, path); ``implements(id)``
-    registers the decorated handler at them, once."""
+    ``operation(...)`` declares an operation and registers the decorated handler as its
+    route; ``operations`` lists them in declaration order."""
 
-    def __init__(self, operations: Mapping[str, tuple[str, str]]) -> None:
-        self.operations = operations
+    def __init__(self) -> None:
         self.routes = web.RouteTableDef()
-        self.implemented: dict[str, Handler] = {}
+        self.operations: list[Operation] = []
 
-    def implements(self, operation_id: str) -> Callable[[Handler], Handler]:
-        method, path = self.operations[operation_id]
+    def operation(
+        self,
+        method: str,
+        path: str,
+        operation_id: str,
+        *,
+        tag: str,
+        summary: str,
+        success: Success,
+        errors: Mapping[int, str],
+        description: str = "",
+        query: tuple[Query, ...] = (),
+        body: JsonBody[Any] | None = None,
+        redirect: str | None = None,
+        down: bool = True,
+    ) -> Callable[[Handler], Handler]:
+        """Declare an operation; the decorated handler implements it. Texts are markdown;
+        ``description`` is dedented (write it as an indented triple-quoted string)."""
 
         def register(handler: Handler) -> Handler:
-            if operation_id in self.implemented:
-                raise ValueError(f"operation {operation_id} is implemented twice")
-            self.implemented[operation_id] = handler
-            self.routes.route(method.upper(), path)(handler)
+            if any(known.operation_id == operation_id for known in self.operations):
+                raise ValueError(f"operation {operation_id} is declared twice")
+            self.operations.append(
+                Operation(
+                    operation_id,
+                    method,
+                    path,
+                    tag,
+                    summary,
+                    success,
+                    errors,
+                    inspect.cleandoc(description),
+                    query,
+                    body,
+                    redirect,
+                    down,
+                    handler,
+                )
+            )
+            self.routes.route(method, path)(handler)
             return handler
 
         return register

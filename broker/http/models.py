@@ -1,7 +1,7 @@
 """Request bodies of the HTTP contract, as typed dicts validated by pydantic.
 
 Each body is a ``TypedDict`` with pydantic's field constraints, and
-:class:`broker.http.openapi.JsonBody` wraps it for one operation: the handler reads the
+:class:`broker.http.contract.JsonBody` wraps it for one operation: the handler reads the
 body through it (``validate_json`` parses and checks in one pass, in Rust, strictly: no
 string-to-number or number-to-bool coercion) and the OpenAPI document takes the body's
 schema from the same type. Typed dicts rather than models: a 100-message produce

@@ -3,7 +3,10 @@
 Every case checks the status and code docs/api.md gives it, that the body is the
 documented ``{"reason", "code"}`` (never a 500, never a traceback), and that the rejected
 request changed nothing: no topic created, the seeded topic's ledger, cursors, backlogs
-and pending messages as they were.
+and pending messages as they were. Every error answer is also checked against the
+declaration of the operation the request reached (broker/http/app.py and
+pulsar_admin.py, from which docs/api.md and /openapi.json are rendered): its status
+must be one the operation lists.
 
 Paths are sent byte for byte (``..``, ``%2e%2e``, ``%2F`` reach the server as written),
 each request on its own connection so that one the server drops cannot spoil the next.
@@ -22,6 +25,8 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from broker.http.contract import Operation
+from broker.http.openapi import contract
 from tests.conftest import Client, LiveBroker, b64, unb64
 
 TENANT = "bad"
@@ -58,6 +63,30 @@ class Answer:
     content_type: str
     text: str
     body: Any  # parsed JSON, or None
+    method: str = ""
+    path: str = ""  # as sent, query included
+
+
+def _route_pattern(template: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"\\{\w+\\}", "[^/]+", re.escape(template)))
+
+
+#: every operation with its path as a pattern, in the order the app's router tries them
+ROUTES: list[tuple[Operation, re.Pattern[str]]] = [
+    (op, _route_pattern(op.path)) for op in contract()
+]
+
+
+def declared_statuses(method: str, path: str) -> set[int] | None:
+    """The statuses the operation ``method path`` reaches declares (success, redirect,
+    errors, the shared ones included); None when no operation has that path (404 or 405,
+    documented once for all routes)."""
+    bare = path.split("?", 1)[0]
+    for op, pattern in ROUTES:
+        if op.method == method and pattern.fullmatch(bare):
+            redirect = {307} if op.redirect is not None else set()
+            return {op.success.status, *redirect, *op.error_statuses()}
+    return None
 
 
 def encode(body: Any) -> bytes | None:
@@ -86,7 +115,15 @@ async def send(
         raw = await response.read()
         text = raw.decode(errors="replace")
         parsed = json.loads(raw) if response.content_type == "application/json" and raw else None
-        return Answer(response.status, dict(response.headers), response.content_type, text, parsed)
+        return Answer(
+            response.status,
+            dict(response.headers),
+            response.content_type,
+            text,
+            parsed,
+            method,
+            path,
+        )
 
 
 def assert_error(answer: Answer, status: int, code: str) -> None:
@@ -99,6 +136,12 @@ def assert_error(answer: Answer, status: int, code: str) -> None:
     assert body["code"] == code, body
     assert KEBAB_CASE.fullmatch(body["code"]), body
     assert isinstance(body["reason"], str) and body["reason"].strip(), body
+    declared = declared_statuses(answer.method, answer.path)
+    if declared is not None:
+        assert status in declared, (
+            f"{answer.method} {answer.path} answered {status}, which its operation does not "
+            f"declare: {sorted(declared)}"
+        )
 
 
 def admin(topic: str = EXISTING) -> str:

@@ -26,6 +26,7 @@ import pytest
 
 from broker.dispatch.errors import BrokerError
 from broker.http import codec
+from broker.http.app import PRODUCE_BODY
 from broker.http.codec import (
     ANSWER,
     MIN_BODY_BYTES,
@@ -34,7 +35,6 @@ from broker.http.codec import (
     CodecPool,
     default_codec_processes,
 )
-from broker.http.openapi import PRODUCE_BODY
 from broker.http.produce_encoding import encode_produce
 from tests.conftest import (
     BrokerProcessFactory,

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from broker.config import BrokerConfig
 from broker.dispatch.errors import InvalidRequestError, TooLargeError
-from broker.http.openapi import PRODUCE_BODY
+from broker.http.app import PRODUCE_BODY
 from broker.http.produce_encoding import (
     _encode_each,
     _payloads_only,

@@ -16,7 +16,7 @@ from broker.http import app as app_module
 from broker.http import pulsar_admin
 from broker.http.app import create_app
 from broker.http.models import SubscriptionType
-from broker.http.openapi import NOT_IN_SPEC, ROUTES, openapi_spec
+from broker.http.openapi import NOT_IN_SPEC, contract, openapi_spec
 from storage_stub.bookie.api import OPERATIONS
 from storage_stub.tiered.api import OBJECT_OPERATIONS
 from tests.conftest import make_settings
@@ -81,9 +81,13 @@ def test_the_routes_left_out_of_the_spec_are_the_websocket_upgrades(app: web.App
 
 
 def test_each_operation_has_exactly_one_handler() -> None:
-    implemented = [*app_module.api.implemented, *pulsar_admin.api.implemented]
-    assert len(implemented) == len(set(implemented)), "an operation implemented twice"
-    assert sorted(implemented) == sorted(ROUTES)
+    operations = contract()
+    ids = [op.operation_id for op in operations]
+    assert len(ids) == len(set(ids)), "an operation declared twice"
+    handlers = [op.handler for op in operations]
+    assert all(handlers) and len({id(handler) for handler in handlers}) == len(handlers)
+    declared = [*app_module.api.operations, *pulsar_admin.api.operations]
+    assert [op.operation_id for op in declared] == ids
 
 
 def test_a_path_parameter_is_declared_once_in_the_components(app: web.Application) -> None:

@@ -21,7 +21,6 @@ from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 from tests.dispatch.test_idle_topics import until
 
 TOPIC = TopicName("public", "default", "sessions")
-NO_DELAY = {"nack_delay_ms": 0}
 
 
 @pytest.fixture
@@ -170,7 +169,7 @@ async def test_an_ack_through_another_consumer_of_the_subscription_acks_for_its_
 async def test_nacking_two_messages_of_a_batch_redelivers_it_once(
     service: BrokerService,
 ) -> None:
-    consumer = await consumer_of(service, **NO_DELAY)
+    consumer = await consumer_of(service, nack_delay_ms=0)
     [position] = await publish(service, batch(b"a", b"b", b"c"))
     await receive(consumer, 1)
     await durable(consumer.acknowledge([], [(position, 0)], False))
@@ -180,7 +179,7 @@ async def test_nacking_two_messages_of_a_batch_redelivers_it_once(
 
 
 async def test_a_nack_of_an_id_never_given_redelivers_nothing(service: BrokerService) -> None:
-    consumer = await consumer_of(service, **NO_DELAY)
+    consumer = await consumer_of(service, nack_delay_ms=0)
     [position] = await publish(service, batch(b"a", b"b"))
     await receive(consumer, 1)
     consumer.negative_acknowledge([Position(99, 0)], [(position, 5)])
@@ -213,7 +212,7 @@ async def test_a_push_session_sends_against_permits_counted_in_messages(
     )
     assert isinstance(consumer, RecordingPushConsumer)
     released: list[tuple[str, int, int]] = []
-    consumer._released = lambda *event: released.append(event)  # type: ignore[misc]
+    consumer._released = lambda *event: released.append(event)
     positions = await publish(service, batch(b"a", b"b", b"c"), single(b"x"))
     assert consumer.sent == [] and consumer.available_permits == 0
 

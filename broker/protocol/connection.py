@@ -835,10 +835,16 @@ class Connection(asyncio.Protocol):
         positions = [Position(m.ledgerId, m.entryId) for m in request.message_ids]
         consumer.redeliver(positions or None)
 
-    def _seek(self, request: Any) -> None:
+    def _consumer_of(self, request: Any) -> BinaryConsumer | None:
+        """The consumer a request names; None after answering ConsumerNotFound."""
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
             self._error(request.request_id, ServerError.ConsumerNotFound, "consumer not found")
+        return consumer
+
+    def _seek(self, request: Any) -> None:
+        consumer = self._consumer_of(request)
+        if consumer is None:
             return
 
         async def seek() -> None:
@@ -858,9 +864,8 @@ class Connection(asyncio.Protocol):
         self._async(request.request_id, seek(), "seek")
 
     def _last_message_id(self, request: Any) -> None:
-        consumer = self.consumers.get(request.consumer_id)
+        consumer = self._consumer_of(request)
         if consumer is None:
-            self._error(request.request_id, ServerError.ConsumerNotFound, "consumer not found")
             return
 
         async def answer() -> None:
@@ -886,9 +891,8 @@ class Connection(asyncio.Protocol):
         self._async(request.request_id, answer(), "last message id")
 
     def _unsubscribe(self, request: Any) -> None:
-        consumer = self.consumers.get(request.consumer_id)
+        consumer = self._consumer_of(request)
         if consumer is None:
-            self._error(request.request_id, ServerError.ConsumerNotFound, "consumer not found")
             return
 
         async def unsubscribe() -> None:

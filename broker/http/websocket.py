@@ -54,7 +54,6 @@ from broker.dispatch.errors import (
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
-from broker.dispatch.topic import PersistentTopic
 from broker.http.app import CLOCK, METRICS, SETTINGS, topic_service
 from broker.http.b64 import decode_base64_strict
 from broker.http.contract import ChoiceQuery, FlagQuery, IntQuery
@@ -71,6 +70,7 @@ from broker.pulsar_api import MessageIdData
 from broker.session.consumer import ConsumerSession
 from broker.session.message_ids import MAX_INT64, WHOLE_ENTRY, start_of
 from broker.session.payload import check_key, check_payload
+from broker.session.producer import ProducerSession
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
 
@@ -918,16 +918,34 @@ def _context(body: dict[str, Any]) -> str | None:
     raise _ProducerError(FAILED_TO_DESERIALIZE_FROM_JSON, "context must be a string")
 
 
-class WebSocketProducer:
+class WebSocketProducer(ProducerSession):
     """A producer session. Messages are validated as they arrive (a bad one is
     answered at once and stores nothing); valid ones queue and are written group by
     group, one write in flight, each answered once its group is stored. With batching,
     a group's messages become batched entries of at most ``batch_max_messages``; a
-    group waits up to ``batch_delay_s`` after its first message to fill up.
+    group waits up to ``batch_delay_s`` after its first message to fill up. The
+    session gives messages their sequence ids.
 
     The session is one of its topic's producers, counted against maxProducersPerTopic
     as a binary producer is. When the topic unloads, the next write counts it again
     on the topic loaded anew, as Pulsar's WebSocket service's client reconnects."""
+
+    __slots__ = (
+        "_full",
+        "_queue",
+        "_wake",
+        "_writing",
+        "batch_delay_s",
+        "batch_max_messages",
+        "batching",
+        "clock",
+        "config",
+        "max_pending",
+        "metrics",
+        "partition",
+        "send_timeout_s",
+        "ws",
+    )
 
     def __init__(
         self,
@@ -942,15 +960,12 @@ class WebSocketProducer:
         batch_max_messages: int,
         batch_delay_ms: int,
     ) -> None:
+        super().__init__(topic_service(request, name), name, producer_name, first_sequence_id)
         self.ws = ws
-        self.service: BrokerService = topic_service(request, name)
         self.config: BrokerConfig = request.app[SETTINGS].broker
         self.clock = request.app[CLOCK]
         self.metrics = request.app[METRICS]
-        self.name = name
-        self.producer_name = producer_name
         self.partition = partition_index(name)
-        self.next_sequence_id = first_sequence_id
         self.send_timeout_s = send_timeout_ms / 1000
         self.max_pending = max_pending
         self.batching = batching
@@ -960,24 +975,6 @@ class WebSocketProducer:
         self._writing = 0
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
-        #: the topic this producer is counted in (None: not since it unloaded)
-        self.topic: PersistentTopic | None = None
-
-    def attach(self, topic: PersistentTopic) -> None:
-        """Count this producer among ``topic``'s: ProducerLimitError over
-        maxProducersPerTopic."""
-        self.service.add_producer(topic, self)
-        self.topic = topic
-
-    def close_from_broker(self) -> None:
-        """The topic unloads or is deleted (it forgets its producers)."""
-        self.topic = None
-
-    def detach(self) -> None:
-        """The session ends: its topic counts it no more."""
-        if self.topic is not None:
-            self.topic.producers.pop(self, None)
-            self.topic = None
 
     async def receive(self, text: str) -> None:
         """One message from the client: queued for a write, or refused at once."""
@@ -1093,21 +1090,19 @@ class WebSocketProducer:
                         send.event_time,
                         send.key,
                         send.properties,
-                        self.producer_name,
-                        self.next_sequence_id,
+                        self.name,
+                        self.sequence_ids(1),
                     )
                 )
                 sizes.append(0)
-                self.next_sequence_id += 1
             return entries, sizes
         max_size = self.config.maxMessageSize
         batch: list[BatchItem] = []
         nbytes = 0
 
         def close_batch() -> None:
-            entries.append(encode_batch(batch, now_ms, self.producer_name, self.next_sequence_id))
+            entries.append(encode_batch(batch, now_ms, self.name, self.sequence_ids(len(batch))))
             sizes.append(len(batch))
-            self.next_sequence_id += len(batch)
 
         for send in group:
             if batch and (
@@ -1128,10 +1123,7 @@ class WebSocketProducer:
             return
         entries, sizes = self._encode(group)
         try:
-            topic = await self.service.get_topic(self.name, create=True)
-            if topic is not self.topic:
-                self.detach()
-                self.attach(topic)  # loaded anew: counted again, as a reconnect
+            topic = await self.current_topic()  # loaded anew: counted again
         except _STORAGE_ERRORS as error:
             await self._fail(group, f"{type(error).__name__}: {error}")
             return

@@ -65,11 +65,11 @@ from broker.pulsar_api import (
 from broker.session.acks import mask_of, words_of
 from broker.session.consumer import PushConsumer
 from broker.session.message_ids import Start, start_of
+from broker.session.producer import ProducerSession
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
 
 if TYPE_CHECKING:
-    from broker.dispatch.topic import PersistentTopic
     from broker.protocol.server import ProtocolServer
 
 log = logging.getLogger(__name__)
@@ -115,27 +115,19 @@ def topic_name(text: str) -> TopicName:
     return TopicName.parse(text)
 
 
-class BinaryProducer:
-    """A producer of one connection on one topic. Sends queue in ``_queue``; one write
-    carries everything queued when it starts."""
+class BinaryProducer(ProducerSession):
+    """A producer session of one connection. Sends queue in ``_queue``; one write
+    carries everything queued when it starts. The client gives every message its
+    sequence id."""
 
-    __slots__ = (
-        "_connection",
-        "_failed",
-        "_queue",
-        "_writing",
-        "name",
-        "producer_id",
-        "topic",
-    )
+    __slots__ = ("_connection", "_failed", "_queue", "_writing", "producer_id")
 
     def __init__(
-        self, connection: Connection, producer_id: int, name: str, topic: PersistentTopic
+        self, connection: Connection, producer_id: int, name: str, topic_name: TopicName
     ) -> None:
+        super().__init__(connection.service, topic_name, name)
         self._connection = connection
         self.producer_id = producer_id
-        self.name = name
-        self.topic = topic
         #: (sequence id, highest sequence id, messages, entry) waiting for a write
         self._queue: list[tuple[int, int, int, bytes]] = []
         self._writing = False
@@ -162,7 +154,7 @@ class BinaryProducer:
                     continue
                 entries = [item[3] for item in group]
                 try:
-                    first = await self.topic.publish(entries, sum(item[2] for item in group))
+                    first = await self.publish(entries, sum(item[2] for item in group))
                 except (BookieError, ManagedLedgerError, BrokerError, OSError) as error:
                     # nothing of this group is stored; the ones queued behind it must not
                     # be either: the client resends all of them, in order
@@ -202,9 +194,6 @@ class BinaryProducer:
         command.close_producer.producer_id = self.producer_id
         command.close_producer.request_id = connection.next_request_id()
         connection.write_command(command)
-
-    def detach(self) -> None:
-        self.topic.producers.pop(self, None)
 
 
 class BinaryConsumer(PushConsumer):
@@ -687,10 +676,10 @@ class Connection(asyncio.Protocol):
                     if request.HasField("producer_name") and request.producer_name
                     else f"{self.server.config.clusterName}-0-{next(_producer_names)}"
                 )
-                producer = BinaryProducer(self, request.producer_id, producer_name, topic)
+                producer = BinaryProducer(self, request.producer_id, producer_name, name)
                 if self.closed:
                     return
-                self.service.add_producer(topic, producer)  # maxProducersPerTopic
+                producer.attach(topic)  # maxProducersPerTopic
                 self.producers[request.producer_id] = producer
             command = BaseCommand(type=Type.PRODUCER_SUCCESS)
             success = command.producer_success

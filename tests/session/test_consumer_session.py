@@ -4,35 +4,19 @@ behaviour is tested here once; the front ends' tests cover only their translatio
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
-from broker.clock import ManualClock
 from broker.dispatch.errors import InvalidRequestError, NotFoundError, PreconditionFailedError
 from broker.dispatch.names import TopicName
-from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfig
+from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.ledger.entry import Entry, encode_batch, encode_message
 from broker.ledger.position import Position
 from broker.session.consumer import ConsumerSession, PushConsumer
-from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 from tests.dispatch.test_idle_topics import until
 
 TOPIC = TopicName("public", "default", "sessions")
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[BrokerService]:
-    stream = create_stream(DEFAULT_DESIGN, CacheConfig(), ManualClock())
-    broker = BrokerService(
-        ServiceConfig(), InMemoryBookie(), InMemoryMetadataStore(), stream, ManualClock()
-    )
-    try:
-        yield broker
-    finally:
-        await broker.close()
 
 
 async def consumer_of(

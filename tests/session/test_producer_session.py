@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
-from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
-from broker.clock import ManualClock
 from broker.dispatch.errors import ProducerLimitError
 from broker.dispatch.names import TopicName
-from broker.dispatch.service import BrokerService, ServiceConfig
+from broker.dispatch.service import BrokerService
 from broker.ledger.entry import encode_message
 from broker.session.producer import ProducerSession
-from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 
 TOPIC = TopicName("public", "default", "producers")
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[BrokerService]:
-    stream = create_stream(DEFAULT_DESIGN, CacheConfig(), ManualClock())
-    broker = BrokerService(
-        ServiceConfig(max_producers_per_topic=1),
-        InMemoryBookie(),
-        InMemoryMetadataStore(),
-        stream,
-        ManualClock(),
-    )
-    try:
-        yield broker
-    finally:
-        await broker.close()
 
 
 async def test_a_topic_counts_its_producers_until_they_leave(service: BrokerService) -> None:

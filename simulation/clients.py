@@ -36,7 +36,6 @@ from collections import deque
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from broker.dispatch.consumer import Consumer as BrokerConsumer
 from broker.dispatch.errors import BrokerError as BrokerSideError
 from broker.dispatch.errors import UnavailableError
 from broker.dispatch.names import TopicName
@@ -46,6 +45,7 @@ from broker.http.errors import code_of, status_of
 from broker.ledger.entry import Entry, encode_message
 from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
+from broker.session.consumer import PushConsumer
 from broker.tasks import TaskOwner
 from loadgen.client import BrokerError, Unavailable
 from loadgen.keys import KeyDistributor, key_name
@@ -342,41 +342,20 @@ class ProducerClient:
 # ---------------------------------------------------------------------- consumers
 
 
-class SimulatedConsumer(BrokerConsumer):
-    """The broker's side of an in-process consumer: entries go straight to the client's
-    receiver queue when dispatched, against the permits the client grants, as the
-    binary front end's consumer writes them to its connection. A connected client is
-    never idle."""
+class SimulatedConsumer(PushConsumer):
+    """The broker's side of an in-process consumer: the binary front end's push
+    session (permits the client grants, each entry sent as it is handed over), whose
+    ``send`` puts the entry straight into the client's receiver queue. A connected
+    client is never idle."""
 
-    __slots__ = ("_avg_batch", "client", "permits")
+    __slots__ = ("client",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.permits = 0
-        self._avg_batch = 1.0
         self.client: ConsumerClient | None = None
-        self.polls = 1
 
-    @property
-    def available_permits(self) -> int:
-        """The permits in entries: divided by the messages per entry seen (unbatched
-        entries: the permits themselves). O(1)."""
-        permits = self.permits
-        if permits <= 0:
-            return 0
-        average = self._avg_batch
-        return permits if average == 1.0 else max(int(permits / average), 1)
-
-    def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
-        """Hand the entry to the client (the read the cache expected has happened). O(1)."""
-        position = entry.position
-        self._released(self.subscription.name, position.ledger_id, position.entry_id)
-        self.pending[position] = now_ns
-        messages = entry.messages
-        self.permits -= messages
-        if messages != 1 or self._avg_batch != 1.0:
-            self._avg_batch += (messages - self._avg_batch) * 0.1
-        self.count_out(entry, messages, redelivery_count)
+    def send(self, entry: Entry, redelivery_count: int) -> None:
+        """Into the client's receiver queue. O(1)."""
         client = self.client
         if client is not None:
             client.arrived(entry, redelivery_count)
@@ -646,10 +625,7 @@ class ConsumerClient:
         session = self.session
         if session is None:
             return
-        session.permits += permits
-        dispatcher = session.subscription.dispatcher
-        if dispatcher is not None:
-            dispatcher.wake()
+        session.grant(permits)
 
     # ------------------------------------------------------------------ receiving
 

@@ -33,7 +33,7 @@ _DISPATCHERS: dict[str, type[Dispatcher]] = {
 }
 
 
-async def _in_order(steps: list[Coroutine[Any, Any, None]]) -> None:
+async def in_order(steps: list[Coroutine[Any, Any, None]]) -> None:
     """Await every step in turn, each one's failure handling included, then raise the
     first error (one failed cursor write fails the steps that shared it)."""
     first: Exception | None = None
@@ -220,7 +220,7 @@ class Subscription:
         if whole:
             steps.append(self.begin_acknowledge(consumer, whole, cumulative))
         durable = [step for step in steps if step is not None]
-        return _in_order(durable) if durable else None
+        return in_order(durable) if durable else None
 
     async def acknowledge_batch_indexes(
         self, consumer: Consumer, acks: list[tuple[Position, int]]

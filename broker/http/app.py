@@ -19,9 +19,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.clock import Clock, SystemClock
 from broker.cluster import RESTART_MODES, BrokerNode, Cluster, Settings, http_url, service_config  # noqa: F401 (re-exported)
-from broker.dispatch.consumer import NOT_RECEIVED, Consumer
 from broker.dispatch.errors import (
     InvalidRequestError,
+    NotFoundError,
     UnavailableError,
 )
 from broker.dispatch.names import TopicName, check_name_part
@@ -75,7 +75,7 @@ from broker.http.schemas import (
 from broker.ledger.entry import (
     EntryFormatError,
 )
-from broker.ledger.position import Position
+from broker.session.consumer import ConsumerSession
 from storage_stub.bookie import Storage
 from storage_stub.bookie.faults import FaultInjector
 from storage_stub.tiered.api import OBJECT_OPERATIONS
@@ -236,9 +236,10 @@ def topic_service(request: web.Request, name: TopicName) -> BrokerService:
     return node.cluster.nodes[owner.index].running_service()
 
 
-class HttpConsumer(Consumer):
-    """A consumer made over HTTP: it belongs to the role that made it (None with
-    authentication off), and only that role may poll, ack or close it."""
+class HttpConsumer(ConsumerSession):
+    """A consumer made over HTTP, polled from the broker's receiver queue: it belongs
+    to the role that made it (None with authentication off), and only that role may
+    poll, ack or close it."""
 
     __slots__ = ("role",)
 
@@ -247,9 +248,12 @@ class HttpConsumer(Consumer):
         self.role: str | None = None
 
 
-def _consumer(request: web.Request, service: BrokerService | None = None) -> Consumer:
-    """The consumer of the path's id: 404 if unknown, 403 if another role's."""
+def _consumer(request: web.Request, service: BrokerService | None = None) -> HttpConsumer:
+    """The consumer of the path's id: 404 if unknown (or not an HTTP consumer), 403 if
+    another role's."""
     consumer = (service or _service(request)).consumer(request.match_info["consumerId"])
+    if not isinstance(consumer, HttpConsumer):
+        raise NotFoundError("consumer not found (it is not an HTTP consumer)")
     security.check_consumer_owner(request, consumer)
     return consumer
 
@@ -643,13 +647,12 @@ async def receive(request: web.Request) -> web.Response:
     delivered_ms = clock.wall_ms()
     observe = request.app[METRICS].dispatch_latency.observe
     subscription = consumer.subscription
-    ack_sets = subscription.ack_sets
     # each run of messages with one publish time is observed at once: same latency
     run_time = run_length = 0
     for delivery in deliveries:
         entry = delivery.entry
         try:
-            decoded = entry.decoded_messages()
+            decoded, batch_size = consumer.unacked_messages(entry)
         except EntryFormatError as error:
             log.warning(
                 "entry %s of %s is unreadable over HTTP: %s",
@@ -659,14 +662,7 @@ async def receive(request: web.Request) -> web.Response:
             )
             continue
         position = str(entry.position)
-        batched = decoded[0].batch_index >= 0
-        if batched:
-            subscription.batch_sizes[entry.position] = decoded[0].batch_size
-        remaining = ack_sets.get(entry.position, -1) if ack_sets else -1
         for message in decoded:
-            index = message.batch_index
-            if batched and not (remaining >> index) & 1:
-                continue  # acknowledged already (a batch-index ack): not delivered again
             if message.publish_time != run_time:
                 if run_length:
                     observe(max(delivered_ms - run_time, 0) / 1000, run_length)
@@ -674,7 +670,7 @@ async def receive(request: web.Request) -> web.Response:
                 run_length = 0
             run_length += 1
             out: dict[str, Any] = {
-                "messageId": f"{position}:{index}" if batched else position,
+                "messageId": f"{position}:{message.batch_index}" if batch_size else position,
                 "payload": _b64(message.payload),
                 "properties": message.properties,
                 "publishTime": message.publish_time,
@@ -743,22 +739,8 @@ async def acknowledge(request: web.Request) -> web.Response:
     consumer = _consumer(request)
     body = await ACK_BODY.read(request)
     whole, indexed = message_ids_with_index(body["messageIds"])
-    ack_type = body.get("ackType", "Individual")
-    subscription = consumer.subscription
-    cumulative = ack_type == "Cumulative"
-    partial: list[tuple[Position, int]] = []
-    sizes = subscription.batch_sizes
-    for position, index in indexed:
-        size = sizes.get(position, 0)
-        if index >= size:
-            if size == 0 and index == 0 and _received(consumer, position):
-                whole.append(position)  # message 0 of an unbatched entry: the entry
-            continue  # not a message this consumer was given: ignored, as unknown ids
-        everything = (1 << size) - 1
-        # what stays unacknowledged: all but this message, or (cumulative) all after it
-        acked = (2 << index) - 1 if cumulative else 1 << index
-        partial.append((position, everything & ~acked))
-    finish = subscription.begin_acknowledge_messages(consumer, whole, partial, cumulative)
+    cumulative = body.get("ackType", "Individual") == "Cumulative"
+    finish = consumer.acknowledge(whole, indexed, cumulative)
     if finish is not None:
         await finish
     return _no_content()
@@ -803,21 +785,8 @@ NACK_BODY = JsonBody[MessageIdsRequest](MessageIdsRequest, "What to redeliver.")
 async def negative_acknowledge(request: web.Request) -> web.Response:
     consumer = _consumer(request)
     whole, indexed = message_ids_with_index((await NACK_BODY.read(request))["messageIds"])
-    # a message of a batch: the entry is redelivered (its acked messages are skipped),
-    # once however many of its messages are listed; other indexes are unknown ids
-    positions = dict.fromkeys(whole)
-    sizes = consumer.subscription.batch_sizes
-    for position, index in indexed:
-        if index < sizes.get(position, 0) or (index == 0 and _received(consumer, position)):
-            positions[position] = None
-    consumer.subscription.negative_acknowledge(consumer, list(positions))
+    consumer.negative_acknowledge(whole, indexed)
     return _no_content()
-
-
-def _received(consumer: Consumer, position: Position) -> bool:
-    """Whether the consumer polled the entry (a batch still in its receiver queue has
-    no known size yet, so ``L:E:0`` cannot tell it from an unbatched entry)."""
-    return consumer.pending.get(position, NOT_RECEIVED) != NOT_RECEIVED
 
 
 @api.operation(
@@ -840,8 +809,7 @@ def _received(consumer: Consumer, position: Position) -> bool:
     """,
 )
 async def redeliver_unacknowledged(request: web.Request) -> web.Response:
-    consumer = _consumer(request)
-    consumer.subscription.redeliver_unacknowledged(consumer)
+    _consumer(request).redeliver(None)
     return _no_content()
 
 

@@ -33,6 +33,7 @@ from pydantic import TypeAdapter, ValidationError
 from broker.dispatch.errors import InvalidRequestError
 from broker.http.errors import ERRORS
 from broker.http.parsing import decimal
+from broker.session.options import flag
 
 Json = dict[str, Any]
 T = TypeVar("T")
@@ -95,19 +96,15 @@ class ChoiceQuery:
 
 @dataclass(frozen=True, slots=True)
 class FlagQuery:
-    """A boolean query parameter: ``true`` or ``false``."""
+    """A boolean query parameter: ``true`` or ``false``, spelled as
+    :func:`broker.session.options.flag` reads every client's booleans."""
 
     name: str
     description: str
     default: bool = False
 
     def read(self, request: web.Request) -> bool:
-        value = request.query.get(self.name)
-        if value is None:
-            return self.default
-        if value not in ("true", "false"):
-            raise InvalidRequestError(f"query parameter {self.name} must be true or false")
-        return value == "true"
+        return flag(self.name, request.query.get(self.name), self.default)
 
     def parameter(self) -> Json:
         return _parameter(self.name, self.description, {"type": "boolean", "default": self.default})

@@ -34,8 +34,6 @@ MESSAGE_ID_PATTERN = r"^[0-9]+:[0-9]+$"
 BATCH_MESSAGE_ID_PATTERN = r"^[0-9]+:[0-9]+(:[0-9]+)?$"
 INT32_MAX = 2_147_483_647
 INT64_MAX = 2**63 - 1
-#: the longest key a message may have, in UTF-8 bytes
-MAX_KEY_BYTES = 65535
 
 Int32 = Annotated[int, Field(json_schema_extra={"format": "int32"})]
 Int64 = Annotated[int, Field(json_schema_extra={"format": "int64"})]

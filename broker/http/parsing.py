@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import re
 
-from aiohttp import web
-
 from broker.dispatch.errors import InvalidRequestError
 from broker.ledger.position import Position
+from broker.session.message_ids import MAX_INT64
 
-#: ledger ids, entry ids and timestamps are Java longs in Pulsar
-MAX_INT64 = 2**63 - 1
+__all__ = ["MAX_INT64", "decimal", "message_id", "message_ids_with_index"]
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
 
@@ -24,18 +22,6 @@ def decimal(text: str) -> int | None:
         return None
     value = int(digits)
     return value if value <= MAX_INT64 else None
-
-
-def query_int(request: web.Request, name: str, default: int, minimum: int, maximum: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    value = decimal(raw)
-    if value is None:
-        raise InvalidRequestError(f"query parameter {name} must be a decimal integer")
-    if not minimum <= value <= maximum:
-        raise InvalidRequestError(f"{name} must be within {minimum}..{maximum}, got {value}")
-    return value
 
 
 def message_id(value: object, name: str = "messageId") -> Position:

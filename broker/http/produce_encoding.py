@@ -16,7 +16,7 @@ from pydantic_core import from_json
 
 from broker.dispatch.errors import InvalidRequestError, TooLargeError
 from broker.http.b64 import decode_all_strict, decode_base64_strict
-from broker.http.models import MAX_KEY_BYTES, ProduceRequest, ProducerMessage
+from broker.http.models import ProduceRequest, ProducerMessage
 from broker.ledger.entry import (
     BatchItem,
     encode_base64_payloads,
@@ -26,6 +26,7 @@ from broker.ledger.entry import (
     encode_message,
     encode_payloads,
 )
+from broker.session.payload import check_batch, check_key, check_payload
 
 _payload_of = operator.itemgetter("payload")
 
@@ -129,19 +130,14 @@ def encode_produce(
     payloads = _payloads_only(messages, max_size)
     if body.get("batch", False):
         if payloads is not None:
-            _check_batch_size(sum(map(len, payloads)), max_size)
+            check_batch(sum(map(len, payloads)), max_size)
             return [encode_batch_payloads(payloads, now_ms)], len(payloads)
         items = _validated(messages, max_size)
-        _check_batch_size(sum(len(item[0]) for item in items), max_size)
+        check_batch(sum(len(item[0]) for item in items), max_size)
         return [encode_batch(items, now_ms)], len(items)
     if payloads is not None:
         return encode_payloads(payloads, now_ms), 0
     return _encode_each(messages, max_size, now_ms), 0
-
-
-def _check_batch_size(payload_bytes: int, max_size: int) -> None:
-    if payload_bytes > max_size:
-        raise TooLargeError(f"the batch's payloads exceed maxMessageSize ({max_size} bytes)")
 
 
 def _encode_each(messages: list[ProducerMessage], max_size: int, now_ms: int) -> list[bytes]:
@@ -164,17 +160,13 @@ def _validated(messages: list[ProducerMessage], max_size: int) -> list[BatchItem
             payload = decode_base64_strict(message["payload"])
         except (binascii.Error, ValueError):
             raise InvalidRequestError(f"messages[{index}].payload is not valid base64") from None
-        if len(payload) > max_size:
-            raise TooLargeError(
-                f"messages[{index}] is {len(payload)} bytes; maxMessageSize is {max_size}"
-            )
+        check_payload(payload, max_size, f"messages[{index}]")
         if len(message) == 1:
             # only the payload: no optional field (the common case)
             decoded.append((payload, None, None, 0))
             continue
         key = message.get("key")
-        if key is not None and len(key) * 4 > MAX_KEY_BYTES and len(key.encode()) > MAX_KEY_BYTES:
-            raise InvalidRequestError(f"messages[{index}].key is over {MAX_KEY_BYTES} bytes")
+        check_key(key, f"messages[{index}]")
         decoded.append((payload, key, message.get("properties"), message.get("eventTime", 0)))
     return decoded
 

@@ -37,25 +37,28 @@ import re
 import secrets
 import time
 from collections import deque
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine
 from typing import Any
 
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from broker.config import BrokerConfig
-from broker.dispatch.consumer import NOT_RECEIVED, Consumer, Delivery
-from broker.dispatch.errors import BrokerError, InvalidRequestError
+from broker.dispatch.consumer import NOT_RECEIVED, Delivery
+from broker.dispatch.errors import (
+    BrokerError,
+    InvalidRequestError,
+    PreconditionFailedError,
+    TooLargeError,
+)
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
-from broker.dispatch.topic import PersistentTopic
 from broker.http.app import CLOCK, METRICS, SETTINGS, topic_service
 from broker.http.b64 import decode_base64_strict
-from broker.http.parsing import query_int
+from broker.http.contract import ChoiceQuery, FlagQuery, IntQuery
 from broker.ledger.entry import (
     BatchItem,
-    Entry,
     EntryFormatError,
     Message,
     encode_batch,
@@ -64,6 +67,10 @@ from broker.ledger.entry import (
 from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
 from broker.pulsar_api import MessageIdData
+from broker.session.consumer import ConsumerSession
+from broker.session.message_ids import MAX_INT64, WHOLE_ENTRY, start_of
+from broker.session.payload import check_key, check_payload
+from broker.session.producer import ProducerSession
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
 
@@ -86,7 +93,6 @@ MAX_RECEIVER_QUEUE_SIZE = 1000
 #: Pulsar's client refuses a shorter ack timeout (other than 0, no timeout)
 MIN_ACK_TIMEOUT_MS = 1000
 MAX_INT32 = 2**31 - 1
-MAX_INT64 = 2**63 - 1
 #: defaults of Pulsar's WebSocket producer (its documented query parameters)
 DEFAULT_SEND_TIMEOUT_MS = 30_000
 DEFAULT_MAX_PENDING_MESSAGES = 1000
@@ -204,21 +210,69 @@ def decode_message_id(value: object) -> Any:
     return data
 
 
-def _signed(value: int) -> int:
-    """A uint64 carrying a Java long (-1: Pulsar's earliest) back to its sign."""
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
 # ---------------------------------------------------------------------- query parameters
 
+# Pulsar's query parameters, read by the same declarations as the HTTP routes' (one
+# spelling of booleans, choices and integers for both front ends)
+RECEIVER_QUEUE_SIZE = IntQuery(
+    "receiverQueueSize", "Receiver queue (capped).", MAX_RECEIVER_QUEUE_SIZE, 0, MAX_INT32
+)
+SUBSCRIPTION_MODE = ChoiceQuery(
+    "subscriptionMode", "Durable only.", ("Durable", "NonDurable"), "Durable"
+)
+SUBSCRIPTION_TYPE = ChoiceQuery(
+    "subscriptionType", "Subscription type.", SUBSCRIPTION_TYPES, "Exclusive"
+)
+INITIAL_POSITION = ChoiceQuery(
+    "subscriptionInitialPosition",
+    "Where a new subscription starts.",
+    ("Latest", "Earliest"),
+    "Latest",
+)
+ACK_TIMEOUT = IntQuery("ackTimeoutMillis", "Ack timeout; 0: none.", 0, 0, MAX_INT32)
+PRIORITY_LEVEL = IntQuery("priorityLevel", "Priority level.", 0, 0, MAX_INT32)
+NACK_DELAY = IntQuery(
+    "negativeAckRedeliveryDelay", "Redelivery delay of a nack.", 60000, 0, MAX_INT32
+)
+PULL_MODE = FlagQuery("pullMode", "Messages only as permits allow.")
+COMPRESSION_TYPE = ChoiceQuery(
+    "compressionType", "NONE only.", ("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"), "NONE"
+)
+# they choose a partition of a partitioned topic; this topic is a single one
+ROUTING_MODE = ChoiceQuery(
+    "messageRoutingMode",
+    "Accepted; no effect.",
+    ("SinglePartition", "RoundRobinPartition", "CustomPartition"),
+    "SinglePartition",
+)
+HASHING_SCHEME = ChoiceQuery(
+    "hashingScheme", "Accepted; no effect.", ("JavaStringHash", "Murmur3_32Hash"), "JavaStringHash"
+)
+INITIAL_SEQUENCE_ID = IntQuery(
+    "initialSequenceId", "Sequence ids start after it.", 0, 0, MAX_INT64 - 1
+)
+SEND_TIMEOUT = IntQuery(
+    "sendTimeoutMillis", "Send timeout; 0: none.", DEFAULT_SEND_TIMEOUT_MS, 0, MAX_INT32
+)
+BATCHING = FlagQuery("batchingEnabled", "Group messages into batched entries.")
+BATCH_MAX_MESSAGES = IntQuery(
+    "batchingMaxMessages", "Messages in a batch.", DEFAULT_BATCH_MAX_MESSAGES, 1, MAX_INT32
+)
+BATCH_DELAY = IntQuery(
+    "batchingMaxPublishDelay", "Wait for a batch to fill.", DEFAULT_BATCH_DELAY_MS, 0, MAX_INT32
+)
+MAX_PENDING = IntQuery(
+    "maxPendingMessages", "Messages queued.", DEFAULT_MAX_PENDING_MESSAGES, 0, MAX_INT32
+)
 
-def _query_bool(request: web.Request, name: str, default: bool) -> bool:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    if raw.lower() not in ("true", "false"):
-        raise InvalidRequestError(f"query parameter {name} must be true or false")
-    return raw.lower() == "true"
+
+def _supported(query: ChoiceQuery, request: web.Request, supported: tuple[str, ...]) -> str:
+    """The choice, refused by name when brokerlab does not support it (rather than
+    ignored)."""
+    value = query.read(request)
+    if value not in supported:
+        raise InvalidRequestError(f"{query.name}={value} is not supported by brokerlab")
+    return value
 
 
 def _query_str(request: web.Request, name: str) -> str | None:
@@ -227,20 +281,6 @@ def _query_str(request: web.Request, name: str) -> str | None:
         return None
     if not 1 <= len(raw) <= 256:
         raise InvalidRequestError(f"query parameter {name} must be 1..256 characters long")
-    return raw
-
-
-def _query_choice(
-    request: web.Request, name: str, default: str, choices: Iterable[str], supported: Iterable[str]
-) -> str:
-    """One of ``choices``; one that brokerlab does not support (not in ``supported``)
-    is refused by name rather than ignored."""
-    raw = request.query.get(name, default)
-    choices = tuple(choices)
-    if raw not in choices:
-        raise InvalidRequestError(f"query parameter {name} must be one of {', '.join(choices)}")
-    if raw not in supported:
-        raise InvalidRequestError(f"{name}={raw} is not supported by brokerlab")
     return raw
 
 
@@ -336,15 +376,19 @@ class _AckWriter:
 
 class _ReceiverQueue(deque[Delivery]):
     """A consumer's receiver queue that counts the messages it holds (a batched entry
-    holds several), so that permits are messages as in Pulsar. O(1) per operation."""
+    holds several), so that permits are messages as in Pulsar, and the moving average
+    of messages per entry, to turn permits into entries. O(1) per operation."""
 
     def __init__(self) -> None:
         super().__init__()
         self.messages = 0
+        self.average = 1.0
 
     def append(self, delivery: Delivery) -> None:
         super().append(delivery)
-        self.messages += delivery.entry.messages
+        messages = delivery.entry.messages
+        self.messages += messages
+        self.average += (messages - self.average) * 0.1
 
     def popleft(self) -> Delivery:
         delivery = super().popleft()
@@ -368,19 +412,20 @@ class _Outgoing:
         self.publish_time = iso_time(messages[0].publish_time)
 
 
-class WebSocketConsumer(Consumer):
-    """A consumer whose client is a WebSocket session. The dispatcher fills the
-    receiver queue (at most ``receiver_queue_size`` messages: a batched entry takes as
-    many permits as it holds messages; the dispatcher reads ``available_permits``
-    entries, the free permits divided by the messages per entry seen). A sender task
-    takes the queue apart into messages and writes them while the client's window is
-    open: push mode, fewer than ``receiver_queue_size`` sent and neither acked nor
-    negatively acked; pull mode, permits granted by ``permit`` commands; a reader,
-    fewer sent than acks received, any command counting as an ack (as in Pulsar)."""
+class WebSocketConsumer(ConsumerSession):
+    """A consumer session whose client is a WebSocket session. The dispatcher fills the
+    session's receiver queue (at most ``receiver_queue_size`` messages: a batched entry
+    takes as many permits as it holds messages; the dispatcher reads
+    ``available_permits`` entries, the free permits divided by the messages per entry
+    seen). A sender task takes the queue apart into messages and writes them while the
+    client's window is open: push mode, fewer than ``receiver_queue_size`` sent and
+    neither acked nor negatively acked; pull mode, permits granted by ``permit``
+    commands; a reader, fewer sent than acks received, any command counting as an ack
+    (as in Pulsar). The sender waits on the session's ``_available`` event, which every
+    change that may open the window sets. State: O(entries sent and unacked)."""
 
     __slots__ = (
         "_acks",
-        "_avg_batch",
         "_current",
         "_owner",
         "_partition",
@@ -390,7 +435,6 @@ class WebSocketConsumer(Consumer):
         "_sent",
         "_skip",
         "_unacked_sent",
-        "_wake",
         "_window",
         "pull_mode",
         "ws",
@@ -399,9 +443,7 @@ class WebSocketConsumer(Consumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.queue = self._receiver_queue = _ReceiverQueue()
-        self._avg_batch = 1.0
         self._current: _Outgoing | None = None
-        self._wake = asyncio.Event()
         #: (entry, batch indexes) sent and neither acked nor negatively acked (push mode)
         self._sent: dict[Position, set[int]] = {}
         self._unacked_sent = 0
@@ -445,22 +487,12 @@ class WebSocketConsumer(Consumer):
     @property
     def available_permits(self) -> int:
         current = self._current
-        held = self._receiver_queue.messages + (len(current.messages) if current is not None else 0)
+        queue = self._receiver_queue
+        held = queue.messages + (len(current.messages) if current is not None else 0)
         permits = max(self.receiver_queue_size, 1) - held
         if permits <= 0:
             return 0
-        return max(int(permits / self._avg_batch), 1)
-
-    def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
-        """Into the receiver queue, pending until acked; the sender is woken. O(1)."""
-        position = entry.position
-        self._released(self.subscription.name, position.ledger_id, position.entry_id)
-        self.queue.append(Delivery(entry, redelivery_count))
-        self.pending[position] = NOT_RECEIVED
-        messages = entry.messages
-        self._avg_batch += (messages - self._avg_batch) * 0.1
-        self.count_out(entry, messages, redelivery_count)
-        self._wake.set()
+        return max(int(permits / queue.average), 1)
 
     def take_unacked(self) -> tuple[list[Position], set[Position]]:
         taken = super().take_unacked()
@@ -468,7 +500,7 @@ class WebSocketConsumer(Consumer):
         self._sent.clear()
         if not self._reader:
             self._unacked_sent = 0
-        self._wake.set()
+        self._available.set()
         return taken
 
     def detached(self) -> None:
@@ -487,15 +519,15 @@ class WebSocketConsumer(Consumer):
     def grant(self, permits: int) -> None:
         """Pull mode: the client's ``permit`` command."""
         self._permits += permits
-        self._wake.set()
+        self._available.set()
 
     def reader_ack(self) -> None:
         """A reader's client acked (whatever id it names): room for one more message."""
         if self._unacked_sent > 0:
             self._unacked_sent -= 1
-            self._wake.set()
+            self._available.set()
 
-    def release(self, position: Position, batch_index: int) -> None:
+    def client_done(self, position: Position, batch_index: int) -> None:
         """A sent message was acked or negatively acked: room in the window. -1: every
         message of the entry."""
         sent = self._sent.get(position)
@@ -512,7 +544,7 @@ class WebSocketConsumer(Consumer):
         if not sent:
             del self._sent[position]
         self._unacked_sent -= freed
-        self._wake.set()
+        self._available.set()
 
     def _window_open(self) -> bool:
         if self.pull_mode:
@@ -566,31 +598,22 @@ class WebSocketConsumer(Consumer):
         stale = self._sent.pop(position, None)
         if stale:
             self._unacked_sent -= len(stale)
-        subscription = self.subscription
+        skip = self._skip[1] if self._skip is not None and self._skip[0] == position else -1
         try:
-            decoded = entry.decoded_messages()
+            decoded, batch_size = self.unacked_messages(entry, skip)
         except EntryFormatError as error:
             log.warning(
                 "entry %s of %s is unreadable over WebSocket: %s",
                 position,
-                subscription.topic.name,
+                self.subscription.topic.name,
                 error,
             )
             return None
-        batch_size = 0
-        if decoded and decoded[0].batch_index >= 0:
-            batch_size = decoded[0].batch_size
-            subscription.batch_sizes[position] = batch_size
-            unacked = subscription.ack_sets.get(position, -1)
-            skip = self._skip[1] if self._skip is not None and self._skip[0] == position else -1
-            decoded = [
-                m for m in decoded if (unacked >> m.batch_index) & 1 and m.batch_index > skip
-            ]
         if not decoded:
             # nothing left to send of it (skipped by a reader's start, compacted out)
             self._entry_done(position)
             if not self._reader and self._acks is not None:
-                self._acks.add(subscription.begin_acknowledge(self, [position], False))
+                self._acks.add(self.acknowledge([position], [], False))
             return None
         return _Outgoing(delivery, deque(decoded), batch_size)
 
@@ -602,7 +625,7 @@ class WebSocketConsumer(Consumer):
         if dispatcher is not None:
             dispatcher.wake()
         if self._reader and self._acks is not None:
-            self._acks.add(self.subscription.begin_acknowledge(self, [position], False))
+            self._acks.add(self.acknowledge([position], [], False))
 
     def _render(self, current: _Outgoing, message: Message) -> dict[str, Any]:
         """A message as Pulsar's WebSocket API pushes it (its field order too)."""
@@ -626,7 +649,7 @@ class WebSocketConsumer(Consumer):
         return out
 
     async def _send_loop(self) -> None:
-        wake = self._wake
+        wake = self._available
         monotonic_ns = self.subscription.clock.monotonic_ns
         while True:
             wake.clear()
@@ -656,7 +679,7 @@ async def _serve_consumer(
     except BaseException:
         service.close_consumer(consumer)
         if reader:
-            await _drop_reader_subscription(consumer)
+            await consumer.drop_subscription()
         raise
     sockets = request.app[SOCKETS].sockets
     sockets.add(ws)
@@ -685,18 +708,8 @@ async def _serve_consumer(
         finally:
             await owner.close()
         if reader:
-            await _drop_reader_subscription(consumer)
+            await consumer.drop_subscription()
     return ws
-
-
-async def _drop_reader_subscription(consumer: Consumer) -> None:
-    subscription = consumer.subscription
-    try:
-        await subscription.topic.delete_subscription(subscription.name)
-    except BrokerError:
-        pass  # gone already (the topic was deleted)
-    except (BookieError, ManagedLedgerError, OSError) as error:
-        log.warning("reader subscription %s not deleted: %s", subscription.name, error)
 
 
 class _ConsumerCommands:
@@ -751,10 +764,13 @@ class _ConsumerCommands:
             message_id = decode_message_id(command.get("messageId"))
         except ValueError as error:
             return await self._refuse(str(error))
+        position = Position(message_id.ledgerId, message_id.entryId)
+        index = message_id.batch_index if message_id.HasField("batch_index") else WHOLE_ENTRY
+        whole, indexed = ([position], []) if index < 0 else ([], [(position, index)])
         if kind == "negativeAcknowledge":
-            self._negative_acknowledge(message_id)
+            self.consumer.negative_acknowledge(whole, indexed)
         else:
-            self._acknowledge(message_id)
+            self.acks.add(self.consumer.acknowledge(whole, indexed, False))
         return True
 
     async def _refuse(self, reason: str) -> bool:
@@ -763,64 +779,16 @@ class _ConsumerCommands:
         await _close_for(self.ws, FAILED_TO_DESERIALIZE_FROM_JSON, reason)
         return False
 
-    def _holder(self, position: Position) -> Consumer | None:
-        """The consumer of this subscription the message was given to: an ack may come
-        from another session of it, as Pulsar's broker allows. O(consumers)."""
-        consumer = self.consumer
-        if position in consumer.pending:
-            return consumer
-        for other in consumer.subscription.consumers:
-            if position in other.pending:
-                return other
-        return None
-
-    def _acknowledge(self, message_id: Any) -> None:
-        position = Position(message_id.ledgerId, message_id.entryId)
-        index = message_id.batch_index if message_id.HasField("batch_index") else -1
-        holder = self._holder(position)
-        if holder is None:
-            return  # not pending anywhere: acked already, or unknown; ignored
-        if isinstance(holder, WebSocketConsumer):
-            holder.release(position, index)
-        subscription = holder.subscription
-        if index >= 0:
-            size = subscription.batch_sizes.get(position, 0)
-            if index < size:
-                unacked = ((1 << size) - 1) & ~(1 << index)
-                self.acks.add(
-                    subscription.begin_acknowledge_batch_indexes(holder, [(position, unacked)])
-                )
-                return
-            if size or index or holder.pending[position] == NOT_RECEIVED:
-                return  # not a message the client was given
-        self.acks.add(subscription.begin_acknowledge(holder, [position], False))
-
-    def _negative_acknowledge(self, message_id: Any) -> None:
-        position = Position(message_id.ledgerId, message_id.entryId)
-        index = message_id.batch_index if message_id.HasField("batch_index") else -1
-        holder = self._holder(position)
-        if holder is None:
-            return
-        if isinstance(holder, WebSocketConsumer):
-            holder.release(position, index)
-        # a message of a batch: the entry comes again (its acked messages skipped)
-        holder.subscription.negative_acknowledge(holder, [position])
-
     async def _unsubscribe(self) -> bool:
         """Delete the subscription (none of its other consumers may be connected) and
         end the session."""
         consumer = self.consumer
-        subscription = consumer.subscription
-        if any(other is not consumer for other in subscription.consumers):
-            await _close_for(
-                self.ws, UNKNOWN_ERROR, f"subscription {subscription.name} has other consumers"
-            )
-            return False
         consumer.unbind()
-        self.service.close_consumer(consumer)
-        await self.acks.flush()
         try:
-            await subscription.topic.delete_subscription(subscription.name)
+            await consumer.unsubscribe(self.service, False, self.acks.flush())
+        except PreconditionFailedError as error:
+            await _close_for(self.ws, UNKNOWN_ERROR, str(error))
+            return False
         except _STORAGE_ERRORS as error:
             await _close_for(self.ws, UNKNOWN_ERROR, f"unsubscribe failed: {error}")
             return False
@@ -829,8 +797,7 @@ class _ConsumerCommands:
 
 
 def _receiver_queue_size(request: web.Request) -> int:
-    size = query_int(request, "receiverQueueSize", MAX_RECEIVER_QUEUE_SIZE, 0, MAX_INT32)
-    return min(size, MAX_RECEIVER_QUEUE_SIZE)
+    return min(RECEIVER_QUEUE_SIZE.read(request), MAX_RECEIVER_QUEUE_SIZE)
 
 
 @routes.get("/ws/v2/consumer" + _TOPIC + "/{subscription}")
@@ -839,33 +806,23 @@ async def consumer_session(request: web.Request) -> web.StreamResponse:
     name = _topic(request)
     subscription = check_name_part("subscription", request.match_info["subscription"])
     _refuse(request, "maxRedeliverCount", "deadLetterTopic")
-    _query_choice(request, "subscriptionMode", "Durable", ("Durable", "NonDurable"), ("Durable",))
-    ack_timeout_ms = query_int(request, "ackTimeoutMillis", 0, 0, MAX_INT32)
+    _supported(SUBSCRIPTION_MODE, request, ("Durable",))
+    ack_timeout_ms = ACK_TIMEOUT.read(request)
     if 0 < ack_timeout_ms < MIN_ACK_TIMEOUT_MS:
         raise InvalidRequestError(
             f"ackTimeoutMillis must be 0 (none) or at least {MIN_ACK_TIMEOUT_MS}"
         )
-    sub_type = request.query.get("subscriptionType", "Exclusive")
-    if sub_type not in SUBSCRIPTION_TYPES:
-        raise InvalidRequestError(
-            f"query parameter subscriptionType must be one of {', '.join(SUBSCRIPTION_TYPES)}"
-        )
+    sub_type = SUBSCRIPTION_TYPE.read(request)
     options = ConsumerOptions(
         name=_query_str(request, "consumerName"),
         subscription_type=sub_type,
         receiver_queue_size=_receiver_queue_size(request),
-        initial_position=_query_choice(
-            request,
-            "subscriptionInitialPosition",
-            "Latest",
-            ("Latest", "Earliest"),
-            ("Latest", "Earliest"),
-        ),
-        priority_level=query_int(request, "priorityLevel", 0, 0, MAX_INT32),
+        initial_position=INITIAL_POSITION.read(request),
+        priority_level=PRIORITY_LEVEL.read(request),
         ack_timeout_ms=ack_timeout_ms,
-        nack_delay_ms=query_int(request, "negativeAckRedeliveryDelay", 60000, 0, MAX_INT32),
+        nack_delay_ms=NACK_DELAY.read(request),
     )
-    pull_mode = _query_bool(request, "pullMode", False)
+    pull_mode = PULL_MODE.read(request)
     consumer = await topic_service(request, name).create_consumer(
         name, subscription, options, WebSocketConsumer
     )
@@ -887,11 +844,12 @@ def _reader_start(request: web.Request) -> tuple[str, Position | None, tuple[Pos
         raise InvalidRequestError(
             f"query parameter messageId must be earliest, latest or a base64 message id: {error}"
         ) from None
-    ledger_id, entry_id = _signed(given.ledgerId), _signed(given.entryId)
-    if ledger_id < 0:
+    start = start_of(given.ledgerId, given.entryId)
+    if start == "earliest":
         return "Earliest", None, None
-    if ledger_id >= MAX_INT64:
+    if start == "latest":
         return "Latest", None, None
+    ledger_id, entry_id = start
     if given.HasField("batch_index") and given.batch_index >= 0:
         position = Position(ledger_id, max(entry_id, 0))
         return "Latest", position, (position, given.batch_index)
@@ -960,16 +918,34 @@ def _context(body: dict[str, Any]) -> str | None:
     raise _ProducerError(FAILED_TO_DESERIALIZE_FROM_JSON, "context must be a string")
 
 
-class WebSocketProducer:
+class WebSocketProducer(ProducerSession):
     """A producer session. Messages are validated as they arrive (a bad one is
     answered at once and stores nothing); valid ones queue and are written group by
     group, one write in flight, each answered once its group is stored. With batching,
     a group's messages become batched entries of at most ``batch_max_messages``; a
-    group waits up to ``batch_delay_s`` after its first message to fill up.
+    group waits up to ``batch_delay_s`` after its first message to fill up. The
+    session gives messages their sequence ids.
 
     The session is one of its topic's producers, counted against maxProducersPerTopic
     as a binary producer is. When the topic unloads, the next write counts it again
     on the topic loaded anew, as Pulsar's WebSocket service's client reconnects."""
+
+    __slots__ = (
+        "_full",
+        "_queue",
+        "_wake",
+        "_writing",
+        "batch_delay_s",
+        "batch_max_messages",
+        "batching",
+        "clock",
+        "config",
+        "max_pending",
+        "metrics",
+        "partition",
+        "send_timeout_s",
+        "ws",
+    )
 
     def __init__(
         self,
@@ -984,15 +960,12 @@ class WebSocketProducer:
         batch_max_messages: int,
         batch_delay_ms: int,
     ) -> None:
+        super().__init__(topic_service(request, name), name, producer_name, first_sequence_id)
         self.ws = ws
-        self.service: BrokerService = topic_service(request, name)
         self.config: BrokerConfig = request.app[SETTINGS].broker
         self.clock = request.app[CLOCK]
         self.metrics = request.app[METRICS]
-        self.name = name
-        self.producer_name = producer_name
         self.partition = partition_index(name)
-        self.next_sequence_id = first_sequence_id
         self.send_timeout_s = send_timeout_ms / 1000
         self.max_pending = max_pending
         self.batching = batching
@@ -1002,24 +975,6 @@ class WebSocketProducer:
         self._writing = 0
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
-        #: the topic this producer is counted in (None: not since it unloaded)
-        self.topic: PersistentTopic | None = None
-
-    def attach(self, topic: PersistentTopic) -> None:
-        """Count this producer among ``topic``'s: ProducerLimitError over
-        maxProducersPerTopic."""
-        self.service.add_producer(topic, self)
-        self.topic = topic
-
-    def close_from_broker(self) -> None:
-        """The topic unloads or is deleted (it forgets its producers)."""
-        self.topic = None
-
-    def detach(self) -> None:
-        """The session ends: its topic counts it no more."""
-        if self.topic is not None:
-            self.topic.producers.pop(self, None)
-            self.topic = None
 
     async def receive(self, text: str) -> None:
         """One message from the client: queued for a write, or refused at once."""
@@ -1085,11 +1040,11 @@ class WebSocketProducer:
                 raise _ProducerError(
                     UNKNOWN_ERROR, f"delayed delivery ({field}) is not supported by brokerlab"
                 )
-        max_size = self.config.maxMessageSize
-        if len(payload) > max_size:
-            raise _ProducerError(
-                UNKNOWN_ERROR, f"message is {len(payload)} bytes; maxMessageSize is {max_size}"
-            )
+        try:
+            check_payload(payload, self.config.maxMessageSize, "message")
+            check_key(key, "message")
+        except (TooLargeError, InvalidRequestError) as error:
+            raise _ProducerError(UNKNOWN_ERROR, str(error)) from None
         return _Send(payload, key, properties, event_time, context, time.monotonic())
 
     async def _answer_error(self, error: int, reason: str, context: str | None) -> None:
@@ -1135,21 +1090,19 @@ class WebSocketProducer:
                         send.event_time,
                         send.key,
                         send.properties,
-                        self.producer_name,
-                        self.next_sequence_id,
+                        self.name,
+                        self.sequence_ids(1),
                     )
                 )
                 sizes.append(0)
-                self.next_sequence_id += 1
             return entries, sizes
         max_size = self.config.maxMessageSize
         batch: list[BatchItem] = []
         nbytes = 0
 
         def close_batch() -> None:
-            entries.append(encode_batch(batch, now_ms, self.producer_name, self.next_sequence_id))
+            entries.append(encode_batch(batch, now_ms, self.name, self.sequence_ids(len(batch))))
             sizes.append(len(batch))
-            self.next_sequence_id += len(batch)
 
         for send in group:
             if batch and (
@@ -1170,10 +1123,7 @@ class WebSocketProducer:
             return
         entries, sizes = self._encode(group)
         try:
-            topic = await self.service.get_topic(self.name, create=True)
-            if topic is not self.topic:
-                self.detach()
-                self.attach(topic)  # loaded anew: counted again, as a reconnect
+            topic = await self.current_topic()  # loaded anew: counted again
         except _STORAGE_ERRORS as error:
             await self._fail(group, f"{type(error).__name__}: {error}")
             return
@@ -1224,47 +1174,24 @@ async def producer_session(request: web.Request) -> web.StreamResponse:
     _check_upgrade(request)
     name = _topic(request)
     _refuse(request, "encryptionKeys")
-    _query_choice(
-        request,
-        "compressionType",
-        "NONE",
-        ("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"),
-        ("NONE",),
-    )
-    # they choose a partition of a partitioned topic; this topic is a single one
-    _query_choice(
-        request,
-        "messageRoutingMode",
-        "SinglePartition",
-        ("SinglePartition", "RoundRobinPartition", "CustomPartition"),
-        ("SinglePartition", "RoundRobinPartition", "CustomPartition"),
-    )
-    _query_choice(
-        request,
-        "hashingScheme",
-        "JavaStringHash",
-        ("JavaStringHash", "Murmur3_32Hash"),
-        ("JavaStringHash", "Murmur3_32Hash"),
-    )
+    _supported(COMPRESSION_TYPE, request, ("NONE",))
+    ROUTING_MODE.read(request)
+    HASHING_SCHEME.read(request)
     broker = request.app[SETTINGS].broker
     producer_name = _query_str(request, "producerName") or (
         f"{broker.clusterName}-ws-{next(_producer_names)}"
     )
-    initial_sequence_id = query_int(request, "initialSequenceId", 0, 0, MAX_INT64 - 1)
+    initial_sequence_id = INITIAL_SEQUENCE_ID.read(request)
     first_sequence_id = initial_sequence_id + 1 if "initialSequenceId" in request.query else 0
-    send_timeout_ms = query_int(request, "sendTimeoutMillis", DEFAULT_SEND_TIMEOUT_MS, 0, MAX_INT32)
-    batching = _query_bool(request, "batchingEnabled", False)
+    send_timeout_ms = SEND_TIMEOUT.read(request)
+    batching = BATCHING.read(request)
     max_pending = DEFAULT_MAX_PENDING_MESSAGES
     batch_max_messages, batch_delay_ms = 1, 0
     if batching:
         # as Pulsar, these are read only for a batching producer
-        batch_max_messages = query_int(
-            request, "batchingMaxMessages", DEFAULT_BATCH_MAX_MESSAGES, 1, MAX_INT32
-        )
-        batch_delay_ms = query_int(
-            request, "batchingMaxPublishDelay", DEFAULT_BATCH_DELAY_MS, 0, MAX_INT32
-        )
-        max_pending = query_int(request, "maxPendingMessages", max_pending, 0, MAX_INT32)
+        batch_max_messages = BATCH_MAX_MESSAGES.read(request)
+        batch_delay_ms = BATCH_DELAY.read(request)
+        max_pending = MAX_PENDING.read(request)
     service = topic_service(request, name)
     ws = _new_socket(request)
     producer = WebSocketProducer(

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from broker.auth.errors import AuthenticationError
 from broker.auth.service import TOKEN_METHOD
-from broker.dispatch.consumer import Consumer
 from broker.dispatch.errors import (
     BrokerError,
     ConflictError,
@@ -63,11 +62,14 @@ from broker.pulsar_api import (
     ServerError,
     Type,
 )
+from broker.session.acks import mask_of, words_of
+from broker.session.consumer import PushConsumer
+from broker.session.message_ids import Start, start_of
+from broker.session.producer import ProducerSession
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
 
 if TYPE_CHECKING:
-    from broker.dispatch.topic import PersistentTopic
     from broker.protocol.server import ProtocolServer
 
 log = logging.getLogger(__name__)
@@ -113,27 +115,19 @@ def topic_name(text: str) -> TopicName:
     return TopicName.parse(text)
 
 
-class BinaryProducer:
-    """A producer of one connection on one topic. Sends queue in ``_queue``; one write
-    carries everything queued when it starts."""
+class BinaryProducer(ProducerSession):
+    """A producer session of one connection. Sends queue in ``_queue``; one write
+    carries everything queued when it starts. The client gives every message its
+    sequence id."""
 
-    __slots__ = (
-        "_connection",
-        "_failed",
-        "_queue",
-        "_writing",
-        "name",
-        "producer_id",
-        "topic",
-    )
+    __slots__ = ("_connection", "_failed", "_queue", "_writing", "producer_id")
 
     def __init__(
-        self, connection: Connection, producer_id: int, name: str, topic: PersistentTopic
+        self, connection: Connection, producer_id: int, name: str, topic_name: TopicName
     ) -> None:
+        super().__init__(connection.service, topic_name, name)
         self._connection = connection
         self.producer_id = producer_id
-        self.name = name
-        self.topic = topic
         #: (sequence id, highest sequence id, messages, entry) waiting for a write
         self._queue: list[tuple[int, int, int, bytes]] = []
         self._writing = False
@@ -160,7 +154,7 @@ class BinaryProducer:
                     continue
                 entries = [item[3] for item in group]
                 try:
-                    first = await self.topic.publish(entries, sum(item[2] for item in group))
+                    first = await self.publish(entries, sum(item[2] for item in group))
                 except (BookieError, ManagedLedgerError, BrokerError, OSError) as error:
                     # nothing of this group is stored; the ones queued behind it must not
                     # be either: the client resends all of them, in order
@@ -201,55 +195,34 @@ class BinaryProducer:
         command.close_producer.request_id = connection.next_request_id()
         connection.write_command(command)
 
-    def detach(self) -> None:
-        self.topic.producers.pop(self, None)
 
+class BinaryConsumer(PushConsumer):
+    """A consumer whose receiver queue is the client's: the session's permits are the
+    ones the client grants with FLOW, and each entry handed over goes out as a MESSAGE
+    frame."""
 
-class BinaryConsumer(Consumer):
-    """A consumer whose receiver queue is the client's: entries go out as MESSAGE frames
-    when dispatched, against the permits the client grants with FLOW. Permits count
-    messages (a batch takes as many as it holds, as in Pulsar); the dispatcher reads
-    ``available_permits`` entries, the permits divided by the messages per entry seen."""
-
-    __slots__ = ("_active", "_avg_batch", "_connection", "client_id", "non_durable", "permits")
+    __slots__ = ("_active", "_connection", "client_id", "non_durable")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.permits = 0
-        self._avg_batch = 1.0
         self.client_id = 0
         self._connection: Connection | None = None
         self._active: bool | None = None
         #: a reader's subscription, deleted when it closes
         self.non_durable = False
-        # a connected client is never idle: its connection tells when it is gone
-        self.polls = 1
 
     def bind(self, connection: Connection, client_id: int) -> None:
         self._connection = connection
         self.client_id = client_id
 
-    @property
-    def available_permits(self) -> int:
-        permits = self.permits
-        if permits <= 0:
-            return 0
-        return max(int(permits / self._avg_batch), 1)
-
-    def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
-        """Write the entry to the client as a MESSAGE frame. O(len(entry)) in the kernel's
-        copy; the Python work is the command (about 2 us)."""
-        position = entry.position
-        self._released(self.subscription.name, position.ledger_id, position.entry_id)
-        self.pending[position] = now_ns
-        data = entry.data
-        messages = entry.messages
-        self.permits -= messages
-        self._avg_batch += (messages - self._avg_batch) * 0.1
-        self.count_out(entry, messages, redelivery_count)
+    def send(self, entry: Entry, redelivery_count: int) -> None:
+        """Write the entry to the client as a MESSAGE frame, with what is left of a
+        partly acked batch. O(len(entry)) in the kernel's copy; the Python work is the
+        command (about 2 us)."""
         connection = self._connection
         if connection is None or connection.closed:
             return
+        position = entry.position
         command = BaseCommand(type=Type.MESSAGE)
         message = command.message
         message.consumer_id = self.client_id
@@ -261,8 +234,8 @@ class BinaryConsumer(Consumer):
         if ack_sets and connection.batch_index_acks:
             remaining = ack_sets.get(position)
             if remaining is not None:
-                message.ack_set.extend(_words(remaining))
-        connection.write_payload(command, data)
+                message.ack_set.extend(words_of(remaining))
+        connection.write_payload(command, entry.data)
 
     def detached(self) -> None:
         connection = self._connection
@@ -285,24 +258,6 @@ class BinaryConsumer(Consumer):
         command.active_consumer_change.consumer_id = self.client_id
         command.active_consumer_change.is_active = active
         connection.write_command(command)
-
-
-def _words(mask: int) -> list[int]:
-    """A bit mask as Pulsar's ack set: signed 64-bit words, lowest first."""
-    words = []
-    while mask:
-        word = mask & 0xFFFF_FFFF_FFFF_FFFF
-        words.append(word - (1 << 64) if word >= 1 << 63 else word)
-        mask >>= 64
-    return words or [0]
-
-
-def _mask(words: Any) -> int:
-    """Pulsar's ack set words as one bit mask."""
-    mask = 0
-    for index, word in enumerate(words):
-        mask |= (word & 0xFFFF_FFFF_FFFF_FFFF) << (64 * index)
-    return mask
 
 
 #: the data of an AUTH_CHALLENGE that asks for new credentials (Pulsar's AuthData
@@ -721,10 +676,10 @@ class Connection(asyncio.Protocol):
                     if request.HasField("producer_name") and request.producer_name
                     else f"{self.server.config.clusterName}-0-{next(_producer_names)}"
                 )
-                producer = BinaryProducer(self, request.producer_id, producer_name, topic)
+                producer = BinaryProducer(self, request.producer_id, producer_name, name)
                 if self.closed:
                     return
-                self.service.add_producer(topic, producer)  # maxProducersPerTopic
+                producer.attach(topic)  # maxProducersPerTopic
                 self.producers[request.producer_id] = producer
             command = BaseCommand(type=Type.PRODUCER_SUCCESS)
             success = command.producer_success
@@ -772,10 +727,10 @@ class Connection(asyncio.Protocol):
             if request.consumer_id in self.consumers:
                 self._success(request.request_id)  # a retried SUBSCRIBE
                 return
-            start: Position | str = "earliest" if request.initialPosition == 1 else "latest"
+            start: Start = "earliest" if request.initialPosition == 1 else "latest"
             if request.HasField("start_message_id"):
                 given = request.start_message_id
-                start = _start_position(Position(_signed(given.ledgerId), _signed(given.entryId)))
+                start = start_of(given.ledgerId, given.entryId)
             options = ConsumerOptions(
                 name=request.consumer_name or None,
                 subscription_type=sub_type,
@@ -811,16 +766,12 @@ class Connection(asyncio.Protocol):
         consumer = self.consumers.get(flow.consumer_id)
         if consumer is None:
             return
-        consumer.permits += flow.messagePermits
-        dispatcher = consumer.subscription.dispatcher
-        if dispatcher is not None:
-            dispatcher.wake()
+        consumer.grant(flow.messagePermits)
 
     def _ack(self, ack: Any) -> None:
         consumer = self.consumers.get(ack.consumer_id)
         if consumer is None or not ack.message_id:
             return
-        subscription = consumer.subscription
         cumulative = ack.ack_type == ACK_CUMULATIVE
         whole: list[Position] = []
         partial: list[tuple[Position, int]] = []
@@ -829,14 +780,14 @@ class Connection(asyncio.Protocol):
             if message_id.ack_set:
                 if not self.batch_index_acks:
                     continue  # Pulsar keeps no ack sets then: the client acks the entry
-                partial.append((position, _mask(message_id.ack_set)))
+                partial.append((position, mask_of(message_id.ack_set)))
             else:
                 whole.append(position)
 
         # applied now, in the order commands arrive (an ack, then a close or a
         # redelivery, must not redeliver what was acked); made durable in the background
         try:
-            finish = subscription.begin_acknowledge_messages(consumer, whole, partial, cumulative)
+            finish = consumer.acknowledge_sets(whole, partial, cumulative)
         except BrokerError as error:  # cumulative on Shared, say: Pulsar ignores it
             log.warning("ack from %s ignored: %s", self.peer, error)
             return
@@ -870,41 +821,31 @@ class Connection(asyncio.Protocol):
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
             return
-        subscription = consumer.subscription
-        if request.message_ids:
-            positions = [Position(m.ledgerId, m.entryId) for m in request.message_ids]
-            subscription.redeliver_now(consumer, positions)
-        else:
-            subscription.redeliver_unacknowledged(consumer)
+        positions = [Position(m.ledgerId, m.entryId) for m in request.message_ids]
+        consumer.redeliver(positions or None)
 
-    def _seek(self, request: Any) -> None:
+    def _consumer_of(self, request: Any) -> BinaryConsumer | None:
+        """The consumer a request names; None after answering ConsumerNotFound."""
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
             self._error(request.request_id, ServerError.ConsumerNotFound, "consumer not found")
+        return consumer
+
+    def _seek(self, request: Any) -> None:
+        consumer = self._consumer_of(request)
+        if consumer is None:
             return
 
         async def seek() -> None:
-            subscription = consumer.subscription
             if request.HasField("message_publish_time"):
-                target = await subscription.topic.find_position_by_publish_time(
-                    request.message_publish_time
-                )
+                await consumer.seek(publish_time_ms=request.message_publish_time)
             elif request.HasField("message_id"):
                 given = request.message_id
-                start = _start_position(Position(_signed(given.ledgerId), _signed(given.entryId)))
-                target = (
-                    start
-                    if isinstance(start, Position)
-                    else subscription.topic.ledger.first_position()
-                    if start == "earliest"
-                    else subscription.topic.ledger.next_position(
-                        subscription.topic.ledger.last_confirmed
-                    )
-                )
+                await consumer.seek(start_of(given.ledgerId, given.entryId))
             else:
                 raise InvalidRequestError("SEEK without a message id or publish time")
-            await subscription.reset_cursor(target)
             self._success(request.request_id)
+            subscription = consumer.subscription
             # as Pulsar: the subscription's consumers reconnect and read from there
             for member in list(subscription.consumers):
                 self.service.close_consumer(member)
@@ -912,9 +853,8 @@ class Connection(asyncio.Protocol):
         self._async(request.request_id, seek(), "seek")
 
     def _last_message_id(self, request: Any) -> None:
-        consumer = self.consumers.get(request.consumer_id)
+        consumer = self._consumer_of(request)
         if consumer is None:
-            self._error(request.request_id, ServerError.ConsumerNotFound, "consumer not found")
             return
 
         async def answer() -> None:
@@ -940,22 +880,13 @@ class Connection(asyncio.Protocol):
         self._async(request.request_id, answer(), "last message id")
 
     def _unsubscribe(self, request: Any) -> None:
-        consumer = self.consumers.get(request.consumer_id)
+        consumer = self._consumer_of(request)
         if consumer is None:
-            self._error(request.request_id, ServerError.ConsumerNotFound, "consumer not found")
             return
 
         async def unsubscribe() -> None:
-            subscription = consumer.subscription
-            others = [c for c in subscription.consumers if c is not consumer]
-            if others and not request.force:
-                raise PreconditionFailedError(
-                    f"subscription {subscription.name} has other connected consumers"
-                )
-            for member in [*others, consumer]:
-                self.service.close_consumer(member)
+            await consumer.unsubscribe(self.service, request.force)
             self.consumers.pop(request.consumer_id, None)
-            await subscription.topic.delete_subscription(subscription.name)
             self._success(request.request_id)
 
         self._async(request.request_id, unsubscribe(), "unsubscribe")
@@ -979,20 +910,8 @@ class Connection(asyncio.Protocol):
             self._drop_subscription(consumer)
 
     def _drop_subscription(self, consumer: BinaryConsumer) -> None:
-        subscription = consumer.subscription
-        if subscription.consumers:
-            return
-        topic = subscription.topic
-
-        async def drop() -> None:
-            try:
-                await topic.delete_subscription(subscription.name)
-            except BrokerError:
-                pass  # gone already, or a consumer came back
-            except (BookieError, OSError) as error:
-                log.warning("reader subscription %s not deleted: %s", subscription.name, error)
-
-        self.server.spawn(drop(), "drop reader subscription")
+        if not consumer.subscription.consumers:
+            self.server.spawn(consumer.drop_subscription(), "drop reader subscription")
 
     def _consumer_stats(self, request: Any) -> None:
         consumer = self.consumers.get(request.consumer_id)
@@ -1023,18 +942,3 @@ class Connection(asyncio.Protocol):
             self.write_command(command)
 
         self._async(request.request_id, answer(), "topics of namespace")
-
-
-def _signed(value: int) -> int:
-    """A uint64 field carrying -1 (Pulsar's earliest) back to -1."""
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _start_position(position: Position) -> Position | str:
-    """A client's start message id: Pulsar's earliest (-1:-1) and latest (max:max)
-    markers as names, else the position."""
-    if position.ledger_id < 0:
-        return "earliest"
-    if position.ledger_id >= (1 << 63) - 1:
-        return "latest"
-    return position

@@ -839,7 +839,6 @@ async def test_deleting_a_subscription_with_a_connected_consumer_is_412(
     "query",
     [
         pytest.param("?force=yes", id="force-yes"),
-        pytest.param("?force=TRUE", id="force-uppercase"),
         pytest.param("?force=1", id="force-digit"),
         pytest.param("?force=", id="force-empty"),
     ],
@@ -849,7 +848,17 @@ async def test_topic_delete_with_a_bad_force_is_400(exclusive: WithConsumer, que
     await exclusive.assert_unchanged()
 
 
-@pytest.mark.parametrize("query", ["", "?force=false"])
+async def test_force_in_capitals_is_true_as_every_boolean_of_http_and_websocket(
+    exclusive: WithConsumer,
+) -> None:
+    """One spelling of booleans for the HTTP routes and the WebSocket handshake:
+    ``true``/``false`` in any letter case."""
+    answer = await send(exclusive.client, "DELETE", admin() + "?force=TRUE")
+    assert answer.status == 204, (answer.status, answer.text)
+    assert_error(await send(exclusive.client, "GET", admin() + "/stats"), 404, "not-found")
+
+
+@pytest.mark.parametrize("query", ["", "?force=false", "?force=False"])
 async def test_deleting_a_topic_with_a_connected_consumer_is_412(
     exclusive: WithConsumer, query: str
 ) -> None:

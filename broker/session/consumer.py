@@ -1,0 +1,304 @@
+"""The consumer session every front end shares.
+
+:class:`ConsumerSession` is a dispatch :class:`~broker.dispatch.consumer.Consumer` with
+what a client does to it: what it is given of an entry (a batch's messages not acked
+yet), acks by entry, by message of a batch (batch-index acks) or cumulative, nacks,
+redelivery, seek, unsubscribe, a reader's subscription dropped. Its receiver queue is
+the broker's (the HTTP routes poll it, the WebSocket sender takes from it): the
+dispatch consumer's ``deliver`` hands entries over into it, with the cache's
+``released`` event.
+
+:class:`PushConsumer` is a session whose receiver queue is the client's (the binary
+protocol, the virtual-time clients): the client grants permits (messages) and each
+entry is written out as it is handed over, through :meth:`PushConsumer.send`.
+
+Messages are named by ``(entry position, batch index)``; batch index -1
+(``WHOLE_ENTRY``) names the entry. A batch-index ack needs the batch's size: the
+session records it on the subscription (``Subscription.batch_sizes``) when it gives the
+client the batch's messages, in :meth:`ConsumerSession.unacked_messages`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from broker.dispatch.consumer import NOT_RECEIVED, Consumer
+from broker.dispatch.errors import BrokerError, PreconditionFailedError
+from broker.dispatch.subscription import in_order
+from broker.ledger.entry import Entry, Message
+from broker.ledger.managed_ledger import ManagedLedgerError
+from broker.ledger.position import Position
+from broker.session.acks import unacked_after
+from broker.session.message_ids import WHOLE_ENTRY, Start
+from storage_stub.bookie.api import BookieError
+
+if TYPE_CHECKING:
+    from broker.dispatch.service import BrokerService
+
+log = logging.getLogger(__name__)
+
+#: what a message id names: (entry position, batch index or -1 for the whole entry)
+MessageRef = tuple[Position, int]
+
+
+class ConsumerSession(Consumer):
+    """A client's consumer on a subscription. Every operation costs what its
+    docstring says plus the subscription's own work; none allocates per message
+    handed over."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ what the client sees
+
+    def unacked_messages(self, entry: Entry, after_index: int = -1) -> tuple[list[Message], int]:
+        """The messages of ``entry`` to give the client, decoded once (kept on the
+        entry), and the batch's size (0: unbatched). Of a batch, only the messages not
+        acknowledged yet (batch-index acks) and after ``after_index`` (a reader that
+        starts inside the batch); the size is recorded for the acks that will name
+        them. O(messages in the entry); the decoded list itself when nothing is left
+        out. EntryFormatError for bytes that are not an entry."""
+        decoded = entry.decoded_messages()
+        if not decoded or decoded[0].batch_index < 0:
+            return decoded, 0
+        size = decoded[0].batch_size
+        subscription = self.subscription
+        position = entry.position
+        subscription.batch_sizes[position] = size
+        ack_sets = subscription.ack_sets
+        unacked = ack_sets.get(position, -1) if ack_sets else -1
+        if unacked == -1 and after_index < 0:
+            return decoded, size
+        kept = [
+            m for m in decoded if (unacked >> m.batch_index) & 1 and m.batch_index > after_index
+        ]
+        return kept, size
+
+    def received(self, position: Position) -> bool:
+        """Whether the client has the entry (not still in the broker's receiver queue,
+        where a batch's size is not known yet). O(1)."""
+        return self.pending.get(position, NOT_RECEIVED) != NOT_RECEIVED
+
+    def holder_of(self, position: Position) -> Consumer | None:
+        """The consumer of this subscription the entry was handed to: this one, or
+        another (a message may be acked through another consumer of the subscription,
+        as Pulsar's broker allows). O(1) when it is this one, else O(consumers)."""
+        if position in self.pending:
+            return self
+        for other in self.subscription.consumers:
+            if position in other.pending:
+                return other
+        return None
+
+    def client_done(self, position: Position, batch_index: int) -> None:
+        """The client acked or nacked a message it was given (a front end that
+        limits what is sent and not acked frees room here). O(1)."""
+
+    # ------------------------------------------------------------------ acks
+
+    def acknowledge(
+        self, whole: list[Position], indexed: list[MessageRef], cumulative: bool
+    ) -> Coroutine[Any, Any, None] | None:
+        """Acknowledge what the client names: ``whole`` entries and ``indexed``
+        messages (entry, batch index). A message of a batch leaves the rest of the
+        batch unacknowledged (cumulative: the messages after it); message 0 of an
+        unbatched entry the client has names the entry; any other index the client was
+        not given is ignored, as an unknown id. Applied at once, in call order;
+        returns what makes it durable (None: nothing to do). InvalidRequestError,
+        before anything changes, for a cumulative ack on Shared or Key_Shared.
+        O(ids + pending entries for a cumulative ack)."""
+        self._tell_holders(whole, indexed)
+        sizes = self.subscription.batch_sizes
+        partial: list[tuple[Position, int]] = []
+        for position, index in indexed:
+            size = sizes.get(position, 0)
+            if index < size:
+                partial.append((position, unacked_after(size, index, cumulative)))
+            elif size == 0 and index == 0 and self._received_here(position):
+                whole.append(position)
+        return self.acknowledge_sets(whole, partial, cumulative)
+
+    def acknowledge_sets(
+        self, whole: list[Position], partial: list[tuple[Position, int]], cumulative: bool
+    ) -> Coroutine[Any, Any, None] | None:
+        """Acknowledge ``whole`` entries and messages of batches as Pulsar's ack sets
+        say them: (entry, mask of what stays unacknowledged). An individual ack of an
+        entry handed to another consumer of the subscription acknowledges it there.
+        As :meth:`acknowledge` otherwise. O(ids)."""
+        subscription = self.subscription
+        if not cumulative:
+            for position in whole:
+                if position not in self.pending:
+                    return self._acknowledge_by_holder(whole, partial)
+            for position, _ in partial:
+                if position not in self.pending:
+                    return self._acknowledge_by_holder(whole, partial)
+        return subscription.begin_acknowledge_messages(self, whole, partial, cumulative)
+
+    def _acknowledge_by_holder(
+        self, whole: list[Position], partial: list[tuple[Position, int]]
+    ) -> Coroutine[Any, Any, None] | None:
+        """Individual acks split by the consumer each entry was handed to. O(ids x
+        consumers)."""
+        groups: dict[Consumer, tuple[list[Position], list[tuple[Position, int]]]] = {}
+        for position in whole:
+            holder = self.holder_of(position)
+            if holder is not None:
+                groups.setdefault(holder, ([], []))[0].append(position)
+        for position, mask in partial:
+            holder = self.holder_of(position)
+            if holder is not None:
+                groups.setdefault(holder, ([], []))[1].append((position, mask))
+        begin = self.subscription.begin_acknowledge_messages
+        steps = [begin(holder, w, p, False) for holder, (w, p) in groups.items()]
+        durable = [step for step in steps if step is not None]
+        return in_order(durable) if durable else None
+
+    def _tell_holders(self, whole: list[Position], indexed: list[MessageRef]) -> None:
+        """:meth:`client_done` on the session each named message was handed to."""
+        for position in whole:
+            holder = self.holder_of(position)
+            if isinstance(holder, ConsumerSession):
+                holder.client_done(position, WHOLE_ENTRY)
+        for position, index in indexed:
+            holder = self.holder_of(position)
+            if isinstance(holder, ConsumerSession):
+                holder.client_done(position, index)
+
+    def _received_here(self, position: Position) -> bool:
+        holder = self.holder_of(position)
+        return holder is not None and holder.pending[position] != NOT_RECEIVED
+
+    def negative_acknowledge(self, whole: list[Position], indexed: list[MessageRef]) -> None:
+        """Redeliver what the client names after its consumer's nack delay, one
+        redelivery more. A message of a batch redelivers its entry (the messages
+        acked meanwhile are left out then), once however many of its messages are
+        named; ids the client was not given are ignored. O(ids)."""
+        self._tell_holders(whole, indexed)
+        positions = dict.fromkeys(whole)
+        sizes = self.subscription.batch_sizes
+        for position, index in indexed:
+            if index < sizes.get(position, 0) or (index == 0 and self._received_here(position)):
+                positions[position] = None
+        by_holder: dict[Consumer, list[Position]] = {}
+        for position in positions:
+            holder = self.holder_of(position)
+            if holder is not None:
+                by_holder.setdefault(holder, []).append(position)
+        for holder, mine in by_holder.items():
+            self.subscription.negative_acknowledge(holder, mine)
+
+    def redeliver(self, positions: list[Position] | None) -> None:
+        """Send again ``positions`` (None: everything unacknowledged) at once, one
+        redelivery more (a client that keeps its own nack delay). O(positions)."""
+        if positions is None:
+            self.subscription.redeliver_unacknowledged(self)
+        else:
+            self.subscription.redeliver_now(self, positions)
+
+    # ------------------------------------------------------------------ subscription
+
+    async def seek(self, target: Start | None = None, publish_time_ms: int | None = None) -> None:
+        """Move the subscription's cursor to ``target`` (earliest, latest, or a
+        position) or to the first message published at or after ``publish_time_ms``;
+        what its consumers hold is taken back. A failed seek changes nothing."""
+        subscription = self.subscription
+        topic = subscription.topic
+        ledger = topic.ledger
+        if publish_time_ms is not None:
+            position = await topic.find_position_by_publish_time(publish_time_ms)
+        elif target == "earliest":
+            position = ledger.first_position()
+        elif target == "latest" or target is None:
+            position = ledger.next_position(ledger.last_confirmed)
+        else:
+            position = target
+        await subscription.reset_cursor(position)
+
+    async def unsubscribe(
+        self,
+        service: BrokerService,
+        force: bool,
+        settled: Coroutine[Any, Any, None] | None = None,
+    ) -> None:
+        """Delete the subscription: PreconditionFailedError (nothing changed) while
+        other consumers are connected to it, unless ``force`` closes them. This
+        consumer is closed too (its unacked messages go back); ``settled`` (the
+        session's acks made durable, say) is awaited before the delete. O(consumers)."""
+        subscription = self.subscription
+        others = [c for c in subscription.consumers if c is not self]
+        if others and not force:
+            if settled is not None:
+                settled.close()
+            raise PreconditionFailedError(
+                f"subscription {subscription.name} has other consumers connected"
+            )
+        for member in [*others, self]:
+            service.close_consumer(member)
+        if settled is not None:
+            await settled
+        await subscription.topic.delete_subscription(subscription.name)
+
+    async def drop_subscription(self) -> None:
+        """A reader's subscription goes with its reader (unless a consumer came back to
+        it). Failures are logged: there is no one to tell."""
+        subscription = self.subscription
+        if subscription.consumers:
+            return
+        try:
+            await subscription.topic.delete_subscription(subscription.name)
+        except BrokerError:
+            pass  # gone already (the topic was deleted), or a consumer came back
+        except (BookieError, ManagedLedgerError, OSError) as error:
+            log.warning("reader subscription %s not deleted: %s", subscription.name, error)
+
+
+class PushConsumer(ConsumerSession):
+    """A session whose receiver queue is the client's: the client grants permits
+    (messages, :meth:`grant`) and every entry handed over is written out at once with
+    :meth:`send`, pending from then. A batch takes as many permits as it holds messages,
+    as in Pulsar; the dispatcher reads ``available_permits`` entries: the permits
+    divided by the (moving) average of messages per entry seen. A connected client is
+    never idle (its connection tells when it is gone). State: O(1) beyond ``pending``."""
+
+    __slots__ = ("_avg_batch", "permits")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.permits = 0
+        self._avg_batch = 1.0
+        self.polls = 1
+
+    @property
+    def available_permits(self) -> int:
+        """The permits in entries. O(1)."""
+        permits = self.permits
+        if permits <= 0:
+            return 0
+        average = self._avg_batch
+        return permits if average == 1.0 else max(int(permits / average), 1)
+
+    def grant(self, permits: int) -> None:
+        """The client has room for ``permits`` more messages: the dispatcher may send."""
+        self.permits += permits
+        dispatcher = self.subscription.dispatcher
+        if dispatcher is not None:
+            dispatcher.wake()
+
+    def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
+        """Hand the entry over: the read the cache expected has happened (``released``),
+        it is pending from now, its messages use permits, and :meth:`send` writes it.
+        O(1) plus ``send``."""
+        position = entry.position
+        self._released(self.subscription.name, position.ledger_id, position.entry_id)
+        self.pending[position] = now_ns
+        messages = entry.messages
+        self.permits -= messages
+        if messages != 1 or self._avg_batch != 1.0:
+            self._avg_batch += (messages - self._avg_batch) * 0.1
+        self.count_out(entry, messages, redelivery_count)
+        self.send(entry, redelivery_count)
+
+    def send(self, entry: Entry, redelivery_count: int) -> None:
+        """Write the entry to the client (the front end's part). O(1)."""

@@ -57,8 +57,9 @@ import uvloop
 
 import broker
 from broker.bench.bare_server import READY_PREFIX as BARE_READY_PREFIX
+from broker.http.b64_entries import compiled_base64_encoder
 from broker.http.codec import default_codec_processes
-from broker.ledger.entry import compiled_base64_encoder, compiled_encoder
+from broker.ledger.entry import compiled_encoder
 from storage_stub.bookie.direct_writer import thread_writer_crc
 from storage_stub.bookie.entry_log import compiled_frames
 

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from storage_stub.latency_spec import parse_latency_spec
+
 
 class StorageConfig(BaseModel):
     """Every key of conf/storage.conf. Field names are the file's keys (BookKeeper's
@@ -91,9 +93,6 @@ class StorageConfig(BaseModel):
     )
     @classmethod
     def _check_latency_spec(cls, spec: str) -> str:
-        # Imported here: the bookie package imports this module.
-        from storage_stub.bookie.latency import parse_latency_spec
-
         parse_latency_spec(spec)
         return spec
 

@@ -20,7 +20,7 @@ from sortedcontainers import SortedSet
 from broker.clock import Clock
 from broker.dispatch.consumer import Consumer
 from broker.ledger.entry import Entry
-from broker.ledger.managed_ledger import ReadsThrottled
+from broker.ledger.errors import ReadsThrottled
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError

@@ -38,6 +38,7 @@ from broker.dispatch.ownership import BrokerAddress, Ownership
 from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
 from broker.dispatch.service import BrokerService, ServiceConfig, check_data_format
 from broker.ledger.managed_ledger import ManagedLedgerConfig
+from broker.protocol.connection import Connection
 from broker.protocol.server import ProtocolServer
 from broker.tasks import TaskOwner
 from storage_stub.bookie import Storage, open_storage
@@ -262,7 +263,7 @@ class BrokerNode:
         self.incarnation += 1
         service.start()
         if self._binary_port != 0:
-            protocol = ProtocolServer(service, self.config)
+            protocol = ProtocolServer(service, self.config, Connection)
             try:
                 self._binary_port = await protocol.start(
                     self.config.bindAddress, max(self._binary_port, 0)

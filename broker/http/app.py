@@ -22,7 +22,17 @@ from broker.dispatch.errors import (
 )
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
-from broker.http import security
+from broker.http import pulsar_admin, security, websocket
+from broker.http.app_state import (
+    CLOCK,
+    CLUSTER,
+    CODEC,
+    METRICS,
+    NODE,
+    SETTINGS,
+    STORAGE,
+    request_port,
+)
 from broker.http.codec import MIN_BODY_BYTES as CODEC_MIN_BODY_BYTES
 from broker.http.codec import CodecError, CodecPool, Encoded, default_codec_processes
 from broker.http.contract import RouteTable
@@ -56,18 +66,6 @@ from storage_stub.bookie.faults import FaultInjector
 from storage_stub.tiered.api import OBJECT_OPERATIONS
 
 log = logging.getLogger(__name__)
-
-
-SETTINGS = web.AppKey("settings", Settings)
-STORAGE = web.AppKey("storage", Storage)
-CLOCK = web.AppKey("clock", Clock)
-METRICS = web.AppKey("metrics", BrokerMetrics)
-#: the broker this app is the HTTP front end of (its service changes with restarts)
-NODE = web.AppKey("node", BrokerNode)
-#: the cluster, when this app started it (one broker, tests and embedding)
-CLUSTER = web.AppKey("cluster", Cluster)
-#: the codec processes that encode produce bodies (absent with httpCodecProcesses=0)
-CODEC = web.AppKey("codec", CodecPool)
 
 
 def _attach(app: web.Application, node: BrokerNode) -> None:
@@ -129,12 +127,8 @@ def _new_app(settings: Settings, clock: Clock) -> web.Application:
 
 def _add_routes(app: web.Application, settings: Settings) -> None:
     if settings.broker.webSocketServiceEnabled:
-        from broker.http import websocket  # it imports this module's app keys
-
         websocket.setup(app)
     app.add_routes(routes)
-    from broker.http import pulsar_admin  # it imports this module's app keys
-
     app.add_routes(pulsar_admin.routes)
 
 
@@ -179,15 +173,6 @@ def _subscription_name(request: web.Request) -> str:
     return check_name_part("subscription", request.match_info["subscription"])
 
 
-def request_port(request: web.Request) -> int:
-    """The port this request came in on (the listening socket's, whatever Host says)."""
-    transport = request.transport
-    sockname = transport.get_extra_info("sockname") if transport is not None else None
-    if isinstance(sockname, tuple) and len(sockname) >= 2:
-        return int(sockname[1])
-    return request.url.port or 80
-
-
 def _learn_own_url(request: web.Request) -> None:
     """A broker that ``brokerlab serve`` did not start (``create_app``: tests, embedding)
     learns its HTTP URL from the first request that lists it: serve sets it when it
@@ -199,16 +184,6 @@ def _learn_own_url(request: web.Request) -> None:
 
 def _service(request: web.Request) -> BrokerService:
     return request.app[NODE].running_service()
-
-
-def topic_service(request: web.Request, name: TopicName) -> BrokerService:
-    """The service of the broker owning ``name``, for front ends that act for a client
-    wherever the topic lives (the WebSocket API, as Pulsar's WebSocket service is a
-    client of the owning broker). UnavailableError while that broker is down."""
-    node = request.app[NODE]
-    node.running_service()
-    owner = node.cluster.ownership.owner(name)
-    return node.cluster.nodes[owner.index].running_service()
 
 
 class HttpConsumer(Consumer):

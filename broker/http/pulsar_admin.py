@@ -22,7 +22,7 @@ from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.partitions import partition_name, partition_of
 from broker.dispatch.service import BrokerService
 from broker.http import security
-from broker.http.app import NODE, SETTINGS, request_port
+from broker.http.app_state import NODE, SETTINGS, request_port
 from broker.http.contract import RouteTable
 from broker.http.models import TenantInfo
 from broker.http.openapi import (

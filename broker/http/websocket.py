@@ -50,7 +50,7 @@ from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
 from broker.dispatch.topic import PersistentTopic
-from broker.http.app import CLOCK, METRICS, SETTINGS, topic_service
+from broker.http.app_state import CLOCK, METRICS, SETTINGS, topic_service
 from broker.http.b64 import decode_base64_strict
 from broker.http.parsing import query_int
 from broker.ledger.entry import (

@@ -344,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from broker.selfcheck import run_self_check
 
         return uvloop.run(run_self_check(settings))
-    from broker.dispatch.service import DataFormatError
+    from broker.dispatch.data_format import DataFormatError
 
     try:
         if args.brokers < 1:

@@ -31,12 +31,14 @@ from typing import TYPE_CHECKING, Any
 from broker.cache import CacheEventStream, create_stream
 from broker.clock import Clock, EventClock, SystemClock
 from broker.config import BrokerConfig, cache_config, shadow_designs, trace_dir
+from broker.dispatch.data_format import check_data_format
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import ConflictError, InvalidRequestError, UnavailableError
 from broker.dispatch.names import TopicName
 from broker.dispatch.ownership import BrokerAddress, Ownership
 from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
-from broker.dispatch.service import BrokerService, ServiceConfig, check_data_format
+from broker.dispatch.service import BrokerService
+from broker.dispatch.service_config import ServiceConfig
 from broker.ledger.managed_ledger import ManagedLedgerConfig
 from broker.protocol.connection import Connection
 from broker.protocol.server import ProtocolServer

@@ -245,7 +245,8 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
     """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed),
     and return 0; 1 after the same close if a codec process died.
     Each broker prints the address of its HTTP service and binary protocol."""
-    from broker.http.app import CODEC, node_app
+    from broker.http.app import node_app
+    from broker.http.app_state import CODEC
     from broker.http.listener import LimitedTCPSite, http_runner
 
     warn_if_open(settings.broker)
@@ -343,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from broker.selfcheck import run_self_check
 
         return uvloop.run(run_self_check(settings))
-    from broker.dispatch.service import DataFormatError
+    from broker.dispatch.data_format import DataFormatError
 
     try:
         if args.brokers < 1:

@@ -31,13 +31,16 @@ from typing import TYPE_CHECKING, Any
 from broker.cache import CacheEventStream, create_stream
 from broker.clock import Clock, EventClock, SystemClock
 from broker.config import BrokerConfig, cache_config, shadow_designs, trace_dir
+from broker.dispatch.data_format import check_data_format
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import ConflictError, InvalidRequestError, UnavailableError
 from broker.dispatch.names import TopicName
 from broker.dispatch.ownership import BrokerAddress, Ownership
 from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
-from broker.dispatch.service import BrokerService, ServiceConfig, check_data_format
+from broker.dispatch.service import BrokerService
+from broker.dispatch.service_config import ServiceConfig
 from broker.ledger.managed_ledger import ManagedLedgerConfig
+from broker.protocol.connection import Connection
 from broker.protocol.server import ProtocolServer
 from broker.tasks import TaskOwner
 from storage_stub.bookie import Storage, open_storage
@@ -262,7 +265,7 @@ class BrokerNode:
         self.incarnation += 1
         service.start()
         if self._binary_port != 0:
-            protocol = ProtocolServer(service, self.config)
+            protocol = ProtocolServer(service, self.config, Connection)
             try:
                 self._binary_port = await protocol.start(
                     self.config.bindAddress, max(self._binary_port, 0)

@@ -34,17 +34,16 @@ import pathlib
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulsar  # type: ignore[import-untyped, unused-ignore]
 import pulsar.asyncio  # type: ignore[import-untyped, unused-ignore]
 
+from loadgen.bounded import backoff_s
 from loadgen.client import BrokerError, Unavailable
 from loadgen.keys import KeyDistributor, key_name
+from loadgen.run import Run
 from loadgen.scenario import Scenario
-
-if TYPE_CHECKING:
-    from loadgen.runner import Run
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,6 @@ DRAIN_TIMEOUT_S = 10.0
 OPEN_THREADS = 8
 #: producers or subscriptions opened at once
 OPEN_CONCURRENCY = 64
-BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 CONSUMER_TYPES = {
     "Exclusive": pulsar.ConsumerType.Exclusive,
     "Failover": pulsar.ConsumerType.Failover,
@@ -489,7 +487,7 @@ class PulsarConsumer:
                 except BrokerError as error:
                     run.connected(self, error)
                     counters.consume_errors += 1
-                    await asyncio.sleep(BACKOFF_S[min(failures, len(BACKOFF_S) - 1)])
+                    await asyncio.sleep(backoff_s(failures))
                     failures += 1
                     continue
             consumer = self.consumer

@@ -49,7 +49,7 @@ from broker.session.consumer import PushConsumer
 from broker.tasks import TaskOwner
 from loadgen.client import BrokerError, Unavailable
 from loadgen.keys import KeyDistributor, key_name
-from loadgen.runner import reconnect_delay_s
+from loadgen.run import reconnect_delay_s
 from loadgen.scenario import VirtualOptions
 from storage_stub.bookie.api import BookieError
 
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from broker.cluster import Cluster
     from broker.dispatch.subscription import Subscription
     from broker.dispatch.topic import PersistentTopic
-    from loadgen.runner import Run
+    from loadgen.run import Run
 
 log = logging.getLogger(__name__)
 

@@ -25,15 +25,15 @@ from typing import Any
 from broker.cluster import Cluster, Settings
 from broker.config import BrokerConfig, load_broker_config, load_storage_config
 from broker.tasks import TaskOwner
-from loadgen.runner import (
+from loadgen.run import (
     Driver,
     Run,
     RunFailed,
     RunOptions,
     create_subscriptions,
-    execute,
     reset_subscriptions,
 )
+from loadgen.runner import execute
 from loadgen.scenario import Scenario, ScenarioError
 from simulation.admin import InProcessAdmin, VirtualBroker
 from simulation.clients import BrokerCpu, ConsumerClient, ProducerClient

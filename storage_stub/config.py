@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from storage_stub.confkeys import Section, key
+from storage_stub.latency_spec import parse_latency_spec
 
 #: The top of conf/storage.conf.
 CONF_HEADER = """
@@ -369,9 +370,6 @@ class StorageConfig(BaseModel):
     )
     @classmethod
     def _check_latency_spec(cls, spec: str) -> str:
-        # Imported here: the bookie package imports this module.
-        from storage_stub.bookie.latency import parse_latency_spec
-
         parse_latency_spec(spec)
         return spec
 

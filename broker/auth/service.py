@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from broker.auth.errors import AuthenticationError, AuthorizationError
 
 if TYPE_CHECKING:
     from broker.auth.tokens import AuthenticationProviderToken
-    from broker.config import BrokerConfig
 
 #: The one provider of ``authenticationProviders`` brokerlab has.
 TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
@@ -41,9 +40,42 @@ __all__ = [
     "AuthenticationService",
     "AuthorizationError",
     "AuthorizationService",
+    "SecuritySettings",
     "is_loopback_address",
     "names",
 ]
+
+
+class SecuritySettings(Protocol):
+    """The ``broker.conf`` keys security is built from, read-only. ``BrokerConfig`` is
+    one; declared here because the config validates itself with :func:`check_config`, so
+    this module must not import the config back."""
+
+    @property
+    def authenticationEnabled(self) -> bool: ...
+    @property
+    def authenticationProviders(self) -> str: ...
+    @property
+    def authorizationEnabled(self) -> bool: ...
+    @property
+    def superUserRoles(self) -> str: ...
+    @property
+    def anonymousUserRole(self) -> str: ...
+    @property
+    def tokenSecretKey(self) -> str: ...
+    @property
+    def tokenPublicKey(self) -> str: ...
+    @property
+    def tokenPublicAlg(self) -> str: ...
+    @property
+    def tokenAuthClaim(self) -> str: ...
+    @property
+    def tokenAudienceClaim(self) -> str: ...
+    @property
+    def tokenAudience(self) -> str: ...
+    @property
+    def tokenAllowedClockSkewSeconds(self) -> int: ...
+
 
 #: Host names that always mean this machine (RFC 6761: browsers never ask DNS for them)
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost", "ip6-loopback"})
@@ -73,7 +105,7 @@ def setting(value: str) -> str | None:
     return None if not text or text.lower() == "none" else text
 
 
-def token_provider(config: BrokerConfig) -> AuthenticationProviderToken:
+def token_provider(config: SecuritySettings) -> AuthenticationProviderToken:
     """The token provider of ``config`` (its key read now). BadKeyError if the key
     cannot be read or is not a key."""
     from broker.auth.tokens import AuthenticationProviderToken, read_key  # jwt: when used
@@ -97,7 +129,7 @@ class AuthenticationService:
 
     __slots__ = ("anonymous_role", "enabled", "token")
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: SecuritySettings) -> None:
         self.enabled = config.authenticationEnabled
         self.anonymous_role = setting(config.anonymousUserRole)
         self.token = token_provider(config) if self.enabled else None
@@ -136,7 +168,7 @@ class AuthorizationService:
 
     __slots__ = ("enabled", "super_users")
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: SecuritySettings) -> None:
         self.enabled = config.authorizationEnabled
         self.super_users = frozenset(names(config.superUserRoles))
 
@@ -151,7 +183,7 @@ class AuthorizationService:
             )
 
 
-def check_config(config: BrokerConfig) -> None:
+def check_config(config: SecuritySettings) -> None:
     """ValueError naming the keys when the security settings do not fit together or the
     token key cannot be used: checked when broker.conf is loaded, so start-up stops."""
     providers = names(config.authenticationProviders)

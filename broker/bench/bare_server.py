@@ -16,7 +16,7 @@ dispatch. Whatever the broker loses to them is the cost of being a broker.
   ``broker.heap``). It decodes each payload into a bytes object of its own, the
   payload as a value, which is what its consumer keeps and hands back; the broker
   decodes a request's payloads straight into the entries it stores
-  (``broker.ledger.entry.encode_base64_payloads`` and ``encode_batch_base64``, the same
+  (``broker.http.b64_entries.encode_base64_payloads`` and ``encode_batch_base64``, the same
   libbase64 decoder). Each
   decodes once into what it keeps and copies nothing after;
 - consume: ``POST /consumers/persistent/{tenant}/{namespace}/{topic}/{subscription}``

@@ -57,10 +57,11 @@ import uvloop
 
 import broker
 from broker.bench.bare_server import READY_PREFIX as BARE_READY_PREFIX
+from broker.http.b64_entries import compiled_base64_encoder
 from broker.http.codec import default_codec_processes
-from broker.ledger.entry import compiled_base64_encoder, compiled_encoder
+from broker.ledger.entry import compiled_encoder
 from storage_stub.bookie.direct_writer import thread_writer_crc
-from storage_stub.bookie.entry_log import compiled_frames
+from storage_stub.bookie.frame import compiled_frames
 
 HOST = "127.0.0.1"
 BROKER_READY_PREFIX = "brokerlab listening on "
@@ -781,7 +782,7 @@ _ENCODERS = {
 }
 _FRAMES = {
     "compiled": "compiled (storage_stub.bookie._frames)",
-    "python": "entry_log.py's Python (storage_stub.bookie._frames was not built here)",
+    "python": "frame.py's Python (storage_stub.bookie._frames was not built here)",
 }
 _WRITERS = {
     "isa-l": "the compiled writer thread (storage_stub.bookie._writer; ISA-L's CRC-32)",

@@ -13,21 +13,19 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sortedcontainers import SortedSet
 
 from broker.clock import Clock
 from broker.dispatch.consumer import Consumer
+from broker.dispatch.stats import RateCounter
 from broker.ledger.entry import Entry
-from broker.ledger.managed_ledger import ReadsThrottled
+from broker.ledger.errors import ReadsThrottled
+from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
-
-if TYPE_CHECKING:
-    from broker.dispatch.subscription import Subscription
-
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +44,27 @@ class DispatchConfig:
     key_shared_look_ahead_per_subscription: int = 40000
 
 
+class DispatchedSubscription(Protocol):
+    """The subscription as its dispatcher sees it. ``Subscription`` is the one; it makes
+    its dispatcher, so this module declares what it reads rather than importing it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def cursor(self) -> ManagedCursor: ...
+    @property
+    def redelivery_counts(self) -> dict[Position, int]: ...
+    @property
+    def msg_redeliver(self) -> RateCounter: ...
+
+
 class Dispatcher(ABC):
     """One per subscription. ``wake()`` is called whenever dispatch may progress: new
     entries, freed permits, new consumers, redeliveries, acks."""
 
-    def __init__(self, subscription: Subscription, config: DispatchConfig, clock: Clock) -> None:
+    def __init__(
+        self, subscription: DispatchedSubscription, config: DispatchConfig, clock: Clock
+    ) -> None:
         self.subscription = subscription
         self.cursor = subscription.cursor
         self.ledger = subscription.cursor.ledger
@@ -272,7 +286,9 @@ class SharedDispatcher(Dispatcher):
     take messages first, round robin among them, as in Pulsar; redeliveries go to the
     replay queue and are served before new entries."""
 
-    def __init__(self, subscription: Subscription, config: DispatchConfig, clock: Clock) -> None:
+    def __init__(
+        self, subscription: DispatchedSubscription, config: DispatchConfig, clock: Clock
+    ) -> None:
         super().__init__(subscription, config, clock)
         self._next: dict[int, int] = {}  # round-robin position per priority level
 

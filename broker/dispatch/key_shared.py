@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import mmh3
 
 from broker.clock import Clock
 from broker.dispatch.consumer import Consumer
-from broker.dispatch.dispatcher import DispatchConfig, SharedDispatcher
+from broker.dispatch.dispatcher import DispatchConfig, DispatchedSubscription, SharedDispatcher
 from broker.ledger.entry import Entry, key_of
 from broker.ledger.position import Position
-
-if TYPE_CHECKING:
-    from broker.dispatch.subscription import Subscription
 
 SLOTS = 65_536
 NONE_KEY = b"NONE_KEY"
@@ -83,7 +79,9 @@ class KeySharedDispatcher(SharedDispatcher):
     messages (and how many). Every operation is O(1) per message except the replay scan,
     which is bounded by the look-ahead limit."""
 
-    def __init__(self, subscription: Subscription, config: DispatchConfig, clock: Clock) -> None:
+    def __init__(
+        self, subscription: DispatchedSubscription, config: DispatchConfig, clock: Clock
+    ) -> None:
         super().__init__(subscription, config, clock)
         self.selector = AutoSplitSelector()
         self._replay_slot: dict[Position, int] = {}

@@ -31,7 +31,7 @@ from broker.dispatch.errors import (
     PreconditionFailedError,
 )
 from broker.dispatch.names import TopicName
-from broker.ledger.managed_ledger import metadata_key
+from broker.ledger.metadata_keys import metadata_key
 from storage_stub.bookie.api import MetadataStore
 
 if TYPE_CHECKING:

@@ -10,28 +10,26 @@ import itertools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from broker.cache.stream import CacheEventStream
 from broker.clock import Clock
 from broker.dispatch.cache_rates import CacheRates
 from broker.dispatch.consumer import Consumer
-from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import (
-    ConflictError,
     ConsumerLimitError,
     NotAllowedLimitError,
     NotFoundError,
-    NotImplementedYetError,
     PreconditionFailedError,
     ProducerLimitError,
     UnavailableError,
 )
 from broker.dispatch.names import TopicName
 from broker.dispatch.namespaces import NamespaceRegistry
+from broker.dispatch.offloading import offload_ledgers, offload_round, offload_topic_now
 from broker.dispatch.ownership import NotOwnerError, Ownership, ServiceNotReadyError
-from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
+from broker.dispatch.partitions import PartitionedTopics
+from broker.dispatch.service_config import ConsumerOptions, ServiceConfig, TopicLoad
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic, Producer
@@ -39,7 +37,6 @@ from broker.ledger.cache_evictor import CacheEvictor
 from broker.ledger.managed_ledger import (
     LedgerInfo,
     ManagedLedger,
-    ManagedLedgerConfig,
     metadata_key,
 )
 from broker.ledger.offload import TieredStorage
@@ -56,103 +53,6 @@ log = logging.getLogger(__name__)
 
 #: topics of a namespace unload closed at once
 UNLOAD_CONCURRENCY = 64
-
-#: brokerDeleteInactiveTopicsMode values, as Pulsar spells them
-INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
-
-#: metadata key naming the format of the stored entries
-ENTRY_FORMAT_KEY = "format/entries"
-#: Pulsar's entry format (magic, CRC32C, MessageMetadata, payload; batches inside)
-ENTRY_FORMAT = b"pulsar-1"
-
-
-class DataFormatError(Exception):
-    """The data directory holds entries this brokerlab cannot read."""
-
-
-async def check_data_format(metadata: MetadataStore) -> None:
-    """Refuse a data directory written before entries took Pulsar's format (one message
-    per entry under brokerlab's own header): serving it would hand clients bytes that
-    are not Pulsar entries. A new or empty one is marked as holding Pulsar's format."""
-    value = await metadata.get(ENTRY_FORMAT_KEY)
-    if value == ENTRY_FORMAT:
-        return
-    if value is None:
-        if not await metadata.keys_with_prefix(metadata_key("")):
-            await metadata.put(ENTRY_FORMAT_KEY, ENTRY_FORMAT)
-            return
-        raise DataFormatError(
-            "this data directory was written by an earlier brokerlab, whose entries were "
-            "not in Pulsar's format; this one stores and serves Pulsar's entry format "
-            "and cannot read them. Start with a new --data-dir (or delete this one)."
-        )
-    raise DataFormatError(
-        f"this data directory holds entries in format {value.decode(errors='replace')!r}, "
-        f"which this brokerlab does not know (it writes {ENTRY_FORMAT.decode()!r})"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceConfig:
-    allow_auto_topic_creation: bool = True
-    consumer_idle_timeout_ms: int = 30000
-    stats_update_frequency_s: int = 60
-    maintenance_interval_s: float = 0.5
-    cache_eviction_interval_ms: int = 10
-    #: managedLedgerOffloadThresholdInBytes: offload closed ledgers of a topic holding
-    #: more than this in the bookie; -1: never automatically
-    offload_threshold_bytes: int = -1
-    #: managedLedgerOffloadDeletionLagMs: bookie copies of offloaded ledgers go after this
-    offload_deletion_lag_ms: int = 14_400_000
-    ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
-    dispatch: DispatchConfig = field(default_factory=DispatchConfig)
-    partitions: PartitionsConfig = field(default_factory=PartitionsConfig)
-    #: clusterName: the one cluster of the tenants registry
-    cluster_name: str = "standalone"
-    #: brokerDeleteInactiveTopicsEnabled: delete topics inactive per ``inactive_topics_mode``
-    delete_inactive_topics: bool = True
-    #: brokerDeleteInactiveTopicsFrequencySeconds: period of the inactive-topic check
-    inactive_topics_frequency_s: float = 60.0
-    #: brokerDeleteInactiveTopicsMode: one of INACTIVE_TOPIC_MODES
-    inactive_topics_mode: str = "delete_when_no_subscriptions"
-    #: brokerDeleteInactiveTopicsMaxInactiveDurationSeconds; None: the frequency
-    inactive_topics_max_inactive_s: float | None = None
-    #: brokerlabUnloadInactiveTopicsEnabled: unload (not delete) inactive topics that
-    #: must not be deleted, freeing their memory; the next use loads them again
-    unload_inactive_topics: bool = True
-    #: maxProducersPerTopic, maxConsumersPerTopic, maxConsumersPerSubscription,
-    #: maxSubscriptionsPerTopic; 0: no limit (maxTopicsPerNamespace, which counts
-    #: partitions, is in ``partitions``)
-    max_producers_per_topic: int = 0
-    max_consumers_per_topic: int = 0
-    max_consumers_per_subscription: int = 0
-    max_subscriptions_per_topic: int = 0
-    #: managedLedgerMaxReadsInFlightSizeInMB in bytes (0: no limit), and its permits'
-    #: acquire timeout and queue size
-    max_reads_in_flight_bytes: int = 0
-    reads_in_flight_timeout_ms: int = 60_000
-    reads_in_flight_queue_size: int = 50_000
-
-
-@dataclass(frozen=True, slots=True)
-class TopicLoad:
-    topic: str
-    backlog: int
-    replay_by_subscription: dict[str, int]
-    rate_in: float
-    rate_out: float
-    storage_size: int
-
-
-@dataclass(slots=True)
-class ConsumerOptions:
-    name: str | None = None
-    subscription_type: str = "Exclusive"
-    receiver_queue_size: int = 1000
-    initial_position: str = "Latest"
-    priority_level: int = 0
-    ack_timeout_ms: int = 0
-    nack_delay_ms: int = 60000
 
 
 class BrokerService:
@@ -611,7 +511,10 @@ class BrokerService:
             await topic.ledger.maybe_roll_over()
             await topic.ledger.trim_consumed_ledgers()
         if self.tiered is not None:
-            await self._offload_round(active)
+            config = self.config
+            await offload_round(
+                self.tiered, active, config.offload_threshold_bytes, config.offload_deletion_lag_ms
+            )
         elapsed_s = (now - self._last_stats_ns) / 1e9
         if elapsed_s >= self.config.stats_update_frequency_s:
             self._last_stats_ns = now
@@ -756,66 +659,12 @@ class BrokerService:
     async def offload(self, work: list[tuple[PersistentTopic, list[LedgerInfo]]]) -> int:
         """Upload the given closed ledgers of many topics as one stream set object, then
         mark them offloaded; returns how many ledgers. Nothing changes on failure."""
-        if self.tiered is None:
-            raise NotImplementedYetError("no tiered storage is configured")
-        work = [(topic, infos) for topic, infos in work if infos]
-        ranges = []
-        for topic, infos in work:
-            ranges += await topic.ledger.entries_to_offload(infos)
-        if not ranges:
-            return 0
-        await self.tiered.upload(ranges)
-        for topic, infos in work:
-            await topic.ledger.mark_offloaded(infos)
-        return sum(len(infos) for _, infos in work)
+        return await offload_ledgers(self.tiered, work)
 
     async def offload_topic(self, name: TopicName, up_to: Position) -> int:
         """The offload route: every closed ledger of the topic up to ``up_to``, now."""
         topic = await self.get_topic(name, create=False)
-        if topic.offload_status == "RUNNING":
-            raise ConflictError(f"an offload of {name} is already running")
-        topic.offload_status = "RUNNING"
-        try:
-            count = await self.offload([(topic, topic.ledger.offload_candidates(up_to))])
-        except Exception as error:
-            topic.offload_status, topic.offload_error = "ERROR", str(error)
-            raise
-        topic.offload_status, topic.offload_error = "SUCCESS", ""
-        return count
-
-    async def _offload_round(self, active: list[PersistentTopic]) -> None:
-        """Upkeep: offload the active topics over the threshold (together, one object),
-        and delete their bookie copies whose deletion lag has passed (a quiet topic is
-        woken when its lag passes). O(active topics x #ledgers)."""
-        threshold = self.config.offload_threshold_bytes
-        if threshold >= 0:
-            work = []
-            for topic in active:
-                if topic.offload_status == "RUNNING" or topic.ledger.closed:
-                    continue  # the route is offloading it
-                excess = topic.ledger.size_not_offloaded() - threshold
-                chosen = []
-                for info in topic.ledger.offload_candidates():
-                    if excess <= 0:
-                        break
-                    chosen.append(info)
-                    excess -= info.size
-                if chosen:
-                    work.append((topic, chosen))
-            if work:
-                previous = {topic: topic.offload_status for topic, _ in work}
-                for topic in previous:
-                    topic.offload_status = "RUNNING"
-                try:
-                    await self.offload(work)
-                finally:
-                    for topic, status in previous.items():
-                        topic.offload_status = status
-        assert self.tiered is not None
-        await self.tiered.compact_if_needed()
-        for topic in active:
-            if not topic.ledger.closed:
-                await topic.ledger.delete_offloaded_from_bookie(self.config.offload_deletion_lag_ms)
+        return await offload_topic_now(self.tiered, topic, up_to)
 
     def topic_loads(self) -> list[TopicLoad]:
         """Per loaded topic: backlog, replay-queue size per subscription, rates. O(topics

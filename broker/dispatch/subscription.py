@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker.clock import Clock
 from broker.dispatch.consumer import NOT_RECEIVED, Consumer
@@ -16,12 +16,27 @@ from broker.dispatch.dispatcher import (
 )
 from broker.dispatch.errors import ConflictError, InvalidRequestError, NotImplementedYetError
 from broker.dispatch.key_shared import KeySharedDispatcher
-from broker.dispatch.stats import RateCounter
+from broker.dispatch.names import TopicName
+from broker.dispatch.stats import BrokerTotals, RateCounter
 from broker.ledger.managed_cursor import ManagedCursor
+from broker.ledger.managed_ledger import ManagedLedger
 from broker.ledger.position import Position
 
-if TYPE_CHECKING:
-    from broker.dispatch.topic import PersistentTopic
+
+class SubscribedTopic(Protocol):
+    """The topic as its subscriptions (and their consumers) see it. ``PersistentTopic``
+    is the one; it makes its subscriptions, so this module declares what they read
+    rather than importing it."""
+
+    @property
+    def name(self) -> TopicName: ...
+    @property
+    def ledger(self) -> ManagedLedger: ...
+    @property
+    def totals(self) -> BrokerTotals: ...
+    async def delete_subscription(self, name: str) -> None: ...
+    async def find_position_by_publish_time(self, timestamp_ms: int) -> Position: ...
+
 
 SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
 
@@ -61,7 +76,7 @@ class Subscription:
     type of its connected consumers; with none connected, the next consumer sets it."""
 
     def __init__(
-        self, topic: PersistentTopic, cursor: ManagedCursor, config: DispatchConfig, clock: Clock
+        self, topic: SubscribedTopic, cursor: ManagedCursor, config: DispatchConfig, clock: Clock
     ) -> None:
         self.topic = topic
         self.cursor = cursor

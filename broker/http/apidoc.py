@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the file")
     parser.add_argument("--path", type=pathlib.Path, default=API_MD, help="default: docs/api.md")
     args = parser.parse_args(argv)
-    from broker.http.openapi import contract
+    from broker.http.app import contract
 
     text = args.path.read_text(encoding="utf-8")
     rendered = render(text, contract())

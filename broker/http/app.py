@@ -26,7 +26,17 @@ from broker.dispatch.errors import (
 )
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
-from broker.http import security
+from broker.http import pulsar_admin, security, websocket
+from broker.http.app_state import (
+    CLOCK,
+    CLUSTER,
+    CODEC,
+    METRICS,
+    NODE,
+    SETTINGS,
+    STORAGE,
+    request_port,
+)
 from broker.http.codec import MIN_BODY_BYTES as CODEC_MIN_BODY_BYTES
 from broker.http.codec import CodecError, CodecPool, Encoded, default_codec_processes
 from broker.http.contract import (
@@ -40,6 +50,7 @@ from broker.http.contract import (
     FlagQuery,
     IntQuery,
     JsonBody,
+    Operation,
     RouteTable,
     Success,
 )
@@ -81,18 +92,6 @@ from storage_stub.bookie.faults import FaultInjector
 from storage_stub.tiered.api import OBJECT_OPERATIONS
 
 log = logging.getLogger(__name__)
-
-
-SETTINGS = web.AppKey("settings", Settings)
-STORAGE = web.AppKey("storage", Storage)
-CLOCK = web.AppKey("clock", Clock)
-METRICS = web.AppKey("metrics", BrokerMetrics)
-#: the broker this app is the HTTP front end of (its service changes with restarts)
-NODE = web.AppKey("node", BrokerNode)
-#: the cluster, when this app started it (one broker, tests and embedding)
-CLUSTER = web.AppKey("cluster", Cluster)
-#: the codec processes that encode produce bodies (absent with httpCodecProcesses=0)
-CODEC = web.AppKey("codec", CodecPool)
 
 
 def _attach(app: web.Application, node: BrokerNode) -> None:
@@ -154,12 +153,8 @@ def _new_app(settings: Settings, clock: Clock) -> web.Application:
 
 def _add_routes(app: web.Application, settings: Settings) -> None:
     if settings.broker.webSocketServiceEnabled:
-        from broker.http import websocket  # it imports this module's app keys
-
         websocket.setup(app)
     app.add_routes(routes)
-    from broker.http import pulsar_admin  # it imports this module's app keys
-
     app.add_routes(pulsar_admin.routes)
 
 
@@ -204,15 +199,6 @@ def _subscription_name(request: web.Request) -> str:
     return check_name_part("subscription", request.match_info["subscription"])
 
 
-def request_port(request: web.Request) -> int:
-    """The port this request came in on (the listening socket's, whatever Host says)."""
-    transport = request.transport
-    sockname = transport.get_extra_info("sockname") if transport is not None else None
-    if isinstance(sockname, tuple) and len(sockname) >= 2:
-        return int(sockname[1])
-    return request.url.port or 80
-
-
 def _learn_own_url(request: web.Request) -> None:
     """A broker that ``brokerlab serve`` did not start (``create_app``: tests, embedding)
     learns its HTTP URL from the first request that lists it: serve sets it when it
@@ -224,16 +210,6 @@ def _learn_own_url(request: web.Request) -> None:
 
 def _service(request: web.Request) -> BrokerService:
     return request.app[NODE].running_service()
-
-
-def topic_service(request: web.Request, name: TopicName) -> BrokerService:
-    """The service of the broker owning ``name``, for front ends that act for a client
-    wherever the topic lives (the WebSocket API, as Pulsar's WebSocket service is a
-    client of the owning broker). UnavailableError while that broker is down."""
-    node = request.app[NODE]
-    node.running_service()
-    owner = node.cluster.ownership.owner(name)
-    return node.cluster.nodes[owner.index].running_service()
 
 
 class HttpConsumer(ConsumerSession):
@@ -708,8 +684,10 @@ ACK_BODY = JsonBody[AckRequest](AckRequest, "What to acknowledge.")
     },
     description="""
         `POST /consumers/{consumerId}/ack` `{"messageIds": ["3:17"], "ackType": "Individual|Cumulative"}` → 204.
-        Cumulative ack is refused (400) on Shared and Key_Shared, as in Pulsar. Acking an id that
-        is not pending for this consumer is ignored.
+        Cumulative ack is refused (400) on Shared and Key_Shared, as in Pulsar. An id pending
+        for another consumer of the same subscription is acknowledged for that consumer, as
+        Pulsar's broker does (and as the WebSocket API and the binary protocol do); an id
+        pending for no consumer is ignored.
 
         Request body (**Extension**):
 
@@ -773,7 +751,8 @@ NACK_BODY = JsonBody[MessageIdsRequest](MessageIdsRequest, "What to redeliver.")
         |---|---|---|---|---|
         | `messageIds` | array of `L:E` or `L:E:I` strings | yes | — | at least one item; empty: 400 |
 
-        Ids that are not pending for this consumer are ignored. On Shared and Key_Shared the
+        An id pending for another consumer of the same subscription is redelivered for that
+        consumer; ids pending for no consumer are ignored. On Shared and Key_Shared the
         redelivery may go to another consumer (Key_Shared: the one that owns the key).
 
         Messages of a batch (**Extension**): `L:E:I` redelivers its whole entry, once however
@@ -1542,7 +1521,13 @@ def _path_int(request: web.Request, name: str) -> int:
     """,
 )
 async def openapi(request: web.Request) -> web.Response:
-    return _json(openapi_spec())
+    return _json(openapi_spec(contract()))
+
+
+def contract() -> list[Operation]:
+    """Every operation of the HTTP contract, in declaration order: this module's, then
+    those of Pulsar's admin and lookup routes (``pulsar_admin``)."""
+    return [*api.operations, *pulsar_admin.api.operations]
 
 
 # ---------------------------------------------------------------------- fault injection

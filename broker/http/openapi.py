@@ -57,19 +57,6 @@ TAGS: dict[str, str] = {
 }
 
 
-def contract() -> list[Operation]:
-    """Every operation of the HTTP contract, in declaration order: those of the app's
-    handlers, then those of Pulsar's admin and lookup routes."""
-    from broker.http import app, pulsar_admin  # they import this module's helpers
-
-    return [*app.api.operations, *pulsar_admin.api.operations]
-
-
-def routes() -> dict[str, tuple[str, str]]:
-    """Each operation id's method and path."""
-    return {op.operation_id: (op.method, op.path) for op in contract()}
-
-
 # --- texts -------------------------------------------------------------------------------
 
 _DOC_LINK = re.compile(r"\[([^\]]+)\]\(#([a-z0-9-]+)\)")
@@ -265,11 +252,11 @@ def _generate_schemas(paths: Json, schemas: Json) -> None:
         }
 
 
-def openapi_spec(operations: Sequence[Operation] | None = None) -> dict[str, Any]:
-    """The contract as an OpenAPI 3.1 document (a fresh dict on each call); of every
-    operation of the contract unless ``operations`` are given."""
+def openapi_spec(operations: Sequence[Operation]) -> dict[str, Any]:
+    """The contract made of ``operations`` (``broker.http.app.contract()``: every one) as
+    an OpenAPI 3.1 document, a fresh dict on each call."""
     paths: Json = {}
-    for op in contract() if operations is None else operations:
+    for op in operations:
         paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
     schemas: Json = {}
     _generate_schemas(paths, schemas)

@@ -16,12 +16,11 @@ from pydantic_core import from_json
 
 from broker.dispatch.errors import InvalidRequestError, TooLargeError
 from broker.http.b64 import decode_all_strict, decode_base64_strict
+from broker.http.b64_entries import HTTP_PRODUCER, encode_base64_payloads, encode_batch_base64
 from broker.http.models import ProduceRequest, ProducerMessage
 from broker.ledger.entry import (
     BatchItem,
-    encode_base64_payloads,
     encode_batch,
-    encode_batch_base64,
     encode_batch_payloads,
     encode_message,
     encode_payloads,
@@ -94,8 +93,8 @@ def encode_plain(
     if batch:
         if sum(map(len, payloads)) > max_size:
             return None
-        return [encode_batch_payloads(payloads, now_ms)], len(payloads)
-    return encode_payloads(payloads, now_ms), 0
+        return [encode_batch_payloads(payloads, now_ms, HTTP_PRODUCER)], len(payloads)
+    return encode_payloads(payloads, now_ms, HTTP_PRODUCER), 0
 
 
 def encode_body(
@@ -131,12 +130,12 @@ def encode_produce(
     if body.get("batch", False):
         if payloads is not None:
             check_batch(sum(map(len, payloads)), max_size)
-            return [encode_batch_payloads(payloads, now_ms)], len(payloads)
+            return [encode_batch_payloads(payloads, now_ms, HTTP_PRODUCER)], len(payloads)
         items = _validated(messages, max_size)
         check_batch(sum(len(item[0]) for item in items), max_size)
-        return [encode_batch(items, now_ms)], len(items)
+        return [encode_batch(items, now_ms, HTTP_PRODUCER)], len(items)
     if payloads is not None:
-        return encode_payloads(payloads, now_ms), 0
+        return encode_payloads(payloads, now_ms, HTTP_PRODUCER), 0
     return _encode_each(messages, max_size, now_ms), 0
 
 
@@ -144,7 +143,7 @@ def _encode_each(messages: list[ProducerMessage], max_size: int, now_ms: int) ->
     """Validate and encode message by message; the first bad one is reported by index and
     field. O(total payload bytes), about 3 us per 1 KiB message."""
     return [
-        encode_message(payload, now_ms, event_time, key, properties, sequence_id=index)
+        encode_message(payload, now_ms, event_time, key, properties, HTTP_PRODUCER, index)
         for index, (payload, key, properties, event_time) in enumerate(
             _validated(messages, max_size)
         )

@@ -25,7 +25,7 @@ from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.partitions import partition_name, partition_of
 from broker.dispatch.service import BrokerService
 from broker.http import security
-from broker.http.app import NODE, SETTINGS, request_port
+from broker.http.app_state import NODE, SETTINGS, request_port
 from broker.http.contract import (
     ADMIN_TOPIC,
     NAMESPACE,

@@ -54,7 +54,7 @@ from broker.dispatch.errors import (
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
-from broker.http.app import CLOCK, METRICS, SETTINGS, topic_service
+from broker.http.app_state import CLOCK, METRICS, SETTINGS, topic_service
 from broker.http.b64 import decode_base64_strict
 from broker.http.contract import ChoiceQuery, FlagQuery, IntQuery
 from broker.ledger.entry import (

@@ -9,11 +9,12 @@ entry (``num_messages_in_batch`` > 1, or any entry a batching producer sent) is 
 messages one after another, each ``size (4) | SingleMessageMetadata | payload``. The
 broker never unpacks a batch to store, cache or dispatch it: the cache holds entries,
 a consumer on the binary protocol receives the stored bytes as they are, and only the
-HTTP consumer view (:func:`messages_of`) and Key_Shared's key (:func:`key_of`, from the
-entry's own metadata as in Pulsar) look inside.
+clients that read messages one by one (:func:`messages_of`) and Key_Shared's key
+(:func:`key_of`, from the entry's own metadata as in Pulsar) look inside.
 
-One HTTP-produced message is one entry unless the request asks for a batch (the
-``batch`` field of the produce route: all its messages in one entry).
+This module knows entries, not the wire they came over: each front end names its
+producer and decodes its payloads (the HTTP produce route's base64 decoded straight into
+entries is ``broker.http.b64_entries``, on :func:`plain_rows` and :func:`plain_framing`).
 """
 
 from __future__ import annotations
@@ -37,30 +38,12 @@ except ImportError:
     _compiled = None  # type: ignore[assignment]
 
 
-def _bind_base64() -> bool:
-    """Hand the compiled module pybase64's decoder (libbase64's ``base64_decode``, which
-    its extension module exports) for :func:`encode_base64_payloads`; False where there
-    is no compiled module, no pybase64 extension (its pure-Python fallback) or no such
-    symbol."""
-    if _compiled is None:
-        return False
-    try:
-        from pybase64 import _pybase64
-
-        _compiled.bind_base64(_pybase64.__file__)
-    except (ImportError, OSError):
-        return False
-    return True
-
-
-_b64_bound = _bind_base64()
-
 MAGIC = b"\x0e\x01"
 _U32 = struct.Struct(">I")
 _HEAD = struct.Struct(">HII")  # magic, checksum, metadata size
 HEAD_SIZE = _HEAD.size
-#: producer name of messages produced over HTTP
-HTTP_PRODUCER = "brokerlab-http"
+#: producer name of an entry whose caller names none (each front end names its own)
+DEFAULT_PRODUCER = "brokerlab"
 
 
 class EntryFormatError(ValueError):
@@ -138,8 +121,9 @@ class Entry:
 
 
 class Message:
-    """One message of an entry, decoded, for the HTTP consumer view. ``batch_index`` is
-    -1 for an unbatched entry, else the message's index in the batch of ``batch_size``."""
+    """One message of an entry, decoded, for clients that read messages (the HTTP and
+    WebSocket consumers). ``batch_index`` is -1 for an unbatched entry, else the
+    message's index in the batch of ``batch_size``."""
 
     __slots__ = (
         "batch_index",
@@ -214,7 +198,7 @@ def encode_message(
     event_time: int = 0,
     key: str | None = None,
     properties: dict[str, str] | None = None,
-    producer_name: str = HTTP_PRODUCER,
+    producer_name: str = DEFAULT_PRODUCER,
     sequence_id: int = 0,
 ) -> bytes:
     """One unbatched message as an entry. O(len(payload)); about 2 us plus the copy."""
@@ -280,7 +264,7 @@ _plain_metadata: dict[tuple[str, int], _PlainMetadata] = {}
 def encode_payloads(
     payloads: Sequence[bytes],
     publish_time: int,
-    producer_name: str = HTTP_PRODUCER,
+    producer_name: str = DEFAULT_PRODUCER,
     first_sequence_id: int = 0,
 ) -> list[bytes]:
     """``encode_message(payload, publish_time)`` for every payload (no event time, key
@@ -295,7 +279,7 @@ def encode_payloads(
             encode_message(payload, publish_time, 0, None, None, producer_name, sequence_id)
             for sequence_id, payload in enumerate(payloads, first_sequence_id)
         ]
-    rows, tail, tail_crc = _plain_rows(producer_name, first_sequence_id, count, publish_time)
+    rows, tail, tail_crc = plain_rows(producer_name, first_sequence_id, count, publish_time)
     if _compiled is not None and type(payloads) is list:
         try:
             return _compiled.encode_rows(rows, payloads, tail, tail_crc)
@@ -304,12 +288,13 @@ def encode_payloads(
     return encode_rows(rows, payloads, tail, tail_crc)
 
 
-def _plain_rows(
+def plain_rows(
     producer_name: str, first_sequence_id: int, count: int, publish_time: int
 ) -> tuple[list[tuple[bytes, int, int]], bytes, int]:
     """The :class:`_PlainMetadata` rows of ``count`` messages from ``first_sequence_id``
     (within :data:`PLAIN_SEQUENCE_IDS`), the tail of ``publish_time`` and the tail's
-    CRC32C. O(count)."""
+    CRC32C: what :func:`encode_rows` (or a compiled loop that writes the payloads
+    itself) frames payloads with. O(count)."""
     tail = b"\x18" + _varint(publish_time)
     table_key = (producer_name, len(tail))
     table = _plain_metadata.get(table_key)
@@ -318,21 +303,6 @@ def _plain_rows(
             _plain_metadata.clear()  # a bound for callers that vary the producer name
         table = _plain_metadata[table_key] = _PlainMetadata(producer_name, len(tail))
     return table.rows(first_sequence_id, count), tail, crc32c(tail)
-
-
-def encode_base64_payloads(texts: list[Any], publish_time: int) -> list[bytes] | None:
-    """``encode_payloads`` of the base64 decodes of ``texts`` (the HTTP producer's, from
-    sequence id 0), each text decoded straight into its entry: no bytes object, free or
-    copy a payload, about 0.2 us of a 1 KiB message. None where the compiled module is
-    missing (or could not bind pybase64's decoder), and for any text that is not
-    canonical base64 in an ASCII str: the caller then decodes its own way, which decides.
-    Whatever this encodes, decoding with ``broker.http.b64`` and ``encode_payloads``
-    encodes the same (the tests hold them to it). O(total text length)."""
-    count = len(texts)
-    if not (_b64_bound and count <= PLAIN_SEQUENCE_IDS and 0 <= publish_time < 1 << 64):
-        return None
-    rows, tail, tail_crc = _plain_rows(HTTP_PRODUCER, 0, count, publish_time)
-    return _compiled.encode_rows_b64(rows, texts, tail, tail_crc)
 
 
 def encode_rows(
@@ -356,12 +326,6 @@ def compiled_encoder() -> bool:
     return _compiled is not None
 
 
-def compiled_base64_encoder() -> bool:
-    """Whether :func:`encode_base64_payloads` decodes into entries (the compiled module
-    imported and pybase64's decoder bound), rather than answering None."""
-    return _b64_bound
-
-
 BatchItem = tuple[bytes, str | None, dict[str, str] | None, int]
 """One message of a batch: payload, key, properties, event time."""
 
@@ -382,7 +346,7 @@ def _plain_single(payload_size: int, sequence_id: int) -> bytes:
 def encode_batch(
     items: Sequence[BatchItem],
     publish_time: int,
-    producer_name: str = HTTP_PRODUCER,
+    producer_name: str = DEFAULT_PRODUCER,
     sequence_id: int = 0,
 ) -> bytes:
     """Several messages as one batched entry, as a batching producer builds it: the
@@ -416,11 +380,11 @@ def encode_batch(
 
 
 #: per payload size, the framing of payload-only batched messages by sequence id (see
-#: :func:`_plain_framing`); a few sizes, each at most PLAIN_SEQUENCE_IDS rows
+#: :func:`plain_framing`); a few sizes, each at most PLAIN_SEQUENCE_IDS rows
 _uniform_framing: dict[int, list[bytes]] = {}
 
 
-def _plain_framing(sizes: list[int], first: int) -> list[bytes]:
+def plain_framing(sizes: list[int], first: int) -> list[bytes]:
     """What precedes each payload-only message's payload in a batch: the length of its
     SingleMessageMetadata (u32) and :func:`_plain_single`, for sequence ids from
     ``first``. A batch whose messages all have one size (a producer of fixed-size
@@ -448,12 +412,12 @@ def _plain_framing(sizes: list[int], first: int) -> list[bytes]:
 def encode_batch_payloads(
     payloads: Sequence[bytes],
     publish_time: int,
-    producer_name: str = HTTP_PRODUCER,
+    producer_name: str = DEFAULT_PRODUCER,
     sequence_id: int = 0,
 ) -> bytes:
     """``encode_batch`` of messages that are only a payload (no key, properties or event
     time), byte for byte, without a tuple a message: the framing comes from
-    :func:`_plain_framing`. O(total payload bytes); about 0.35 us a 1 KiB message of a
+    :func:`plain_framing`. O(total payload bytes); about 0.35 us a 1 KiB message of a
     batch of one size against 0.75 through ``encode_batch``. No message or sequence ids
     past protobuf's uint64: ``encode_batch`` decides."""
     count = len(payloads)
@@ -464,36 +428,19 @@ def encode_batch_payloads(
             producer_name,
             sequence_id,
         )
-    metadata = _batch_metadata(count, publish_time, producer_name, sequence_id)
-    framing = _plain_framing(list(map(len, payloads)), sequence_id)
+    metadata = batch_metadata(count, publish_time, producer_name, sequence_id)
+    framing = plain_framing(list(map(len, payloads)), sequence_id)
     body = b"".join(itertools.chain.from_iterable(zip(framing, payloads, strict=True)))
     return entry_of(metadata, body)
 
 
-def _batch_metadata(count: int, publish_time: int, producer_name: str, sequence_id: int) -> bytes:
-    """The serialized MessageMetadata of a batch of ``count`` payload-only messages."""
+def batch_metadata(count: int, publish_time: int, producer_name: str, sequence_id: int) -> bytes:
+    """The serialized MessageMetadata of a batch of ``count`` payload-only messages
+    (what :func:`encode_batch_payloads` writes, for a loop that frames them itself)."""
     metadata = _metadata(publish_time, 0, None, None, producer_name, sequence_id)
     metadata.num_messages_in_batch = count
     metadata.highest_sequence_id = sequence_id + count - 1
     return metadata.SerializeToString()
-
-
-def encode_batch_base64(texts: list[Any], publish_time: int, max_bytes: int) -> bytes | None:
-    """``encode_batch_payloads`` of the base64 decodes of ``texts`` (the HTTP producer's,
-    from sequence id 0), each text decoded straight into the entry: no bytes object a
-    payload and no join. None where the decoder is not bound, for any text that is not
-    canonical base64 in an ASCII str, for an empty list, and where the payloads would
-    sum to more than ``max_bytes`` (the caller's general path then says so). Whatever
-    this encodes, decoding with ``broker.http.b64`` and ``encode_batch_payloads``
-    encodes the same (the tests hold them to it). O(total text length)."""
-    if not (_b64_bound and texts and 0 <= publish_time < 1 << 64):
-        return None
-    sizes = _compiled.decoded_sizes(texts)
-    if sizes is None or sum(sizes) > max_bytes:
-        return None
-    count = len(sizes)
-    metadata = _batch_metadata(count, publish_time, HTTP_PRODUCER, 0)
-    return _compiled.encode_batch_b64(metadata, _plain_framing(sizes, 0), texts)
 
 
 # ---------------------------------------------------------------------- reading

@@ -18,16 +18,48 @@ real change that gets written.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Protocol
 
 import orjson
 
+from broker.cache.stream import TopicEvents
 from broker.ledger.entry import Entry
-from broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerError, cursor_key_prefix
+from broker.ledger.errors import ManagedLedgerError
+from broker.ledger.metadata_keys import cursor_key_prefix
 from broker.ledger.position import Position
 from broker.ledger.range_set import PositionRangeSet
-from storage_stub.bookie.api import BookieError
+from storage_stub.bookie.api import BookieError, MetadataStore
+
+
+class CursorLedger(Protocol):
+    """The managed ledger as its cursors (and the dispatchers reading through them) see
+    it. ``ManagedLedger`` is the one implementation; it recovers its cursors, so this
+    module declares what it needs of it rather than importing it back."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def metadata(self) -> MetadataStore: ...
+    @property
+    def events(self) -> TopicEvents: ...
+    @property
+    def cursors(self) -> dict[str, ManagedCursor]: ...
+    @property
+    def last_confirmed(self) -> Position: ...
+    def first_position(self) -> Position: ...
+    def previous_position(self, position: Position) -> Position: ...
+    def next_position(self, position: Position) -> Position: ...
+    def normalize(self, position: Position) -> Position: ...
+    def is_readable(self, position: Position) -> bool: ...
+    def number_of_entries_after(self, position: Position) -> int: ...
+    async def read_entries(self, start: Position, max_entries: int, reader: str) -> list[Entry]: ...
+    async def read_positions(self, positions: Iterable[Position], reader: str) -> list[Entry]: ...
+    def add_entries_listener(self, listener: Callable[[], None]) -> None: ...
+    def remove_entries_listener(self, listener: Callable[[], None]) -> None: ...
+    def activate_cursor(self, cursor: ManagedCursor) -> None: ...
+    def deactivate_cursor(self, cursor: ManagedCursor) -> None: ...
+    def cursor_moved(self, cursor: ManagedCursor) -> None: ...
 
 
 class _BatchAck:
@@ -83,7 +115,7 @@ class ManagedCursor:
         "name",
     )
 
-    def __init__(self, ledger: ManagedLedger, name: str, mark_delete: Position) -> None:
+    def __init__(self, ledger: CursorLedger, name: str, mark_delete: Position) -> None:
         self.ledger = ledger
         self.name = name
         self.mark_delete_position = mark_delete
@@ -126,7 +158,7 @@ class ManagedCursor:
         return cursor_key_prefix(self.ledger.name) + self.name
 
     @classmethod
-    async def create(cls, ledger: ManagedLedger, name: str, start: str | Position) -> ManagedCursor:
+    async def create(cls, ledger: CursorLedger, name: str, start: str | Position) -> ManagedCursor:
         """A new durable cursor whose first entry to read is ``start``: ``"earliest"``,
         ``"latest"`` (the next entry written) or a position. Registered on the ledger
         only once it is durable."""
@@ -143,7 +175,7 @@ class ManagedCursor:
         return cursor
 
     @classmethod
-    async def recover(cls, ledger: ManagedLedger, name: str) -> ManagedCursor:
+    async def recover(cls, ledger: CursorLedger, name: str) -> ManagedCursor:
         raw = await ledger.metadata.get(cursor_key_prefix(ledger.name) + name)
         if raw is None:
             raise KeyError(name)

@@ -17,7 +17,6 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import TYPE_CHECKING
 
 import orjson
 
@@ -25,7 +24,10 @@ from broker.cache.api import CursorCheck
 from broker.cache.stream import TopicEvents
 from broker.clock import Clock
 from broker.ledger.entry import Entry
+from broker.ledger.errors import ManagedLedgerError, ReadsThrottled
 from broker.ledger.live_entries import LiveEntries
+from broker.ledger.managed_cursor import ManagedCursor
+from broker.ledger.metadata_keys import cursor_key_prefix, metadata_key
 from broker.ledger.offload import TieredStorage, offset_of, stream_id_of
 from broker.ledger.pending_reads import PendingRead, PendingReads
 from broker.ledger.position import Position
@@ -33,22 +35,7 @@ from broker.ledger.read_limiter import ReadLimiter, TooManyReads, estimated_read
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import Bookie, BookieError, MetadataStore, total_size, when_done
 
-if TYPE_CHECKING:
-    from broker.ledger.managed_cursor import ManagedCursor
-
 log = logging.getLogger(__name__)
-
-_ML_PREFIX = "ml/"
-_CURSOR_PREFIX = "cursor/"
-
-
-class ManagedLedgerError(Exception):
-    """The managed ledger cannot serve the request (closed, deleted)."""
-
-
-class ReadsThrottled(ManagedLedgerError):
-    """No permits for a read within managedLedgerMaxReadsInFlightSizeInMB: the reader
-    retries after a backoff, as Pulsar's dispatchers do after TooManyRequests."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +111,6 @@ def _nothing() -> None:
     """The default ``on_touch``: a ledger no broker's upkeep watches."""
 
 
-def metadata_key(name: str) -> str:
-    return _ML_PREFIX + name
-
-
-def cursor_key_prefix(ledger_name: str) -> str:
-    return f"{_CURSOR_PREFIX}{ledger_name}/"
-
-
 class ManagedLedger:
     """A topic's log. Entries are appended to the current (open) bookie ledger, which is
     rolled over when full; ledgers that every cursor has consumed are trimmed.
@@ -197,8 +176,6 @@ class ManagedLedger:
         """Load the ledger list, recover the last ledger as a new owner would (close it at
         its last durable entry), drop empty ledgers, start a new ledger for writes, recover
         the cursors and trim what they have all consumed."""
-        from broker.ledger.managed_cursor import ManagedCursor
-
         raw = await self.metadata.get(metadata_key(self.name))
         empty: list[int] = []
         if raw is not None:

@@ -1,36 +1,53 @@
 """The listener of Pulsar's binary protocol (``brokerServicePort``): same process, same
-event loop and same broker service as the HTTP front end."""
+event loop and same broker service as the HTTP front end.
+
+Each connection reads the server's shared state (service, config, authentication,
+limits), so ``broker.protocol.connection`` imports this module; the server is handed the
+connection class to make its connections with, and knows them only as
+:class:`ServedConnection`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from broker.auth.service import AuthenticationService
 from broker.config import BrokerConfig
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
 from broker.limits import ConnectionLimiter
-from broker.protocol.connection import Connection
 from broker.protocol.frames import FRAME_PADDING
 from broker.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
 
 
-class ProtocolServer:
-    """Accepts connections; each is a :class:`Connection`. ``close`` closes them all and
-    waits for their work."""
+class ServedConnection(Protocol):
+    """A connection as its server sees it: one it can close at shutdown."""
 
-    def __init__(self, service: BrokerService, config: BrokerConfig) -> None:
+    def abort(self, reason: str) -> None: ...
+
+
+class ProtocolServer:
+    """Accepts connections; each is made by ``connection`` (``Connection``) from this
+    server. ``close`` closes them all and waits for their work."""
+
+    def __init__(
+        self,
+        service: BrokerService,
+        config: BrokerConfig,
+        connection: Callable[[ProtocolServer], asyncio.Protocol],
+    ) -> None:
         self.service = service
+        self._connection = connection
         self.config = config
         self.max_frame = config.maxMessageSize + FRAME_PADDING
         #: who a client is, from its CONNECT (authenticationEnabled)
         self.authentication = AuthenticationService(config)
-        self.connections: set[Connection] = set()
+        self.connections: set[ServedConnection] = set()
         #: brokerMaxConnections and brokerMaxConnectionsPerIp, checked at accept
         self.limiter = ConnectionLimiter(
             config.brokerMaxConnections, config.brokerMaxConnectionsPerIp
@@ -44,7 +61,7 @@ class ProtocolServer:
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0: any free port); returns the port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Connection(self), host, port)
+        self._server = await loop.create_server(lambda: self._connection(self), host, port)
         self.port = self._server.sockets[0].getsockname()[1]
         self.service_url = f"pulsar://{self.config.advertisedAddress}:{self.port}"
         return self.port

@@ -28,10 +28,11 @@ from storage_stub.bookie.faults import FaultInjector
 from storage_stub.bookie.grouped_writes import GroupedSyncWriter
 from storage_stub.bookie.instrumented import InstrumentedBookie, InstrumentedMetadataStore
 from storage_stub.bookie.last_entry_cache import LastEntryCache, LastEntryCachingBookie
-from storage_stub.bookie.latency import LatencyModel, parse_latency_spec
+from storage_stub.bookie.latency import LatencyModel
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 from storage_stub.bookie.metadata_store import RocksMetadataStore
 from storage_stub.bookie.storage import Storage, open_storage
+from storage_stub.latency_spec import parse_latency_spec
 
 __all__ = [
     "OPERATIONS",

@@ -31,7 +31,7 @@ import os
 
 from isal import isal_zlib
 
-from storage_stub.bookie.entry_log import DirectWrite
+from storage_stub.bookie.direct_io import DirectWrite
 
 try:  # compiled with the package where a C compiler and zlib's headers allow (setup.py)
     from storage_stub.bookie import _writer as _compiled_writer

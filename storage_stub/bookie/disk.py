@@ -73,9 +73,11 @@ from storage_stub.bookie.api import (
     os_fault,
 )
 from storage_stub.bookie.counters import OpCounters
+from storage_stub.bookie.direct_io import DirectWrite
 from storage_stub.bookie.direct_writer import ThreadWriter, thread_writer_built
 from storage_stub.bookie.disk_monitor import DiskUsageMonitor, UsageProbe, statvfs_probe
-from storage_stub.bookie.entry_log import DirectWrite, EntryLogger, Frame, FrameLocation
+from storage_stub.bookie.entry_log import EntryLogger
+from storage_stub.bookie.frame import Frame, FrameLocation
 from storage_stub.bookie.group_commit import GroupCommitter
 from storage_stub.bookie.grouped_writes import GroupedSyncWriter
 from storage_stub.bookie.ledger_metadata import LedgerMetadataIndex

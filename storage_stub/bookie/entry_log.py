@@ -47,242 +47,29 @@ import errno
 import mmap
 import os
 import pathlib
-import struct
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import NamedTuple, NoReturn
 
-from isal.isal_zlib import crc32
-
 from storage_stub.bookie.api import NO_SPACE_ERRNOS, StorageFaultError, os_fault
+from storage_stub.bookie.direct_io import DIRECT_IO_ALIGNMENT, MAX_DIRECT_WRITE_BYTES, DirectWrite
+from storage_stub.bookie.frame import (
+    Frame,
+    FrameLocation,
+    copy_frame,
+    valid_prefix_length,
+)
 
-try:  # compiled with the package where a C compiler allows (setup.py)
-    from storage_stub.bookie import _frames as _compiled
-except ImportError:
-    _compiled = None  # type: ignore[assignment]
-
-_CRC = struct.Struct(">I")
-_FIXED = struct.Struct(">IQqIQ")  # crc, ledger id, first entry id, count, payload bytes
-#: Bytes of a frame header before its lengths (the whole header is this + 4 x count).
-FRAME_HEADER_SIZE = _FIXED.size
-#: Bytes per payload length in a frame header (and in an index value).
-LENGTH_SIZE = 4
 #: Nearby runs of one log are read with one pread while the span stays under this size.
 MAX_GROUPED_READ_BYTES = 256 * 1024
 #: Entry log files grow in steps of this size (capped by the log size limit).
 PREALLOCATE_BYTES = 64 * 1024 * 1024
-_RECOVERY_CHUNK_BYTES = 4 * 1024 * 1024
-_MAX_ENTRIES_PER_FRAME = (1 << 32) - 1
 _IOV_MAX = 1024
-#: Direct writes start, end and sit in memory on multiples of this (a page: enough for
-#: every block size Linux's O_DIRECT asks for on common file systems).
-DIRECT_IO_ALIGNMENT = 4096
 _ZEROS = bytes(DIRECT_IO_ALIGNMENT)
-#: One direct write takes frames up to about this many bytes (a frame larger than this
-#: goes alone); a bigger group is written in several, so the aligned buffer stays small
-#: whatever the number of producers.
-MAX_DIRECT_WRITE_BYTES = 4 * 1024 * 1024
 #: posix_fallocate errors meaning "not supported here": writes then grow the file.
 _NO_FALLOCATE = frozenset((errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL))
-_LENGTHS: dict[int, struct.Struct] = {}
 #: Names the log format, so logs of another format are refused, never cut as torn.
 FORMAT_FILE = "FORMAT"
 FORMAT = b"brokerlab entry log: one frame per add, v1\n"
-
-
-def lengths_struct(count: int) -> struct.Struct:
-    """The struct of ``count`` big-endian u32 lengths (cached per count)."""
-    packer = _LENGTHS.get(count)
-    if packer is None:
-        packer = struct.Struct(f">{count}I")
-        if len(_LENGTHS) < 4096:
-            _LENGTHS[count] = packer
-    return packer
-
-
-class Frame:
-    """One add call's entries, ready to write: ``header`` is the whole frame header and
-    its tail ``header[FRAME_HEADER_SIZE:]`` the raw lengths, which the location index
-    stores as they are. The CRC is filled in by ``seal`` (one pass over the payloads,
-    ISA-L, about 0.05 us per KiB), which the page-cache path calls before writing; the
-    direct path computes it over the frame's copy in its buffer instead, on the writer
-    thread (one call instead of one per payload), and leaves ``header`` unsealed.
-
-    Building one costs one header allocation: no payload is copied. The header comes
-    from ``storage_stub.bookie._frames`` where it was built (about 0.4 us for 100
-    entries against 5 in Python), else from :func:`frame_header`.
-    """
-
-    __slots__ = (
-        "count",
-        "entries",
-        "first_entry_id",
-        "header",
-        "ledger_id",
-        "payload_bytes",
-        "sealed",
-    )
-
-    def __init__(self, ledger_id: int, first_entry_id: int, entries: Sequence[bytes]) -> None:
-        if _compiled is None:
-            header, payload_bytes = frame_header(ledger_id, first_entry_id, entries)
-        else:
-            try:
-                header, payload_bytes = _compiled.frame_header(ledger_id, first_entry_id, entries)
-            except TypeError:  # entries that are not a list or tuple of bytes
-                header, payload_bytes = frame_header(ledger_id, first_entry_id, entries)
-        self.ledger_id = ledger_id
-        self.first_entry_id = first_entry_id
-        self.count = len(entries)
-        self.payload_bytes = payload_bytes
-        self.header = header
-        self.entries = entries
-        self.sealed = False
-
-    def seal(self) -> None:
-        """Fill in the header's CRC (over everything after it). Idempotent."""
-        if self.sealed:
-            return
-        crc = crc32(memoryview(self.header)[_CRC.size :])
-        for payload in self.entries:
-            crc = crc32(payload, crc)
-        _CRC.pack_into(self.header, 0, crc)
-        self.sealed = True
-
-    @property
-    def size(self) -> int:
-        """Bytes of the whole frame in the log."""
-        return len(self.header) + self.payload_bytes
-
-    @property
-    def raw_lengths(self) -> memoryview:
-        return memoryview(self.header)[FRAME_HEADER_SIZE:]
-
-
-def compiled_frames() -> bool:
-    """Whether frame headers and direct-buffer copies run compiled (``_frames`` built)."""
-    return _compiled is not None
-
-
-def frame_header(
-    ledger_id: int, first_entry_id: int, entries: Sequence[bytes]
-) -> tuple[bytearray, int]:
-    """The header of a frame of ``entries`` (its CRC 0) and their total size: what
-    ``_frames.frame_header`` computes, in Python. O(entries)."""
-    count = len(entries)
-    if not 0 < count <= _MAX_ENTRIES_PER_FRAME:
-        raise ValueError(f"a frame holds 1 to {_MAX_ENTRIES_PER_FRAME} entries, not {count}")
-    lengths = list(map(len, entries))
-    payload_bytes = sum(lengths)
-    header = bytearray(FRAME_HEADER_SIZE + LENGTH_SIZE * count)
-    _FIXED.pack_into(header, 0, 0, ledger_id, first_entry_id, count, payload_bytes)
-    lengths_struct(count).pack_into(header, FRAME_HEADER_SIZE, *lengths)
-    return header, payload_bytes
-
-
-def copy_frame(buffer: mmap.mmap, position: int, frame: Frame) -> int:
-    """Copy ``frame`` (header, then entries) into ``buffer`` at ``position``; where the
-    copy ends (``copy_parts``)."""
-    return copy_parts(buffer, position, frame.header, frame.entries)
-
-
-def copy_parts(
-    buffer: mmap.mmap, position: int, header: bytearray, entries: Sequence[bytes]
-) -> int:
-    """Copy ``header``, then ``entries``, into ``buffer`` at ``position``; where the copy
-    ends. ``_frames.copy_frame`` where built (one memcpy an entry), else a join and one
-    slice assignment (the frame copied twice). O(frame bytes)."""
-    if _compiled is not None:
-        try:
-            return _compiled.copy_frame(buffer, position, header, entries)
-        except TypeError:  # entries that are not a list or tuple of bytes
-            pass
-    data = b"".join((header, *entries))
-    end = position + len(data)
-    if position < 0 or end > len(buffer):
-        raise ValueError(
-            f"a frame of {len(data)} bytes at {position} overruns a buffer of {len(buffer)}"
-        )
-    buffer[position:end] = data
-    return end
-
-
-class FrameLocation(NamedTuple):
-    """Where a frame starts in which log."""
-
-    log_id: int
-    offset: int
-
-
-class DirectWrite:
-    """One planned O_DIRECT write (see ``EntryLogger.plan_direct``): ``length`` bytes of
-    ``buffer`` to ``start`` of a log, both block-aligned; the frames in it end at ``end``
-    and start at ``locations``. ``unsealed``: the (start, end) in ``buffer`` of each
-    frame whose CRC is filled in before writing (``seal_copied_frames``). ``copies``:
-    the (position in ``buffer``, header, entries) of each frame still to be copied
-    there (planned with ``copy=False``; empty once copied)."""
-
-    __slots__ = (
-        "buffer",
-        "copies",
-        "end",
-        "fd",
-        "length",
-        "locations",
-        "start",
-        "unsealed",
-    )
-
-    def __init__(
-        self,
-        fd: int,
-        buffer: mmap.mmap,
-        start: int,
-        length: int,
-        end: int,
-        locations: list[FrameLocation],
-        unsealed: list[tuple[int, int]],
-        copies: list[tuple[int, bytearray, Sequence[bytes]]],
-    ) -> None:
-        #: the log's O_DIRECT descriptor
-        self.fd = fd
-        self.buffer = buffer
-        self.start = start
-        self.length = length
-        self.end = end
-        self.locations = locations
-        self.unsealed = unsealed
-        self.copies = copies
-
-    def copy(self) -> None:
-        """Copy the frames still to be copied into the buffer (on the caller's thread).
-        O(their bytes)."""
-        buffer = self.buffer
-        for position, header, entries in self.copies:
-            copy_parts(buffer, position, header, entries)
-        self.copies = []
-
-    def execute(self) -> None:
-        """Blocking, on the caller's thread (``write_group``, or the bookie's writer thread
-        where the compiled writer is not built): the frames' copies, their CRCs, then the
-        pwrite. OSError if the write fails."""
-        self.copy()
-        seal_copied_frames(self.buffer, self.unsealed)
-        with memoryview(self.buffer) as view:
-            written = 0
-            while written < self.length:
-                count = os.pwrite(self.fd, view[written : self.length], self.start + written)
-                if count <= 0:
-                    raise OSError(errno.EIO, "direct write made no progress")
-                written += count
-
-
-def seal_copied_frames(buffer: mmap.mmap, frames: Iterable[tuple[int, int]]) -> None:
-    """Fill in the CRC of each frame copied, unsealed, to ``buffer[start:end]`` (one
-    ISA-L pass over each, about 1 us per 100 KiB here; it holds the GIL)."""
-    with memoryview(buffer) as view:
-        for frame_start, frame_end in frames:
-            crc = crc32(view[frame_start + _CRC.size : frame_end])
-            _CRC.pack_into(buffer, frame_start, crc)
 
 
 class EntryRun(NamedTuple):
@@ -292,51 +79,6 @@ class EntryRun(NamedTuple):
     log_id: int
     offset: int
     lengths: Sequence[int]
-
-
-def payloads_offset(frame_offset: int, count: int) -> int:
-    """Where the first payload of a frame of ``count`` entries starts."""
-    return frame_offset + FRAME_HEADER_SIZE + LENGTH_SIZE * count
-
-
-def valid_prefix_length(fd: int, size: int) -> int:
-    """Length of the longest prefix of the file made of whole, valid frames.
-
-    Cost: reads the file once in 4 MiB chunks (one pread per larger frame) and CRCs every
-    byte: O(size).
-    """
-    position = 0
-    chunk = b""
-    chunk_start = 0
-    while position + FRAME_HEADER_SIZE <= size:
-        if position + FRAME_HEADER_SIZE > chunk_start + len(chunk):
-            chunk_start = position
-            chunk = os.pread(fd, min(_RECOVERY_CHUNK_BYTES, size - position), position)
-            if len(chunk) < FRAME_HEADER_SIZE:
-                break
-        relative = position - chunk_start
-        crc, _ledger_id, _first, count, payload_bytes = _FIXED.unpack_from(chunk, relative)
-        if count == 0:  # also every zero-filled (preallocated) tail
-            break
-        end = payloads_offset(position, count) + payload_bytes
-        if end > size:
-            break
-        if end > chunk_start + len(chunk):
-            chunk_start = position
-            chunk = os.pread(
-                fd, min(max(_RECOVERY_CHUNK_BYTES, end - position), size - position), position
-            )
-            if len(chunk) < end - position:
-                break
-            relative = 0
-        view = memoryview(chunk)
-        lengths = lengths_struct(count).unpack_from(view, relative + FRAME_HEADER_SIZE)
-        if sum(lengths) != payload_bytes:
-            break
-        if crc32(view[relative + _CRC.size : relative + end - position]) != crc:
-            break
-        position = end
-    return position
 
 
 class EntryLogger:

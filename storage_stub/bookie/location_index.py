@@ -22,13 +22,8 @@ from collections.abc import Iterable
 
 from rocksdict import WriteBatch
 
-from storage_stub.bookie.entry_log import (
-    EntryRun,
-    Frame,
-    FrameLocation,
-    lengths_struct,
-    payloads_offset,
-)
+from storage_stub.bookie.entry_log import EntryRun
+from storage_stub.bookie.frame import Frame, FrameLocation, lengths_struct, payloads_offset
 from storage_stub.bookie.rocks import RocksDatabase, write_options
 
 _KEY = struct.Struct(">QQ")

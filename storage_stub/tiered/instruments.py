@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from storage_stub.bookie.faults import FaultInjector
-from storage_stub.bookie.latency import LatencyDistribution, LatencyModel
+from storage_stub.bookie.latency import LatencyModel
+from storage_stub.latency_spec import LatencyDistribution
 from storage_stub.tiered.api import OBJECT_OPERATIONS
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from broker.bench import http
 from storage_stub.bookie.direct_writer import thread_writer_crc
-from storage_stub.bookie.entry_log import compiled_frames
+from storage_stub.bookie.frame import compiled_frames
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 

@@ -12,7 +12,7 @@ import pytest
 
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
-from broker.http.app import NODE
+from broker.http.app_state import NODE
 from broker.ledger.entry import encode_message
 from tests.conftest import Client, make_settings, served
 

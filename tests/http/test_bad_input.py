@@ -25,8 +25,8 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from broker.http.app import contract
 from broker.http.contract import Operation
-from broker.http.openapi import contract
 from tests.conftest import Client, LiveBroker, b64, unb64
 
 TENANT = "bad"

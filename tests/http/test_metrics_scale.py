@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.http.app import NODE
+from broker.http.app_state import NODE
 from tests.conftest import Client, LiveBroker, make_settings, served
 from tests.dispatch.test_idle_topics import create_topics
 

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from broker.config import BrokerConfig
 from broker.dispatch.errors import InvalidRequestError, TooLargeError
 from broker.http.app import PRODUCE_BODY
+from broker.http.b64_entries import HTTP_PRODUCER
 from broker.http.produce_encoding import (
     _encode_each,
     _payloads_only,
@@ -67,7 +68,7 @@ def whole_request(messages: list[Any], max_size: int, now_ms: int) -> list[bytes
 def payload_only(messages: list[Any], max_size: int, now_ms: int) -> list[bytes] | None:
     """The fast path's entries: None where it steps aside."""
     payloads = _payloads_only(messages, max_size)
-    return None if payloads is None else encode_payloads(payloads, now_ms)
+    return None if payloads is None else encode_payloads(payloads, now_ms, HTTP_PRODUCER)
 
 
 def batched(messages: list[Any]) -> bytes | tuple[str, str]:
@@ -107,7 +108,7 @@ def test_fast_path_agrees_with_the_per_message_path(raw: list[Any]) -> None:
     if isinstance(per_message, list):
         items = _validated(messages, MAX_SIZE)
         if sum(len(item[0]) for item in items) <= MAX_SIZE:
-            assert batched(messages) == encode_batch(items, NOW_MS)
+            assert batched(messages) == encode_batch(items, NOW_MS, HTTP_PRODUCER)
         else:
             assert batched(messages)[0] == "TooLargeError"
 
@@ -203,7 +204,7 @@ def test_the_common_body_is_taken_plain_and_the_rest_left_to_the_type() -> None:
     payload = {"payload": "QQ=="}
     body = {"messages": [payload] * 3}
     assert encode_plain(orjson.dumps(body), LIMIT, MAX_SIZE, NOW_MS) == (
-        encode_payloads([b"A"] * 3, NOW_MS),
+        encode_payloads([b"A"] * 3, NOW_MS, HTTP_PRODUCER),
         0,
     )
     batched = {"messages": [payload] * 2, "batch": True}
@@ -215,7 +216,7 @@ def test_the_common_body_is_taken_plain_and_the_rest_left_to_the_type() -> None:
     large = {"messages": [{"payload": base64.b64encode(bytes(MAX_SIZE)).decode()}] * 2}
     assert len(orjson.dumps(large)) > MAX_SIZE
     assert encode_plain(orjson.dumps(large), LIMIT, MAX_SIZE, NOW_MS) == (
-        encode_payloads([bytes(MAX_SIZE)] * 2, NOW_MS),
+        encode_payloads([bytes(MAX_SIZE)] * 2, NOW_MS, HTTP_PRODUCER),
         0,
     )
     too_large = base64.b64encode(bytes(MAX_SIZE + 1)).decode()
@@ -260,3 +261,27 @@ def test_the_produce_answer_is_what_orjson_writes_for_it(
     )
 
     assert publish_results(Position(ledger_id, entry_id), batch_size, entries) == expected
+
+
+def test_every_produce_path_names_the_http_producer() -> None:
+    """The ledger's entries carry whatever producer their caller names; each way the
+    produce route encodes names the HTTP producer, which consumers then see."""
+    plain = {"messages": [{"payload": "QQ=="}] * 2}
+    keyed = {"messages": [{"payload": "QQ==", "key": "k"}, {"payload": "Qg=="}]}
+    encoded = [
+        encode_plain(orjson.dumps(plain), LIMIT, MAX_SIZE, NOW_MS),
+        encode_plain(orjson.dumps({**plain, "batch": True}), LIMIT, MAX_SIZE, NOW_MS),
+        encode_produce(plain, LIMIT, MAX_SIZE, NOW_MS),
+        encode_produce({**plain, "batch": True}, LIMIT, MAX_SIZE, NOW_MS),
+        encode_produce(keyed, LIMIT, MAX_SIZE, NOW_MS),
+        encode_produce({**keyed, "batch": True}, LIMIT, MAX_SIZE, NOW_MS),
+    ]
+    producers = {
+        message.producer_name
+        for result in encoded
+        if result is not None
+        for entry in result[0]
+        for message in messages_of(entry)
+    }
+    assert None not in encoded
+    assert producers == {HTTP_PRODUCER}

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from broker.config import load_storage_config
-from broker.dispatch.service import ENTRY_FORMAT, ENTRY_FORMAT_KEY, DataFormatError
+from broker.dispatch.data_format import ENTRY_FORMAT, ENTRY_FORMAT_KEY, DataFormatError
 from broker.http.app import create_app
 from broker.ledger.managed_ledger import metadata_key
 from storage_stub.bookie import MetadataStore, open_storage

@@ -11,8 +11,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker.ledger.entry import (
+    DEFAULT_PRODUCER,
     HEAD_SIZE,
-    HTTP_PRODUCER,
     PLAIN_SEQUENCE_IDS,
     BatchItem,
     Entry,
@@ -72,7 +72,7 @@ def test_the_payload_only_path_writes_what_encode_message_writes() -> None:
     publish_time=st.one_of(
         st.integers(0, 300), st.integers(1_600_000_000_000, 1 << 45), st.integers(0, (1 << 64) - 1)
     ),
-    producer=st.one_of(st.just("brokerlab-http"), st.text(max_size=200)),
+    producer=st.one_of(st.just(DEFAULT_PRODUCER), st.text(max_size=200)),
     first=st.one_of(st.integers(0, 300), st.integers(0, PLAIN_SEQUENCE_IDS + 10)),
 )
 def test_payload_only_entries_are_what_protobuf_serializes_byte_for_byte(
@@ -94,7 +94,7 @@ def test_payload_only_entries_are_what_protobuf_serializes_byte_for_byte(
 def _batch_through_protobuf(items: list[BatchItem], publish_time: int, sequence_id: int) -> bytes:
     """The batched entry with every SingleMessageMetadata serialized by protobuf."""
     metadata = MessageMetadata(
-        producer_name=HTTP_PRODUCER, sequence_id=sequence_id, publish_time=publish_time
+        producer_name=DEFAULT_PRODUCER, sequence_id=sequence_id, publish_time=publish_time
     )
     if items[0][1] is not None:
         metadata.partition_key = items[0][1]
@@ -138,7 +138,7 @@ def test_a_batch_is_what_protobuf_serializes_byte_for_byte(
     """Payload-only messages get their SingleMessageMetadata from the varint table (past
     it: computed), the others from protobuf; the bytes are protobuf's either way."""
     expected = _batch_through_protobuf(items, publish_time, sequence_id)
-    assert encode_batch(items, publish_time, HTTP_PRODUCER, sequence_id) == expected
+    assert encode_batch(items, publish_time, DEFAULT_PRODUCER, sequence_id) == expected
 
 
 _sizes = st.one_of(st.integers(0, 200), st.integers(16_380, 16_390))
@@ -171,12 +171,12 @@ def test_a_batch_of_payloads_only_is_what_protobuf_serializes_byte_for_byte(
         with pytest.raises(ValueError):
             _batch_through_protobuf(items, publish_time, sequence_id)
         with pytest.raises(ValueError):
-            encode_batch_payloads(payloads, publish_time, HTTP_PRODUCER, sequence_id)
+            encode_batch_payloads(payloads, publish_time, DEFAULT_PRODUCER, sequence_id)
         return
     expected = _batch_through_protobuf(items, publish_time, sequence_id)
-    assert encode_batch_payloads(payloads, publish_time, HTTP_PRODUCER, sequence_id) == expected
+    assert encode_batch_payloads(payloads, publish_time, DEFAULT_PRODUCER, sequence_id) == expected
     # twice: the second call reads the rows the first one may have added to the table
-    assert encode_batch_payloads(payloads, publish_time, HTTP_PRODUCER, sequence_id) == expected
+    assert encode_batch_payloads(payloads, publish_time, DEFAULT_PRODUCER, sequence_id) == expected
 
 
 def test_an_empty_batch_of_payloads_is_refused() -> None:

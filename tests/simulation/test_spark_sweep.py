@@ -378,8 +378,8 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from broker.ledger import entry
 from simulation.spark import SweepTask, run_task
-from storage_stub.bookie import direct_writer, entry_log
+from storage_stub.bookie import direct_writer, frame
 print(entry.__file__)
-print(json.dumps([entry._compiled, entry_log._compiled, direct_writer._compiled_writer]))
+print(json.dumps([entry._compiled, frame._compiled, direct_writer._compiled_writer]))
 print(json.dumps(run_task(SweepTask.from_json(open("task.json").read()))))
 """

@@ -15,11 +15,13 @@ from storage_stub.bookie import StorageFaultError
 from storage_stub.bookie.entry_log import (
     FORMAT,
     FORMAT_FILE,
-    FRAME_HEADER_SIZE,
-    LENGTH_SIZE,
     MAX_GROUPED_READ_BYTES,
     EntryLogger,
     EntryRun,
+)
+from storage_stub.bookie.frame import (
+    FRAME_HEADER_SIZE,
+    LENGTH_SIZE,
     Frame,
     FrameLocation,
     payloads_offset,

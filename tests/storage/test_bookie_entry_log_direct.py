@@ -15,14 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage_stub.bookie import StorageFaultError, entry_log
-from storage_stub.bookie.entry_log import (
-    DIRECT_IO_ALIGNMENT,
-    EntryLogger,
-    EntryRun,
-    Frame,
-    FrameLocation,
-    payloads_offset,
-)
+from storage_stub.bookie.direct_io import DIRECT_IO_ALIGNMENT
+from storage_stub.bookie.entry_log import EntryLogger, EntryRun
+from storage_stub.bookie.frame import Frame, FrameLocation, payloads_offset
 
 
 def log_bytes(directory: pathlib.Path) -> dict[str, bytes]:

@@ -13,13 +13,13 @@ from storage_stub.bookie import OPERATIONS, FaultInjector, LatencyModel, OpCount
 from storage_stub.bookie import faults as faults_module
 from storage_stub.bookie import latency as latency_module
 from storage_stub.bookie.api import StorageFaultError
-from storage_stub.bookie.latency import (
+from storage_stub.config import StorageConfig
+from storage_stub.latency_spec import (
     FixedLatency,
     LogNormalLatency,
     UniformLatency,
     parse_latency_spec,
 )
-from storage_stub.config import StorageConfig
 
 
 def completes_without_suspending(coroutine: Coroutine[Any, Any, Any]) -> bool:

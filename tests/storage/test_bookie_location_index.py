@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from storage_stub.bookie.entry_log import EntryRun, Frame, FrameLocation, payloads_offset
+from storage_stub.bookie.entry_log import EntryRun
+from storage_stub.bookie.frame import Frame, FrameLocation, payloads_offset
 from storage_stub.bookie.location_index import EntryLocationIndex
 
 

@@ -25,7 +25,8 @@ from isal import isal_zlib
 
 from storage_stub.bookie import StorageFaultError, direct_writer
 from storage_stub.bookie.direct_writer import ThreadWriter, thread_writer_built
-from storage_stub.bookie.entry_log import EntryLogger, Frame, FrameLocation
+from storage_stub.bookie.entry_log import EntryLogger
+from storage_stub.bookie.frame import Frame, FrameLocation
 from tests.storage.conftest import OpenStorage
 from tests.storage.test_bookie_entry_log_direct import groups, log_bytes, read_back
 

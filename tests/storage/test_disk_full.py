@@ -26,7 +26,8 @@ from storage_stub.bookie import (
 )
 from storage_stub.bookie.disk import DiskBookie
 from storage_stub.bookie.disk_monitor import UsageProbe, statvfs_probe
-from storage_stub.bookie.entry_log import FRAME_HEADER_SIZE, LENGTH_SIZE, EntryLogger, Frame
+from storage_stub.bookie.entry_log import EntryLogger
+from storage_stub.bookie.frame import FRAME_HEADER_SIZE, LENGTH_SIZE, Frame
 from storage_stub.bookie.instrumented import InstrumentedBookie
 from storage_stub.bookie.last_entry_cache import LastEntryCachingBookie
 from storage_stub.config import StorageConfig

@@ -1,4 +1,4 @@
-"""storage_stub.bookie._frames, compiled frame headers and copies, against entry_log.py's.
+"""storage_stub.bookie._frames, compiled frame headers and copies, against frame.py's.
 
 The module is optional (a machine without a compiler installs without it), so where the
 machine can build it a test insists it was built.
@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage_stub.bookie import direct_writer, entry_log
+from storage_stub.bookie import direct_writer
+from storage_stub.bookie import frame as frame_module
 from storage_stub.bookie.api import total_size
-from storage_stub.bookie.entry_log import Frame, copy_frame, frame_header
+from storage_stub.bookie.frame import Frame, copy_frame, frame_header
 from tests.ledger.test_entries_compiled import can_build_extensions
 
 try:
@@ -30,8 +31,8 @@ def test_the_compiled_frames_are_built_and_used_where_the_machine_can_build_them
     if not can_build_extensions():
         pytest.skip("no C compiler and Python's headers here")
     assert compiled is not None, "setup.py's optional build of storage_stub.bookie._frames failed"
-    assert entry_log._compiled is compiled
-    assert entry_log.compiled_frames()
+    assert frame_module._compiled is compiled
+    assert frame_module.compiled_frames()
 
 
 entries_strategy = st.lists(
@@ -82,13 +83,13 @@ def test_a_copy_that_would_overrun_copies_nothing() -> None:
         compiled.copy_frame(buffer, -1, frame.header, frame.entries)
     assert buffer[:] == bytes(4096)
     assert copy_frame(buffer, 4096 - frame.size, frame) == 4096
-    entry_log_python = entry_log._compiled
+    frame_python = frame_module._compiled
     try:
-        entry_log._compiled = None  # type: ignore[assignment]
+        frame_module._compiled = None  # type: ignore[assignment]
         with pytest.raises(ValueError, match="overruns"):
             copy_frame(buffer, -1, frame)
     finally:
-        entry_log._compiled = entry_log_python
+        frame_module._compiled = frame_python
 
 
 @needs_compiled

@@ -317,13 +317,13 @@ def run_session(session: Session, base: pathlib.Path) -> tuple[Session, int, str
         command = ["unshare", "-rn", "--", "bash", "-c", inner]
     try:
         done = subprocess.run(
-            command, cwd=workdir, env=env, capture_output=True, text=True,
-            timeout=SESSION_TIMEOUT_S, check=False,
+            command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, timeout=SESSION_TIMEOUT_S, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired as expired:
-        output = expired.stderr.decode() if isinstance(expired.stderr, bytes) else ""
+        output = expired.stdout.decode() if isinstance(expired.stdout, bytes) else ""
         return session, -1, f"timed out after {SESSION_TIMEOUT_S} s\n{output}"
-    return session, done.returncode, done.stdout + done.stderr
+    return session, done.returncode, done.stdout
 
 
 def failure_report(session: Session, code: int, output: str) -> str:
@@ -468,3 +468,27 @@ def run_sessions(
 
 def run_chain(chained: list[Session], base: pathlib.Path) -> list[tuple[Session, int, str]]:
     return [run_session(session, base) for session in chained]
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """GitHub's anchors for a page's headings."""
+    anchors = set()
+    for heading in re.findall(r"^#+ (.+)$", prose(markdown), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.replace("`", "").lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+def test_the_links_of_the_readme_and_docs_lead_somewhere() -> None:
+    pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose(page.read_text())):
+            if re.match(r"\w+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            assert linked.exists(), f"{page.name}: a link to {target}, which is not there"
+            if anchor and linked.suffix == ".md":
+                assert anchor in heading_anchors(linked.read_text()), (
+                    f"{page.name}: a link to {target}, which has no heading #{anchor}"
+                )

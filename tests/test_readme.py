@@ -422,6 +422,7 @@ def test_pytest_markers_the_readme_names_are_registered() -> None:
             assert word in {"not", "and", "or"} | registered, f"unregistered marker {word!r}"
 
 
+@pytest.mark.slow
 def test_the_readme_commands_run(tmp_path: pathlib.Path) -> None:
     all_sessions = sessions()
     assert any(s.needs_ports for s in all_sessions) and any(not s.needs_ports for s in all_sessions)

@@ -10,7 +10,8 @@ Brokers of a cluster are instances in one process, each with its own cache, serv
 counters and ports, over one bookie and metadata store, as Pulsar's brokers share one
 BookKeeper and one metadata store. One process was chosen over one process per broker
 because the storage is in-process (RocksDB allows one process per directory) and this
-machine has two cores: see the README's "Several brokers" for the measurement.
+machine has two cores: docs/benchmarks.md ("Several brokers: one process or one per
+broker") has the measurement.
 
 A restart ends a broker's incarnation: a graceful one unloads its bundles one by one
 (topics closed, clients told to look up again) and hands them over; a kill drops

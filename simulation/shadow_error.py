@@ -5,7 +5,7 @@ own live run of the same seed (misses: entries read from storage).
     python -m simulation.shadow_error [--presets a,b] [--seeds 1,2] [--duration S]
 
 prints a table per preset and the largest relative error, and writes it as JSON with
-``--out``. The README's "Shadows" quotes its result.
+``--out``. docs/cache-designs.md ("Shadows") quotes its result.
 """
 
 from __future__ import annotations

@@ -1,162 +1,105 @@
-"""Shared harness: a real broker on a real port, in-process or as a subprocess."""
+"""The test harness's fixtures; its plain helpers are in ``tests/harness.py``.
+
+Which to use for what (import helpers from ``tests.harness``; the names below are
+re-exported here too, for tests that import them from ``tests.conftest``):
+
+- A broker for an async test, spoken to over HTTP: ``shared_broker(**broker_conf)``
+  returns a :class:`Client` of an in-process broker shared by the tests of the module
+  that ask for the same configuration (in-memory storage; it runs on a thread of its
+  own, so it outlives each test's event loop). Use it unless the test needs a broker
+  nobody else touched: then ``live_broker(**broker_conf)`` (fresh, in-memory unless
+  ``data_dir`` is given, stopped at the end of the test), or ``in_process_broker()``
+  as a context manager when the test stops and reopens a broker over a data dir.
+- ``brokerlab serve`` as a process (the official client, signals, restarts, clusters):
+  ``shared_served_broker(**broker_conf, storage=..., brokers=N)`` shares one per
+  module and configuration (started again if a test stopped it);
+  ``served_broker(...)`` starts a fresh one per test. Both give a :class:`ServedBroker`
+  (blocking; ``.http_url``, ``.service_url``, ``.ok()``, ``.request()``, ``.log()`` with
+  ``.mark()``, ``.stop()``, ``.kill()``, ``.start()``). Async tests that need the
+  process use ``broker_process(*args)``, a :class:`BrokerProcess` over the same launcher.
+- An in-process cluster with one HTTP front end per broker: ``local_cluster()``.
+- Official Pulsar clients closed at the end of the test: ``pulsar_client(service_url)``.
+- Waiting for something: ``eventually(condition, what, deadline_s)`` (blocking) or
+  ``await eventually_async(...)`` (either kind of condition); never a fixed sleep.
+- A topic name no other test uses: ``new_topic(prefix)`` (``tenant/ns/prefix-N``;
+  ``persistent(topic)`` is the client's full name); in a given bundle:
+  ``topics_in_distinct_bundles``, ``topic_in_bundle``.
+
+Duplicates of these still live in test files that have not moved to the harness yet;
+new tests should not add more.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import contextlib
-import os
+import json
 import pathlib
-import signal
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
-from broker.bench.http import child_pids
-from broker.config import load_broker_config, load_storage_config
-from broker.http.app import Settings, create_app
-from broker.http.listener import LimitedTCPSite, http_runner
+from broker.cluster import Cluster, http_url
+from broker.http.app import node_app
+from tests.harness import (
+    CONF,
+    NAMESPACE,
+    ROOT,
+    STARTUP_DEADLINE_S,
+    Answer,
+    BrokerProcess,
+    BrokerThread,
+    Client,
+    ServedBroker,
+    b64,
+    child_processes,
+    eventually,
+    eventually_async,
+    in_process_broker,
+    make_settings,
+    new_topic,
+    persistent,
+    pulsar_bundle,
+    served,
+    short,
+    unb64,
+    url_of,
+)
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CONF = ROOT / "conf"
-STARTUP_DEADLINE_S = 60.0
-
-
-def b64(data: bytes | str) -> str:
-    raw = data.encode() if isinstance(data, str) else data
-    return base64.b64encode(raw).decode()
-
-
-def unb64(text: str) -> bytes:
-    return base64.b64decode(text)
-
-
-class Client:
-    """A thin JSON client of the brokerlab HTTP contract."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
-
-    async def close(self) -> None:
-        await self.session.close()
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        json: Any = None,
-        data: bytes | str | None = None,
-        **params: Any,
-    ) -> tuple[int, Any]:
-        async with self.session.request(
-            method, self.base_url + path, json=json, data=data, params=params or None
-        ) as response:
-            body = await response.read()
-            if response.content_type == "application/json" and body:
-                return response.status, await response.json()
-            return response.status, body.decode(errors="replace")
-
-    async def produce(self, topic: str, payloads: list[str], **fields: Any) -> list[str]:
-        messages = [{"payload": b64(p), **fields} for p in payloads]
-        status, body = await self.request(
-            "POST", f"/topics/persistent/{topic}", json={"messages": messages}
-        )
-        assert status == 200, body
-        return [result["messageId"] for result in body["messagePublishResults"]]
-
-    async def subscribe(self, topic: str, subscription: str, **options: Any) -> str:
-        status, body = await self.request(
-            "POST", f"/consumers/persistent/{topic}/{subscription}", json=options
-        )
-        assert status == 200, body
-        return str(body["consumerId"])
-
-    async def receive(
-        self, consumer_id: str, max_messages: int = 100, timeout_ms: int = 200
-    ) -> list[dict[str, Any]]:
-        status, body = await self.request(
-            "GET",
-            f"/consumers/{consumer_id}/messages",
-            maxMessages=max_messages,
-            timeoutMs=timeout_ms,
-        )
-        assert status == 200, body
-        return list(body["messages"])
-
-    async def receive_until(
-        self, consumer_id: str, count: int, deadline_s: float = 20.0
-    ) -> list[dict[str, Any]]:
-        """Poll until ``count`` messages arrived (or the deadline passed)."""
-        got: list[dict[str, Any]] = []
-        loop = asyncio.get_running_loop()
-        end = loop.time() + deadline_s
-        while len(got) < count and loop.time() < end:
-            got += await self.receive(consumer_id, min(1000, count - len(got)), 500)
-        return got
-
-    async def ack(self, consumer_id: str, ids: list[str], ack_type: str = "Individual") -> None:
-        status, body = await self.request(
-            "POST", f"/consumers/{consumer_id}/ack", json={"messageIds": ids, "ackType": ack_type}
-        )
-        assert status == 204, body
-
-    async def stats(self, topic: str) -> dict[str, Any]:
-        status, body = await self.request("GET", f"/admin/v2/persistent/{topic}/stats")
-        assert status == 200, body
-        return dict(body)
-
-    async def internal_stats(self, topic: str) -> dict[str, Any]:
-        status, body = await self.request("GET", f"/admin/v2/persistent/{topic}/internalStats")
-        assert status == 200, body
-        return dict(body)
+__all__ = [
+    "CONF",
+    "ROOT",
+    "STARTUP_DEADLINE_S",
+    "Answer",
+    "BrokerProcess",
+    "BrokerProcessFactory",
+    "Client",
+    "LiveBroker",
+    "LocalCluster",
+    "LocalClusterFactory",
+    "ServedBroker",
+    "ServedBrokerFactory",
+    "b64",
+    "child_processes",
+    "eventually",
+    "eventually_async",
+    "in_process_broker",
+    "make_settings",
+    "new_topic",
+    "persistent",
+    "served",
+    "short",
+    "unb64",
+]
 
 
-def make_settings(
-    data_dir: pathlib.Path | None, storage: dict[str, Any] | None = None, **broker: Any
-) -> Settings:
-    """Settings from the shipped conf files with overrides; in-memory storage unless a
-    data dir is given."""
-    storage_overrides = {"storageMode": "memory"} if data_dir is None else {}
-    storage_overrides.update(storage or {})
-    # No codec processes unless a test asks: one per served broker would cost each test
-    # a Python start; tests/http/test_codec.py covers them.
-    broker = {"httpCodecProcesses": 0, **broker}
-    return Settings(
-        broker=load_broker_config(
-            CONF / "broker.conf", {"webServicePort": 0, "brokerServicePort": 0, **broker}
-        ),
-        storage=load_storage_config(CONF / "storage.conf", storage_overrides),
-        data_dir=data_dir,
-    )
+def _config_key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
 
 
-async def served(settings: Settings) -> web.AppRunner:
-    """The broker of ``settings`` served as ``brokerlab serve`` serves it, with the
-    listener's limits and timeouts, on the configured address and port (0: a free one)."""
-    runner = http_runner(create_app(settings), settings.broker)
-    await runner.setup()
-    await LimitedTCPSite.for_config(runner, settings.broker).start()
-    return runner
-
-
-@contextlib.asynccontextmanager
-async def in_process_broker(
-    data_dir: pathlib.Path | None = None, storage: dict[str, Any] | None = None, **broker: Any
-) -> AsyncIterator[Client]:
-    """One in-process broker on a real port, stopped cleanly (files closed) on exit."""
-    runner = await served(make_settings(data_dir, storage, **broker))
-    client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
-    try:
-        yield client
-    finally:
-        await client.close()
-        await runner.cleanup()
-
+# ---------------------------------------------------------------------- in-process brokers
 
 LiveBroker = Callable[..., Awaitable[Client]]
 
@@ -174,10 +117,8 @@ async def live_broker() -> AsyncIterator[LiveBroker]:
     ) -> Client:
         runner = await served(make_settings(data_dir, storage, **broker))
         runners.append(runner)
-        port = runner.addresses[0][1]
-        client = Client(f"http://127.0.0.1:{port}")
-        clients.append(client)
-        return client
+        clients.append(Client(url_of(runner)))
+        return clients[-1]
 
     yield start
     for client in clients:
@@ -186,99 +127,87 @@ async def live_broker() -> AsyncIterator[LiveBroker]:
         await runner.cleanup()
 
 
-def child_processes(pid: int, command_part: str) -> list[int]:
-    """``pid``'s live child processes whose command line holds ``command_part``."""
-    found = []
-    for child in child_pids(pid):
-        with contextlib.suppress(OSError), open(f"/proc/{child}/cmdline", "rb") as cmdline:
-            if command_part.encode() in cmdline.read():
-                found.append(child)
-    return found
+@pytest.fixture(scope="module")
+def _broker_threads() -> Iterator[dict[str, BrokerThread]]:
+    """The module's shared in-process brokers, by configuration."""
+    threads: dict[str, BrokerThread] = {}
+    yield threads
+    for thread in threads.values():
+        thread.stop()
 
 
-class BrokerProcess:
-    """``brokerlab serve`` as a child process over a data dir that outlives it."""
+@pytest.fixture
+async def shared_broker(_broker_threads: dict[str, BrokerThread]) -> AsyncIterator[LiveBroker]:
+    """As ``live_broker`` (in-memory storage only), but the broker is the module's one of
+    that configuration, started by the first test that asks: use new topic names
+    (``new_topic``), and leave no state other tests would trip over."""
+    clients: list[Client] = []
 
-    def __init__(self, data_dir: pathlib.Path, args: list[str]) -> None:
-        self.data_dir = data_dir
-        self.args = args
-        self.process: asyncio.subprocess.Process | None = None
-        self.output: list[str] = []
-        self._drain: asyncio.Task[None] | None = None
-        self.client: Client | None = None
+    async def connect(storage: dict[str, Any] | None = None, **broker: Any) -> Client:
+        key = _config_key({"storage": storage, **broker})
+        if key not in _broker_threads:
+            _broker_threads[key] = BrokerThread(make_settings(None, storage, **broker)).start()
+        clients.append(Client(_broker_threads[key].url))
+        return clients[-1]
 
-    async def start(self) -> Client:
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "broker.cli",
-            "serve",
-            "--port",
-            "0",
-            "--broker-port",
-            "-1",
-            "--data-dir",
-            str(self.data_dir),
-            "--config",
-            str(CONF / "broker.conf"),
-            "--storage-config",
-            str(CONF / "storage.conf"),
-            *self.args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            cwd=str(ROOT),
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        assert self.process.stdout is not None
-        loop = asyncio.get_running_loop()
-        end = loop.time() + STARTUP_DEADLINE_S
-        while True:
-            line = await asyncio.wait_for(self.process.stdout.readline(), end - loop.time())
-            if not line:
-                raise RuntimeError("broker exited during start:\n" + "".join(self.output))
-            text = line.decode(errors="replace")
-            self.output.append(text)
-            if text.startswith("brokerlab listening on "):
-                url = text.split()[3]
-                break
-        self._drain = asyncio.create_task(self._drain_output())
-        self.client = Client(url)
-        return self.client
+    yield connect
+    for client in clients:
+        await client.close()
 
-    async def _drain_output(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        while line := await self.process.stdout.readline():
-            self.output.append(line.decode(errors="replace"))
 
-    async def _finish(self, signum: int) -> int:
-        assert self.process is not None
-        if self.process.returncode is None:
-            self.process.send_signal(signum)
-        code = await asyncio.wait_for(self.process.wait(), 60)
-        if self._drain is not None:
-            await self._drain
-        if self.client is not None:
-            await self.client.close()
-            self.client = None
-        return code
+# ---------------------------------------------------------------------- broker processes
 
-    async def stop(self) -> int:
-        """Graceful stop (SIGTERM, as Ctrl-C would): returns the exit code."""
-        return await self._finish(signal.SIGTERM)
+ServedBrokerFactory = Callable[..., ServedBroker]
 
-    async def kill(self) -> None:
-        """SIGKILL: no chance to flush or close anything."""
-        await self._finish(signal.SIGKILL)
 
-    async def exit_code_after_killing(self, command_part: str) -> int:
-        """SIGKILL the broker's one child process whose command line holds
-        ``command_part``, and return the broker's exit code once it has stopped."""
-        assert self.process is not None
-        (child,) = child_processes(self.process.pid, command_part)
-        os.kill(child, signal.SIGKILL)
-        code = await asyncio.wait_for(self.process.wait(), 60)
-        await self._finish(signal.SIGTERM)  # collects the output; the process is gone
-        return code
+def _start_served(
+    data_dir: pathlib.Path,
+    brokers: int = 1,
+    storage: dict[str, object] | None = None,
+    args: tuple[str, ...] = (),
+    **sets: object,
+) -> ServedBroker:
+    return ServedBroker(data_dir, sets, storage=storage, brokers=brokers, args=args).start()
+
+
+@pytest.fixture
+def served_broker(tmp_path: pathlib.Path) -> Iterator[ServedBrokerFactory]:
+    """Start ``brokerlab serve`` processes, each over a data dir of its own:
+    ``served_broker(brokers=1, storage={...}, args=(...), **broker_conf)``. All are
+    killed at the end."""
+    made: list[ServedBroker] = []
+
+    def start(**options: Any) -> ServedBroker:
+        made.append(_start_served(tmp_path / f"served{len(made)}", **options))
+        return made[-1]
+
+    yield start
+    for broker in made:
+        if broker.running:
+            broker.kill()
+
+
+@pytest.fixture(scope="module")
+def shared_served_broker(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServedBrokerFactory]:
+    """As ``served_broker``, but one process per configuration for the whole module,
+    started by the first test that asks (and again if a test left it stopped)."""
+    made: dict[str, ServedBroker] = {}
+
+    def start(**options: Any) -> ServedBroker:
+        key = _config_key(options)
+        broker = made.get(key)
+        if broker is None:
+            made[key] = _start_served(tmp_path_factory.mktemp("shared-served"), **options)
+        elif not broker.running:
+            broker.start()
+        return made[key]
+
+    yield start
+    for broker in made.values():
+        if broker.running:
+            broker.kill()
 
 
 BrokerProcessFactory = Callable[..., BrokerProcess]
@@ -296,5 +225,85 @@ async def broker_process(tmp_path: pathlib.Path) -> AsyncIterator[BrokerProcessF
 
     yield make
     for process in made:
-        if process.process is not None and process.process.returncode is None:
+        if process.served.running:
             await process.kill()
+
+
+# ---------------------------------------------------------------------- clusters in process
+
+
+@dataclass
+class LocalCluster:
+    """An in-process cluster: ``clients[i]`` speaks HTTP to broker ``i``'s front end,
+    which stays up while the broker itself is stopped (it then answers 503)."""
+
+    cluster: Cluster
+    runners: list[web.AppRunner]
+    clients: list[Client]
+
+    @property
+    def urls(self) -> list[str]:
+        return [client.base_url for client in self.clients]
+
+    def owner_index(self, topic: str) -> int | None:
+        """The broker owning the topic's bundle now (None: no owner), from the table."""
+        return self.cluster.ownership.owners.get((NAMESPACE, pulsar_bundle(topic)))
+
+
+LocalClusterFactory = Callable[..., Awaitable[LocalCluster]]
+
+
+@pytest.fixture
+async def local_cluster() -> AsyncIterator[LocalClusterFactory]:
+    """Start in-process clusters (in-memory storage) with one HTTP front end per broker
+    on a free port, as ``brokerlab serve`` does; keyword arguments are broker.conf keys,
+    ``storage`` storage.conf ones. All are closed at the end."""
+    made: list[LocalCluster] = []
+
+    async def start(
+        brokers: int = 2, storage: dict[str, Any] | None = None, **broker: Any
+    ) -> LocalCluster:
+        cluster = Cluster(make_settings(None, storage, **broker), brokers=brokers)
+        await cluster.open()
+        local = LocalCluster(cluster, [], [])
+        made.append(local)
+        for node in cluster.nodes:
+            runner = web.AppRunner(node_app(node), access_log=None)
+            await runner.setup()
+            local.runners.append(runner)
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            node.address.http_url = http_url("127.0.0.1", runner.addresses[0][1])
+            local.clients.append(Client(node.address.http_url))
+        await cluster.start()
+        return local
+
+    yield start
+    for local in made:
+        for client in local.clients:
+            await client.close()
+        for runner in local.runners:
+            await runner.cleanup()
+        await local.cluster.close()
+
+
+# ---------------------------------------------------------------------- official clients
+
+
+@pytest.fixture
+def pulsar_client() -> Iterator[Callable[..., Any]]:
+    """Official Pulsar clients of a service URL (keyword arguments go to
+    ``pulsar.Client``); those still open are closed at the end."""
+    import pulsar  # the C++ client's start-up cost, only in the tests that use it
+
+    made: list[pulsar.Client] = []
+
+    def connect(service_url: str, **options: Any) -> pulsar.Client:
+        options.setdefault("operation_timeout_seconds", 20)
+        options.setdefault("logger", pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        made.append(pulsar.Client(service_url, **options))
+        return made[-1]
+
+    yield connect
+    for client in made:
+        with contextlib.suppress(pulsar.AlreadyClosed):
+            client.close()

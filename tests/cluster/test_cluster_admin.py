@@ -11,18 +11,17 @@ import re
 import orjson
 
 from broker.ledger.managed_ledger import metadata_key
-from tests.cluster.conftest import (
-    LocalCluster,
-    LocalClusterFactory,
-    async_poll_until,
-    owner_in_listing,
+from tests.cluster.conftest import owner_in_listing, unfollowed
+from tests.conftest import LocalCluster, LocalClusterFactory
+from tests.harness import (
+    b64,
+    eventually_async,
     pulsar_bundle,
     short,
     topic_in_bundle,
     topics_in_distinct_bundles,
-    unfollowed,
+    unb64,
 )
-from tests.conftest import b64, unb64
 
 UNLOAD = "/admin/v2/namespaces/public/default/{bundle}/unload"
 PRODUCE = "/topics/persistent/{topic}"
@@ -133,7 +132,7 @@ async def test_a_topic_asked_for_during_its_bundles_unload_does_not_stay_at_the_
     async def closing() -> bool:
         return storage.counters.closeLedger.calls > closes
 
-    await async_poll_until(closing, "the unload to close the ledger")
+    await eventually_async(closing, "the unload to close the ledger")
     # a consumer of another topic of the bundle, at the broker unloading it: refused, or
     # made and then closed with the rest of the bundle (its client then looks up again)
     subscribed, made = await local.clients[0].request(
@@ -180,7 +179,7 @@ async def test_an_ack_being_written_during_an_unload_is_not_lost(
     async def writing() -> bool:
         return storage.counters.metadataPut.calls > puts
 
-    await async_poll_until(writing, "the cursor write to begin")
+    await eventually_async(writing, "the cursor write to begin")
     storage.faults.clear()
     status, _ = await client.request("PUT", UNLOAD.format(bundle=pulsar_bundle(topic)))
     assert status == 204
@@ -324,7 +323,7 @@ async def test_a_killed_broker_keeps_its_bundles_until_its_session_expires(
     async def expired() -> bool:
         return (await listing(local, 1))[0]["bundles"] == []
 
-    await async_poll_until(expired, "the session to expire", deadline_s=20)
+    await eventually_async(expired, "the session to expire", deadline_s=20)
     await produce_anywhere(local, 1, topic, ["k3"])
     assert local.owner_index(topic) == 1
     assert storage.counters.closeLedger.calls == closes + 1  # broker 1's recovery
@@ -350,7 +349,7 @@ async def test_a_request_in_flight_when_its_broker_stops_answers_503(
     async def reading() -> bool:
         return storage.counters.metadataGet.calls > reads
 
-    await async_poll_until(reading, "the produce to read metadata")
+    await eventually_async(reading, "the produce to read metadata")
     await local.cluster.nodes[0].stop()
     status, body = await request
     storage.faults.clear()

@@ -18,7 +18,7 @@ from broker.dispatch.ownership import (
     bundle_boundaries,
     bundle_range,
 )
-from tests.cluster.conftest import pulsar_bundle
+from tests.harness import pulsar_bundle
 
 #: Pulsar's bundle names of a namespace of 4 bundles (``pulsar-admin namespaces bundles``)
 PULSAR_FOUR = [

@@ -11,18 +11,20 @@ from typing import Any
 import pulsar  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
-from tests.cluster.conftest import (
-    ClusterFactory,
-    LocalClusterFactory,
-    ServedCluster,
-    owner_in_listing,
+from tests.cluster.conftest import owner_in_listing
+from tests.conftest import LocalClusterFactory, ServedBrokerFactory
+from tests.harness import (
+    ServedBroker,
+    b64,
     pulsar_bundle,
     short,
     topics_in_distinct_bundles,
+    unb64,
 )
-from tests.conftest import b64, unb64
 
 RECEIVE_MS = 20_000
+#: the module's cluster: topics stay loaded, so a test can count the ones it loaded
+CLUSTER = {"brokers": 2, "brokerDeleteInactiveTopicsEnabled": False}
 
 
 async def test_produce_to_the_non_owner_is_redirected_and_stored_once(
@@ -125,9 +127,10 @@ async def test_a_redirect_loop_never_happens_while_a_bundle_moves(
 # ---------------------------------------------------------------------- official client
 
 
-def spread_topics(cluster: ServedCluster, prefix: str) -> dict[int, str]:
+def spread_topics(cluster: ServedBroker, prefix: str) -> dict[int, str]:
     """A topic owned by each broker: four topics in four bundles, looked up in turn,
-    land alternately on broker 0 and 1 (fewest bundles first)."""
+    land alternately on broker 0 and 1 (fewest bundles first), or are where an earlier
+    test's lookups put them."""
     topics = topics_in_distinct_bundles(prefix)
     owners = {cluster.owner(topic): topic for topic in reversed(topics)}
     assert set(owners) == {0, 1}, owners
@@ -137,26 +140,29 @@ def spread_topics(cluster: ServedCluster, prefix: str) -> dict[int, str]:
     return owners
 
 
-def test_lookups_on_either_broker_name_the_owner(served_cluster: ClusterFactory) -> None:
-    cluster = served_cluster()
+def test_lookups_on_either_broker_name_the_owner(shared_served_broker: ServedBrokerFactory) -> None:
+    cluster = shared_served_broker(**CLUSTER)
     owned = spread_topics(cluster, "lookup")
     for owner, topic in owned.items():
         for asking in (0, 1):
-            data = cluster.lookup(asking, topic)
+            data = cluster.lookup(topic, broker=asking)
             assert data["brokerUrl"] == cluster.service_urls[owner], (asking, data)
             assert data["nativeUrl"] == cluster.service_urls[owner]
             assert data["httpUrl"] == cluster.http_urls[owner]
     # the stats of a topic are the owner's: the other broker redirects
     for owner, topic in owned.items():
-        answer = cluster.http(1 - owner, "GET", f"/admin/v2/persistent/{short(topic)}/stats")
+        answer = cluster.request(
+            "GET", f"/admin/v2/persistent/{short(topic)}/stats", broker=1 - owner
+        )
         assert answer.status == 307
         assert answer.headers["Location"].startswith(cluster.http_urls[owner] + "/")
 
 
 def test_the_official_client_reaches_topics_of_both_owners(
-    served_cluster: ClusterFactory, pulsar_client: Callable[[str], pulsar.Client]
+    shared_served_broker: ServedBrokerFactory, pulsar_client: Callable[[str], pulsar.Client]
 ) -> None:
-    cluster = served_cluster()
+    cluster = shared_served_broker(**CLUSTER)
+    loaded_before = [broker["topics"] for broker in cluster.listing()]
     owned = spread_topics(cluster, "official")
     client = pulsar_client(cluster.service_url)
     consumers: dict[int, Any] = {}
@@ -174,7 +180,7 @@ def test_the_official_client_reaches_topics_of_both_owners(
         for payload in sent[owner]:
             producer.send(payload)
         # the owner serves the producer and the consumer: its stats show them
-        stats = cluster.ok(owner, "GET", f"/admin/v2/persistent/{short(topic)}/stats")
+        stats = cluster.ok("GET", f"/admin/v2/persistent/{short(topic)}/stats", broker=owner)
         assert stats["msgInCounter"] == len(sent[owner])
         assert len(stats["subscriptions"]["both"]["consumers"]) == 1
         producer.close()
@@ -186,27 +192,27 @@ def test_the_official_client_reaches_topics_of_both_owners(
             consumer.acknowledge(message)
         assert got == sent[owner]  # each once, in order
         internal = cluster.ok(
-            owner, "GET", f"/admin/v2/persistent/{short(owned[owner])}/internalStats"
+            "GET", f"/admin/v2/persistent/{short(owned[owner])}/internalStats", broker=owner
         )
         assert internal["numberOfEntries"] == len(sent[owner])
     # neither broker loaded the other's topic
-    listing = cluster.listing()
-    assert [broker["topics"] for broker in listing] == [1, 1]
+    loaded = [broker["topics"] for broker in cluster.listing()]
+    assert [now - before for now, before in zip(loaded, loaded_before, strict=True)] == [1, 1]
 
 
 @pytest.mark.parametrize("asking", [0, 1])
 def test_a_binary_lookup_through_either_broker_connects_to_the_owner(
-    served_cluster: ClusterFactory,
+    shared_served_broker: ServedBrokerFactory,
     pulsar_client: Callable[[str], pulsar.Client],
     asking: int,
 ) -> None:
     """A client given one broker only still ends at the owner (LOOKUP answers it)."""
-    cluster = served_cluster()
+    cluster = shared_served_broker(**CLUSTER)
     owned = spread_topics(cluster, f"single-{asking}")
     client = pulsar_client(cluster.service_urls[asking])
     for owner, topic in owned.items():
         producer = client.create_producer(topic)
         producer.send(b"hello")
-        stats = cluster.ok(owner, "GET", f"/admin/v2/persistent/{short(topic)}/stats")
+        stats = cluster.ok("GET", f"/admin/v2/persistent/{short(topic)}/stats", broker=owner)
         assert stats["msgInCounter"] == 1
         producer.close()

@@ -13,12 +13,12 @@ from typing import Any
 import pulsar  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
-from tests.cluster.conftest import (
+from tests.cluster.conftest import owner_in_listing
+from tests.conftest import ServedBrokerFactory
+from tests.harness import (
     Answer,
-    ClusterFactory,
-    ServedCluster,
-    owner_in_listing,
-    poll_until,
+    ServedBroker,
+    eventually,
     pulsar_bundle,
     short,
     topics_in_distinct_bundles,
@@ -35,7 +35,7 @@ FAULTS = "/admin/v2/brokerlab/faults"
 ClientFactory = Callable[[str], pulsar.Client]
 
 
-def owned_by_zero(cluster: ServedCluster, prefix: str) -> str:
+def owned_by_zero(cluster: ServedBroker, prefix: str) -> str:
     """A topic of broker 0: the first bundle looked up goes to broker 0."""
     topic = topics_in_distinct_bundles(prefix, 1)[0]
     assert cluster.owner(topic, asking=1) == 0
@@ -43,8 +43,8 @@ def owned_by_zero(cluster: ServedCluster, prefix: str) -> str:
     return topic
 
 
-def subscription(cluster: ServedCluster, broker: int, topic: str) -> dict[str, Any]:
-    stats = cluster.ok(broker, "GET", f"/admin/v2/persistent/{short(topic)}/stats")
+def subscription(cluster: ServedBroker, broker: int, topic: str) -> dict[str, Any]:
+    stats = cluster.ok("GET", f"/admin/v2/persistent/{short(topic)}/stats", broker=broker)
     result: dict[str, Any] = stats["subscriptions"]["shared"]
     return result
 
@@ -52,18 +52,18 @@ def subscription(cluster: ServedCluster, broker: int, topic: str) -> dict[str, A
 class Restart:
     """A restart asked of broker 1 in a thread (the route answers once broker 0 is up)."""
 
-    def __init__(self, cluster: ServedCluster, mode: str, downtime_ms: int) -> None:
+    def __init__(self, cluster: ServedBroker, mode: str, downtime_ms: int) -> None:
         self.cluster = cluster
         self.answer: Answer | None = None
         path = RESTART.format(index=0) + f"?mode={mode}&downtimeMs={downtime_ms}"
         self._thread = threading.Thread(target=self._run, args=(path,), daemon=True)
         self._thread.start()
-        poll_until(
+        eventually(
             lambda: cluster.listing(1)[0]["state"] != "up", "broker 0 to go down", deadline_s=20
         )
 
     def _run(self, path: str) -> None:
-        self.answer = self.cluster.http(1, "POST", path)
+        self.answer = self.cluster.request("POST", path, broker=1)
 
     def finished(self) -> Answer:
         self._thread.join(60)
@@ -118,15 +118,15 @@ def consume_then_ack_some(
 
 @pytest.mark.parametrize("mode", ["graceful", "kill"])
 def test_a_restart_of_the_owner_moves_its_topic_and_loses_nothing(
-    served_cluster: ClusterFactory, pulsar_client: ClientFactory, mode: str
+    served_broker: ServedBrokerFactory, pulsar_client: ClientFactory, mode: str
 ) -> None:
     if mode == "kill":
         # every receipted add is on disk; the killed broker's bundles are free after 300 ms
-        cluster = served_cluster(
-            storage={"syncMode": "always"}, metadataStoreSessionTimeoutMillis=300
+        cluster = served_broker(
+            brokers=2, storage={"syncMode": "always"}, metadataStoreSessionTimeoutMillis=300
         )
     else:
-        cluster = served_cluster()
+        cluster = served_broker(brokers=2)
     topic = owned_by_zero(cluster, mode)
     client = pulsar_client(cluster.service_url)
     consumer = client.subscribe(
@@ -154,7 +154,7 @@ def test_a_restart_of_the_owner_moves_its_topic_and_loses_nothing(
 
     # written: acks applied and not yet written when a graceful stop comes are lost (see
     # test_cluster_admin's test of an ack in flight during an unload)
-    poll_until(acks_durable, "the acks written at broker 0")
+    eventually(acks_durable, "the acks written at broker 0")
 
     restart = Restart(cluster, mode, DOWNTIME_MS)
     # sent while broker 0 is down: the client keeps them and sends them to the new owner
@@ -164,12 +164,12 @@ def test_a_restart_of_the_owner_moves_its_topic_and_loses_nothing(
         sends.send(producer, payload)
     # broker 0 is not live: a lookup gives the bundle to broker 1 (after a kill once the
     # session expired; until then broker 0 still owns it)
-    poll_until(lambda: cluster.owner(topic, asking=1) == 1, "the topic to move to broker 1")
+    eventually(lambda: cluster.owner(topic, asking=1) == 1, "the topic to move to broker 1")
     answer = restart.finished()
     assert answer.status == 200, answer
     assert answer.body["state"] == "up" and answer.body["restarts"] == 1
     producer.flush()
-    results = poll_until(lambda: len(sends.done()) == len(during) and sends.done(), "receipts")
+    results = eventually(lambda: len(sends.done()) == len(during) and sends.done(), "receipts")
     assert set(results.values()) == {pulsar.Result.Ok}
 
     # the topic stays at broker 1 with broker 0 back: listing and lookups say so
@@ -185,47 +185,53 @@ def test_a_restart_of_the_owner_moves_its_topic_and_loses_nothing(
     assert not set(payloads) & acked, f"acknowledged messages came back; {cluster.log()}"
     assert sorted(payloads) == sorted(unacked | set(during)), "a message came twice"
     # the subscription at broker 1 holds nothing more: all 30 messages accounted for
-    poll_until(lambda: subscription(cluster, 1, topic)["msgBacklog"] == 0, "an empty backlog")
-    internal = cluster.ok(1, "GET", f"/admin/v2/persistent/{short(topic)}/internalStats")
+    eventually(lambda: subscription(cluster, 1, topic)["msgBacklog"] == 0, "an empty backlog")
+    internal = cluster.ok("GET", f"/admin/v2/persistent/{short(topic)}/internalStats", broker=1)
     assert internal["numberOfEntries"] == len(before) + len(during)
     # broker 0 redirects the topic's routes to broker 1 now
-    assert cluster.http(0, "GET", f"/admin/v2/persistent/{short(topic)}/stats").status == 307
+    answer = cluster.request("GET", f"/admin/v2/persistent/{short(topic)}/stats", broker=0)
+    assert answer.status == 307, answer
 
 
 def test_while_a_broker_stops_gracefully_new_clients_are_sent_on(
-    served_cluster: ClusterFactory, pulsar_client: ClientFactory
+    served_broker: ServedBrokerFactory, pulsar_client: ClientFactory
 ) -> None:
     """A graceful stop unloads bundle by bundle. Until a bundle's turn it is still the
     stopping broker's: a lookup names that broker, which answers a new producer with
     ServiceNotReady (the client looks up again until the bundle has moved), and HTTP
     with 503."""
-    cluster = served_cluster()
+    cluster = served_broker(brokers=2)
     first, second, third = topics_in_distinct_bundles("stopping", 3)
     assert [cluster.owner(topic) for topic in (first, second, third)] == [0, 1, 0]
     client = pulsar_client(cluster.service_url)
     client.create_producer(first).send(b"loaded")  # broker 0 has a topic to close
     # closing it takes 3 s: broker 0 stays "stopping" with the third topic's bundle
-    cluster.ok(1, "PUT", FAULTS, {"operation": "closeLedger", "delayMs": 3000})
+    cluster.ok("PUT", FAULTS, {"operation": "closeLedger", "delayMs": 3000}, broker=1)
     restart = Restart(cluster, "graceful", 0)
     listing = cluster.listing(1)
     assert listing[0]["state"] == "stopping"
     assert owner_in_listing(listing, pulsar_bundle(third)) == 0
-    answer = cluster.http(0, "GET", f"/admin/v2/persistent/{short(third)}/stats")
+    answer = cluster.request("GET", f"/admin/v2/persistent/{short(third)}/stats", broker=0)
     assert answer.status == 503, answer
     assert answer.body["code"] == "unavailable"
-    cluster.ok(1, "DELETE", FAULTS)  # the close under way keeps its delay
+    cluster.ok("DELETE", FAULTS, broker=1)  # the close under way keeps its delay
     producer = pulsar_client(cluster.service_url).create_producer(third)
     producer.send(b"third")
     assert restart.finished().status == 200
     owner = cluster.owner(third)
-    stats = cluster.ok(owner, "GET", f"/admin/v2/persistent/{short(third)}/internalStats")
+    stats = cluster.ok("GET", f"/admin/v2/persistent/{short(third)}/internalStats", broker=owner)
     assert stats["numberOfEntries"] == 1
 
 
+#: the cluster the restart route's refusals are tried on (a module's shared one)
+CLUSTER = {"brokers": 2}
+
+
 def test_the_restart_route_refuses_unknown_brokers_and_modes(
-    served_cluster: ClusterFactory,
+    shared_served_broker: ServedBrokerFactory,
 ) -> None:
-    cluster = served_cluster()
+    # before the conflict test below, which leaves broker 0 of this cluster restarting
+    cluster = shared_served_broker(**CLUSTER)
     for asking in (0, 1):
         for path in (
             RESTART.format(index=2),
@@ -237,7 +243,7 @@ def test_the_restart_route_refuses_unknown_brokers_and_modes(
             RESTART.format(index=0) + "?mode=kill&downtimeMs=-1",
             RESTART.format(index=1) + "?downtimeMs=soon",
         ):
-            answer = cluster.http(asking, "POST", path)
+            answer = cluster.request("POST", path, broker=asking)
             assert answer.status == 400, (asking, path, answer)
             assert set(answer.body) == {"reason", "code"}
             assert answer.body["code"] == "invalid-request"
@@ -246,30 +252,24 @@ def test_the_restart_route_refuses_unknown_brokers_and_modes(
 
 
 def test_a_second_restart_of_a_restarting_broker_is_a_conflict(
-    served_cluster: ClusterFactory,
+    shared_served_broker: ServedBrokerFactory,
 ) -> None:
-    cluster = served_cluster()
+    """Asked of the other broker or of the restarting one itself. (The last test of the
+    module's cluster: broker 0 stays down.)"""
+    cluster = shared_served_broker(**CLUSTER)
     # broker 0 restarts itself (202 at once) and stays down for a minute: the conflict
     # window is open for the rest of the test, however slow the machine
-    first = cluster.http(0, "POST", RESTART.format(index=0) + "?downtimeMs=60000")
+    first = cluster.request("POST", RESTART.format(index=0) + "?downtimeMs=60000", broker=0)
     assert first.status == 202, first
     assert first.body == {"broker": 0, "mode": "graceful", "state": "restarting"}
-    poll_until(lambda: cluster.listing(1)[0]["state"] == "restarting", "broker 0 restarting")
+    eventually(lambda: cluster.listing(1)[0]["state"] == "restarting", "broker 0 restarting")
     for mode in ("graceful", "kill"):
-        answer = cluster.http(1, "POST", RESTART.format(index=0) + f"?mode={mode}")
+        answer = cluster.request("POST", RESTART.format(index=0) + f"?mode={mode}", broker=1)
         assert answer.status == 409, answer
         assert set(answer.body) == {"reason", "code"} and answer.body["code"] == "conflict"
+    # a broker asked to restart itself while it is restarting answers 409 too
+    again = cluster.request("POST", RESTART.format(index=0), broker=0)
+    assert again.status == 409, again
     # broker 1 is not restarting: it could be restarted (not done here), and it serves
     topic = topics_in_distinct_bundles("conflict", 1)[0]
     assert cluster.owner(topic, asking=1) == 1
-
-
-def test_a_broker_asked_to_restart_itself_while_restarting_answers_409(
-    served_cluster: ClusterFactory,
-) -> None:
-    cluster = served_cluster()
-    first = cluster.http(0, "POST", RESTART.format(index=0) + "?downtimeMs=60000")
-    assert first.status == 202, first
-    poll_until(lambda: cluster.listing(1)[0]["state"] == "restarting", "broker 0 restarting")
-    again = cluster.http(0, "POST", RESTART.format(index=0))
-    assert again.status == 409, again

@@ -39,19 +39,10 @@ from broker.http.schemas import (
 )
 from storage_stub.bookie.api import OPERATIONS
 from storage_stub.tiered.api import OBJECT_OPERATIONS
-from tests.cluster import conftest as cluster_harness
-from tests.cluster.conftest import (
-    LocalClusterFactory,
-    async_poll_until,
-    short,
-    topics_in_distinct_bundles,
-)
-from tests.conftest import Client, LiveBroker, b64
+from tests.conftest import Client, LiveBroker, LocalClusterFactory
+from tests.harness import b64, eventually_async, short, topics_in_distinct_bundles
 
 T = TypeVar("T")
-
-#: tests/cluster's fixture of in-process clusters, for the cluster routes' answers
-local_cluster = cluster_harness.local_cluster
 
 ADMIN = "/admin/v2/persistent/"
 RECEIVE_DEADLINE_S = 20.0
@@ -375,6 +366,6 @@ async def test_cluster_routes_answer_as_their_models_while_a_broker_restarts(
         )
         return brokers[0].state == "restarting"
 
-    await async_poll_until(first_restarting, "broker 0 to be restarting")
+    await eventually_async(first_restarting, "broker 0 to be restarting")
     dashboard = conforming(DashboardData, await answer(second, "GET", "/dashboard/data"))
     assert [broker.state for broker in dashboard.brokers] == ["restarting", "up"]

@@ -14,7 +14,8 @@ import pytest
 from broker.auth.tokens import create_secret_key, create_token
 from broker.protocol.frames import command_frame, parse_command
 from broker.pulsar_api import BaseCommand, ServerError, Type
-from tests.protocol.conftest import BrokerFactory, ServedBroker
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker
 
 pytestmark = pytest.mark.slow
 
@@ -23,8 +24,8 @@ SECRET = create_secret_key()
 
 
 @pytest.fixture
-def broker(pulsar_broker: BrokerFactory) -> ServedBroker:
-    return pulsar_broker(
+def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
+    return shared_served_broker(
         authenticationEnabled=True,
         authenticationProviders=TOKEN_PROVIDER,
         authorizationEnabled=True,
@@ -106,15 +107,16 @@ def test_the_official_client_without_a_valid_token_gets_nothing_done(
     # The C++ client takes any answer to CONNECT but CONNECTED as a lost connection and
     # retries until its operation timeout, against Pulsar as here.
     forged = pulsar.AuthenticationToken(create_token(create_secret_key(), "HS256", "admin"))
+    mark = broker.mark()
     client = pulsar.Client(broker.service_url, authentication=forged, operation_timeout_seconds=3)
     try:
         with pytest.raises(pulsar.PulsarException):
             client.create_producer("persistent://public/default/auth-refused")
     finally:
         client.close()
-    assert "authentication failed" in broker.log()
+    assert "authentication failed" in broker.log(since=mark)
     admin = create_token(SECRET, "HS256", "admin")
-    stats = broker.http(
+    stats = broker.ok(
         "GET", "/admin/v2/persistent/public/default", headers={"Authorization": f"Bearer {admin}"}
     )
     assert "persistent://public/default/auth-refused" not in stats

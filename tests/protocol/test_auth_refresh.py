@@ -22,7 +22,8 @@ from broker.auth.tokens import create_secret_key, create_token
 from broker.protocol.connection import REFRESH_AUTH_DATA
 from broker.protocol.frames import command_frame, parse_command
 from broker.pulsar_api import BaseCommand, ServerError, Type
-from tests.protocol.conftest import BrokerFactory, ServedBroker, poll_until
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -31,27 +32,42 @@ SECRET = create_secret_key()
 LIFETIME_S = 3  # how long the tokens these tests make are valid
 
 
+class Broker:
+    """The module's broker, and what it logged since the test began."""
+
+    def __init__(self, served: ServedBroker) -> None:
+        self.served = served
+        self.service_url = served.service_url
+        self.since = served.mark()
+
+    def log(self) -> str:
+        return self.served.log(since=self.since)
+
+
 @pytest.fixture
-def broker(pulsar_broker: BrokerFactory) -> ServedBroker:
-    return pulsar_broker(
-        authenticationEnabled=True,
-        authenticationProviders=TOKEN_PROVIDER,
-        tokenSecretKey="data:;base64," + base64.b64encode(SECRET).decode(),
-        authenticationRefreshCheckSeconds=1,
+def broker(shared_served_broker: ServedBrokerFactory) -> Broker:
+    return Broker(
+        shared_served_broker(
+            authenticationEnabled=True,
+            authenticationProviders=TOKEN_PROVIDER,
+            tokenSecretKey="data:;base64," + base64.b64encode(SECRET).decode(),
+            authenticationRefreshCheckSeconds=1,
+        )
     )
 
 
-def logged(broker: ServedBroker, text: str) -> None:
+def logged(broker: Broker, text: str) -> None:
     """Wait for the broker's output to say ``text`` (its lines are read in the
     background, so a line may come after the event the test saw)."""
-    poll_until(lambda: text in broker.log(), f"the broker to log {text!r}")
+    eventually(lambda: text in broker.log(), f"the broker to log {text!r}")
 
 
 def short_token(role: str = "alice") -> str:
     return create_token(SECRET, "HS256", role, LIFETIME_S)
 
 
-def test_a_client_that_refreshes_its_token_keeps_its_connection(broker: ServedBroker) -> None:
+def test_a_client_that_refreshes_its_token_keeps_its_connection(broker: Broker) -> None:
+    # first in the module: no connection of an earlier test can be closed meanwhile
     issued: list[str] = []
 
     def supplier() -> str:
@@ -68,7 +84,7 @@ def test_a_client_that_refreshes_its_token_keeps_its_connection(broker: ServedBr
         consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
         producer = client.create_producer(topic)
         producer.send(b"before the token expired")
-        poll_until(
+        eventually(
             lambda: "refreshed the credentials of role alice" in broker.log(),
             "the broker to challenge the expired token and take the new one",
         )
@@ -81,7 +97,7 @@ def test_a_client_that_refreshes_its_token_keeps_its_connection(broker: ServedBr
     assert "closing pulsar connection" not in broker.log()  # refreshed, not reconnected
 
 
-def test_a_client_whose_token_cannot_be_refreshed_is_cut_off(broker: ServedBroker) -> None:
+def test_a_client_whose_token_cannot_be_refreshed_is_cut_off(broker: Broker) -> None:
     """A fixed token: the client answers the challenge with the same, expired token; the
     broker closes the connection and refuses the reconnect with it."""
     client = pulsar.Client(
@@ -94,7 +110,7 @@ def test_a_client_whose_token_cannot_be_refreshed_is_cut_off(broker: ServedBroke
             "persistent://public/default/auth-expired", send_timeout_millis=3000
         )
         producer.send(b"while the token was valid")
-        poll_until(
+        eventually(
             lambda: "authentication refresh failed: the token has expired" in broker.log(),
             "the broker to refuse the expired token the client answered with",
         )
@@ -105,7 +121,7 @@ def test_a_client_whose_token_cannot_be_refreshed_is_cut_off(broker: ServedBroke
 
 
 @contextmanager
-def raw_connection(broker: ServedBroker, token: str, refreshable: bool) -> Iterator[Any]:
+def raw_connection(broker: Broker, token: str, refreshable: bool) -> Iterator[Any]:
     """A raw socket CONNECTed with ``token``, saying whether it can refresh; yields a
     reader of the broker's next command (None once the broker closed the connection)."""
     host, port = broker.service_url.removeprefix("pulsar://").rsplit(":", 1)
@@ -133,7 +149,7 @@ def raw_connection(broker: ServedBroker, token: str, refreshable: bool) -> Itera
 
 
 def test_a_client_that_cannot_refresh_is_closed_when_its_token_expires(
-    broker: ServedBroker,
+    broker: Broker,
 ) -> None:
     with raw_connection(broker, short_token(), refreshable=False) as (next_command, _):
         assert next_command() is None  # closed, without a challenge it could not answer
@@ -151,14 +167,14 @@ def answer_challenge(next_command: Any, connection: socket.socket, token: str) -
     connection.sendall(command_frame(response))
 
 
-def test_a_refresh_may_not_change_the_role(broker: ServedBroker) -> None:
+def test_a_refresh_may_not_change_the_role(broker: Broker) -> None:
     with raw_connection(broker, short_token("alice"), refreshable=True) as (next_command, sock):
         answer_challenge(next_command, sock, create_token(SECRET, "HS256", "mallory", 3600))
         assert next_command() is None
     logged(broker, "are for role 'mallory', not 'alice': the principal cannot change")
 
 
-def test_a_refresh_with_a_bad_token_is_an_authentication_error(broker: ServedBroker) -> None:
+def test_a_refresh_with_a_bad_token_is_an_authentication_error(broker: Broker) -> None:
     forged = create_token(create_secret_key(), "HS256", "alice", 3600)
     with raw_connection(broker, short_token(), refreshable=True) as (next_command, sock):
         answer_challenge(next_command, sock, forged)
@@ -169,7 +185,7 @@ def test_a_refresh_with_a_bad_token_is_an_authentication_error(broker: ServedBro
 
 
 def test_an_unanswered_challenge_closes_the_connection_at_the_next_check(
-    broker: ServedBroker,
+    broker: Broker,
 ) -> None:
     with raw_connection(broker, short_token(), refreshable=True) as (next_command, _):
         challenge = next_command()
@@ -178,12 +194,12 @@ def test_an_unanswered_challenge_closes_the_connection_at_the_next_check(
     logged(broker, "the AUTH_CHALLENGE went unanswered")
 
 
-def test_a_refreshed_raw_connection_goes_on_past_the_first_token(broker: ServedBroker) -> None:
+def test_a_refreshed_raw_connection_goes_on_past_the_first_token(broker: Broker) -> None:
     """Answered with a valid token of the same role, the challenge is the last word: the
     connection then serves a lookup, well after the first token expired."""
     with raw_connection(broker, short_token(), refreshable=True) as (next_command, sock):
         answer_challenge(next_command, sock, create_token(SECRET, "HS256", "alice", 3600))
-        poll_until(lambda: "refreshed the credentials of role alice" in broker.log(), "the refresh")
+        eventually(lambda: "refreshed the credentials of role alice" in broker.log(), "the refresh")
         lookup = BaseCommand(type=Type.LOOKUP)
         lookup.lookupTopic.topic = "persistent://public/default/after-refresh"
         lookup.lookupTopic.request_id = 7

@@ -6,7 +6,6 @@ bytes are split across writes."""
 from __future__ import annotations
 
 import itertools
-import pathlib
 import re
 import socket
 import struct
@@ -19,7 +18,8 @@ import pytest
 from crc32c import crc32c
 
 from broker.pulsar_api import BaseCommand, MessageMetadata, ServerError, Type
-from tests.protocol.conftest import ServedBroker, poll_until
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -179,11 +179,8 @@ class Bystander:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedBroker]:
-    data_dir: pathlib.Path = tmp_path_factory.mktemp("bad-frames")
-    served = ServedBroker(data_dir, {"maxMessageSize": MAX_MESSAGE_SIZE}).start()
-    yield served
-    served.kill()
+def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
+    return shared_served_broker(maxMessageSize=MAX_MESSAGE_SIZE)
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +208,7 @@ def close_reason(broker: ServedBroker, connection: RawConnection) -> str:
         found = line.search(broker.log())
         return found["reason"] if found else None
 
-    reason: str = poll_until(logged, f"the broker to log why it closed {connection.local}")
+    reason: str = eventually(logged, f"the broker to log why it closed {connection.local}")
     return reason
 
 
@@ -252,7 +249,7 @@ def test_a_send_with_the_right_checksum_is_stored_and_receipted(
     raw.write(send_frame(send(1, 0), entry(b"checked", 0)))
     receipt = raw.expect(Type.SEND_RECEIPT).send_receipt
     assert (receipt.producer_id, receipt.sequence_id) == (1, 0)
-    stats = broker.http("GET", "/admin/v2/persistent/public/default/raw-good/internalStats")
+    stats = broker.ok("GET", "/admin/v2/persistent/public/default/raw-good/internalStats")
     assert stats["numberOfEntries"] == 1
 
 
@@ -356,6 +353,6 @@ def test_a_send_with_a_wrong_checksum_is_refused_then_its_connection_closed(
     assert (error.producer_id, error.sequence_id) == (7, 42)
     assert error.error == ServerError.ChecksumError == 9
     assert "checksum" in close_reason(broker, raw)
-    stats = broker.http("GET", "/admin/v2/persistent/public/default/raw-corrupt/internalStats")
+    stats = broker.ok("GET", "/admin/v2/persistent/public/default/raw-corrupt/internalStats")
     assert stats["numberOfEntries"] == 0
     bystander.round_trip()

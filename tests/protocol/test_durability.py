@@ -5,20 +5,17 @@ behind it, and when a client leaves while its write is on its way to disk."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import itertools
-import pathlib
-import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pulsar
 import pytest
 
-import tests.protocol.conftest as protocol_conftest
-from tests.protocol.conftest import BrokerFactory, ServedBroker, poll_until
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker, eventually, persistent
+from tests.harness import new_topic as new_name
 
 pytestmark = pytest.mark.slow
 
@@ -26,11 +23,12 @@ pytestmark = pytest.mark.slow
 BATCH = 5
 RECEIVE_MS = 20_000
 
-_topics = itertools.count()
+#: the module's shared broker: every receipted add on disk
+ALWAYS = {"storage": {"syncMode": "always"}}
 
 
 def new_topic(name: str) -> str:
-    return f"persistent://public/default/{name}-{next(_topics)}"
+    return persistent(new_name(name))
 
 
 def admin_path(topic: str) -> str:
@@ -41,23 +39,9 @@ ClientFactory = Callable[[ServedBroker], pulsar.Client]
 
 
 @pytest.fixture
-def client_of() -> Iterator[ClientFactory]:
+def client_of(pulsar_client: Callable[..., pulsar.Client]) -> ClientFactory:
     """Official clients of a broker; those still open are closed at the end."""
-    made: list[pulsar.Client] = []
-
-    def connect(broker: ServedBroker) -> pulsar.Client:
-        client = pulsar.Client(
-            broker.service_url,
-            operation_timeout_seconds=20,
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        )
-        made.append(client)
-        return client
-
-    yield connect
-    for client in made:
-        with contextlib.suppress(pulsar.AlreadyClosed):
-            client.close()
+    return lambda broker: pulsar_client(broker.service_url)
 
 
 class Sends:
@@ -96,7 +80,7 @@ def send_all(producer: pulsar.Producer, payloads: list[bytes]) -> list[Any]:
     for payload in payloads:
         producer.send_async(payload, sends.callback(payload))
     producer.flush()
-    results = poll_until(lambda: len(sends.done()) == len(payloads) and sends.done(), "receipts")
+    results = eventually(lambda: len(sends.done()) == len(payloads) and sends.done(), "receipts")
     assert all(result == pulsar.Result.Ok for result, _ in results.values())
     return [results[payload][1] for payload in payloads]
 
@@ -172,7 +156,7 @@ def consume_and_ack(client: pulsar.Client, plan: AckPlan) -> None:
 
 
 def subscription_stats(broker: ServedBroker, topic: str) -> dict[str, Any]:
-    stats: dict[str, Any] = broker.http("GET", admin_path(topic) + "/stats")
+    stats: dict[str, Any] = broker.ok("GET", admin_path(topic) + "/stats")
     return stats["subscriptions"]["durable"]
 
 
@@ -205,9 +189,9 @@ def plans(client: pulsar.Client, kind: str) -> list[AckPlan]:
 
 @pytest.mark.parametrize("restart", ["crash", "graceful"])
 def test_after_a_restart_the_subscription_holds_exactly_the_unacked_messages(
-    pulsar_broker: BrokerFactory, client_of: ClientFactory, restart: str
+    shared_served_broker: ServedBrokerFactory, client_of: ClientFactory, restart: str
 ) -> None:
-    broker = pulsar_broker(syncMode="always")
+    broker = shared_served_broker(**ALWAYS)
     client = client_of(broker)
     topics = plans(client, restart)
     assert [len(plan.expected) for plan in topics] == [13, 15]
@@ -215,13 +199,13 @@ def test_after_a_restart_the_subscription_holds_exactly_the_unacked_messages(
         consume_and_ack(client, plan)
     if restart == "crash":
         for plan in topics:
-            poll_until(functools.partial(acks_are_durable, broker, plan), "durable acks")
+            eventually(functools.partial(acks_are_durable, broker, plan), "durable acks")
         client.close()
         broker.kill()
     else:
         # applied by the broker, written or not yet: a graceful stop must not lose them
         for plan in topics:
-            poll_until(functools.partial(acks_are_seen, broker, plan), "acks applied")
+            eventually(functools.partial(acks_are_seen, broker, plan), "acks applied")
         client.close()
         assert broker.stop() == 0
     broker.start()
@@ -232,9 +216,9 @@ def test_after_a_restart_the_subscription_holds_exactly_the_unacked_messages(
 
 
 def test_batch_index_acks_survive_a_restart(
-    pulsar_broker: BrokerFactory, client_of: ClientFactory
+    shared_served_broker: ServedBrokerFactory, client_of: ClientFactory
 ) -> None:
-    broker = pulsar_broker(syncMode="always", acknowledgmentAtBatchIndexLevelEnabled=True)
+    broker = shared_served_broker(**ALWAYS, acknowledgmentAtBatchIndexLevelEnabled=True)
     client = client_of(broker)
     topic = new_topic("batch-index")
     ids = produce(client, topic, BATCH, batching=True)
@@ -263,17 +247,17 @@ def test_batch_index_acks_survive_a_restart(
 
 def set_fault(broker: ServedBroker, error_rate: float, delay_ms: float = 0) -> None:
     body = {"operation": "addEntries", "errorRate": error_rate, "delayMs": delay_ms}
-    broker.http("PUT", "/admin/v2/brokerlab/faults", body)
+    broker.ok("PUT", "/admin/v2/brokerlab/faults", body)
 
 
 def injected_errors(broker: ServedBroker) -> int:
     """Adds the current fault setting made fail."""
-    faults = broker.http("GET", "/admin/v2/brokerlab/faults")
+    faults = broker.ok("GET", "/admin/v2/brokerlab/faults")
     return int(faults.get("addEntries", {}).get("injectedErrors", 0))
 
 
 def bookie_stat(broker: ServedBroker, name: str) -> int:
-    return int(broker.http("GET", "/admin/v2/broker-stats/storage")["bookie"][name])
+    return int(broker.ok("GET", "/admin/v2/broker-stats/storage")["bookie"][name])
 
 
 def add_calls(broker: ServedBroker) -> int:
@@ -283,9 +267,9 @@ def add_calls(broker: ServedBroker) -> int:
 
 @pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
 def test_while_storage_refuses_writes_the_client_resends_and_each_message_is_stored_once(
-    pulsar_broker: BrokerFactory, client_of: ClientFactory, batching: bool
+    shared_served_broker: ServedBrokerFactory, client_of: ClientFactory, batching: bool
 ) -> None:
-    broker = pulsar_broker(syncMode="always")
+    broker = shared_served_broker(**ALWAYS)
     client = client_of(broker)
     topic = new_topic("outage")
     producer = producer_for(client, topic, batching)
@@ -298,12 +282,12 @@ def test_while_storage_refuses_writes_the_client_resends_and_each_message_is_sto
         producer.send_async(payload, sends.callback(payload))
     # a SEND_ERROR makes the client close its connection and resend what is pending;
     # every resend fails too while the fault lasts
-    poll_until(lambda: injected_errors(broker) >= 3, "the client's resends to fail")
+    eventually(lambda: injected_errors(broker) >= 3, "the client's resends to fail")
     assert all(result != pulsar.Result.Ok for result, _ in sends.done().values())
 
     set_fault(broker, 0.0)
     producer.flush()
-    results = poll_until(lambda: len(sends.done()) == len(payloads) and sends.done(), "receipts")
+    results = eventually(lambda: len(sends.done()) == len(payloads) and sends.done(), "receipts")
     producer.close()
     # the outage was shorter than the send timeout: the client reports every send done
     assert {payload: result for payload, (result, _) in results.items()} == dict.fromkeys(
@@ -314,31 +298,33 @@ def test_while_storage_refuses_writes_the_client_resends_and_each_message_is_sto
     # each once, in the order sent, where the receipts said
     assert stored[1:] == [(p, entry(results[p][1])) for p in payloads]
     assert stored[0][0] == b"before"
-    stats = broker.http("GET", admin_path(topic) + "/internalStats")
+    stats = broker.ok("GET", admin_path(topic) + "/internalStats")
     assert stats["numberOfEntries"] == len({e for _, e in stored}) + 1  # and the sentinel
 
 
 def test_a_failed_write_fails_the_sends_queued_behind_it_so_the_resend_keeps_order(
-    pulsar_broker: BrokerFactory, client_of: ClientFactory
+    shared_served_broker: ServedBrokerFactory, client_of: ClientFactory
 ) -> None:
-    broker = pulsar_broker(syncMode="always")
+    broker = shared_served_broker(**ALWAYS)
     client = client_of(broker)
     topic = new_topic("queued")
     producer = producer_for(client, topic, batching=False)
     # the first write waits 1 s and then fails; the fault is gone before it ends, so a
     # write of the sends queued behind it would succeed: they must fail with it
     set_fault(broker, 1.0, delay_ms=1000)
+    errors_before = bookie_stat(broker, "addEntriesErrors")
     before = add_calls(broker)
     sends = Sends()
     producer.send_async(b"first", sends.callback(b"first"))
-    poll_until(lambda: add_calls(broker) > before, "the first write to start")
+    eventually(lambda: add_calls(broker) > before, "the first write to start")
     queued = [f"queued-{index}".encode() for index in range(4)]
     for payload in queued:
         producer.send_async(payload, sends.callback(payload))
     set_fault(broker, 0.0)
     producer.flush()
-    results = poll_until(lambda: len(sends.done()) == 5 and sends.done(), "receipts")
-    assert bookie_stat(broker, "addEntriesErrors") == 1  # the first write, and only it
+    results = eventually(lambda: len(sends.done()) == 5 and sends.done(), "receipts")
+    # the first write, and only it
+    assert bookie_stat(broker, "addEntriesErrors") == errors_before + 1
     assert all(result == pulsar.Result.Ok for result, _ in results.values())
 
     stored = receive_until_sentinel(client, topic, "all")
@@ -349,27 +335,11 @@ def test_a_failed_write_fails_the_sends_queued_behind_it_so_the_resend_keeps_ord
 
 
 @pytest.fixture
-def slow_commit_broker(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ServedBroker]:
+def slow_commit_broker(served_broker: ServedBrokerFactory) -> ServedBroker:
     """A broker whose bookie gathers adds for 1.5 s before writing them (syncMode=batch,
     journalMaxGroupWaitMSec=1500): a write stays on its way to disk long enough for a
-    client to leave meanwhile. (The pulsar_broker fixture sets broker.conf keys and
-    syncMode only: this one starts from its own copy of conf/.)"""
-    conf = tmp_path / "conf"
-    conf.mkdir()
-    shutil.copy(protocol_conftest.CONF / "broker.conf", conf / "broker.conf")
-    storage = (protocol_conftest.CONF / "storage.conf").read_text()
-    lines = [
-        "journalMaxGroupWaitMSec=1500" if line.startswith("journalMaxGroupWaitMSec=") else line
-        for line in storage.splitlines()
-    ]
-    assert "journalMaxGroupWaitMSec=1500" in lines
-    (conf / "storage.conf").write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(protocol_conftest, "CONF", conf)
-    broker = protocol_conftest.ServedBroker(tmp_path / "data", {"syncMode": "batch"}).start()
-    yield broker
-    broker.kill()
+    client to leave meanwhile."""
+    return served_broker(storage={"syncMode": "batch", "journalMaxGroupWaitMSec": 1500})
 
 
 def test_a_client_leaving_while_its_write_is_on_disk_does_not_stall_the_topic(
@@ -382,7 +352,7 @@ def test_a_client_leaving_while_its_write_is_on_disk_does_not_stall_the_topic(
     before = add_calls(broker)
     sends = Sends()
     producer.send_async(b"in flight", sends.callback(b"in flight"))
-    poll_until(lambda: add_calls(broker) > before, "the write to reach the bookie")
+    eventually(lambda: add_calls(broker) > before, "the write to reach the bookie")
     leaving.close()  # fails the pending send at the client, closes the connection
     assert sends.done()[b"in flight"][0] != pulsar.Result.Ok
 
@@ -394,10 +364,10 @@ def test_a_client_leaving_while_its_write_is_on_disk_does_not_stall_the_topic(
         while (message := consumer.receive(RECEIVE_MS)).data() != b"after":
             got.append(message.data())
     except pulsar.Timeout:
-        stats = broker.http("GET", admin_path(topic) + "/internalStats")
+        stats = broker.ok("GET", admin_path(topic) + "/internalStats")
         pytest.fail(f"receipted {receipt} but never delivered; the ledger says {stats}")
     assert entry(message.message_id()) == entry(receipt)
     # the message the client gave up on may be stored (at least once), but only once
     assert got in ([], [b"in flight"])
-    stats = broker.http("GET", admin_path(topic) + "/internalStats")
+    stats = broker.ok("GET", admin_path(topic) + "/internalStats")
     assert stats["lastConfirmedEntry"] == "{}:{}".format(*entry(receipt))

@@ -7,7 +7,6 @@ the entry cache, whichever door it came through."""
 from __future__ import annotations
 
 import base64
-import itertools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +14,9 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.protocol.conftest import ServedBroker, poll_until
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker, eventually, persistent
+from tests.harness import new_topic as new_name
 
 pytestmark = pytest.mark.slow
 
@@ -39,20 +40,16 @@ MESSAGES: list[Sent] = [
     (b"\n", None, {"": "empty name"}, 1),
 ]
 
-_topics = itertools.count()
-
 
 def new_topic(name: str) -> tuple[str, str]:
     """A fresh topic: its full name and its path under ``persistent/``."""
-    local = f"{name}-{next(_topics)}"
-    return f"persistent://public/default/{local}", f"persistent/public/default/{local}"
+    topic = new_name(name)
+    return persistent(topic), f"persistent/{topic}"
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedBroker]:
-    served = ServedBroker(tmp_path_factory.mktemp("http-and-binary"), {}).start()
-    yield served
-    served.kill()
+def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
+    return shared_served_broker()
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +90,7 @@ def client_produce(client: pulsar.Client, topic: str, batching: bool) -> list[An
             options["event_timestamp"] = event_time
         producer.send_async(payload, receipt(index), **options)
     producer.flush()
-    poll_until(lambda: len(ids) == len(MESSAGES), "every receipt")
+    eventually(lambda: len(ids) == len(MESSAGES), "every receipt")
     producer.close()
     return [ids[index] for index in range(len(MESSAGES))]
 
@@ -110,7 +107,7 @@ def http_produce(broker: ServedBroker, path: str, batch: bool) -> list[str]:
         if event_time:
             message["eventTime"] = event_time
         messages.append(message)
-    answer = broker.http("POST", f"/topics/{path}", {"messages": messages, "batch": batch})
+    answer = broker.ok("POST", f"/topics/{path}", {"messages": messages, "batch": batch})
     results = answer["messagePublishResults"]
     assert [result["errorCode"] for result in results] == [0] * len(MESSAGES)
     return [result["messageId"] for result in results]
@@ -125,7 +122,7 @@ def http_id(message_id: Any) -> str:
 
 def http_consume(broker: ServedBroker, path: str, subscription: str, count: int) -> list[Any]:
     """``count`` messages from a new HTTP consumer reading from the earliest message."""
-    consumer = broker.http(
+    consumer = broker.ok(
         "POST",
         f"/consumers/{path}/{subscription}",
         {"subscriptionType": "Exclusive", "subscriptionInitialPosition": "Earliest"},
@@ -133,12 +130,12 @@ def http_consume(broker: ServedBroker, path: str, subscription: str, count: int)
     got: list[Any] = []
 
     def poll() -> bool:
-        answer = broker.http("GET", f"/consumers/{consumer}/messages?timeoutMs=1000")
+        answer = broker.ok("GET", f"/consumers/{consumer}/messages?timeoutMs=1000")
         got.extend(answer["messages"])
         return len(got) >= count
 
-    poll_until(poll, f"{count} messages over HTTP")
-    broker.http("DELETE", f"/consumers/{consumer}")
+    eventually(poll, f"{count} messages over HTTP")
+    broker.ok("DELETE", f"/consumers/{consumer}")
     return got
 
 
@@ -193,7 +190,7 @@ def test_a_batch_is_one_entry_in_the_ledger_and_in_the_cache(
     broker: ServedBroker, client: pulsar.Client
 ) -> None:
     topic, path = new_topic("entries")
-    inserted = broker.http("GET", "/admin/v2/broker-stats/cache")["inserted"]
+    inserted = broker.ok("GET", "/admin/v2/broker-stats/cache")["inserted"]
 
     from_client = client_produce(client, topic, batching=True)
     from_http_batch = http_produce(broker, path, batch=True)
@@ -206,11 +203,11 @@ def test_a_batch_is_one_entry_in_the_ledger_and_in_the_cache(
     )
     batches = len(MESSAGES) // BATCH + 1  # the client's full batches and the HTTP batch
     assert len(entries) == batches + len(MESSAGES)
-    cache = broker.http("GET", "/admin/v2/broker-stats/cache")
+    cache = broker.ok("GET", "/admin/v2/broker-stats/cache")
     assert cache["inserted"] - inserted == len(entries)
-    internal = broker.http("GET", f"/admin/v2/{path}/internalStats")
+    internal = broker.ok("GET", f"/admin/v2/{path}/internalStats")
     assert internal["numberOfEntries"] == internal["entriesAddedCounter"] == len(entries)
-    stats = broker.http("GET", f"/admin/v2/{path}/stats")
+    stats = broker.ok("GET", f"/admin/v2/{path}/stats")
     assert stats["msgInCounter"] == 3 * len(MESSAGES)  # messages, not entries
 
     # and both doors read all of it back, message by message

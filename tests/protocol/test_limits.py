@@ -8,7 +8,6 @@ goes away, and the next one is admitted."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import socket
 from collections.abc import Iterator
 
@@ -17,7 +16,9 @@ import pytest
 
 from broker.protocol.frames import command_frame, parse_command
 from broker.pulsar_api import BaseCommand, Type
-from tests.protocol.conftest import BrokerFactory, ServedBroker, poll_until
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker, eventually, persistent
+from tests.harness import new_topic as new_name
 
 pytestmark = pytest.mark.slow
 
@@ -25,11 +26,18 @@ DEADLINE_S = 20
 #: how long a client over a connection limit keeps trying before it gives up
 REFUSED_CLIENT_TIMEOUT_S = 2
 
-_topics = itertools.count()
+#: limits that do not get in each other's way in these tests: one broker serves them
+PER_TOPIC_LIMITS = {
+    "maxProducersPerTopic": 2,
+    "maxConsumersPerSubscription": 2,
+    "maxSubscriptionsPerTopic": 2,
+}
+#: and these (maxConsumersPerTopic's test uses three subscriptions)
+PRODUCER_AND_CONSUMER_LIMITS = {"maxProducersPerTopic": 1, "maxConsumersPerTopic": 2}
 
 
 def new_topic() -> str:
-    return f"persistent://public/default/limits-{next(_topics)}"
+    return persistent(new_name("limits"))
 
 
 @pytest.fixture
@@ -101,16 +109,16 @@ def assert_client_refused(broker: ServedBroker, clients: list[pulsar.Client], to
 
 
 def test_connections_over_broker_max_connections_are_closed_until_one_closes(
-    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+    served_broker: ServedBrokerFactory, clients: list[pulsar.Client]
 ) -> None:
-    broker = pulsar_broker(brokerMaxConnections=1)
+    broker = served_broker(brokerMaxConnections=1)
     topic = new_topic()
     first = open_client(broker, clients)
     producer = first.create_producer(topic)  # the client's one connection: the limit
     # another address is over the total limit too
     with raw_connection(broker, "127.0.0.2") as refused:
         assert closed_without_a_word(refused)
-    poll_until(
+    eventually(
         lambda: "the listener has its maximum of 1 connections" in broker.log(),
         "the broker to log why it closed the connection",
     )
@@ -123,15 +131,15 @@ def test_connections_over_broker_max_connections_are_closed_until_one_closes(
 
 
 def test_broker_max_connections_per_ip_closes_a_second_connection_from_one_address(
-    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+    served_broker: ServedBrokerFactory, clients: list[pulsar.Client]
 ) -> None:
-    broker = pulsar_broker(brokerMaxConnectionsPerIp=1)
+    broker = served_broker(brokerMaxConnectionsPerIp=1)
     topic = new_topic()
     first = open_client(broker, clients)
     producer = first.create_producer(topic)  # from 127.0.0.1
     with raw_connection(broker, "127.0.0.1") as refused:
         assert closed_without_a_word(refused)
-    poll_until(
+    eventually(
         lambda: "127.0.0.1 has its maximum of 1 connections" in broker.log(),
         "the broker to log why it closed the connection",
     )
@@ -147,9 +155,9 @@ def test_broker_max_connections_per_ip_closes_a_second_connection_from_one_addre
 
 
 def test_max_producers_per_topic_answers_producer_busy_until_a_producer_closes(
-    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+    shared_served_broker: ServedBrokerFactory, clients: list[pulsar.Client]
 ) -> None:
-    broker = pulsar_broker(maxProducersPerTopic=2)
+    broker = shared_served_broker(**PER_TOPIC_LIMITS)
     client = open_client(broker, clients)
     topic = new_topic()
     producers = [client.create_producer(topic) for _ in range(2)]
@@ -160,7 +168,7 @@ def test_max_producers_per_topic_answers_producer_busy_until_a_producer_closes(
     producers.append(client.create_producer(topic))
     for producer in producers[1:]:
         producer.send(b"both admitted producers publish")
-    stats = broker.http("GET", admin_path(topic) + "/stats")
+    stats = broker.ok("GET", admin_path(topic) + "/stats")
     assert stats["msgInCounter"] == 2
 
 
@@ -190,9 +198,9 @@ def websocket_producer(broker: ServedBroker, topic: str) -> tuple[socket.socket,
 
 
 def test_binary_and_websocket_producers_share_max_producers_per_topic(
-    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+    shared_served_broker: ServedBrokerFactory, clients: list[pulsar.Client]
 ) -> None:
-    broker = pulsar_broker(maxProducersPerTopic=1)
+    broker = shared_served_broker(**PRODUCER_AND_CONSUMER_LIMITS)
     client = open_client(broker, clients)
     topic = new_topic()
     producer = client.create_producer(topic)
@@ -214,16 +222,16 @@ def test_binary_and_websocket_producers_share_max_producers_per_topic(
             return False
         return True
 
-    poll_until(binary_admitted, "the closed session's place for a binary producer")
+    eventually(binary_admitted, "the closed session's place for a binary producer")
 
 
 # ---------------------------------------------------------------------- consumers
 
 
 def test_max_consumers_per_subscription_answers_consumer_busy_until_one_closes(
-    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+    shared_served_broker: ServedBrokerFactory, clients: list[pulsar.Client]
 ) -> None:
-    broker = pulsar_broker(maxConsumersPerSubscription=2)
+    broker = shared_served_broker(**PER_TOPIC_LIMITS)
     client = open_client(broker, clients)
     topic = new_topic()
     shared = pulsar.ConsumerType.Shared
@@ -236,9 +244,9 @@ def test_max_consumers_per_subscription_answers_consumer_busy_until_one_closes(
 
 
 def test_max_consumers_per_topic_answers_consumer_busy_across_subscriptions(
-    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+    shared_served_broker: ServedBrokerFactory, clients: list[pulsar.Client]
 ) -> None:
-    broker = pulsar_broker(maxConsumersPerTopic=2)
+    broker = shared_served_broker(**PRODUCER_AND_CONSUMER_LIMITS)
     client = open_client(broker, clients)
     topic = new_topic()
     shared = pulsar.ConsumerType.Shared
@@ -257,9 +265,9 @@ def test_max_consumers_per_topic_answers_consumer_busy_across_subscriptions(
 
 
 def test_max_subscriptions_per_topic_answers_not_allowed_until_one_is_deleted(
-    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+    shared_served_broker: ServedBrokerFactory, clients: list[pulsar.Client]
 ) -> None:
-    broker = pulsar_broker(maxSubscriptionsPerTopic=2)
+    broker = shared_served_broker(**PER_TOPIC_LIMITS)
     client = open_client(broker, clients)
     topic = new_topic()
     shared = pulsar.ConsumerType.Shared
@@ -278,9 +286,9 @@ def test_max_subscriptions_per_topic_answers_not_allowed_until_one_is_deleted(
 
 
 def test_max_topics_per_namespace_answers_not_allowed_until_one_is_deleted(
-    pulsar_broker: BrokerFactory, clients: list[pulsar.Client]
+    served_broker: ServedBrokerFactory, clients: list[pulsar.Client]
 ) -> None:
-    broker = pulsar_broker(maxTopicsPerNamespace=2)
+    broker = served_broker(maxTopicsPerNamespace=2)
     client = open_client(broker, clients)
     first, second, third = new_topic(), new_topic(), new_topic()
     assert produces(client, first)
@@ -290,7 +298,7 @@ def test_max_topics_per_namespace_answers_not_allowed_until_one_is_deleted(
     with pytest.raises(pulsar.NotAllowedError):
         client.subscribe(third, "s")
     assert produces(client, first)  # topics that exist are used as before
-    names = broker.http("GET", "/admin/v2/persistent/public/default")
+    names = broker.ok("GET", "/admin/v2/persistent/public/default")
     assert third not in names
-    broker.http("DELETE", admin_path(second))
+    broker.ok("DELETE", admin_path(second))
     assert produces(client, third)

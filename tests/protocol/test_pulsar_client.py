@@ -3,34 +3,27 @@ consume with batching on and off, the four subscription types, acks, nacks, seek
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable
+from typing import Any
 
 import pulsar
 import pytest
 
-from tests.protocol.conftest import BrokerFactory, ServedBroker, poll_until
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker, eventually, new_topic, persistent, short
 
 pytestmark = pytest.mark.slow
 
-_topics = itertools.count()
 
-
-def new_topic() -> str:
-    return f"persistent://public/default/client-{next(_topics)}"
+@pytest.fixture
+def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
+    return shared_served_broker()
 
 
 @pytest.fixture
-def broker(pulsar_broker: BrokerFactory) -> ServedBroker:
-    return pulsar_broker()
-
-
-@pytest.fixture
-def client(broker: ServedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(broker.service_url, operation_timeout_seconds=20)
-    yield client
-    client.close()
+def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> pulsar.Client:
+    return pulsar_client(broker.service_url)
 
 
 def produce(
@@ -75,15 +68,13 @@ def nothing_more(consumer: pulsar.Consumer) -> bool:
 def test_messages_produced_are_consumed_once_in_order(
     broker: ServedBroker, client: pulsar.Client, batching: bool
 ) -> None:
-    topic = new_topic()
+    topic = persistent(new_topic("client"))
     consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
     sent = produce(client, topic, 200, batching)
     got = receive(consumer, 200)
     assert [m.data().decode() for m in got] == sent
     assert nothing_more(consumer)
-    stats = broker.http(
-        "GET", "/admin/v2/persistent/public/default/" + topic.rsplit("/", 1)[1] + "/internalStats"
-    )
+    stats = broker.ok("GET", f"/admin/v2/persistent/{short(topic)}/internalStats")
     if batching:
         # a batch is one entry: far fewer entries than messages
         assert stats["numberOfEntries"] < 200
@@ -91,14 +82,12 @@ def test_messages_produced_are_consumed_once_in_order(
     else:
         assert stats["numberOfEntries"] == 200
     consumer.close()
-    backlog = broker.http(
-        "GET", "/admin/v2/persistent/public/default/" + topic.rsplit("/", 1)[1] + "/stats"
-    )
+    backlog = broker.ok("GET", f"/admin/v2/persistent/{short(topic)}/stats")
     assert backlog["subscriptions"]["s"]["msgBacklog"] == 0
 
 
 def test_an_exclusive_subscription_refuses_a_second_consumer(client: pulsar.Client) -> None:
-    topic = new_topic()
+    topic = persistent(new_topic("client"))
     first = client.subscribe(topic, "excl", consumer_type=pulsar.ConsumerType.Exclusive)
     with pytest.raises(pulsar.ConsumerBusy):
         client.subscribe(topic, "excl", consumer_type=pulsar.ConsumerType.Exclusive)
@@ -109,7 +98,7 @@ def test_an_exclusive_subscription_refuses_a_second_consumer(client: pulsar.Clie
 def test_failover_switches_to_the_standby_when_the_active_consumer_closes(
     client: pulsar.Client,
 ) -> None:
-    topic = new_topic()
+    topic = persistent(new_topic("client"))
     kind = pulsar.ConsumerType.Failover
     first = client.subscribe(topic, "fo", consumer_type=kind, consumer_name="a")
     second = client.subscribe(topic, "fo", consumer_type=kind, consumer_name="b")
@@ -127,7 +116,7 @@ def test_failover_switches_to_the_standby_when_the_active_consumer_closes(
 def test_shared_consumers_split_the_messages_and_lose_none(
     client: pulsar.Client, batching: bool
 ) -> None:
-    topic = new_topic()
+    topic = persistent(new_topic("client"))
     kind = pulsar.ConsumerType.Shared
     consumers = [
         client.subscribe(topic, "sh", consumer_type=kind, receiver_queue_size=10) for _ in range(3)
@@ -149,7 +138,7 @@ def test_shared_consumers_split_the_messages_and_lose_none(
                 consumer.acknowledge(message)
         return not remaining
 
-    poll_until(drain, "every message received by some consumer")
+    eventually(drain, "every message received by some consumer")
     everything = [p for got in received.values() for p in got]
     assert sorted(everything) == sorted(sent)  # none lost, none twice
     if not batching:
@@ -158,7 +147,7 @@ def test_shared_consumers_split_the_messages_and_lose_none(
 
 
 def test_shared_redelivers_after_a_nack_and_after_a_close(client: pulsar.Client) -> None:
-    topic = new_topic()
+    topic = persistent(new_topic("client"))
     kind = pulsar.ConsumerType.Shared
     first = client.subscribe(topic, "sh", consumer_type=kind, negative_ack_redelivery_delay_ms=100)
     sent = produce(client, topic, 6, batching=False)
@@ -180,7 +169,7 @@ def test_shared_redelivers_after_a_nack_and_after_a_close(client: pulsar.Client)
 def test_key_shared_keeps_each_keys_order_while_consumers_join_and_leave(
     client: pulsar.Client,
 ) -> None:
-    topic = new_topic()
+    topic = persistent(new_topic("client"))
     kind = pulsar.ConsumerType.KeyShared
     first = client.subscribe(topic, "ks", consumer_type=kind, receiver_queue_size=20)
     producer = client.create_producer(
@@ -213,7 +202,7 @@ def test_key_shared_keeps_each_keys_order_while_consumers_join_and_leave(
                     consumer.acknowledge(message)
             return seen >= set(range(upto))
 
-        poll_until(step, f"the messages below {upto}")
+        eventually(step, f"the messages below {upto}")
 
     send(0, 100)
     take(100)
@@ -231,7 +220,7 @@ def test_key_shared_keeps_each_keys_order_while_consumers_join_and_leave(
 
 
 def test_seek_moves_the_subscription_back(client: pulsar.Client) -> None:
-    topic = new_topic()
+    topic = persistent(new_topic("client"))
     consumer = client.subscribe(topic, "seek", initial_position=pulsar.InitialPosition.Earliest)
     sent = produce(client, topic, 10, batching=False)
     got = receive(consumer, 10)
@@ -247,7 +236,7 @@ def test_seek_moves_the_subscription_back(client: pulsar.Client) -> None:
 def test_a_reader_reads_from_a_message_id_and_leaves_no_subscription(
     broker: ServedBroker, client: pulsar.Client
 ) -> None:
-    topic = new_topic()
+    topic = persistent(new_topic("client"))
     produce(client, topic, 5, batching=False)
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     assert [reader.read_next(20_000).data() for _ in range(5)] == [
@@ -255,68 +244,64 @@ def test_a_reader_reads_from_a_message_id_and_leaves_no_subscription(
     ]
     assert not reader.has_message_available()
     reader.close()
-    local = topic.rsplit("/", 1)[1]
-    poll_until(
-        lambda: (
-            not broker.http("GET", f"/admin/v2/persistent/public/default/{local}/stats")[
-                "subscriptions"
-            ]
-        ),
+    eventually(
+        lambda: not broker.ok("GET", f"/admin/v2/persistent/{short(topic)}/stats")["subscriptions"],
         "the reader's subscription to go",
     )
 
 
 @pytest.mark.parametrize("broker_keeps_ack_sets", [True, False], ids=["enabled", "disabled"])
 def test_batch_index_acks_redeliver_only_the_unacked_messages_of_a_batch(
-    pulsar_broker: BrokerFactory, broker_keeps_ack_sets: bool
+    shared_served_broker: ServedBrokerFactory,
+    pulsar_client: Callable[..., Any],
+    broker_keeps_ack_sets: bool,
 ) -> None:
-    broker = pulsar_broker(acknowledgmentAtBatchIndexLevelEnabled=broker_keeps_ack_sets)
-    client = pulsar.Client(broker.service_url, operation_timeout_seconds=20)
-    try:
-        topic = new_topic()
-        kind = pulsar.ConsumerType.Shared
-        first = client.subscribe(topic, "bi", consumer_type=kind, batch_index_ack_enabled=True)
-        producer = client.create_producer(
-            topic, batching_enabled=True, batching_max_publish_delay_ms=60_000
-        )
-        for index in range(10):
-            producer.send_async(f"m{index}".encode(), None)
-        producer.flush()  # the ten messages go as one batch
-        got = receive(first, 10, ack=False)
-        assert {m.message_id().entry_id() for m in got} == {got[0].message_id().entry_id()}
-        for message in got[::2]:
-            first.acknowledge(message)
-        first.close()  # flushes the acks; the unacked messages go back
-        second = client.subscribe(topic, "bi", consumer_type=kind, batch_index_ack_enabled=True)
-        if broker_keeps_ack_sets:
-            again = receive(second, 5)
-            assert [m.data().decode() for m in again] == [f"m{i}" for i in range(1, 10, 2)]
-        else:
-            # no ack sets on the broker: the whole batch comes back, as in Pulsar
-            again = receive(second, 10)
-            assert [m.data().decode() for m in again] == [f"m{i}" for i in range(10)]
-        assert nothing_more(second)
-    finally:
-        client.close()
+    # disabled is conf/broker.conf's default: that one is the module's shared broker
+    broker = shared_served_broker(
+        **({"acknowledgmentAtBatchIndexLevelEnabled": True} if broker_keeps_ack_sets else {})
+    )
+    client = pulsar_client(broker.service_url)
+    topic = persistent(new_topic("client"))
+    kind = pulsar.ConsumerType.Shared
+    first = client.subscribe(topic, "bi", consumer_type=kind, batch_index_ack_enabled=True)
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_publish_delay_ms=60_000
+    )
+    for index in range(10):
+        producer.send_async(f"m{index}".encode(), None)
+    producer.flush()  # the ten messages go as one batch
+    got = receive(first, 10, ack=False)
+    assert {m.message_id().entry_id() for m in got} == {got[0].message_id().entry_id()}
+    for message in got[::2]:
+        first.acknowledge(message)
+    first.close()  # flushes the acks; the unacked messages go back
+    second = client.subscribe(topic, "bi", consumer_type=kind, batch_index_ack_enabled=True)
+    if broker_keeps_ack_sets:
+        again = receive(second, 5)
+        assert [m.data().decode() for m in again] == [f"m{i}" for i in range(1, 10, 2)]
+    else:
+        # no ack sets on the broker: the whole batch comes back, as in Pulsar
+        again = receive(second, 10)
+        assert [m.data().decode() for m in again] == [f"m{i}" for i in range(10)]
+    assert nothing_more(second)
 
 
 def test_clients_reconnect_after_the_broker_unloads_the_topic(
     broker: ServedBroker, client: pulsar.Client
 ) -> None:
-    topic = new_topic()
+    topic = persistent(new_topic("client"))
     consumer = client.subscribe(topic, "u", initial_position=pulsar.InitialPosition.Earliest)
     producer = client.create_producer(topic, batching_enabled=False)
     for index in range(10):
         producer.send(f"before{index}".encode())
     first = receive(consumer, 5)
-    local = topic.rsplit("/", 1)[1]
 
     def backlog() -> int:
-        stats = broker.http("GET", f"/admin/v2/persistent/public/default/{local}/stats")
+        stats = broker.ok("GET", f"/admin/v2/persistent/{short(topic)}/stats")
         return int(stats["subscriptions"]["u"]["msgBacklog"])
 
-    poll_until(lambda: backlog() == 5, "the client's grouped acks to reach the broker")
-    broker.http("POST", "/admin/v2/namespaces/public/default/unload")
+    eventually(lambda: backlog() == 5, "the client's grouped acks to reach the broker")
+    broker.ok("POST", "/admin/v2/namespaces/public/default/unload")
     # the broker closed both (CLOSE_PRODUCER, CLOSE_CONSUMER); the client reconnects
     # through lookup, and the same objects go on
     for index in range(10):
@@ -325,7 +310,7 @@ def test_clients_reconnect_after_the_broker_unloads_the_topic(
     payloads = [m.data().decode() for m in first + rest]
     assert payloads == [f"before{i}" for i in range(10)] + [f"after{i}" for i in range(10)]
     assert nothing_more(consumer)
-    stats = broker.http("GET", f"/admin/v2/persistent/public/default/{local}/stats")
+    stats = broker.ok("GET", f"/admin/v2/persistent/{short(topic)}/stats")
     assert len(stats["subscriptions"]["u"]["consumers"]) == 1  # reconnected, once
 
 
@@ -333,9 +318,9 @@ def test_clients_reconnect_after_the_broker_unloads_the_topic(
 def test_a_partitioned_topic_of_four_takes_the_clients_routing(
     broker: ServedBroker, client: pulsar.Client, batching: bool
 ) -> None:
-    local = f"parts-{next(_topics)}"
-    topic = f"persistent://public/default/{local}"
-    broker.http("PUT", f"/admin/v2/persistent/public/default/{local}/partitions", 4)
+    local = new_topic("parts")
+    topic = persistent(local)
+    broker.ok("PUT", f"/admin/v2/persistent/{local}/partitions", 4)
     assert client.get_topic_partitions(topic) == [f"{topic}-partition-{i}" for i in range(4)]
     consumer = client.subscribe(topic, "p", initial_position=pulsar.InitialPosition.Earliest)
     producer = client.create_producer(
@@ -358,7 +343,5 @@ def test_a_partitioned_topic_of_four_takes_the_clients_routing(
     used = {name for names in partitions_of_key.values() for name in names}
     assert len(used) > 1
     for index in range(4):
-        stats = broker.http(
-            "GET", f"/admin/v2/persistent/public/default/{local}-partition-{index}/stats"
-        )
+        stats = broker.ok("GET", f"/admin/v2/persistent/{local}-partition-{index}/stats")
         assert "p" in stats["subscriptions"]

@@ -139,12 +139,15 @@ def _broker_threads() -> Iterator[dict[str, BrokerThread]]:
 @pytest.fixture
 async def shared_broker(_broker_threads: dict[str, BrokerThread]) -> AsyncIterator[LiveBroker]:
     """As ``live_broker`` (in-memory storage only), but the broker is the module's one of
-    that configuration, started by the first test that asks: use new topic names
-    (``new_topic``), and leave no state other tests would trip over."""
+    that configuration (and ``name``, for brokers of one configuration kept apart),
+    started by the first test that asks: use new topic names (``new_topic``), and leave
+    no state other tests would trip over."""
     clients: list[Client] = []
 
-    async def connect(storage: dict[str, Any] | None = None, **broker: Any) -> Client:
-        key = _config_key({"storage": storage, **broker})
+    async def connect(
+        storage: dict[str, Any] | None = None, name: str = "", **broker: Any
+    ) -> Client:
+        key = _config_key({"storage": storage, "name": name, **broker})
         if key not in _broker_threads:
             _broker_threads[key] = BrokerThread(make_settings(None, storage, **broker)).start()
         clients.append(Client(_broker_threads[key].url))

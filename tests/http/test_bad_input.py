@@ -14,10 +14,11 @@ each request on its own connection so that one the server drops cannot spoil the
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,6 +187,12 @@ class Seeded:
     async def assert_unchanged(self) -> None:
         assert await snapshot(self.client) == self.before
 
+    async def unchanged(self) -> bool:
+        try:
+            return await snapshot(self.client) == self.before
+        except AssertionError:  # the topic is gone
+            return False
+
 
 async def seed(client: Client) -> Seeded:
     ids = await client.produce(TOPIC, SEED_PAYLOADS, key="k")
@@ -199,11 +206,40 @@ async def seed(client: Client) -> Seeded:
     return Seeded(client, ids, before)
 
 
+#: the brokers the tests share (one configuration each: seeded, and seeded with a
+#: consumer of each kind): the consumer must outlive the module, however long it runs
+SHARED = {**LIMITS, "consumerIdleTimeoutMs": 3_600_000}
+#: by kind: how many shared brokers of that kind a test left changed (the next test
+#: gets a new one)
+_changed: dict[str, int] = {}
+#: by broker (its URL): what the kind's setup left there
+_prepared: dict[str, Seeded] = {}
+
+
+async def pristine(
+    shared_broker: LiveBroker, kind: str, prepare: Callable[[Client], Awaitable[Seeded]]
+) -> Seeded:
+    """The module's broker of ``kind``, as ``prepare`` left it: checked against the
+    snapshot taken then, and a new broker prepared if an earlier test changed it (a test
+    that stores, acks or subscribes does; one that must change nothing asserts so)."""
+    while True:
+        name = f"{kind}-{_changed.setdefault(kind, 0)}"
+        client = await shared_broker(name=name, **SHARED)
+        prepared = _prepared.get(client.base_url)
+        if prepared is None:
+            _prepared[client.base_url] = prepared = await prepare(client)
+            return prepared
+        prepared = dataclasses.replace(prepared, client=client)
+        if await prepared.unchanged():
+            return prepared
+        _changed[kind] += 1
+
+
 @pytest.fixture
-async def seeded(live_broker: LiveBroker) -> Seeded:
+async def seeded(shared_broker: LiveBroker) -> Seeded:
     """A broker with small limits and one topic holding three messages, unconsumed by
     its one subscription."""
-    return await seed(await live_broker(**LIMITS))
+    return await pristine(shared_broker, "seeded", seed)
 
 
 @dataclass
@@ -216,12 +252,14 @@ class WithConsumer(Seeded):
         await super().assert_unchanged()
         assert await self.client.receive(self.consumer, 10, 0) == []
 
+    async def unchanged(self) -> bool:
+        return await super().unchanged() and not await self.client.receive(self.consumer, 10, 0)
 
-async def with_consumer(live_broker: LiveBroker, sub_type: str) -> WithConsumer:
+
+async def with_consumer(client: Client, sub_type: str) -> WithConsumer:
     """The seeded broker plus a consumer of ``audit`` that holds all three messages
     pending (received, not acked): its cursor no longer moves on its own."""
-    base = await seed(await live_broker(**LIMITS))
-    client = base.client
+    base = await seed(client)
     consumer = await client.subscribe(
         TOPIC, SUBSCRIPTION, subscriptionType=sub_type, negativeAckRedeliveryDelayMillis=0
     )
@@ -232,14 +270,23 @@ async def with_consumer(live_broker: LiveBroker, sub_type: str) -> WithConsumer:
     return WithConsumer(client, base.ids, before, consumer)
 
 
-@pytest.fixture
-async def exclusive(live_broker: LiveBroker) -> WithConsumer:
-    return await with_consumer(live_broker, "Exclusive")
+async def with_consumer_of(kind: str, shared_broker: LiveBroker) -> WithConsumer:
+    async def prepare(client: Client) -> WithConsumer:
+        return await with_consumer(client, kind)
+
+    prepared = await pristine(shared_broker, kind, prepare)
+    assert isinstance(prepared, WithConsumer)
+    return prepared
 
 
 @pytest.fixture
-async def shared(live_broker: LiveBroker) -> WithConsumer:
-    return await with_consumer(live_broker, "Shared")
+async def exclusive(shared_broker: LiveBroker) -> WithConsumer:
+    return await with_consumer_of("Exclusive", shared_broker)
+
+
+@pytest.fixture
+async def shared(shared_broker: LiveBroker) -> WithConsumer:
+    return await with_consumer_of("Shared", shared_broker)
 
 
 # ---------------------------------------------------------------------- malformed JSON

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hmac
-import itertools
 import json
 from typing import Any
 
@@ -15,11 +14,11 @@ import pytest
 from broker.auth.tokens import create_key_pair, create_secret_key, create_token, private_key
 from broker.config import load_broker_config
 from storage_stub.confparse import ConfigError
+from tests import harness
 from tests.conftest import Client, LiveBroker, b64
 
 TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
 SECRET = create_secret_key()
-_topics = itertools.count()
 
 
 def data_url(key: bytes) -> str:
@@ -54,7 +53,7 @@ def hs256_by_hand(key: bytes, claims: dict[str, Any]) -> str:
 
 
 def new_topic() -> str:
-    return f"public/default/auth-{next(_topics)}"
+    return harness.new_topic("auth")
 
 
 async def call(

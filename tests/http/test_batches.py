@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from tests.conftest import Client, LiveBroker, b64, in_process_broker, unb64
+from tests.harness import eventually_async
 
 TENANT_NS = "public/default"
 TOPIC = f"{TENANT_NS}/batches"
@@ -77,15 +77,6 @@ async def receive_all(client: Client, consumer: str, count: int) -> list[dict[st
 
 async def nothing_more(client: Client, consumer: str) -> None:
     assert await client.receive(consumer, 100, 300) == []
-
-
-async def until(probe: Callable[[], Awaitable[bool]], deadline_s: float = 10.0) -> None:
-    """Poll ``probe`` until it holds (or fail at the deadline)."""
-    async with asyncio.timeout(deadline_s):
-        while True:
-            if await probe():
-                return
-            await asyncio.sleep(0.02)
 
 
 # ---------------------------------------------------------------------- produce
@@ -464,7 +455,7 @@ async def test_batch_indexes_of_a_batch_not_yet_received_are_unknown_ids(
     async def dispatched() -> bool:
         return bool((await client.stats(TOPIC))["msgOutCounter"])
 
-    await until(dispatched)
+    await eventually_async(dispatched)
     assert (await post(client, consumer, "ack", messageIds=[ids[0]]))[0] == 204
     assert await backlog(client) == 1, "acking message 0 by its id did not ack the whole batch"
     assert (await post(client, consumer, "nack", messageIds=[ids[0]]))[0] == 204

@@ -4,20 +4,19 @@ names (DNS rebinding) and CORS, against a real broker on a real port."""
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import aiohttp
 import pytest
 
+from tests import harness
 from tests.conftest import Client, LiveBroker, b64
 
 EVIL = "https://evil.example"
-_topics = itertools.count()
 
 
 def new_topic() -> str:
-    return f"public/default/browser-{next(_topics)}"
+    return harness.new_topic("browser")
 
 
 def produce_json(payload: str = "x") -> bytes:

@@ -14,6 +14,7 @@ from typing import Any
 from broker.http.app import create_app
 from broker.http.listener import LimitedTCPSite, http_runner
 from tests.conftest import Client, make_settings
+from tests.harness import eventually_async
 
 DEADLINE_S = 30.0
 
@@ -34,13 +35,6 @@ async def limited_broker(**broker: Any) -> AsyncIterator[tuple[LimitedTCPSite, C
         await runner.cleanup()
 
 
-async def poll_until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
     return await asyncio.wait_for(reader.read(), DEADLINE_S)
 
@@ -55,7 +49,7 @@ async def test_two_thousand_idle_connections_are_closed_after_the_idle_timeout()
     allow_files(2 * 2000 + 512)  # both ends of each connection live in this process
     async with limited_broker(httpServerIdleTimeout=1000) as (site, _):
         connections = [await asyncio.open_connection("127.0.0.1", site.port) for _ in range(2000)]
-        await poll_until(
+        await eventually_async(
             lambda: site.limiter.total == 0, "the broker to close every idle connection"
         )
         for reader, writer in connections:
@@ -104,7 +98,7 @@ async def test_a_request_body_that_stops_coming_is_cut_after_the_idle_timeout() 
         reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
         writer.write(head + body[:10])  # then nothing more
         assert await read_to_eof(reader) == b""  # closed by the broker, nothing said
-        await poll_until(lambda: site.limiter.total == 0, "the cut connection released")
+        await eventually_async(lambda: site.limiter.total == 0, "the cut connection released")
         assert (await client.stats(topic))["msgInCounter"] == 1  # the cut request stored nothing
         writer.close()
 
@@ -112,7 +106,7 @@ async def test_a_request_body_that_stops_coming_is_cut_after_the_idle_timeout() 
 async def test_connections_over_the_per_ip_limit_are_answered_429_and_closed() -> None:
     async with limited_broker(brokerlabHttpMaxConnectionsPerIp=2) as (site, _):
         held = [await asyncio.open_connection("127.0.0.1", site.port) for _ in range(2)]
-        await poll_until(lambda: site.limiter.total == 2, "two connections counted")
+        await eventually_async(lambda: site.limiter.total == 2, "two connections counted")
         reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
         answer = await read_to_eof(reader)
         assert answer.startswith(b"HTTP/1.1 429 ")
@@ -124,7 +118,7 @@ async def test_connections_over_the_per_ip_limit_are_answered_429_and_closed() -
         held_writer.write(b"GET /admin/v2/brokers/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert (await held_reader.readline()).startswith(b"HTTP/1.1 200")
         held[1][1].close()
-        await poll_until(lambda: site.limiter.total == 1, "the closed connection released")
+        await eventually_async(lambda: site.limiter.total == 1, "the closed connection released")
         client = Client(f"http://127.0.0.1:{site.port}")
         try:
             status, _ = await client.request("GET", "/admin/v2/brokers/health")
@@ -137,7 +131,7 @@ async def test_connections_over_the_per_ip_limit_are_answered_429_and_closed() -
 async def test_the_total_connection_limit_answers_429() -> None:
     async with limited_broker(maxHttpServerConnections=1) as (site, client):
         _, writer = await asyncio.open_connection("127.0.0.1", site.port)
-        await poll_until(lambda: site.limiter.total == 1, "one connection counted")
+        await eventually_async(lambda: site.limiter.total == 1, "one connection counted")
         status, body = await client.request("GET", "/admin/v2/brokers/health")
         assert (status, body["code"]) == (429, "too-many-requests")
         assert "maximum of 1 connections" in body["reason"]

@@ -6,7 +6,6 @@ official Pulsar client works against brokerlab through an ``http://`` service UR
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import pathlib
 import sys
@@ -16,18 +15,12 @@ import pytest
 
 from broker.cluster import http_url
 from broker.http.pulsar_admin import lookup_data
-from tests.conftest import Client, LiveBroker, b64, in_process_broker, unb64
+from tests.conftest import Client, LiveBroker
+from tests.harness import b64, in_process_broker, new_topic, unb64
 
 MAX_LONG = 2**63 - 1
 #: longest a client script may take (it normally takes about a second)
 CLIENT_DEADLINE_S = 120
-
-_names = itertools.count()
-
-
-def new_topic(namespace: str = "public/default") -> str:
-    """``tenant/namespace/topic`` of a topic no test used yet."""
-    return f"{namespace}/topic-{next(_names)}"
 
 
 def admin(topic: str, rest: str = "") -> str:
@@ -558,7 +551,7 @@ async def test_a_partitioned_topic_and_a_namespace_unload_with_pulsars_verbs(
     live_broker: LiveBroker,
 ) -> None:
     client = await live_broker()
-    partitioned = new_topic("unload/ns")
+    partitioned = new_topic(namespace="unload/ns")
     await ok(client, "PUT", admin(partitioned, "/partitions"), json=2)
     consumer = await client.subscribe(f"{partitioned}-partition-1", "s")
     await ok(client, "PUT", admin(partitioned, "/unload"))

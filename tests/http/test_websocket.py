@@ -7,11 +7,9 @@ these tests decode them to check what they name.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import datetime
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -19,6 +17,7 @@ import pytest
 
 from broker.pulsar_api import MessageIdData
 from tests.conftest import Client, LiveBroker, b64, unb64
+from tests.harness import eventually_async
 
 TOPIC = "public/default/ws"
 SUB = "sub"
@@ -97,15 +96,6 @@ def encoded_id(ledger: int, entry: int, batch_index: int = -1, batch_size: int =
     return base64.b64encode(data.SerializeToString()).decode()
 
 
-async def until(probe: Callable[[], Awaitable[bool]], deadline_s: float = DEADLINE_S) -> None:
-    """Poll ``probe`` until it holds (or fail at the deadline)."""
-    async with asyncio.timeout(deadline_s):
-        while True:
-            if await probe():
-                return
-            await asyncio.sleep(0.02)
-
-
 async def subscription_stats(client: Client, sub: str = SUB) -> dict[str, Any]:
     return dict((await client.stats(TOPIC))["subscriptions"][sub])
 
@@ -115,7 +105,7 @@ async def backlog_is(client: Client, count: int, sub: str = SUB) -> None:
         stats = await subscription_stats(client, sub)
         return bool(stats["msgBacklog"] == count and stats["unackedMessages"] == 0)
 
-    await until(probe)
+    await eventually_async(probe)
 
 
 async def dispatched(client: Client, count: int, sub: str = SUB) -> None:
@@ -126,7 +116,7 @@ async def dispatched(client: Client, count: int, sub: str = SUB) -> None:
         consumers = (await subscription_stats(client, sub))["consumers"]
         return sum(c["msgOutCounter"] for c in consumers) >= count
 
-    await until(probe)
+    await eventually_async(probe)
 
 
 async def entries_added(client: Client) -> int:
@@ -377,7 +367,7 @@ async def test_a_reader_from_earliest_reads_everything_and_leaves_no_subscriptio
     async def no_subscription() -> bool:
         return not (await client.stats(TOPIC))["subscriptions"]
 
-    await until(no_subscription)
+    await eventually_async(no_subscription)
 
 
 async def test_a_reader_starts_after_the_message_id_it_is_given(live_broker: LiveBroker) -> None:
@@ -544,7 +534,7 @@ async def test_producers_over_max_producers_per_topic_are_refused_409_until_one_
                 assert refused.status == 409
                 return False
 
-        await until(admitted)
+        await eventually_async(admitted)
     assert (await client.stats(TOPIC))["msgInCounter"] == 2
 
 

@@ -47,8 +47,5 @@ async def broker_process(
 
     yield make
     for process in made:
-        if isinstance(process, ForkedBrokerProcess):
-            if process.running:
-                await process.kill()
-        elif process.process is not None and process.process.returncode is None:
+        if process.process is not None and process.process.returncode is None:
             await process.kill()

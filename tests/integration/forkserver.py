@@ -24,15 +24,16 @@ import asyncio
 import gc
 import json
 import os
+import pathlib
 import select
 import signal
 import socket
 import subprocess
 import sys
 import traceback
-from typing import Any
+from typing import cast
 
-from tests.conftest import ROOT, BrokerProcess, Client, child_processes
+from tests.conftest import CONF, ROOT, STARTUP_DEADLINE_S, BrokerProcess, Client
 
 #: a fork request and its file descriptors (output, status)
 MAX_REQUEST_BYTES = 1 << 16
@@ -170,16 +171,39 @@ async def _reader(fd: int) -> asyncio.StreamReader:
     return reader
 
 
-class ForkedBrokerProcess(BrokerProcess):
-    """:class:`tests.conftest.BrokerProcess`, its processes forked by a :class:`ForkServer`."""
+class ForkedChild:
+    """A forked broker as the test sees it: what :class:`BrokerProcess` uses of an
+    ``asyncio.subprocess.Process`` (pid, returncode, stdout, wait, send_signal, kill)."""
 
-    def __init__(self, server: ForkServer, data_dir: Any, args: list[str]) -> None:
+    def __init__(self, pid: int, stdout: asyncio.StreamReader, status: asyncio.StreamReader):
+        self.pid = pid
+        self.stdout = stdout
+        self.returncode: int | None = None
+        self._exit = asyncio.ensure_future(self._read_exit(status))
+
+    async def _read_exit(self, status: asyncio.StreamReader) -> int:
+        line = await status.readline()
+        self.returncode = int(line.split()[1]) if line.startswith(b"exit ") else -1
+        return self.returncode
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exit)
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkedBrokerProcess(BrokerProcess):
+    """:class:`tests.conftest.BrokerProcess`, its processes forked by a :class:`ForkServer`
+    rather than started with ``python -m broker.cli``; the same arguments."""
+
+    def __init__(self, server: ForkServer, data_dir: pathlib.Path, args: list[str]) -> None:
         super().__init__(data_dir, args)
         self.server = server
-        self.pid: int | None = None
-        self.returncode: int | None = None
-        self._status: asyncio.StreamReader | None = None
-        self._output: asyncio.StreamReader | None = None
 
     def _argv(self) -> list[str]:
         return [
@@ -191,28 +215,24 @@ class ForkedBrokerProcess(BrokerProcess):
             "--data-dir",
             str(self.data_dir),
             "--config",
-            str(ROOT / "conf" / "broker.conf"),
+            str(CONF / "broker.conf"),
             "--storage-config",
-            str(ROOT / "conf" / "storage.conf"),
+            str(CONF / "storage.conf"),
             *self.args,
         ]
 
-    @property
-    def running(self) -> bool:
-        return self.pid is not None and self.returncode is None
-
     async def start(self) -> Client:
-        output, status = self.server.fork(self._argv())
-        self._output = await _reader(output)
-        self._status = await _reader(status)
-        self.pid = int(await asyncio.wait_for(self._status.readline(), 60))
-        self.returncode = None
+        output, status_fd = self.server.fork(self._argv())
+        stdout = await _reader(output)
+        status = await _reader(status_fd)
+        pid = int(await asyncio.wait_for(status.readline(), STARTUP_DEADLINE_S))
+        child = ForkedChild(pid, stdout, status)
+        self.process = cast(asyncio.subprocess.Process, child)
         loop = asyncio.get_running_loop()
-        end = loop.time() + 60.0
+        end = loop.time() + STARTUP_DEADLINE_S
         while True:
-            line = await asyncio.wait_for(self._output.readline(), end - loop.time())
+            line = await asyncio.wait_for(stdout.readline(), end - loop.time())
             if not line:
-                await self._wait()
                 raise RuntimeError("broker exited during start:\n" + "".join(self.output))
             text = line.decode(errors="replace")
             self.output.append(text)
@@ -222,39 +242,6 @@ class ForkedBrokerProcess(BrokerProcess):
         self._drain = asyncio.create_task(self._drain_output())
         self.client = Client(url)
         return self.client
-
-    async def _drain_output(self) -> None:
-        assert self._output is not None
-        while line := await self._output.readline():
-            self.output.append(line.decode(errors="replace"))
-
-    async def _wait(self) -> int:
-        if self.returncode is None:
-            assert self._status is not None
-            line = await asyncio.wait_for(self._status.readline(), 60)
-            self.returncode = int(line.split()[1])
-        return self.returncode
-
-    async def _finish(self, signum: int) -> int:
-        assert self.pid is not None
-        if self.returncode is None:
-            os.kill(self.pid, signum)
-        code = await self._wait()
-        if self._drain is not None:
-            await self._drain
-            self._drain = None
-        if self.client is not None:
-            await self.client.close()
-            self.client = None
-        return code
-
-    async def exit_code_after_killing(self, command_part: str) -> int:
-        assert self.pid is not None
-        (child,) = child_processes(self.pid, command_part)
-        os.kill(child, signal.SIGKILL)
-        code = await self._wait()
-        await self._finish(signal.SIGTERM)
-        return code
 
 
 if __name__ == "__main__":

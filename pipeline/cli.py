@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from pipeline.replay import DESIGNS
+from broker.cache import DESIGNS
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}  # fmt: skip

@@ -1,36 +1,64 @@
 """``brokerlab token``, as ``pulsar tokens``: its keys and tokens are what a broker with
-token authentication accepts."""
+token authentication accepts.
+
+The commands run through ``broker.cli.main`` in this process, their stdout and stderr
+captured at the file descriptors (a key goes out as raw bytes): a dozen interpreter
+starts would cost more than the rest of the file. ``tests/cli/test_cli.py`` runs
+``python -m broker.cli`` itself."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import pathlib
-import subprocess
-import sys
+from collections.abc import Callable
 
 import aiohttp
+import pytest
 from cryptography.hazmat.primitives import serialization
 
+from broker.cli import main
 from tests.conftest import LiveBroker
 
 TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def brokerlab(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "broker.cli", "token", *args],
-        capture_output=True,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
+@dataclasses.dataclass
+class Done:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
 
 
-def ok(*args: str) -> bytes:
-    done = brokerlab(*args)
-    assert done.returncode == 0, done.stderr.decode()
-    return done.stdout
+Brokerlab = Callable[..., Done]
+
+
+@pytest.fixture
+def brokerlab(capfdbinary: pytest.CaptureFixture[bytes]) -> Brokerlab:
+    """``brokerlab token *args``: its exit code, stdout and stderr."""
+
+    def run(*args: str) -> Done:
+        capfdbinary.readouterr()
+        try:
+            code = main(["token", *args])
+        except SystemExit as stop:  # argparse refusing the arguments
+            code = stop.code if isinstance(stop.code, int) else 1
+        out, err = capfdbinary.readouterr()
+        return Done(code, out, err)
+
+    return run
+
+
+@pytest.fixture
+def ok(brokerlab: Brokerlab) -> Callable[..., bytes]:
+    """``brokerlab token *args``'s stdout, once it exited 0."""
+
+    def run(*args: str) -> bytes:
+        done = brokerlab(*args)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout
+
+    return run
 
 
 async def unload_as(client_url: str, token: str) -> int:
@@ -45,7 +73,7 @@ async def unload_as(client_url: str, token: str) -> int:
 
 
 async def test_a_token_made_with_a_secret_key_file_is_accepted(
-    live_broker: LiveBroker, tmp_path: pathlib.Path
+    live_broker: LiveBroker, tmp_path: pathlib.Path, ok: Callable[..., bytes]
 ) -> None:
     key = tmp_path / "secret.key"
     ok("create-secret-key", "--output", str(key))
@@ -64,7 +92,7 @@ async def test_a_token_made_with_a_secret_key_file_is_accepted(
 
 
 async def test_a_token_made_with_a_key_pair_is_accepted(
-    live_broker: LiveBroker, tmp_path: pathlib.Path
+    live_broker: LiveBroker, tmp_path: pathlib.Path, ok: Callable[..., bytes]
 ) -> None:
     private, public = tmp_path / "private.key", tmp_path / "public.key"
     ok("create-key-pair", "--output-private-key", str(private), "--output-public-key", str(public))
@@ -83,7 +111,7 @@ async def test_a_token_made_with_a_key_pair_is_accepted(
 
 
 def test_a_base64_secret_key_and_an_expired_token_that_validate_refuses(
-    tmp_path: pathlib.Path,
+    ok: Callable[..., bytes], brokerlab: Brokerlab
 ) -> None:
     encoded = ok("create-secret-key", "--base64").strip()
     assert len(base64.b64decode(encoded, validate=True)) == 32

@@ -24,7 +24,10 @@ from broker.http.app import contract
 from broker.http.openapi import openapi_spec
 from tests.protocol.conftest import ServedBroker
 
-EXAMPLES_PER_OPERATION = 20
+#: each operation, in each mode, gets its own derandomized run: breadth over operations
+#: finds what depth per operation finds (a 500 on an optional field of produce was found
+#: with 5, 8, 10 and 20 examples alike), at a third of the time of 20
+EXAMPLES_PER_OPERATION = 8
 
 
 @pytest.fixture(scope="module")

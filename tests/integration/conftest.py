@@ -1,0 +1,51 @@
+"""Integration tests start ``brokerlab serve`` processes forked from a warm server
+(``forkserver``): the same command, main and data dir, without a fresh interpreter's
+imports at every start and restart."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from tests.conftest import BrokerProcess, BrokerProcessFactory
+from tests.integration.forkserver import ForkedBrokerProcess, ForkServer
+
+EXEC_BROKERS = os.environ.get("BROKERLAB_TEST_EXEC_BROKERS") == "1"
+
+
+@pytest.fixture(scope="session")
+def fork_server() -> Iterator[ForkServer | None]:
+    if EXEC_BROKERS:
+        yield None
+        return
+    server = ForkServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+async def broker_process(
+    tmp_path: pathlib.Path, fork_server: ForkServer | None
+) -> AsyncIterator[BrokerProcessFactory]:
+    """Make broker processes over data dirs under tmp_path; all are killed at the end."""
+    made: list[BrokerProcess] = []
+
+    def make(*args: str, data_dir: pathlib.Path | None = None) -> BrokerProcess:
+        where = data_dir or tmp_path / "data"
+        process: BrokerProcess
+        if fork_server is None:
+            process = BrokerProcess(where, list(args))
+        else:
+            process = ForkedBrokerProcess(fork_server, where, list(args))
+        made.append(process)
+        return process
+
+    yield make
+    for process in made:
+        if process.process is not None and process.process.returncode is None:
+            await process.kill()

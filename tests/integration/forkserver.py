@@ -1,0 +1,248 @@
+"""``brokerlab serve`` processes forked from one that has already imported brokerlab.
+
+A ``python -m broker.cli serve`` spends one to several seconds of CPU starting Python and
+importing aiohttp, pydantic, protobuf and the broker before it serves anything; the
+integration tests start brokers a hundred times over (every kill -9 is followed by a
+restart). A fork server pays that once per test session (per xdist worker): it imports
+``broker.cli`` and what ``serve`` imports, then forks a child per start request, and the
+child runs ``broker.cli.main(argv)`` exactly as ``python -m broker.cli`` would, with
+its stdout and stderr on a pipe of the test's. The child is a real process over a real
+data dir: SIGTERM stops it cleanly, SIGKILL kills it with no chance to flush.
+
+Set ``BROKERLAB_TEST_EXEC_BROKERS=1`` to start each broker with a fresh interpreter
+instead (``tests.conftest.BrokerProcess``).
+
+Protocol: the test sends one SEQPACKET message per start, JSON ``{"argv": [...]}``,
+with two file descriptors: the write ends of the child's output pipe and of a status
+pipe. On the status pipe the server writes ``<pid>`` once forked and ``exit <code>``
+once the child is reaped (``code`` as ``asyncio``'s returncode: ``-9`` after SIGKILL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import pathlib
+import select
+import signal
+import socket
+import subprocess
+import sys
+import traceback
+from typing import cast
+
+from tests.conftest import CONF, ROOT, STARTUP_DEADLINE_S, BrokerProcess, Client
+
+#: a fork request and its file descriptors (output, status)
+MAX_REQUEST_BYTES = 1 << 16
+
+
+# ---------------------------------------------------------------------- the server
+
+
+def _preload() -> None:
+    """Import what ``brokerlab serve`` imports (its argument parser imports every
+    subcommand's module: numpy and pyarrow among them), so a forked child starts serving
+    at once; then freeze it all, so the child's start-up collection skips it."""
+    import broker.cli
+    import broker.dispatch.data_format
+    import broker.http.app
+    import broker.http.app_state
+    import broker.http.listener
+
+    broker.cli._parser()
+    gc.collect()
+    gc.freeze()
+
+
+def _run_child(argv: list[str], output: int, inherited: list[int]) -> None:
+    """In the forked child: become ``python -m broker.cli *argv`` and exit with its code."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in inherited:
+        os.close(fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    os.close(output)
+    code = 1
+    try:
+        import broker.cli
+
+        sys.argv = [broker.cli.__file__, *argv]
+        code = broker.cli.main(argv)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(control: socket.socket) -> None:
+    """Fork a broker per request on ``control`` until the test closes it."""
+    _preload()
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    status_of: dict[int, int] = {}  # child pid -> its status pipe
+
+    def reap() -> None:
+        while status_of:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+            fd = status_of.pop(pid, None)
+            if fd is not None:
+                os.write(fd, f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+                os.close(fd)
+
+    while True:
+        ready, _, _ = select.select([control.fileno(), wake_read], [], [])
+        if wake_read in ready:
+            os.read(wake_read, 4096)
+            reap()
+        if control.fileno() not in ready:
+            continue
+        message, fds, _, _ = socket.recv_fds(control, MAX_REQUEST_BYTES, 2)
+        if not message:
+            return  # the test side is gone
+        output, status = fds
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            inherited = [control.fileno(), wake_read, wake_write, status, *status_of.values()]
+            _run_child(json.loads(message)["argv"], output, inherited)
+        os.close(output)
+        status_of[pid] = status
+        os.write(status, f"{pid}\n".encode())
+
+
+# ---------------------------------------------------------------------- the test side
+
+
+class ForkServer:
+    """The server process and the test's end of its control socket."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.control = ours
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.forkserver", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        theirs.close()
+
+    def fork(self, argv: list[str]) -> tuple[int, int]:
+        """Ask for a child running ``brokerlab *argv``: the read ends of its output and
+        status pipes."""
+        output_read, output_write = os.pipe()
+        status_read, status_write = os.pipe()
+        try:
+            socket.send_fds(
+                self.control, [json.dumps({"argv": argv}).encode()], [output_write, status_write]
+            )
+        finally:
+            os.close(output_write)
+            os.close(status_write)
+        return output_read, status_read
+
+    def close(self) -> None:
+        self.control.close()  # the server's next read is empty: it returns
+        self.process.wait(60)
+
+
+async def _reader(fd: int) -> asyncio.StreamReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    return reader
+
+
+class ForkedChild:
+    """A forked broker as the test sees it: what :class:`BrokerProcess` uses of an
+    ``asyncio.subprocess.Process`` (pid, returncode, stdout, wait, send_signal, kill)."""
+
+    def __init__(self, pid: int, stdout: asyncio.StreamReader, status: asyncio.StreamReader):
+        self.pid = pid
+        self.stdout = stdout
+        self.returncode: int | None = None
+        self._exit = asyncio.ensure_future(self._read_exit(status))
+
+    async def _read_exit(self, status: asyncio.StreamReader) -> int:
+        line = await status.readline()
+        self.returncode = int(line.split()[1]) if line.startswith(b"exit ") else -1
+        return self.returncode
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exit)
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkedBrokerProcess(BrokerProcess):
+    """:class:`tests.conftest.BrokerProcess`, its processes forked by a :class:`ForkServer`
+    rather than started with ``python -m broker.cli``; the same arguments."""
+
+    def __init__(self, server: ForkServer, data_dir: pathlib.Path, args: list[str]) -> None:
+        super().__init__(data_dir, args)
+        self.server = server
+
+    def _argv(self) -> list[str]:
+        return [
+            "serve",
+            "--port",
+            "0",
+            "--broker-port",
+            "-1",
+            "--data-dir",
+            str(self.data_dir),
+            "--config",
+            str(CONF / "broker.conf"),
+            "--storage-config",
+            str(CONF / "storage.conf"),
+            *self.args,
+        ]
+
+    async def start(self) -> Client:
+        output, status_fd = self.server.fork(self._argv())
+        stdout = await _reader(output)
+        status = await _reader(status_fd)
+        pid = int(await asyncio.wait_for(status.readline(), STARTUP_DEADLINE_S))
+        child = ForkedChild(pid, stdout, status)
+        self.process = cast(asyncio.subprocess.Process, child)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + STARTUP_DEADLINE_S
+        while True:
+            line = await asyncio.wait_for(stdout.readline(), end - loop.time())
+            if not line:
+                raise RuntimeError("broker exited during start:\n" + "".join(self.output))
+            text = line.decode(errors="replace")
+            self.output.append(text)
+            if text.startswith("brokerlab listening on "):
+                url = text.split()[3]
+                break
+        self._drain = asyncio.create_task(self._drain_output())
+        self.client = Client(url)
+        return self.client
+
+
+if __name__ == "__main__":
+    serve(socket.socket(fileno=int(sys.argv[1])))

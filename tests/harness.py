@@ -24,7 +24,7 @@ import urllib.request
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -399,6 +399,35 @@ def _index_of(line: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
+class BrokerChild(Protocol):
+    """What the harness uses of a broker's process: a ``subprocess.Popen`` or a process
+    forked by ``tests/integration/forkserver.py``."""
+
+    pid: int
+    stdout: IO[bytes] | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+#: starts ``brokerlab *argv`` with its output (stdout and stderr) on ``stdout``
+Spawn = Callable[[list[str]], BrokerChild]
+
+
+def _popen(argv: list[str]) -> BrokerChild:
+    """``python -m broker.cli *argv``: a fresh interpreter."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "broker.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=str(ROOT),
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
 class ServedBroker:
     """``brokerlab serve`` (``--brokers N`` when ``brokers`` > 1) as a child process on
     free ports over ``data_dir``, which outlives it: stop, kill and start again. Keyword
@@ -417,13 +446,15 @@ class ServedBroker:
         storage: dict[str, object] | None = None,
         brokers: int = 1,
         args: Sequence[str] = (),
+        spawn: Spawn | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.spawn = spawn or _popen
         self.sets = dict(sets or {})
         self.storage = dict(storage or {})
         self.brokers = brokers
         self.args = list(args)
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: BrokerChild | None = None
         self.http_urls: list[str] = []
         self.service_urls: list[str] = []
         self.output: list[str] = []
@@ -431,9 +462,10 @@ class ServedBroker:
         self._broker_port = -1
 
     def command(self) -> list[str]:
+        """The ``brokerlab`` arguments (``serve ...``) this broker is started with."""
         # a cluster's brokers take the given port plus their index: always free ports
         broker_port = self._broker_port if self.brokers == 1 else -1
-        command = [sys.executable, "-m", "broker.cli", "serve", "--port", "0"]
+        command = ["serve", "--port", "0"]
         command += ["--broker-port", str(broker_port), "--data-dir", str(self.data_dir)]
         command += ["--config", str(CONF / "broker.conf")]
         command += ["--storage-config", str(CONF / "storage.conf")]
@@ -447,14 +479,7 @@ class ServedBroker:
 
     def start(self) -> ServedBroker:
         """Start and wait until every broker listens (HTTP and binary protocol)."""
-        self.process = subprocess.Popen(
-            self.command(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=str(ROOT),
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        self.process = self.spawn(self.command())
         stdout = self.process.stdout
         assert stdout is not None
         # a broker silent past the deadline is killed: the read below then ends
@@ -579,7 +604,7 @@ class ServedBroker:
 class _ProcessHandle:
     """A :class:`ServedBroker`'s process, seen from an event loop."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+    def __init__(self, process: BrokerChild) -> None:
         self._process = process
         self.pid = process.pid
 
@@ -598,8 +623,8 @@ class BrokerProcess:
     """A :class:`ServedBroker` for async tests: ``start()`` returns a :class:`Client`;
     ``args`` are ``brokerlab serve`` arguments."""
 
-    def __init__(self, data_dir: pathlib.Path, args: list[str]) -> None:
-        self.served = ServedBroker(data_dir, args=args)
+    def __init__(self, data_dir: pathlib.Path, args: list[str], spawn: Spawn | None = None) -> None:
+        self.served = ServedBroker(data_dir, args=args, spawn=spawn)
         self.client: Client | None = None
 
     @property

@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.conftest import BrokerProcess, BrokerProcessFactory
-from tests.integration.forkserver import ForkedBrokerProcess, ForkServer
+from tests.conftest import BrokerProcessFactory
+from tests.harness import BrokerProcess
+from tests.integration.forkserver import ForkServer
 
 EXEC_BROKERS = os.environ.get("BROKERLAB_TEST_EXEC_BROKERS") == "1"
 
@@ -37,15 +38,12 @@ async def broker_process(
 
     def make(*args: str, data_dir: pathlib.Path | None = None) -> BrokerProcess:
         where = data_dir or tmp_path / "data"
-        process: BrokerProcess
-        if fork_server is None:
-            process = BrokerProcess(where, list(args))
-        else:
-            process = ForkedBrokerProcess(fork_server, where, list(args))
+        spawn = None if fork_server is None else fork_server.spawn
+        process = BrokerProcess(where, list(args), spawn)
         made.append(process)
         return process
 
     yield make
     for process in made:
-        if process.process is not None and process.process.returncode is None:
+        if process.served.running:
             await process.kill()

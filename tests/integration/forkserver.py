@@ -9,8 +9,9 @@ child runs ``broker.cli.main(argv)`` exactly as ``python -m broker.cli`` would, 
 its stdout and stderr on a pipe of the test's. The child is a real process over a real
 data dir: SIGTERM stops it cleanly, SIGKILL kills it with no chance to flush.
 
-Set ``BROKERLAB_TEST_EXEC_BROKERS=1`` to start each broker with a fresh interpreter
-instead (``tests.conftest.BrokerProcess``).
+The harness's launcher (``tests.harness.ServedBroker``) takes :meth:`ForkServer.spawn` as
+its ``spawn``; set ``BROKERLAB_TEST_EXEC_BROKERS=1`` to start each broker with a fresh
+interpreter instead.
 
 Protocol: the test sends one SEQPACKET message per start, JSON ``{"argv": [...]}``,
 with two file descriptors: the write ends of the child's output pipe and of a status
@@ -20,20 +21,18 @@ once the child is reaped (``code`` as ``asyncio``'s returncode: ``-9`` after SIG
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import json
 import os
-import pathlib
 import select
 import signal
 import socket
 import subprocess
 import sys
 import traceback
-from typing import cast
+from typing import IO
 
-from tests.conftest import CONF, ROOT, STARTUP_DEADLINE_S, BrokerProcess, Client
+from tests.harness import ROOT, STARTUP_DEADLINE_S
 
 #: a fork request and its file descriptors (output, status)
 MAX_REQUEST_BYTES = 1 << 16
@@ -157,91 +156,69 @@ class ForkServer:
             os.close(status_write)
         return output_read, status_read
 
+    def spawn(self, argv: list[str]) -> ForkedChild:
+        """A child running ``brokerlab *argv`` (the harness's ``Spawn``)."""
+        output, status = self.fork(argv)
+        buffer = b""
+        while b"\n" not in buffer:
+            ready, _, _ = select.select([status], [], [], STARTUP_DEADLINE_S)
+            chunk = os.read(status, 64) if ready else b""
+            if not chunk:
+                os.close(output)
+                os.close(status)
+                raise RuntimeError("the fork server did not start a broker")
+            buffer += chunk
+        pid, rest = buffer.split(b"\n", 1)
+        return ForkedChild(int(pid), output, status, rest)
+
     def close(self) -> None:
         self.control.close()  # the server's next read is empty: it returns
         self.process.wait(60)
 
 
-async def _reader(fd: int) -> asyncio.StreamReader:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 20)
-    await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
-    )
-    return reader
-
-
 class ForkedChild:
-    """A forked broker as the test sees it: what :class:`BrokerProcess` uses of an
-    ``asyncio.subprocess.Process`` (pid, returncode, stdout, wait, send_signal, kill)."""
+    """A forked broker as the harness sees a ``subprocess.Popen`` (``BrokerChild``): pid,
+    stdout, poll, wait, send_signal, kill. Its exit code arrives on the status pipe."""
 
-    def __init__(self, pid: int, stdout: asyncio.StreamReader, status: asyncio.StreamReader):
+    def __init__(self, pid: int, stdout: int, status: int, early: bytes) -> None:
         self.pid = pid
-        self.stdout = stdout
+        self.stdout: IO[bytes] | None = os.fdopen(stdout, "rb")
         self.returncode: int | None = None
-        self._exit = asyncio.ensure_future(self._read_exit(status))
+        self._status = status
+        self._buffer = early  # what the status pipe gave past the pid line
 
-    async def _read_exit(self, status: asyncio.StreamReader) -> int:
-        line = await status.readline()
+    def _read_exit(self, timeout: float | None) -> None:
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self._status], [], [], timeout)
+            if not ready:
+                return
+            chunk = os.read(self._status, 64)
+            if not chunk:  # the server is gone without saying: count it as killed
+                self._buffer += b"exit -9\n"
+                break
+            self._buffer += chunk
+        line = self._buffer.split(b"\n", 1)[0]
         self.returncode = int(line.split()[1]) if line.startswith(b"exit ") else -1
+        os.close(self._status)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._read_exit(0)
         return self.returncode
 
-    async def wait(self) -> int:
-        return await asyncio.shield(self._exit)
-
-    def send_signal(self, signum: int) -> None:
+    def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            os.kill(self.pid, signum)
+            self._read_exit(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(f"forked broker {self.pid}", timeout or 0)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
-
-
-class ForkedBrokerProcess(BrokerProcess):
-    """:class:`tests.conftest.BrokerProcess`, its processes forked by a :class:`ForkServer`
-    rather than started with ``python -m broker.cli``; the same arguments."""
-
-    def __init__(self, server: ForkServer, data_dir: pathlib.Path, args: list[str]) -> None:
-        super().__init__(data_dir, args)
-        self.server = server
-
-    def _argv(self) -> list[str]:
-        return [
-            "serve",
-            "--port",
-            "0",
-            "--broker-port",
-            "-1",
-            "--data-dir",
-            str(self.data_dir),
-            "--config",
-            str(CONF / "broker.conf"),
-            "--storage-config",
-            str(CONF / "storage.conf"),
-            *self.args,
-        ]
-
-    async def start(self) -> Client:
-        output, status_fd = self.server.fork(self._argv())
-        stdout = await _reader(output)
-        status = await _reader(status_fd)
-        pid = int(await asyncio.wait_for(status.readline(), STARTUP_DEADLINE_S))
-        child = ForkedChild(pid, stdout, status)
-        self.process = cast(asyncio.subprocess.Process, child)
-        loop = asyncio.get_running_loop()
-        end = loop.time() + STARTUP_DEADLINE_S
-        while True:
-            line = await asyncio.wait_for(stdout.readline(), end - loop.time())
-            if not line:
-                raise RuntimeError("broker exited during start:\n" + "".join(self.output))
-            text = line.decode(errors="replace")
-            self.output.append(text)
-            if text.startswith("brokerlab listening on "):
-                url = text.split()[3]
-                break
-        self._drain = asyncio.create_task(self._drain_output())
-        self.client = Client(url)
-        return self.client
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ class ContainerMachine(RuleBasedStateMachine):
 
 
 ContainerMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=50, deadline=None
+    max_examples=100, stateful_step_count=50, deadline=None
 )
 test_cursor_container_matches_brute_force = ContainerMachine.TestCase
 

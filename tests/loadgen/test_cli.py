@@ -7,9 +7,24 @@ import pathlib
 
 import pytest
 
+import loadgen.plots
 from broker.cli import main
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def no_run_charts(monkeypatch: pytest.MonkeyPatch) -> list[pathlib.Path]:
+    """Each run's charts (a second or more each; test_runs and test_plots draw them) not
+    drawn: where they were asked for."""
+    asked: list[pathlib.Path] = []
+
+    def plot_run(results: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
+        asked.append(out_dir)
+        return []
+
+    monkeypatch.setattr(loadgen.plots, "plot_run", plot_run)
+    return asked
 
 
 def test_a_malformed_scenario_file_is_refused_naming_file_and_field(
@@ -30,7 +45,7 @@ def test_an_unknown_design_is_refused(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_compare_rolling_restart_ranks_pip430_above_legacy(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], no_run_charts: list[pathlib.Path]
 ) -> None:
     """The public comparison measured 98.4% for PIP-430 against 76.9% for the design it
     replaced; a scaled run must at least rank them the same way."""
@@ -43,7 +58,7 @@ def test_compare_rolling_restart_ranks_pip430_above_legacy(
             "--implementations",
             "pip430,legacy",
             "--duration",
-            "10",
+            "6",
             "--out",
             str(out),
             "--no-progress",
@@ -59,13 +74,14 @@ def test_compare_rolling_restart_ranks_pip430_above_legacy(
     assert report.index("| pip430 |") < report.index("| legacy |")
     assert "Hit ratio ranking: pip430" in report
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
+    assert no_run_charts == [out / "pip430", out / "legacy"]
     assert "hit ratio ranking: pip430" in capsys.readouterr().out
 
 
 def test_demo_prints_the_dashboard_and_the_designs_side_by_side(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], no_run_charts: list[pathlib.Path]
 ) -> None:
-    argv = ["demo", "--duration", "3", "--verdict-seeds", "2", "--out", str(tmp_path)]
+    argv = ["demo", "--duration", "0.5", "--verdict-seeds", "2", "--out", str(tmp_path)]
     status = main([*argv, "--no-progress"])
     assert status == 0
     err = capsys.readouterr().err
@@ -79,7 +95,7 @@ def test_demo_prints_the_dashboard_and_the_designs_side_by_side(
     }
     assert f"verdict: {verdict['verdict']}" in " ".join(err.split())
     # "over 2 seeds" with an interval, or "on every one of 2 seeds" when the seeds changed
-    # nothing the short run depends on (3 s ends before the demo's first event)
+    # nothing the short run depends on
     assert "2 seeds" in verdict["verdict"]
     for design in ("pip430", "legacy", "segmented"):
         assert design in err
@@ -89,10 +105,11 @@ def test_demo_prints_the_dashboard_and_the_designs_side_by_side(
     assert set(results["cache"]["shadows"]) == {"legacy", "segmented"}
     for name, shadow in results["cache"]["shadows"].items():
         assert shadow["hits"] + shadow["misses"] > 0, f"{name} saw the run's reads"
+    assert no_run_charts == [tmp_path]
 
 
 def test_loadgen_trace_records_the_started_brokers_access_trace(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], no_run_charts: list[pathlib.Path]
 ) -> None:
     from broker.cache.config import CacheConfig
     from broker.trace.recorder import read_meta, read_trace
@@ -100,7 +117,7 @@ def test_loadgen_trace_records_the_started_brokers_access_trace(
     from pipeline.trace_io import rows_of
 
     out = tmp_path / "run"
-    args = ["loadgen", "--scenario", "catchup", "--duration", "4", "--out", str(out)]
+    args = ["loadgen", "--scenario", "catchup", "--duration", "2", "--out", str(out)]
     assert main([*args, "--trace", "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["trace"]["enabled"] is True and results["trace"]["dropped"] == 0

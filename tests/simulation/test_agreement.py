@@ -1,20 +1,22 @@
-"""Virtual time agrees with real time where real time keeps up: a preset run a few times
-against a live broker (``brokerlab serve`` over HTTP) and once on virtual time, and
-every counter of the workload and the cache from the virtual run lies within the spread
-of the live runs.
+"""Virtual time agrees with real time where real time keeps up: a preset run against a
+live broker (``brokerlab serve`` over HTTP) and on virtual time, and every counter of the
+workload and the cache from the virtual run lies within an edge of the live run's.
 
-The spread is widened by an edge (a share of the counter, at least :data:`EDGE_MIN`):
-the measured window of a live run opens and closes on its sampler's ticks, a few
-milliseconds off the scenario's, so a message or an eviction at the edge falls in one
-run's window and not in another's (1%). Key_Shared with a slow consumer is paced by the
-broker's dispatch after each ack, which a live broker does in its own time: the live
-runs deliver 1-4% less than the virtual one (whose broker takes no time), and vary that
-much between themselves, so its edge is 4%. Counters of the transport are not compared: the live
-driver sends ``messagesPerRequest`` messages per HTTP request and acks per poll, the
-simulated clients send one message at a time and group acks as Pulsar's client does, so
-add calls and cursor writes differ by design (README: Virtual time). Presets whose
-outcome depends on this machine's speed (unthrottled producers or catch-up readers,
-thousands of topics set up and reconnected) are not compared."""
+The edge is a share of the counter (at least :data:`EDGE_MIN`): the measured window of a
+live run opens and closes on its sampler's ticks, a few milliseconds off the scenario's,
+so a message or an eviction at the edge falls in one run's window and not in another's
+(1%: one produce request of 100 messages in 5 s of tailing-fanout), and live runs
+vary between themselves (by up to 3% on a shared machine: one live run, the suite's
+budget, has the spread of the three the test once ran added to its edge: 3%). Key_Shared
+with a slow consumer is paced by the broker's dispatch after each ack, which a live
+broker does in its own time: the live runs deliver 1-4% less than the virtual one (whose
+broker takes no time), and vary that much between themselves, so its edge is 8%.
+Counters of the transport are not compared: the live driver sends ``messagesPerRequest``
+messages per HTTP request and acks per poll, the simulated clients send one message at a
+time and group acks as Pulsar's client does, so add calls and cursor writes differ by
+design (README: Virtual time). Presets whose outcome depends on this machine's speed
+(unthrottled producers or catch-up readers, thousands of topics set up and reconnected)
+are not compared."""
 
 from __future__ import annotations
 
@@ -29,10 +31,10 @@ from simulation.run import run_virtual
 
 pytestmark = pytest.mark.slow
 
-LIVE_RUNS = 3
+LIVE_RUNS = 1
 DURATION_S = 5.0
 #: the spread's edge per preset, a share of the counter
-EDGES = {"tailing-fanout": 0.01, "keyshared-slow-consumer": 0.04}
+EDGES = {"tailing-fanout": 0.03, "keyshared-slow-consumer": 0.08}
 EDGE_MIN = 20
 
 #: the counters that describe the workload and what the cache did with it

@@ -8,7 +8,7 @@ from simulation.shadow_error import measure
 
 
 def test_every_design_is_compared_as_a_shadow_of_every_other_with_its_live_run() -> None:
-    rows = measure(["catchup"], [1], duration_s=2.0)
+    rows = measure(["catchup"], [1], duration_s=1.0)
     designs = set(DESIGNS)
     assert {(row["design"], row["liveDesign"]) for row in rows} == {
         (shadow, live) for shadow in designs for live in designs if shadow != live

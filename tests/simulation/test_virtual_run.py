@@ -8,10 +8,12 @@ import os
 import pathlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+import loadgen.plots
 from broker.cli import main as brokerlab
 from loadgen.runner import RunFailed, RunOptions
 from loadgen.scenario import Scenario, ScenarioError, load_scenario
@@ -34,7 +36,7 @@ consumerPerSubscription = 2
 subscriptionType = "Shared"
 keyDistributor = "RANDOM"
 keys = 50
-testDurationSeconds = 4
+testDurationSeconds = 3
 seed = 7
 [broker]
 managedLedgerCacheSizeMB = 1
@@ -95,15 +97,30 @@ def _run_in_process(scenario: pathlib.Path, seed: int, hash_seed: str, out: path
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT, timeout=600)
 
 
-def test_the_same_seed_gives_the_same_counts_in_processes_with_different_hash_seeds(
-    tmp_path: pathlib.Path,
-) -> None:
+@pytest.fixture(scope="module")
+def seven(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[pathlib.Path, dict]]:
+    """SMALL with seed 7, run once in this process for the module's tests, written to
+    ``out`` beside the scenario file (charts not drawn: a second each, and no test here
+    looks at them; test_runs does): the scenario file and the results."""
+    tmp_path = tmp_path_factory.mktemp("seven")
     scenario = _scenario_file(tmp_path)
-    first, second = tmp_path / "first.json", tmp_path / "second.json"
-    _run_in_process(scenario, 7, "1", first)
-    _run_in_process(scenario, 7, "4242", second)
-    a = json.loads(first.read_text())
-    b = json.loads(second.read_text())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loadgen.plots, "plot_run", lambda results, out_dir: [])
+        results = run_virtual(load_scenario(str(scenario)), RunOptions(out_dir=tmp_path / "out"))
+    yield scenario, results
+
+
+def test_the_same_seed_gives_the_same_counts_in_processes_with_different_hash_seeds(
+    tmp_path: pathlib.Path, seven: tuple[pathlib.Path, dict]
+) -> None:
+    """This process's run against one in a process with another hash seed (this one's
+    is random unless PYTHONHASHSEED sets it)."""
+    scenario, here = seven
+    other_hash_seed = "1" if os.environ.get("PYTHONHASHSEED") == "4242" else "4242"
+    there = tmp_path / "there.json"
+    _run_in_process(scenario, 7, other_hash_seed, there)
+    a = json.loads(json.dumps(here))
+    b = json.loads(there.read_text())
     assert a["clock"] == "virtual"
     assert a["totals"]["publishedMessages"] > 5000
     assert a["totals"]["redeliveredMessages"] > 0  # nacks and restarts happened
@@ -112,32 +129,32 @@ def test_the_same_seed_gives_the_same_counts_in_processes_with_different_hash_se
     assert deterministic_part(a) == deterministic_part(b)
 
 
-def test_another_seed_gives_another_run(tmp_path: pathlib.Path) -> None:
-    scenario = load_scenario(str(_scenario_file(tmp_path)))
-    seven = run_virtual(scenario, RunOptions(), seed=7)
-    eight = run_virtual(scenario, RunOptions(), seed=8)
-    assert seven["scenario"]["seed"] == 7 and eight["scenario"]["seed"] == 8
-    assert deterministic_part(seven) != deterministic_part(eight)
+def test_another_seed_gives_another_run(seven: tuple[pathlib.Path, dict]) -> None:
+    scenario_file, seven_results = seven
+    eight = run_virtual(load_scenario(str(scenario_file)), RunOptions(), seed=8)
+    assert seven_results["scenario"]["seed"] == 7 and eight["scenario"]["seed"] == 8
+    assert deterministic_part(seven_results) != deterministic_part(eight)
     # the rate is the scenario's either way: the seed changes the draws, not the load
-    assert seven["totals"]["publishedMessages"] == pytest.approx(
+    assert seven_results["totals"]["publishedMessages"] == pytest.approx(
         eight["totals"]["publishedMessages"], rel=0.05
     )
 
 
-def test_results_say_virtual_and_give_virtual_and_wall_time(tmp_path: pathlib.Path) -> None:
-    results = run_virtual(
-        load_scenario(str(_scenario_file(tmp_path))), RunOptions(out_dir=tmp_path / "out")
-    )
-    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+def test_results_say_virtual_and_give_virtual_and_wall_time(
+    seven: tuple[pathlib.Path, dict],
+) -> None:
+    scenario, results = seven
+    out = scenario.parent / "out"
+    saved = json.loads((out / "results.json").read_text())
     assert saved["clock"] == "virtual"
-    assert saved["virtualSeconds"] >= 4.0
+    assert saved["virtualSeconds"] >= 3.0
     assert saved["wallSeconds"] > 0
     assert saved["virtualToWall"] == pytest.approx(
         saved["virtualSeconds"] / saved["wallSeconds"], rel=0.01
     )
-    assert results["durationSeconds"] == pytest.approx(4.0)
+    assert results["durationSeconds"] == pytest.approx(3.0)
     # the broker's log is beside the results, stamped with virtual seconds
-    log = (tmp_path / "out" / "broker.log").read_text().splitlines()
+    log = (out / "broker.log").read_text().splitlines()
     restarts = [line.split() for line in log if "restart (graceful" in line]
     assert len(restarts) == 1
     assert float(restarts[0][0]) == pytest.approx(1.0, abs=0.01)
@@ -175,7 +192,7 @@ def test_a_run_that_cannot_end_fails_naming_what_was_pending(
     # a limit far below the scenario's length: the clock reaches it with the run going
     monkeypatch.setattr(simulation_run, "TIME_LIMIT_FACTOR", 0.1)
     monkeypatch.setattr(simulation_run, "TIME_LIMIT_MARGIN_S", 0.0)
-    with pytest.raises(RunFailed, match=r"limit of 0\.4 s") as raised:
+    with pytest.raises(RunFailed, match=r"limit of 0\.3 s") as raised:
         run_virtual(_scenario(), RunOptions())
     assert "seed 7" in str(raised.value)
     assert "main:" in str(raised.value)  # the pending tasks are named
@@ -194,13 +211,16 @@ def test_cli_refuses_virtual_time_with_the_pulsar_driver_in_one_line(
 
 
 def test_compare_repeat_gives_intervals_and_a_verdict(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # each run's charts not drawn (a second each; test_runs draws them): where asked for
+    asked: list[pathlib.Path] = []
+    monkeypatch.setattr(loadgen.plots, "plot_run", lambda results, out_dir: asked.append(out_dir))
     scenario = _scenario_file(
         tmp_path,
-        SMALL.replace("testDurationSeconds = 4", "testDurationSeconds = 2").replace(
-            "at = 2.5", "at = 1.5"
-        ),
+        SMALL.replace("testDurationSeconds = 3", "testDurationSeconds = 1")
+        .replace("at = 1\n", "at = 0.5\n")
+        .replace("at = 2.5", "at = 0.75"),
     )
     out = tmp_path / "cmp"
     code = brokerlab(
@@ -230,6 +250,7 @@ def test_compare_repeat_gives_intervals_and_a_verdict(
             results = json.loads((out / name / f"seed-{seed}" / "results.json").read_text())
             assert results["scenario"]["seed"] == seed
             assert results["variant"] == name
+            assert out / name / f"seed-{seed}" in asked
     verdict = [line for line in capsys.readouterr().out.splitlines() if "verdict:" in line]
     assert len(verdict) == 1
     assert "pip430" in verdict[0] and "legacy" in verdict[0] and "over 3 seeds" in verdict[0]

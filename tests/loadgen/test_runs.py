@@ -21,9 +21,9 @@ from simulation.run import run_virtual
 pytestmark = pytest.mark.slow
 
 SECONDS = 3.0
-#: presets whose own checks (PRESET_CHECKS) need a longer run: the catch-up's re-reads
-#: and the cold catch-up from the tiered store come late in the run
-LONGER = {"catchup": 6.0, "tiered-cold-read": 6.0}
+#: presets whose own checks (PRESET_CHECKS) need a longer run: the cold catch-up from the
+#: tiered store comes late in the run
+LONGER = {"tiered-cold-read": 6.0}
 #: presets whose events take longer live than a short run leaves them, run on virtual time
 #: instead (events take the virtual time they model, not this machine's), at these
 #: lengths (every event scaled into them, with its downtime): 1,000 topics unloaded twice
@@ -70,7 +70,8 @@ def charts(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> l
 
     def plot_run(results: dict[str, Any], out_dir: pathlib.Path) -> list[pathlib.Path]:
         asked.append(out_dir)
-        return draw(results, out_dir) if request.node.callspec.id in PLOTTED else []
+        callspec = getattr(request.node, "callspec", None)
+        return draw(results, out_dir) if callspec and callspec.id in PLOTTED else []
 
     monkeypatch.setattr(loadgen.plots, "plot_run", plot_run)
     return asked
@@ -134,6 +135,18 @@ def _catchup_reads_the_backlog_from_storage(results: dict[str, Any]) -> None:
     assert results["totals"]["consumedMessages"] > results["totals"]["publishedMessages"] * 2
 
 
+def test_the_catchup_on_virtual_time_reads_the_backlog_from_storage(
+    tmp_path: pathlib.Path, charts: list[pathlib.Path]
+) -> None:
+    """The catch-up's seek and re-reads on virtual time, 6 s with the seek at 2 s: live,
+    whether its consumers get through the backlog in a few seconds is this machine's
+    speed (on both cores of a loaded one they did not); its live run above checks the
+    rest."""
+    results = run_virtual(load_scenario("catchup"), RunOptions(duration_s=6.0, out_dir=tmp_path))
+    assert results["clock"] == "virtual"
+    _catchup_reads_the_backlog_from_storage(results)
+
+
 def _tiered_cold_read_gets_objects_from_the_tiered_store(results: dict[str, Any]) -> None:
     """The lagging subscription catches up from objects, not from the bookie."""
     tiered = results["storage"]["tiered"]
@@ -144,7 +157,6 @@ def _tiered_cold_read_gets_objects_from_the_tiered_store(results: dict[str, Any]
 
 #: what a preset's run must show beyond a valid run
 PRESET_CHECKS = {
-    "catchup": _catchup_reads_the_backlog_from_storage,
     "tiered-cold-read": _tiered_cold_read_gets_objects_from_the_tiered_store,
 }
 

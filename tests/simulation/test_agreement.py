@@ -16,7 +16,13 @@ messages per HTTP request and acks per poll, the simulated clients send one mess
 time and group acks as Pulsar's client does, so add calls and cursor writes differ by
 design (README: Virtual time). Presets whose outcome depends on this machine's speed
 (unthrottled producers or catch-up readers, thousands of topics set up and reconnected)
-are not compared."""
+are not compared.
+
+A live run on a loaded machine (the suite runs on both cores) may publish a few percent
+fewer messages than its rate asks: every other counter of a live run is scaled to the
+virtual run's published messages before it is compared (they grow with the workload),
+and published messages themselves are compared with :data:`PACE_EDGE`, the live
+producer's pace on a busy machine."""
 
 from __future__ import annotations
 
@@ -36,6 +42,9 @@ DURATION_S = 5.0
 #: the spread's edge per preset, a share of the counter
 EDGES = {"tailing-fanout": 0.03, "keyshared-slow-consumer": 0.08}
 EDGE_MIN = 20
+#: how far a live run's published messages may fall from the virtual run's
+PACE_EDGE = 0.10
+PUBLISHED = ("totals", "publishedMessages")
 
 #: the counters that describe the workload and what the cache did with it
 COMPARED = (
@@ -66,14 +75,25 @@ def _outside_the_spread(
     live: list[dict[str, Any]], virtual: dict[str, Any], share: float = 0.01
 ) -> list[str]:
     problems = []
+    published = _value(virtual, PUBLISHED)
     for path in COMPARED:
-        values = [_value(run, path) for run in live]
-        edge = max(share * max(values), EDGE_MIN)
+        if path == PUBLISHED:
+            values = [_value(run, path) for run in live]
+            edge = max(PACE_EDGE * max(values), EDGE_MIN)
+        else:
+            values = [_value(run, path) * _scale(run, published) for run in live]
+            edge = max(share * max(values), EDGE_MIN)
         low, high = min(values) - edge, max(values) + edge
         ours = _value(virtual, path)
         if not low <= ours <= high:
             problems.append(f"{'.'.join(path)}: virtual {ours:g}, live {values}")
     return problems
+
+
+def _scale(run: dict[str, Any], published: float) -> float:
+    """What makes a live run's counters those of a run that published ``published``."""
+    ours = _value(run, PUBLISHED)
+    return published / ours if ours and published else 1.0
 
 
 @pytest.mark.parametrize("preset", list(EDGES))
@@ -88,10 +108,15 @@ def test_a_virtual_run_lies_within_the_spread_of_live_runs(preset: str) -> None:
 
 
 def test_the_comparison_catches_a_virtual_run_that_differs() -> None:
-    live = [{"totals": {"publishedMessages": n}, "cache": {"hits": 1000}} for n in (9990, 10000)]
+    live = [{"totals": {"publishedMessages": n}, "cache": {"hits": n / 10}} for n in (9990, 10000)]
     agreeing = {"totals": {"publishedMessages": 10000}, "cache": {"hits": 1005}}
-    missing_half = {"totals": {"publishedMessages": 5000}, "cache": {"hits": 1000}}
+    missing_half = {"totals": {"publishedMessages": 5000}, "cache": {"hits": 500}}
+    hitting_more = {"totals": {"publishedMessages": 10000}, "cache": {"hits": 1100}}
     assert _outside_the_spread(live, agreeing) == []
     assert _outside_the_spread(live, missing_half) == [
         "totals.publishedMessages: virtual 5000, live [9990.0, 10000.0]"
     ]
+    # a live run that published 5% less is compared as if it published the virtual run's
+    slower = [{"totals": {"publishedMessages": 9500}, "cache": {"hits": 950}}]
+    assert _outside_the_spread(slower, agreeing) == []
+    assert _outside_the_spread(slower, hitting_more) == ["cache.hits: virtual 1100, live [1000.0]"]

@@ -328,20 +328,22 @@ def test_on_a_cluster_whose_python_lacks_brokerlab_each_task_gives_the_same_run(
     _check(tasks, expected, found)
 
 
+@pytest.fixture(scope="module")
+def connect_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The test process's Connect server (tests.pipeline.servers.shared_connect, the
+    pipeline's Connect test's too)."""
+    return shared_connect(request.config, tmp_path_factory)
+
+
 @pytest.mark.slow
 def test_through_spark_connect_each_task_gives_the_same_run(
-    request: pytest.FixtureRequest,
-    sweep: Sweep,
-    tmp_path_factory: pytest.TempPathFactory,
-    tmp_path: pathlib.Path,
+    connect_url: str, sweep: Sweep, tmp_path: pathlib.Path
 ) -> None:
-    """A Connect server (local[2]; tests.pipeline.servers.shared_connect, the pipeline's
-    Connect test's too) whose Python workers lack brokerlab: the code goes as an
-    artifact. Its client must end before the server does (a client left behind retries
-    for minutes as its process exits), so the driver is a process of its own."""
+    """A Connect server (local[2]) whose Python workers lack brokerlab: the code goes
+    as an artifact. Its client must end before the server does (a client left behind
+    retries for minutes as its process exits), so the driver is a process of its own."""
     tasks, expected = sweep
-    url = shared_connect(request.config, tmp_path_factory)
-    _check(tasks[1:3], expected[1:3], _sweep_in_a_driver(tasks[1:3], url, tmp_path))
+    _check(tasks[1:3], expected[1:3], _sweep_in_a_driver(tasks[1:3], connect_url, tmp_path))
 
 
 def test_the_sweeps_zip_runs_a_task_on_a_python_without_brokerlab(

@@ -1,23 +1,26 @@
 """One real SparkSession (local[2]) for the pipeline tests that need one, a trace a live
-broker recorded, and its analysis on local[2]: what the cluster, Connect and S3 tests
-compare their tables with."""
+broker recorded, and its analysis by ``brokerlab analyze`` on that session: what the
+cluster, Connect and S3 tests compare their tables with. The session, the standalone
+cluster and the Connect server are this test process's, shared with the sweep's tests
+(``tests.pipeline.servers.shared``), started when a test first needs one."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import io
 import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from pipeline.analyze import AnalyzeOptions, analyze
-from pipeline.cli import parse_size
-from pipeline.spark import spark_session
+from broker.cli import main as brokerlab
 from pipeline.trace_io import read_table
+from tests.pipeline.servers import driver_env, shared_cluster, shared_connect, shared_session
 from tests.pipeline.workload import record
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -28,12 +31,41 @@ DESIGNS = ("pip430", "legacy")
 TABLES = ("sweep", "bound", "references", "patterns", "reuse", "working_set")
 
 
+#: the fixtures of tests that use this test process's Spark JVMs (the session, the
+#: cluster, the Connect server): the pipeline's and tests/simulation/test_spark_sweep.py's
+SPARK_FIXTURES = frozenset(
+    {"spark", "local_run", "local_tables", "cluster", "connect_url", "local_master"}
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, the tests that use the Spark JVMs in one group: with ``--dist
+    loadgroup`` one worker runs them all and starts each JVM once, rather than every
+    worker its own (the JVMs are most of these tests' time)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    session = spark_session("local[2]")
-    session.conf.set("spark.sql.shuffle.partitions", "2")
-    yield session
-    session.stop()
+def spark(request: pytest.FixtureRequest) -> Any:
+    return shared_session(request.config)
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, pathlib.Path]:
+    """A standalone master's URL and its executors' Python (one without brokerlab)."""
+    return shared_cluster(request.config, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def connect_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return shared_connect(request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +84,7 @@ def analyze_cli(
         [sys.executable, "-m", "broker.cli", "analyze", *arguments,
          "--sizes", ",".join(SIZES), "--implementations", ",".join(DESIGNS)],
         capture_output=True, text=True, timeout=900, cwd=cwd,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})},
+        env={**os.environ, **driver_env(), "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-5000:]
     return result
@@ -75,17 +107,45 @@ def tables(out_uri: str) -> dict[str, list[tuple[Any, ...]]]:
     return found
 
 
+@dataclasses.dataclass
+class LocalRun:
+    """``brokerlab analyze`` run in this process on the session's ``local[2]``."""
+
+    out: pathlib.Path
+    stdout: str
+    #: times the command stopped its session (kept running here for the other tests)
+    stops: int
+    tables: dict[str, list[tuple[Any, ...]]]
+
+
 @pytest.fixture(scope="session")
-def local_tables(
+def local_run(
     spark: Any,
     recorded: tuple[pathlib.Path, dict[str, Any]],
     tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, list[tuple[Any, ...]]]:
-    """The tables of the analysis on local[2] (the session's) of the recorded trace."""
+) -> LocalRun:
+    """The analysis of the recorded trace by the command, with the cluster tests' sizes
+    and designs, on the session's local[2] (``spark_session("local[2]")`` gets it)."""
     trace, _ = recorded
-    out = tmp_path_factory.mktemp("local-analysis")
-    sizes = [parse_size(size) for size in SIZES]
-    analyze(spark, AnalyzeOptions(str(trace), str(out), sizes=sizes, designs=DESIGNS))
-    found = tables(str(out))
+    out = tmp_path_factory.mktemp("local-analysis") / "out"
+    stops: list[bool] = []
+    with pytest.MonkeyPatch.context() as patch:
+        # the command stops its session when done: not this one, which other tests use
+        patch.setattr(spark, "stop", lambda: stops.append(True))
+        with contextlib.redirect_stdout(io.StringIO()) as stdout:
+            code = brokerlab(
+                ["analyze", str(trace), "--out", str(out), "--master", "local[2]",
+                 "--sizes", ",".join(SIZES), "--implementations", ",".join(DESIGNS)]
+            )  # fmt: skip
+    assert code == 0
+    # spark_session's shuffle partitions (8), applied to the session it got: the tests'
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    found = tables(out.as_uri())
     assert found["sweep"] and found["bound"] and found["references"]
-    return found
+    return LocalRun(out, stdout.getvalue(), len(stops), found)
+
+
+@pytest.fixture(scope="session")
+def local_tables(local_run: LocalRun) -> dict[str, list[tuple[Any, ...]]]:
+    """The tables of the analysis on local[2] (the session's) of the recorded trace."""
+    return local_run.tables

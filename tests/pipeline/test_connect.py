@@ -1,29 +1,18 @@
 """``brokerlab analyze --remote sc://...``: the whole analysis through a real Spark
 Connect server started from the pyspark package, whose Python workers lack brokerlab
-(its code goes to the server as an artifact)."""
+(its code goes to the server as an artifact). The server is the test process's
+(``conftest.connect_url``), shared with the sweep's test."""
 
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.pipeline.conftest import analyze_cli, tables
-from tests.pipeline.servers import plain_python, start_connect
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    directory = tmp_path_factory.mktemp("connect")
-    server, url = start_connect(directory / "server", plain_python(directory / "plain"))
-    try:
-        yield url
-    finally:
-        server.stop()
 
 
 def test_the_analysis_runs_through_spark_connect(

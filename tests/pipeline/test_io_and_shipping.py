@@ -27,7 +27,7 @@ from pipeline.trace_io import (
     write_table,
     write_text,
 )
-from tests.pipeline.servers import plain_python
+from tests.pipeline.servers import plain_env, plain_python
 
 
 def test_a_relative_path_is_the_drivers(
@@ -79,7 +79,7 @@ def test_the_code_zip_runs_the_replay_on_a_python_without_brokerlab(
         [python, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
          "import pipeline.jobs, pipeline.replay, pipeline.belady; print(pipeline.jobs.__file__)",
          str(archive)],
-        capture_output=True, text=True, cwd=tmp_path,
+        capture_output=True, text=True, cwd=tmp_path, env=plain_env(),
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.startswith(str(archive))

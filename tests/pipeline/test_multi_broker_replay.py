@@ -48,7 +48,12 @@ class Broker:
     counters over every stream the broker had."""
 
     def __init__(
-        self, index: int, directory: pathlib.Path, clock: ManualClock, design: str
+        self,
+        index: int,
+        directory: pathlib.Path,
+        clock: ManualClock,
+        design: str,
+        roll_events: int = 97,
     ) -> None:
         self.index = index
         self.clock = clock
@@ -62,7 +67,7 @@ class Broker:
             self.recorder = TraceRecorder(
                 directory,
                 event_clock,
-                roll_events=97,  # several files per broker
+                roll_events=roll_events,  # several files per broker
                 max_pending_files=10_000,  # the writer may fall behind: no drops
                 meta=trace_meta(design, CONFIG, brokers=2),
                 broker=index,
@@ -168,12 +173,15 @@ class Broker:
         return summed
 
 
-def record(directory: pathlib.Path, design: str) -> dict[int, dict[str, dict[str, int]]]:
+def record(
+    directory: pathlib.Path, design: str, roll_events: int = 97
+) -> dict[int, dict[str, dict[str, int]]]:
     """Two brokers on one clock, their rounds interleaved; broker 1 restarts in round
-    ``RESTART_AT``.
+    ``RESTART_AT``; each broker's recorder starts a new file every ``roll_events``
+    events (the default: 50 files or so per broker).
     Returns each broker's counts (see :meth:`Broker.counts`)."""
     clock = ManualClock()
-    brokers = [Broker(index, directory, clock, design) for index in (0, 1)]
+    brokers = [Broker(index, directory, clock, design, roll_events) for index in (0, 1)]
     for number in range(ROUNDS):
         for broker in brokers:
             broker.round(number, restart=broker.index == 1 and number == RESTART_AT)
@@ -300,7 +308,10 @@ def test_the_analysis_of_a_two_broker_trace_is_the_sum_of_per_broker_caches(
     from pipeline.analyze import AnalyzeOptions, analyze
 
     trace = tmp_path / "trace"
-    live = record(trace, "pip430")
+    # a few files per broker (the analysis reads each file in a task of its own)
+    live = record(trace, "pip430", roll_events=1500)
+    files = [len(list(trace.glob(f"trace-b{broker}-*.parquet"))) for broker in (0, 1)]
+    assert min(files) >= 2 and max(files) <= 5, files
     sizes = [8 * 1024, CONFIG.max_size_bytes]
     summary = analyze(spark, AnalyzeOptions(str(trace), str(tmp_path / "out"), sizes=sizes))
     assert summary["brokers"] == 2

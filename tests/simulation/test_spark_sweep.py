@@ -12,7 +12,6 @@ import pathlib
 import pickle
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +23,6 @@ from loadgen.scenario import Scenario, load_scenario
 from pipeline.spark import code_archive
 from simulation.run import run_virtual
 from simulation.spark import (
-    APP_NAME,
     SWEEP_PACKAGES,
     SweepFailed,
     SweepTask,
@@ -34,7 +32,14 @@ from simulation.spark import (
     run_task,
     sweep_task,
 )
-from tests.pipeline.servers import plain_python, start_connect, start_master, start_worker
+from tests.pipeline.servers import (
+    driver_env,
+    plain_env,
+    shared_cluster,
+    shared_connect,
+    shared_plain_python,
+    shared_session,
+)
 from tests.simulation.test_virtual_run import deterministic_part
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -135,18 +140,11 @@ def _check(
 
 
 @pytest.fixture(scope="module")
-def local_master() -> Iterator[str]:
-    """One local[2] session for the module's sweeps (``run_sweep_on_spark`` gets it
-    again); stopped at the end unless the process had one before."""
-    from pyspark.sql import SparkSession
-
-    from pipeline.spark import spark_session
-
-    before = SparkSession.getActiveSession()
-    session = spark_session("local[2]", app_name=APP_NAME)
-    yield "local[2]"
-    if before is None:
-        session.stop()
+def local_master(request: pytest.FixtureRequest) -> str:
+    """The test process's local[2] session (tests.pipeline.servers.shared_session, the
+    pipeline tests' too), which ``run_sweep_on_spark`` gets again."""
+    shared_session(request.config)
+    return "local[2]"
 
 
 def test_a_task_carries_the_conf_texts_the_driver_resolved(
@@ -302,7 +300,7 @@ def _sweep_in_a_driver(
     result = subprocess.run(
         [sys.executable, "-c", DRIVER, "tasks.jsonl", "results.json", where],
         capture_output=True, text=True, timeout=900, cwd=cwd,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})},
+        env={**os.environ, **driver_env(), "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-5000:]
     found: list[dict[str, Any]] = json.loads((cwd / "results.json").read_text())
@@ -310,20 +308,13 @@ def _sweep_in_a_driver(
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, pathlib.Path]]:
-    """A master and a worker (tests.pipeline.servers); the executors' Python is one
-    with this environment's third-party packages but without brokerlab."""
-    directory = tmp_path_factory.mktemp("standalone")
-    python = plain_python(directory / "plain")
-    master, url = start_master(directory / "master")
-    try:
-        worker = start_worker(directory / "worker", url, python)
-        try:
-            yield url, python
-        finally:
-            worker.stop()
-    finally:
-        master.stop()
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, pathlib.Path]:
+    """The test process's master and worker (tests.pipeline.servers.shared_cluster, the
+    pipeline's cluster test's too); the executors' Python is one with this environment's
+    third-party packages but without brokerlab."""
+    return shared_cluster(request.config, tmp_path_factory)
 
 
 @pytest.mark.slow
@@ -337,24 +328,29 @@ def test_on_a_cluster_whose_python_lacks_brokerlab_each_task_gives_the_same_run(
     _check(tasks, expected, found)
 
 
+@pytest.fixture(scope="module")
+def connect_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The test process's Connect server (tests.pipeline.servers.shared_connect, the
+    pipeline's Connect test's too)."""
+    return shared_connect(request.config, tmp_path_factory)
+
+
 @pytest.mark.slow
 def test_through_spark_connect_each_task_gives_the_same_run(
-    sweep: Sweep, tmp_path_factory: pytest.TempPathFactory, tmp_path: pathlib.Path
+    connect_url: str, sweep: Sweep, tmp_path: pathlib.Path
 ) -> None:
     """A Connect server (local[2]) whose Python workers lack brokerlab: the code goes
     as an artifact. Its client must end before the server does (a client left behind
     retries for minutes as its process exits), so the driver is a process of its own."""
     tasks, expected = sweep
-    directory = tmp_path_factory.mktemp("connect")
-    server, url = start_connect(directory / "server", plain_python(directory / "plain"))
-    try:
-        _check(tasks[1:3], expected[1:3], _sweep_in_a_driver(tasks[1:3], url, tmp_path))
-    finally:
-        server.stop()
+    _check(tasks[1:3], expected[1:3], _sweep_in_a_driver(tasks[1:3], connect_url, tmp_path))
 
 
 def test_the_sweeps_zip_runs_a_task_on_a_python_without_brokerlab(
-    sweep: Sweep, tmp_path: pathlib.Path
+    request: pytest.FixtureRequest,
+    sweep: Sweep,
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: pathlib.Path,
 ) -> None:
     """What an executor off a local master does, without Spark: the packages from the
     zip (namespace packages such as broker.ledger included), the compiled accelerators
@@ -363,8 +359,8 @@ def test_the_sweeps_zip_runs_a_task_on_a_python_without_brokerlab(
     archive = code_archive(tmp_path / "zip", SWEEP_PACKAGES)
     (tmp_path / "task.json").write_text(tasks[3].to_json())
     probe = subprocess.run(
-        [plain_python(tmp_path / "plain"), "-c", ZIP_PROBE, str(archive)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        [shared_plain_python(request.config, tmp_path_factory), "-c", ZIP_PROBE, str(archive)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300, env=plain_env(),
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr[-5000:]
     where, compiled, results = probe.stdout.splitlines()

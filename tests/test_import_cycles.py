@@ -23,21 +23,7 @@ PACKAGES = ("broker", "storage_stub", "loadgen", "simulation", "pipeline")
 # Cycles still present, each as the sorted modules of one strongly connected component,
 # with why they stay. Expected to shrink to empty; the test fails if an entry is fixed
 # (so the list never lies) or if any other cycle appears.
-ALLOWED_CYCLES: list[tuple[str, ...]] = [
-    # Consumer names its Subscription (under TYPE_CHECKING), and the broker's front ends
-    # use ``consumer.subscription`` as the whole Subscription; the subscription makes its
-    # consumers and dispatchers, which make consumers. consumer.py is being reworked into
-    # the shared session core (DESIGN.md, "Client sessions"): that rework should give the
-    # consumer a seam of its own (a protocol declared below it) and empty this entry.
-    # Dispatchers no longer name Subscription (DispatchedSubscription), nor subscriptions
-    # their topic (SubscribedTopic).
-    (
-        "broker.dispatch.consumer",
-        "broker.dispatch.dispatcher",
-        "broker.dispatch.key_shared",
-        "broker.dispatch.subscription",
-    ),
-]
+ALLOWED_CYCLES: list[tuple[str, ...]] = []
 
 
 def _module_name(path: Path) -> str:

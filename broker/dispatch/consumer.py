@@ -4,14 +4,38 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from broker.dispatch.stats import RateCounter
+from broker.dispatch.stats import BrokerTotals, RateCounter
 from broker.ledger.entry import Entry
+from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
 
-if TYPE_CHECKING:
-    from broker.dispatch.subscription import Subscription
+
+class CountingTopic(Protocol):
+    """What a consumer reads of its topic: the broker totals it counts dispatch into."""
+
+    @property
+    def totals(self) -> BrokerTotals: ...
+
+
+class ConsumedSubscription(Protocol):
+    """What a dispatch consumer reads of its subscription: its name (the cache event
+    names it), its cursor (whose ledger's events carry ``released``) and its topic's
+    totals; and what the broker's upkeep asks of it through a consumer: detach it,
+    redeliver what timed out. ``Subscription`` is the one; it makes dispatchers that
+    hold consumers, so this module declares what it reads rather than importing it.
+    Front ends hold a :class:`~broker.session.consumer.ConsumerSession`, which names
+    the whole subscription."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def cursor(self) -> ManagedCursor: ...
+    @property
+    def topic(self) -> CountingTopic: ...
+    def remove_consumer(self, consumer: Consumer) -> None: ...
+    def redeliver_timed_out(self, consumer: Consumer, now_ns: int) -> None: ...
 
 
 #: ``pending`` value of a delivery still in the receiver queue
@@ -58,7 +82,7 @@ class Consumer:
         self,
         consumer_id: str,
         name: str,
-        subscription: Subscription,
+        subscription: ConsumedSubscription,
         receiver_queue_size: int,
         priority_level: int,
         ack_timeout_ms: int,

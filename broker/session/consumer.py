@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.dispatch.consumer import NOT_RECEIVED, Consumer
 from broker.dispatch.errors import BrokerError, PreconditionFailedError
-from broker.dispatch.subscription import in_order
+from broker.dispatch.subscription import Subscription, in_order
 from broker.ledger.entry import Entry, Message
 from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
@@ -49,6 +49,9 @@ class ConsumerSession(Consumer):
     handed over."""
 
     __slots__ = ()
+
+    #: the whole subscription (the dispatch consumer reads only a narrow view of it)
+    subscription: Subscription
 
     # ------------------------------------------------------------------ what the client sees
 

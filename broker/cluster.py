@@ -33,6 +33,7 @@ from broker.cache import CacheEventStream, create_stream
 from broker.clock import Clock, EventClock, SystemClock
 from broker.config import BrokerConfig, cache_config, shadow_designs, trace_dir
 from broker.dispatch.data_format import check_data_format
+from broker.dispatch.deduplication import DeduplicationConfig
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import ConflictError, InvalidRequestError, UnavailableError
 from broker.dispatch.names import TopicName
@@ -95,6 +96,13 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
             max_topics_per_namespace=config.maxTopicsPerNamespace,
         ),
         cluster_name=config.clusterName,
+        deduplication=DeduplicationConfig(
+            enabled=config.brokerDeduplicationEnabled,
+            entries_interval=config.brokerDeduplicationEntriesInterval,
+            max_producers=config.brokerDeduplicationMaxNumberOfProducers,
+            inactivity_timeout_s=config.brokerDeduplicationProducerInactivityTimeoutMinutes * 60.0,
+            snapshot_interval_s=float(config.brokerDeduplicationSnapshotIntervalSeconds),
+        ),
         max_producers_per_topic=config.maxProducersPerTopic,
         max_consumers_per_topic=config.maxConsumersPerTopic,
         max_consumers_per_subscription=config.maxConsumersPerSubscription,

@@ -60,6 +60,16 @@ SECURITY = Section(
 CLUSTER = Section("Several brokers (brokerlab serve --brokers N)")
 BINARY = Section("Pulsar binary protocol")
 PRODUCE = Section("Produce")
+DEDUPLICATION = Section(
+    "Message deduplication",
+    intro="""
+A producer's messages whose sequence ids it has sent before are acknowledged without
+being stored (message id -1:-1), per producer name, on topics where deduplication is on:
+the topic's policy (/deduplicationEnabled), else its namespace's (/deduplication), else
+brokerDeduplicationEnabled. The state survives restarts and kill -9: a snapshot in the
+cursor pulsar.dedup plus a replay of the entries after it. HTTP produce has no producer
+and is not deduplicated.""",
+)
 ROLLOVER = Section(
     "Managed ledger: ledger rollover",
     intro="""
@@ -390,6 +400,51 @@ class BrokerConfig(BaseModel):
         "Most partitions a partitioned topic may be created with; 0 = no limit.",
         unit="partitions",
         origin=PULSAR_SAME,
+        ge=0,
+    )
+
+    brokerDeduplicationEnabled: bool = key(
+        False,
+        DEDUPLICATION,
+        "Deduplicate the messages of topics whose topic and namespace policies say nothing.",
+        origin=PULSAR_SAME,
+    )
+    brokerDeduplicationEntriesInterval: int = key(
+        1000,
+        DEDUPLICATION,
+        "Entries stored between two snapshots of the producers' sequence ids; a larger "
+        "interval writes fewer snapshots and replays more entries when the topic loads.",
+        unit="entries",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    brokerDeduplicationMaxNumberOfProducers: int = key(
+        10000,
+        DEDUPLICATION,
+        "Most producers a snapshot keeps (the others are known again only from the "
+        "entries replayed after it).",
+        unit="producers",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    brokerDeduplicationProducerInactivityTimeoutMinutes: int = key(
+        360,
+        DEDUPLICATION,
+        "A producer name not connected for this long is forgotten (its next message is "
+        "new whatever its sequence id).",
+        unit="minutes",
+        origin=PULSAR_SAME,
+        ge=1,
+    )
+    brokerDeduplicationSnapshotIntervalSeconds: int = key(
+        120,
+        DEDUPLICATION,
+        "A snapshot is also taken when this long has passed since the last one and entries "
+        "were stored since (checked every statsUpdateFrequencyInSecs, where Pulsar has "
+        "brokerDeduplicationSnapshotFrequencyInSeconds); 0: only every "
+        "brokerDeduplicationEntriesInterval entries.",
+        unit="seconds",
+        origin="Pulsar: same key and default.",
         ge=0,
     )
 

@@ -37,6 +37,7 @@ from broker.ledger.cache_evictor import CacheEvictor
 from broker.ledger.managed_ledger import (
     LedgerInfo,
     ManagedLedger,
+    ManagedLedgerError,
     metadata_key,
 )
 from broker.ledger.offload import TieredStorage
@@ -192,6 +193,7 @@ class BrokerService:
         for topic in topics:
             for subscription in topic.subscriptions.values():
                 await subscription.close()
+            await topic.deduplication.kill()
             await topic.ledger.abandon()
 
     # ------------------------------------------------------------------ topics
@@ -222,6 +224,11 @@ class BrokerService:
             raise
         finally:
             del self._loading[name]
+
+    def deduplication_enabled(self, name: TopicName) -> bool:
+        """Whether ``name`` deduplicates: its topic policy, else its namespace's, else
+        brokerDeduplicationEnabled."""
+        return self.config.deduplication.enabled
 
     def check_owner(self, name: TopicName) -> None:
         """NotOwnerError naming the owner when another broker serves the topic's bundle;
@@ -257,7 +264,18 @@ class BrokerService:
         except BookieError as error:
             events.unloaded()
             raise UnavailableError(f"cannot load topic {name}: {error}") from error
-        topic = PersistentTopic(name, ledger, self.config.dispatch, self.clock, self.totals)
+        topic = PersistentTopic(
+            name, ledger, self.config.dispatch, self.clock, self.totals, self.config.deduplication
+        )
+        try:
+            await topic.deduplication.initialize(self.deduplication_enabled(name))
+        except (BookieError, ManagedLedgerError) as error:
+            # a topic whose deduplication state cannot be recovered does not load (it
+            # would store duplicates); the next use tries again, as Pulsar's load fails
+            await topic.deduplication.kill()
+            with contextlib.suppress(BookieError):  # the next load recovers it
+                await ledger.close()
+            raise UnavailableError(f"cannot load topic {name}: {error}") from error
         self.topics[name] = topic
         ledger.on_touch = functools.partial(self._wake, topic)
         self._active[topic] = None
@@ -298,6 +316,7 @@ class BrokerService:
             self._forget(topic)
             for subscription in topic.subscriptions.values():
                 await subscription.close()
+            await topic.deduplication.close()
             await topic.ledger.delete()
 
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
@@ -523,6 +542,7 @@ class BrokerService:
                     continue  # unloaded or deleted during this round
                 topic.refresh_rates(elapsed_s)
                 topic.check_cursors()
+                await topic.deduplication.upkeep()
                 self._sleep_if_quiet(topic, now)
             self.cache_rates.refresh(self.cache.stats(), elapsed_s)
         self.upkeep_rounds += 1
@@ -639,6 +659,7 @@ class BrokerService:
                 self._forget(topic)
                 try:
                     await topic.ledger.delete()  # fences the ledger before its first await
+                    await topic.deduplication.close()
                     for subscription in topic.subscriptions.values():
                         await subscription.close()
                 except BookieError as error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from broker.dispatch.deduplication import DeduplicationConfig
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.partitions import PartitionsConfig
 from broker.ledger.managed_ledger import ManagedLedgerConfig
@@ -28,6 +29,8 @@ class ServiceConfig:
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
     partitions: PartitionsConfig = field(default_factory=PartitionsConfig)
+    #: brokerDeduplication*: message deduplication
+    deduplication: DeduplicationConfig = field(default_factory=DeduplicationConfig)
     #: clusterName: the one cluster of the tenants registry
     cluster_name: str = "standalone"
     #: brokerDeleteInactiveTopicsEnabled: delete topics inactive per ``inactive_topics_mode``

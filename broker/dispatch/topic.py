@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from broker.clock import Clock
+from broker.dispatch.deduplication import DeduplicationConfig, MessageDeduplication
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import ConflictError, NotFoundError, PreconditionFailedError
 from broker.dispatch.names import TopicName
 from broker.dispatch.stats import BrokerTotals, RateCounter
 from broker.dispatch.subscription import Subscription
 from broker.ledger.entry import publish_time_of
-from broker.ledger.managed_cursor import ManagedCursor
+from broker.ledger.managed_cursor import SYSTEM_CURSORS, ManagedCursor
 from broker.ledger.managed_ledger import ManagedLedger
 from broker.ledger.position import Position
 from storage_stub.bookie.api import total_size
@@ -34,6 +35,7 @@ class PersistentTopic:
         config: DispatchConfig,
         clock: Clock,
         totals: BrokerTotals | None = None,
+        deduplication: DeduplicationConfig | None = None,
     ) -> None:
         self.name = name
         self.totals = totals if totals is not None else BrokerTotals()
@@ -43,7 +45,12 @@ class PersistentTopic:
         self.subscriptions: dict[str, Subscription] = {
             cursor_name: Subscription(self, cursor, config, clock)
             for cursor_name, cursor in ledger.cursors.items()
+            if cursor_name not in SYSTEM_CURSORS
         }
+        #: message deduplication (off until the service's ``check_status`` turns it on)
+        self.deduplication = MessageDeduplication(
+            ledger, deduplication or DeduplicationConfig(), clock
+        )
         #: the offload route's last outcome: NOT_RUN, RUNNING, SUCCESS or ERROR
         self.offload_status = "NOT_RUN"
         self.offload_error = ""
@@ -168,6 +175,7 @@ class PersistentTopic:
         """Close subscriptions (consumers must be detached first) and the ledger."""
         for subscription in self.subscriptions.values():
             await subscription.close()
+        await self.deduplication.close()
         await self.ledger.close()
 
     def refresh_rates(self, elapsed_s: float) -> None:
@@ -236,6 +244,7 @@ class PersistentTopic:
             "storageSize": ledger.total_size(),
             "backlogSize": ledger.size_after(slowest) if slowest is not None else 0,
             "offloadedStorageSize": sum(i.size for i in ledger.ledgers if i.offloaded),
+            "deduplicationStatus": self.deduplication.status,
             "subscriptions": subscriptions,
         }
 

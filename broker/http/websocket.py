@@ -45,6 +45,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from broker.config import BrokerConfig
 from broker.dispatch.consumer import NOT_RECEIVED, Delivery
+from broker.dispatch.deduplication import NOT_DUP, UNKNOWN
 from broker.dispatch.errors import (
     BrokerError,
     InvalidRequestError,
@@ -70,7 +71,7 @@ from broker.pulsar_api import MessageIdData
 from broker.session.consumer import ConsumerSession
 from broker.session.message_ids import MAX_INT64, WHOLE_ENTRY, start_of
 from broker.session.payload import check_key, check_payload
-from broker.session.producer import ProducerSession
+from broker.session.producer import DUPLICATE_POSITION, ProducerSession, Sent
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
 
@@ -179,10 +180,14 @@ def partition_index(name: TopicName) -> int:
     return int(match[1]) if match else -1
 
 
+_U64 = (1 << 64) - 1
+
+
 def encode_message_id(position: Position, batch_index: int, batch_size: int, partition: int) -> str:
     """A message id as Pulsar's clients serialize it (``MessageId.toByteArray``), in
     base64: a batch's message carries its index and the batch's size."""
-    data = MessageIdData(ledgerId=position.ledger_id, entryId=position.entry_id)
+    # -1:-1 (a duplicate's) as the uint64s Pulsar's Java writes for -1
+    data = MessageIdData(ledgerId=position.ledger_id & _U64, entryId=position.entry_id & _U64)
     if partition >= 0:
         data.partition = partition
     if batch_index >= 0:
@@ -1076,24 +1081,25 @@ class WebSocketProducer(ProducerSession):
             finally:
                 self._writing = 0
 
-    def _encode(self, group: list[_Send]) -> tuple[list[bytes], list[int]]:
-        """The group's entries and the messages in each (0: unbatched)."""
+    def _encode(self, group: list[_Send]) -> tuple[list[Sent], list[int]]:
+        """The group's entries as sends (with their sequence ids) and the messages in
+        each (0: unbatched)."""
         now_ms = self.clock.wall_ms()
-        entries: list[bytes] = []
+        entries: list[Sent] = []
         sizes: list[int] = []
         if not self.batching:
             for send in group:
-                entries.append(
-                    encode_message(
-                        send.payload,
-                        now_ms,
-                        send.event_time,
-                        send.key,
-                        send.properties,
-                        self.name,
-                        self.sequence_ids(1),
-                    )
+                sequence_id = self.sequence_ids(1)
+                entry = encode_message(
+                    send.payload,
+                    now_ms,
+                    send.event_time,
+                    send.key,
+                    send.properties,
+                    self.name,
+                    sequence_id,
                 )
+                entries.append((sequence_id, sequence_id, 1, entry, False))
                 sizes.append(0)
             return entries, sizes
         max_size = self.config.maxMessageSize
@@ -1101,7 +1107,9 @@ class WebSocketProducer(ProducerSession):
         nbytes = 0
 
         def close_batch() -> None:
-            entries.append(encode_batch(batch, now_ms, self.name, self.sequence_ids(len(batch))))
+            first = self.sequence_ids(len(batch))
+            entry = encode_batch(batch, now_ms, self.name, first)
+            entries.append((first, first + len(batch) - 1, len(batch), entry, False))
             sizes.append(len(batch))
 
         for send in group:
@@ -1127,7 +1135,8 @@ class WebSocketProducer(ProducerSession):
         except _STORAGE_ERRORS as error:
             await self._fail(group, f"{type(error).__name__}: {error}")
             return
-        publish = loop.create_task(topic.publish(entries, len(group)))
+        del topic  # counted in it: the session's write goes there
+        publish = loop.create_task(self.publish_sequenced(entries))
         try:
             if timeout_s:
                 remaining = group[0].received + timeout_s - time.monotonic()
@@ -1140,7 +1149,7 @@ class WebSocketProducer(ProducerSession):
                     except _STORAGE_ERRORS as error:
                         log.info("timed-out websocket send failed too: %s", error)
                     return
-            first = await publish
+            first, verdicts = await publish
         except _STORAGE_ERRORS as error:
             await self._fail(group, f"{type(error).__name__}: {error}")
             return
@@ -1150,17 +1159,30 @@ class WebSocketProducer(ProducerSession):
                 await asyncio.gather(publish, return_exceptions=True)
         self.metrics.produce_latency.observe(time.perf_counter() - started)
         index = 0
+        stored = 0
         for offset, size in enumerate(sizes):
-            position = Position(first.ledger_id, first.entry_id + offset)
+            verdict = NOT_DUP if verdicts is None else verdicts[offset]
+            if verdict == NOT_DUP:
+                position = Position(first.ledger_id, first.entry_id + stored)
+                stored += 1
+            else:
+                position = DUPLICATE_POSITION  # as Pulsar's client reports a duplicate
             for batch_index in range(size) if size else (-1,):
+                context = group[index].context
+                index += 1
+                if verdict == UNKNOWN:
+                    await self._answer_error(
+                        UNKNOWN_ERROR,
+                        "cannot determine whether the message is a duplicate at this time",
+                        context,
+                    )
+                    continue
                 answer: dict[str, Any] = {
                     "result": "ok",
                     "messageId": encode_message_id(position, batch_index, size, self.partition),
                 }
-                context = group[index].context
                 if context is not None:
                     answer["context"] = context
-                index += 1
                 if not await _send(self.ws, answer):
                     return
 
@@ -1210,6 +1232,10 @@ async def producer_session(request: web.Request) -> web.StreamResponse:
     # producer, else the handshake is refused (ProducerBusy: 409, as Pulsar's
     # WebSocket service answers)
     producer.attach(await service.get_topic(name, create=True))
+    if "initialSequenceId" not in request.query:
+        # as Pulsar's client under its WebSocket service: a producer's sequence ids go on
+        # from the last its name published (deduplication on; else from 0)
+        producer.next_sequence_id = producer.last_sequence_id() + 1
     try:
         await ws.prepare(request)
         sockets = request.app[SOCKETS].sockets

@@ -3,9 +3,11 @@
 State: the mark-delete position (everything at or before it is acknowledged), the
 individually deleted positions after it (out-of-order acks), the ack sets of batched
 entries some of whose messages are acknowledged (Pulsar's ``batchDeletedIndexes``), and
-the read position (the next entry to dispatch). All but the read position are persisted
-on every acknowledgement before it is reported done; the read position is not: a recovered
-cursor reads again from just after its mark-delete position, as in Pulsar.
+the read position (the next entry to dispatch), and the properties a mark-delete may
+carry (Pulsar's ``markDelete(position, properties)``: the deduplication cursor keeps its
+snapshot of sequence ids there). All but the read position are persisted on every
+acknowledgement before it is reported done; the read position is not: a recovered cursor
+reads again from just after its mark-delete position, as in Pulsar.
 
 An acknowledgement is applied in memory at once (dispatch must not hand the entry out
 again meanwhile) and reported done only once a metadata write that includes it is
@@ -30,6 +32,14 @@ from broker.ledger.metadata_keys import cursor_key_prefix
 from broker.ledger.position import Position
 from broker.ledger.range_set import PositionRangeSet
 from storage_stub.bookie.api import BookieError, MetadataStore
+
+#: the cursor of Pulsar's message deduplication (``PersistentTopic.DEDUPLICATION_CURSOR_NAME``):
+#: its mark-delete is the position of the last snapshot of producers' sequence ids, which
+#: its properties hold
+DEDUPLICATION_CURSOR_NAME = "pulsar.dedup"
+#: cursors the broker keeps for itself: not subscriptions, not checked for caching (as
+#: Pulsar leaves them out of its topic's subscriptions); they do hold trimming back
+SYSTEM_CURSORS = frozenset({DEDUPLICATION_CURSOR_NAME})
 
 
 class CursorLedger(Protocol):
@@ -101,6 +111,7 @@ class ManagedCursor:
         "_changes",
         "_deleted",
         "_durable",
+        "_durable_properties",
         "_next_write",
         "_persisted_version",
         "_read_position",
@@ -113,6 +124,7 @@ class ManagedCursor:
         "mark_delete_position",
         "messages_consumed_counter",
         "name",
+        "properties",
     )
 
     def __init__(self, ledger: CursorLedger, name: str, mark_delete: Position) -> None:
@@ -139,6 +151,9 @@ class ManagedCursor:
         #: the write that will carry the changes made while one is in flight
         self._next_write: asyncio.Future[None] | None = None
         self._deleted = False
+        #: what the last mark-delete with properties set (written with every write)
+        self.properties: dict[str, int] = {}
+        self._durable_properties: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -188,6 +203,9 @@ class ManagedCursor:
             (int(lid), int(eid), int(mask, 16)) for lid, eid, mask in state.get("batchDeleted", ())
         ]
         cursor._durable = (cursor.mark_delete_position, ranges, int(state["consumed"]), batch)
+        cursor._durable_properties = {
+            str(name): int(value) for name, value in state.get("properties", {}).items()
+        }
         cursor._restore_durable()
         cursor._advance_mark_delete(moved=False)
         return cursor
@@ -237,6 +255,7 @@ class ManagedCursor:
         ranges: list[tuple[int, int, int]],
         consumed: int,
         batch: list[tuple[int, int, int]],
+        properties: dict[str, int] | None = None,
     ) -> bytes:
         state: dict[str, Any] = {
             "markDelete": list(mark_delete),
@@ -246,6 +265,8 @@ class ManagedCursor:
         if batch:
             # ack sets as hex: a batch may hold more messages than a JSON number has bits
             state["batchDeleted"] = [[lid, eid, f"{mask:x}"] for lid, eid, mask in batch]
+        if properties:
+            state["properties"] = properties
         return orjson.dumps(state)
 
     def _batch_state(self) -> list[tuple[int, int, int]]:
@@ -291,17 +312,21 @@ class ManagedCursor:
         ranges = list(self.individually_deleted.ranges())
         consumed = self.messages_consumed_counter
         batch = self._batch_state()
+        properties = self.properties
         if self._deleted:
             done.set_result(None)
             return False
         put = asyncio.ensure_future(
-            self.ledger.metadata.put(self.key, self._encode(mark_delete, ranges, consumed, batch))
+            self.ledger.metadata.put(
+                self.key, self._encode(mark_delete, ranges, consumed, batch, properties)
+            )
         )
         cancelled = await _wait_through_cancel(put)
         error = put.exception()
         if error is None:
             self._persisted_version = version
             self._durable = (mark_delete, ranges, consumed, batch)
+            self._durable_properties = properties
             changes = self._changes
             while changes and changes[0][0] <= version:
                 changes.pop(0)
@@ -333,6 +358,7 @@ class ManagedCursor:
         self.individually_deleted = PositionRangeSet.from_ranges(ranges)
         self.messages_consumed_counter = consumed
         self.batch_deleted = {Position(lid, eid): mask for lid, eid, mask in batch}
+        self.properties = self._durable_properties
 
     # ------------------------------------------------------------------ acks
 
@@ -400,6 +426,16 @@ class ManagedCursor:
             self._version += 1
             self._changes.append((self._version, position))
         return max(acknowledged, 0)
+
+    async def mark_delete(self, position: Position, properties: dict[str, int]) -> None:
+        """Pulsar's ``markDelete(position, properties)``: acknowledge everything up to
+        ``position`` and replace the cursor's properties, durably; the storage error if
+        the write failed (then neither changed). O(1) plus the write."""
+        self.properties = properties
+        self._apply_cumulative(position)
+        self._version += 1
+        self._changes.append((self._version, position))
+        await self.persist()
 
     def _apply_cumulative(self, position: Position) -> int:
         """-1 when nothing moved."""
@@ -509,12 +545,16 @@ class ManagedCursor:
         if self._deleted:
             return
         consumed = self.messages_consumed_counter
+        properties = self.properties
         await self._alone(
-            self.ledger.metadata.put(self.key, self._encode(mark_delete, [], consumed, []))
+            self.ledger.metadata.put(
+                self.key, self._encode(mark_delete, [], consumed, [], properties)
+            )
         )
         self._version += 1
         self._persisted_version = self._version
         self._durable = (mark_delete, [], consumed, [])
+        self._durable_properties = properties
         self._changes.clear()
         self.mark_delete_position = mark_delete
         self.individually_deleted = PositionRangeSet()

@@ -26,7 +26,7 @@ from broker.clock import Clock
 from broker.ledger.entry import Entry
 from broker.ledger.errors import ManagedLedgerError, ReadsThrottled
 from broker.ledger.live_entries import LiveEntries
-from broker.ledger.managed_cursor import ManagedCursor
+from broker.ledger.managed_cursor import SYSTEM_CURSORS, ManagedCursor
 from broker.ledger.metadata_keys import cursor_key_prefix, metadata_key
 from broker.ledger.offload import TieredStorage, offset_of, stream_id_of
 from broker.ledger.pending_reads import PendingRead, PendingReads
@@ -448,13 +448,14 @@ class ManagedLedger:
             self.events.moved(cursor.name, cursor.read_position, cursor.mark_delete_position)
 
     def check_cursors(self, has_consumers: Callable[[str], bool]) -> None:
-        """The periodic check of every cursor (the stats period): consumers and entries
-        to read. O(#cursors x #ledgers)."""
+        """The periodic check of every cursor but the broker's own (the stats period):
+        consumers and entries to read. O(#cursors x #ledgers)."""
         if not self._closed:
             self.events.checked(
                 [
                     CursorCheck(name, has_consumers(name), cursor.entries_to_read())
                     for name, cursor in self.cursors.items()
+                    if name not in SYSTEM_CURSORS
                 ]
             )
 

@@ -9,7 +9,9 @@ dispatcher's call to :meth:`BinaryConsumer.deliver`, the stored entry as it is.
 
 A write outlives its connection: if the client goes while it is on its way to disk, it
 is stored without a receipt, and a client that resends it stores it again (at least
-once, as Pulsar without deduplication).
+once, as Pulsar without deduplication); on a topic that deduplicates, the resend is
+recognised by its producer name and sequence id and acknowledged with message id -1:-1
+instead (the session core decides, :mod:`broker.session.producer`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.auth.errors import AuthenticationError
 from broker.auth.service import TOKEN_METHOD
+from broker.dispatch.deduplication import NOT_DUP, UNKNOWN
 from broker.dispatch.errors import (
     BrokerError,
     ConflictError,
@@ -65,7 +68,7 @@ from broker.pulsar_api import (
 from broker.session.acks import mask_of, words_of
 from broker.session.consumer import PushConsumer
 from broker.session.message_ids import Start, start_of
-from broker.session.producer import ProducerSession
+from broker.session.producer import ProducerSession, Sent
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
 
@@ -77,6 +80,8 @@ log = logging.getLogger(__name__)
 SERVER_VERSION = "brokerlab"
 #: the request id of an ERROR that answers no request (Pulsar's -1, as a uint64)
 NO_REQUEST_ID = (1 << 64) - 1
+#: -1 in a uint64 field (a duplicate's receipt names ledger and entry -1, as Pulsar's)
+MINUS_ONE_U64 = (1 << 64) - 1
 _producer_names = itertools.count()
 
 
@@ -118,7 +123,9 @@ def topic_name(text: str) -> TopicName:
 class BinaryProducer(ProducerSession):
     """A producer session of one connection. Sends queue in ``_queue``; one write
     carries everything queued when it starts. The client gives every message its
-    sequence id."""
+    sequence id. Receipts leave in the order of the sends, a duplicate's (message id
+    -1:-1) included: Pulsar answers a duplicate at once, possibly before the receipts of
+    sends still on their way, which a client takes for theirs; here it waits for them."""
 
     __slots__ = ("_connection", "_failed", "_queue", "_writing", "producer_id")
 
@@ -128,14 +135,16 @@ class BinaryProducer(ProducerSession):
         super().__init__(connection.service, topic_name, name)
         self._connection = connection
         self.producer_id = producer_id
-        #: (sequence id, highest sequence id, messages, entry) waiting for a write
-        self._queue: list[tuple[int, int, int, bytes]] = []
+        #: sends waiting for a write
+        self._queue: list[Sent] = []
         self._writing = False
         self._failed = False
 
-    def send(self, sequence_id: int, highest: int, messages: int, entry: bytes) -> None:
+    def send(
+        self, sequence_id: int, highest: int, messages: int, entry: bytes, is_chunk: bool
+    ) -> None:
         """Queue one SEND. O(1)."""
-        self._queue.append((sequence_id, highest, messages, entry))
+        self._queue.append((sequence_id, highest, messages, entry, is_chunk))
         if not self._writing:
             self._writing = True
             # owned by the server, not the connection: a write the bookie has begun must
@@ -152,9 +161,8 @@ class BinaryProducer(ProducerSession):
                 if self._failed:
                     self._fail(group, ServerError.PersistenceError, "an earlier send failed")
                     continue
-                entries = [item[3] for item in group]
                 try:
-                    first = await self.publish(entries, sum(item[2] for item in group))
+                    first, verdicts = await self.publish_sequenced(group)
                 except (BookieError, ManagedLedgerError, BrokerError, OSError) as error:
                     # nothing of this group is stored; the ones queued behind it must not
                     # be either: the client resends all of them, in order
@@ -162,8 +170,11 @@ class BinaryProducer(ProducerSession):
                     self._fail(group, server_error(error), f"{type(error).__name__}: {error}")
                     continue
                 ledger_id, entry_id = first
+                if verdicts is not None:
+                    self._answer_deduplicated(group, verdicts, ledger_id, entry_id)
+                    continue
                 write = connection.write_command
-                for offset, (sequence_id, highest, _, _) in enumerate(group):
+                for offset, (sequence_id, highest, _, _, _) in enumerate(group):
                     command = BaseCommand(type=Type.SEND_RECEIPT)
                     receipt = command.send_receipt
                     receipt.producer_id = self.producer_id
@@ -175,15 +186,49 @@ class BinaryProducer(ProducerSession):
         finally:
             self._writing = False
 
-    def _fail(self, group: list[tuple[int, int, int, bytes]], code: int, message: str) -> None:
-        for sequence_id, _, _, _ in group:
-            command = BaseCommand(type=Type.SEND_ERROR)
-            error = command.send_error
-            error.producer_id = self.producer_id
-            error.sequence_id = sequence_id
-            error.error = code
-            error.message = message
-            self._connection.write_command(command)
+    def _answer_deduplicated(
+        self, group: list[Sent], verdicts: list[int], ledger_id: int, entry_id: int
+    ) -> None:
+        """Receipts of a group on a topic that deduplicates: a stored send's position,
+        a duplicate's -1:-1 (Pulsar's), and for a send whose first copy is still on its
+        way, SEND_ERROR PersistenceError (Pulsar's answer to MessageDupUnknownException:
+        the client reconnects and resends it, by then a plain duplicate)."""
+        write = self._connection.write_command
+        offset = 0
+        for (sequence_id, highest, _, _, _), verdict in zip(group, verdicts, strict=True):
+            if verdict == UNKNOWN:
+                self._send_error(
+                    sequence_id,
+                    ServerError.PersistenceError,
+                    "cannot determine whether the message is a duplicate at this time",
+                )
+                continue
+            command = BaseCommand(type=Type.SEND_RECEIPT)
+            receipt = command.send_receipt
+            receipt.producer_id = self.producer_id
+            receipt.sequence_id = sequence_id
+            receipt.highest_sequence_id = highest
+            if verdict == NOT_DUP:
+                receipt.message_id.ledgerId = ledger_id
+                receipt.message_id.entryId = entry_id + offset
+                offset += 1
+            else:  # a duplicate: -1:-1 as uint64, as Pulsar's receipt carries it
+                receipt.message_id.ledgerId = MINUS_ONE_U64
+                receipt.message_id.entryId = MINUS_ONE_U64
+            write(command)
+
+    def _fail(self, group: list[Sent], code: int, message: str) -> None:
+        for sent in group:
+            self._send_error(sent[0], code, message)
+
+    def _send_error(self, sequence_id: int, code: int, message: str) -> None:
+        command = BaseCommand(type=Type.SEND_ERROR)
+        error = command.send_error
+        error.producer_id = self.producer_id
+        error.sequence_id = sequence_id
+        error.error = code
+        error.message = message
+        self._connection.write_command(command)
 
     def close_from_broker(self) -> None:
         """The topic unloads: the client reconnects through lookup."""
@@ -685,7 +730,7 @@ class Connection(asyncio.Protocol):
             success = command.producer_success
             success.request_id = request.request_id
             success.producer_name = producer.name
-            success.last_sequence_id = -1
+            success.last_sequence_id = producer.last_sequence_id()
             self.write_command(command)
 
         self._async(request.request_id, create(), "producer")
@@ -699,7 +744,7 @@ class Connection(asyncio.Protocol):
             self._send_error(send, ServerError.ChecksumError, "entry checksum does not match")
             raise FrameError(f"bad checksum on a message of producer {producer.name}")
         highest = send.highest_sequence_id or send.sequence_id
-        producer.send(send.sequence_id, highest, send.num_messages, entry)
+        producer.send(send.sequence_id, highest, send.num_messages, entry, send.is_chunk)
 
     def _send_error(self, send: Any, code: int, message: str) -> None:
         command = BaseCommand(type=Type.SEND_ERROR)

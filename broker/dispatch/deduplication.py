@@ -73,6 +73,7 @@ class MessageDeduplication:
     write, in the background."""
 
     __slots__ = (
+        "_due",
         "_inactive",
         "_last_snapshot_ms",
         "_snapshot_counter",
@@ -102,6 +103,8 @@ class MessageDeduplication:
         self._inactive: dict[str, int] = {}
         self._snapshot_counter = 0
         self._snapshotting = False
+        #: the snapshot waiting for the one being written: (position, map)
+        self._due: tuple[Position, dict[str, int]] | None = None
         self._last_snapshot_ms = 0
         self._transition = asyncio.Lock()
         self._tasks = TaskOwner(f"deduplication {ledger.name}")
@@ -271,34 +274,49 @@ class MessageDeduplication:
             await self._snapshot(last)
 
     def _start_snapshot(self, position: Position) -> None:
+        """A snapshot of the map as of now (the last entry stored is at ``position``),
+        written in the background; one write at a time, and a snapshot due meanwhile
+        replaces any other waiting (the latest one is written next). O(producers)."""
+        if self.cursor is None:
+            return
+        self._due = (position, self._snapshot_map())
         if not self._snapshotting:
-            self._tasks.spawn(self._snapshot(position), f"dedup snapshot {self.ledger.name}")
+            self._snapshotting = True
+            self._tasks.spawn(self._write_snapshots(), f"dedup snapshot {self.ledger.name}")
 
     async def _snapshot(self, position: Position) -> None:
-        """Write the persisted map (at most ``max_producers`` of it) as the cursor's
-        properties, with its mark-delete at ``position``; one at a time (a snapshot due
-        while one is written is skipped, as Pulsar's). A failure is logged: the next
-        snapshot carries everything."""
-        cursor = self.cursor
-        if cursor is None or self._snapshotting:
-            return
-        self._snapshotting = True
+        """A snapshot now, waited for."""
+        self._start_snapshot(position)
+        await self._tasks.settled()
+
+    def _snapshot_map(self) -> dict[str, int]:
+        """The persisted map, at most ``max_producers`` of it. O(producers)."""
         limit = self.config.max_producers
         snapshot: dict[str, int] = {}
         for name, sequence_id in self.persisted.items():
             if len(snapshot) >= limit:
                 break
             snapshot[name] = sequence_id
+        return snapshot
+
+    async def _write_snapshots(self) -> None:
+        """Write the snapshots due, the latest each time, as the cursor's properties
+        with its mark-delete at their position. A failure is logged: the next snapshot
+        carries everything (and recovery replays what no snapshot covers)."""
         try:
-            await cursor.mark_delete(position, snapshot)
-            self._last_snapshot_ms = self.clock.wall_ms()
-        except BookieError as error:
-            log.warning(
-                "topic %s: deduplication snapshot at %s failed: %s",
-                self.ledger.name,
-                position,
-                error,
-            )
+            while (due := self._due) is not None and (cursor := self.cursor) is not None:
+                self._due = None
+                position, snapshot = due
+                try:
+                    await cursor.mark_delete(position, snapshot)
+                    self._last_snapshot_ms = self.clock.wall_ms()
+                except BookieError as error:
+                    log.warning(
+                        "topic %s: deduplication snapshot at %s failed: %s",
+                        self.ledger.name,
+                        position,
+                        error,
+                    )
         finally:
             self._snapshotting = False
 

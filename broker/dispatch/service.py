@@ -28,8 +28,8 @@ from broker.dispatch.names import TopicName
 from broker.dispatch.namespaces import NamespaceRegistry
 from broker.dispatch.offloading import offload_ledgers, offload_round, offload_topic_now
 from broker.dispatch.ownership import NotOwnerError, Ownership, ServiceNotReadyError
-from broker.dispatch.partitions import PartitionedTopics
-from broker.dispatch.policies import NamespaceScope, PolicyStore
+from broker.dispatch.partitions import PartitionedTopics, partition_of
+from broker.dispatch.policies import DEDUPLICATION, NamespaceScope, PolicyStore
 from broker.dispatch.service_config import ConsumerOptions, ServiceConfig, TopicLoad
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
@@ -179,6 +179,28 @@ class BrokerService:
             ]
         for topic in affected:
             topic.policy_changed(name)
+        if name == DEDUPLICATION:
+            self._recheck_deduplication(scope)
+
+    def _recheck_deduplication(self, scope: TopicName | NamespaceScope) -> None:
+        """The deduplication policy of ``scope`` changed: the loaded topics it reaches (a
+        topic, the partitions of a partitioned topic, a namespace's topics) turn
+        deduplication on or off in the background, as Pulsar's topics do on a policy
+        update. O(loaded topics)."""
+        for topic_name, topic in self.topics.items():
+            if isinstance(scope, TopicName):
+                partition = partition_of(topic_name)
+                if topic_name != scope and (partition is None or partition[0] != scope):
+                    continue
+            elif (topic_name.tenant, topic_name.namespace) != scope:
+                continue
+            self._owner.spawn(self._check_deduplication(topic), f"deduplication check {topic_name}")
+
+    async def _check_deduplication(self, topic: PersistentTopic) -> None:
+        try:
+            await topic.deduplication.check_status(self.deduplication_enabled(topic.name))
+        except (BookieError, ManagedLedgerError) as error:
+            log.warning("topic %s: deduplication status change failed: %s", topic.name, error)
 
     async def close(self) -> None:
         """Stop upkeep, disconnect consumers, close every topic (ledgers closed cleanly),
@@ -256,9 +278,16 @@ class BrokerService:
             del self._loading[name]
 
     def deduplication_enabled(self, name: TopicName) -> bool:
-        """Whether ``name`` deduplicates: its topic policy, else its namespace's, else
-        brokerDeduplicationEnabled."""
-        return self.config.deduplication.enabled
+        """Whether ``name`` deduplicates: its topic policy (a partition's: its
+        partitioned topic's), else its namespace's, else brokerDeduplicationEnabled.
+        O(1)."""
+        policies = self.policies
+        value = policies.topic(name, DEDUPLICATION)
+        if value is None and (partition := partition_of(name)) is not None:
+            value = policies.topic(partition[0], DEDUPLICATION)
+        if value is None:
+            value = policies.namespace(name.tenant, name.namespace, DEDUPLICATION)
+        return self.config.deduplication.enabled if value is None else bool(value)
 
     def check_owner(self, name: TopicName) -> None:
         """NotOwnerError naming the owner when another broker serves the topic's bundle;

@@ -27,6 +27,11 @@ The headline is brokerlab / pulsar-lite for produce and for consume, measured in
 (issue #15's target: >= 0.8 of both with batching on; batching off is reported). The
 bench reports the ratios and whether they meet the target; it never fails on them.
 
+A third server, brokerlab with ``brokerDeduplicationEnabled=true`` (issue #37), runs the
+same rows: the cost of message deduplication on the produce path (a check and a record
+per send, a snapshot every ``brokerDeduplicationEntriesInterval`` entries) is its rate
+over plain brokerlab's, reported as ``deduplication_cost`` (1.0: free).
+
 Settings, chosen to be alike on both servers and each side's defaults otherwise:
 
 - durability: pulsar-lite acknowledges a publish once its entry-log write (``write``,
@@ -106,8 +111,12 @@ CONSUME_STALL_S = 30.0  # no new message for this long while some are missing: g
 RECEIVE_POLL_MS = 1000
 SEND_CHECK_EVERY = 1000  # sends with a callback that checks their result
 ADMIN_TIMEOUT_S = 30.0
-SERVERS = ("brokerlab", "reference")
-SERVER_LABELS = {"brokerlab": "brokerlab", "reference": "pulsar-lite"}
+SERVERS = ("brokerlab", "brokerlab-dedup", "reference")
+SERVER_LABELS = {
+    "brokerlab": "brokerlab",
+    "brokerlab-dedup": "brokerlab (dedup)",
+    "reference": "pulsar-lite",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +219,7 @@ class WireServer(ServerProcess):
 class BrokerlabServer(WireServer):
     """``brokerlab serve``: ready once it printed both its HTTP and its binary line."""
 
-    def __init__(self, data_dir: pathlib.Path) -> None:
+    def __init__(self, data_dir: pathlib.Path, deduplication: bool = False) -> None:
         argv = [sys.executable, "-m", "broker.cli", "serve", "--host", HOST, "--port", "0"]
         argv += ["--broker-port", "-1", "--data-dir", str(data_dir)]
         conf = _conf_dir()
@@ -218,7 +227,9 @@ class BrokerlabServer(WireServer):
             argv += ["--config", str(conf / "broker.conf")]
             argv += ["--storage-config", str(conf / "storage.conf")]
         argv += ["--storage-set", "storageMode=disk", "--storage-set", "syncMode=none"]
-        super().__init__("brokerlab", argv)
+        if deduplication:
+            argv += ["--set", "brokerDeduplicationEnabled=true"]
+        super().__init__("brokerlab-dedup" if deduplication else "brokerlab", argv)
 
     async def start(self) -> str:
         await self._spawn()
@@ -569,9 +580,14 @@ class Row:
 
 async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, Any]:
     brokerlab = BrokerlabServer(data_root / "brokerlab")
+    deduplicating = BrokerlabServer(data_root / "brokerlab-dedup", deduplication=True)
     binary = find_pulsar_lite()
     reference = ReferenceServer(binary or pathlib.Path("pulsar-lite"), data_root / "pulsar-lite")
-    servers: dict[str, WireServer] = {"brokerlab": brokerlab, "reference": reference}
+    servers: dict[str, WireServer] = {
+        "brokerlab": brokerlab,
+        "brokerlab-dedup": deduplicating,
+        "reference": reference,
+    }
     rows = {
         (server, batching): Row(server, batching)
         for batching in (True, False)
@@ -580,11 +596,17 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ADMIN_TIMEOUT_S))
     try:
         missing = "pulsar-lite is not installed (pip install 'brokerlab[reference]')"
-        brokerlab_error, reference_error = await asyncio.gather(
+        brokerlab_error, dedup_error, reference_error = await asyncio.gather(
             _start(brokerlab),
+            _start(deduplicating),
             _start(reference) if binary is not None else asyncio.sleep(0, missing),
         )
-        for key, error in (("brokerlab", brokerlab_error), ("reference", reference_error)):
+        started = (
+            ("brokerlab", brokerlab_error),
+            ("brokerlab-dedup", dedup_error),
+            ("reference", reference_error),
+        )
+        for key, error in started:
             if error is not None:
                 for row in rows.values():
                     if row.server == key:
@@ -604,7 +626,7 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
                 for row in rows.values():
                     if row.server == key and row.error is None:
                         row.error = f"{server.label}: exited with code {server.process.returncode}"
-        return _report(config, list(rows.values()), brokerlab, reference)
+        return _report(config, list(rows.values()), servers, reference)
     finally:
         await session.close()
         await asyncio.gather(*(server.stop() for server in servers.values()))
@@ -655,7 +677,10 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def _report(
-    config: BenchConfig, rows: list[Row], brokerlab: BrokerlabServer, reference: ReferenceServer
+    config: BenchConfig,
+    rows: list[Row],
+    servers: dict[str, WireServer],
+    reference: ReferenceServer,
 ) -> dict[str, Any]:
     reports = [row.report() for row in rows]
     by_key = {(report["server"], report["batching"]): report for report in reports}
@@ -664,6 +689,13 @@ def _report(
         ours, theirs = by_key[("brokerlab", batching)], by_key[("reference", batching)]
         ratios[f"batching_{'on' if batching else 'off'}"] = {
             phase: _ratio(ours[f"{phase}_msgs_per_s"], theirs[f"{phase}_msgs_per_s"])
+            for phase in ("produce", "consume")
+        }
+    cost: dict[str, dict[str, float | None]] = {}
+    for batching in (True, False):
+        on, off = by_key[("brokerlab-dedup", batching)], by_key[("brokerlab", batching)]
+        cost[f"batching_{'on' if batching else 'off'}"] = {
+            phase: _ratio(on[f"{phase}_msgs_per_s"], off[f"{phase}_msgs_per_s"])
             for phase in ("produce", "consume")
         }
     headline = ratios["batching_on"]
@@ -679,6 +711,7 @@ def _report(
             "client": f"pulsar-client {_version('pulsar-client')} (Python, C++ core), "
             "one child process per row and round",
             "brokerlab": "brokerlab serve, storageMode=disk, syncMode=none",
+            "brokerlab-dedup": "the same with brokerDeduplicationEnabled=true",
             "reference": f"pulsar-lite {_version('pulsar-lite')} ({reference.binary}), defaults",
             "entries_source": {
                 "brokerlab": "internalStats numberOfEntries",
@@ -691,10 +724,11 @@ def _report(
                 "service_url": server.service_url or None,
                 "available": all(row.error is None for row in rows if row.server == key),
             }
-            for key, server in (("brokerlab", brokerlab), ("reference", reference))
+            for key, server in servers.items()
         },
         "rows": reports,
         "ratios": ratios,
+        "deduplication_cost": cost,
         "produce_ratio": headline["produce"],
         "consume_ratio": headline["consume"],
         "target_ratio": TARGET_RATIO,
@@ -777,6 +811,11 @@ def format_table(result: dict[str, Any]) -> str:
             verdict = "meets" if result["meets_target"] else "BELOW"
             text += f" ({verdict} the target {target:.2f} of both)"
         out.append(text)
+    for mode, phases in result["deduplication_cost"].items():
+        out.append(
+            f"brokerlab dedup on / off, {mode.replace('_', ' ')}: produce "
+            f"{_cell(phases['produce'], '.2f')}, consume {_cell(phases['consume'], '.2f')}"
+        )
     out += [
         "msg/s = distinct messages / phase time; entries/s = broker entries / phase time; "
         "dups = messages delivered more than once; CPU = cores busy during produce/consume "

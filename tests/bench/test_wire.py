@@ -1,6 +1,7 @@
-"""``brokerlab bench wire --quick --json`` runs end to end: a row for each server and each
-batching mode, with figures that are there, positive and consistent; and the bench tells
-a brokerlab without the binary protocol from one with it by the lines it prints.
+"""``brokerlab bench wire --quick --json`` runs end to end: a row for each server
+(brokerlab with and without deduplication, pulsar-lite) and each batching mode, with
+figures that are there, positive and consistent; and the bench tells a brokerlab without
+the binary protocol from one with it by the lines it prints.
 
 Never asserts on timing, nor on the issue's target ratio: only on the report's structure
 and on counts.
@@ -63,6 +64,8 @@ def test_bench_wire_quick_measures_brokerlab_and_pulsar_lite_batched_and_not() -
     assert set(rows) == {
         ("brokerlab", True),
         ("brokerlab", False),
+        ("brokerlab-dedup", True),
+        ("brokerlab-dedup", False),
         ("reference", True),
         ("reference", False),
     }
@@ -82,6 +85,14 @@ def test_bench_wire_quick_measures_brokerlab_and_pulsar_lite_batched_and_not() -
         for phase in ("produce", "consume"):
             key = f"{phase}_msgs_per_s"
             assert ratios[phase] == round(ours[key] / theirs[key], 4)
+        # deduplication's cost: the same rows with brokerDeduplicationEnabled=true
+        deduplicating = rows[("brokerlab-dedup", batching)]
+        _measured_row_is_consistent(deduplicating, messages)
+        cost = result["deduplication_cost"][f"batching_{'on' if batching else 'off'}"]
+        for phase in ("produce", "consume"):
+            key = f"{phase}_msgs_per_s"
+            assert cost[phase] == round(deduplicating[key] / ours[key], 4)
+    assert result["servers"]["brokerlab-dedup"]["available"] is True
     assert result["produce_ratio"] == result["ratios"]["batching_on"]["produce"]
     assert result["consume_ratio"] == result["ratios"]["batching_on"]["consume"]
     assert isinstance(result["meets_target"], bool)  # reported, never required

@@ -551,6 +551,30 @@ async def test_a_producer_session_outlives_an_unload_and_is_counted_on_the_reloa
         assert (status, body["code"]) == (409, "conflict"), body
 
 
+async def test_with_deduplication_a_named_producer_goes_on_from_its_last_sequence_id(
+    live_broker: LiveBroker,
+) -> None:
+    """The session numbers its messages; on a topic that deduplicates, a session of the
+    same producer name goes on after the highest id its name stored (as Pulsar's client
+    under its WebSocket service), and one told to start lower sends duplicates, answered
+    with message id -1:-1 and not stored."""
+    client = await live_broker(brokerDeduplicationEnabled=True)
+    async with connect(client, producer_path(producerName="ws-app")) as producer:
+        for index in range(3):  # sequence ids 0, 1, 2
+            assert (await produce_ws(producer, f"m{index}"))["result"] == "ok"
+    async with connect(client, producer_path(producerName="ws-app", initialSequenceId=0)) as again:
+        answer = await produce_ws(again, "m1-again")  # sequence id 1: stored already
+    assert answer["result"] == "ok"
+    minus_one = (1 << 64) - 1
+    assert message_id(answer["messageId"])[:2] == (minus_one, minus_one)
+    assert await entries_added(client) == 3
+    async with connect(client, producer_path(producerName="ws-app")) as producer:
+        answer = await produce_ws(producer, "m3")  # sequence id 3: new
+    ledger, entry, _, _ = message_id(answer["messageId"])
+    assert f"{ledger}:{entry}" == (await client.internal_stats(TOPIC))["lastConfirmedEntry"]
+    assert await entries_added(client) == 4
+
+
 # ---------------------------------------------------------------------- broker side
 
 

@@ -905,6 +905,7 @@ async def delete_topic(request: web.Request) -> web.Response:
         `GET /admin/v2/persistent/{t}/{ns}/{topic}/stats` → Pulsar field names: `msgRateIn`,
         `msgThroughputIn`, `msgRateOut`, `msgThroughputOut`, `msgInCounter`, `bytesInCounter`,
         `msgOutCounter`, `bytesOutCounter`, `storageSize`, `backlogSize`, `offloadedStorageSize`,
+        `deduplicationStatus` (`Disabled`, `Recovering`, `Enabled`, `Removing`, `Failed`),
         `subscriptions: {name: {type, msgBacklog, msgRateOut, msgRateRedeliver, msgOutCounter,
         bytesOutCounter, unackedMessages, consumers: [{consumerName, availablePermits,
         unackedMessages, msgRateOut}]}}`. As in Pulsar, a subscription's `msgOutCounter` and

@@ -193,6 +193,9 @@ class TopicStats(BaseModel):
     storageSize: Count = Field(description="Bytes stored.")
     backlogSize: Count = Field(description="Bytes not yet acknowledged by every subscription.")
     offloadedStorageSize: Count = Field(description="Bytes in tiered storage.")
+    deduplicationStatus: Literal["Disabled", "Recovering", "Enabled", "Removing", "Failed"] = Field(
+        description="Message deduplication on the topic, as Pulsar names its states."
+    )
     subscriptions: dict[str, SubscriptionStats] = Field(description="Stats by subscription name.")
 
 

@@ -65,10 +65,27 @@ class PersistentTopic:
         self.producers: dict[Producer, None] = {}
         self._admin_lock = asyncio.Lock()
 
-    async def publish(self, entries: Sequence[bytes], messages: int = 0) -> Position:
+    async def publish(
+        self,
+        entries: Sequence[bytes],
+        messages: int = 0,
+        sequenced: tuple[str, list[int]] | None = None,
+    ) -> Position:
         """Store entries durably; the position of the first one. ``messages``: how many
-        messages they hold (batched entries hold several; 0: one per entry)."""
+        messages they hold (batched entries hold several; 0: one per entry).
+        ``sequenced``: a producer name and the highest sequence ids of its sends among
+        them, recorded as stored when the topic deduplicates. Every entry stored, by any
+        front end, counts towards the next deduplication snapshot (as every add does in
+        Pulsar), so the ``pulsar.dedup`` cursor never holds trimming back for good."""
         first = await self.ledger.add_entries(entries)
+        deduplication = self.deduplication
+        if deduplication.enabled:
+            if sequenced is not None:
+                producer, highests = sequenced
+                for highest in highests:
+                    deduplication.persisted_one(producer, highest)
+            last = Position(first.ledger_id, first.entry_id + len(entries) - 1)
+            deduplication.entries_stored(len(entries), last)
         nbytes = total_size(entries)
         messages = messages or len(entries)
         self.msg_in.add(messages)

@@ -146,12 +146,8 @@ class ProducerSession:
         if not entries:
             return DUPLICATE_POSITION, verdicts
         try:
-            first = await topic.publish(entries, messages)
+            first = await topic.publish(entries, messages, (name, stored))
         except Exception:
             deduplication.failed(name)
             raise
-        for highest in stored:
-            deduplication.persisted_one(name, highest)
-        last = Position(first.ledger_id, first.entry_id + len(entries) - 1)
-        deduplication.entries_stored(len(entries), last)
         return first, verdicts

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -64,9 +65,11 @@ async def test_a_copy_is_unknown_while_its_first_is_in_flight_then_a_duplicate(
     store = topic.publish
     disk = asyncio.Event()
 
-    async def slow_publish(entries: Sequence[bytes], messages: int = 0) -> Position:
+    async def slow_publish(
+        entries: Sequence[bytes], messages: int = 0, sequenced: Any = None
+    ) -> Position:
         await disk.wait()  # the write is on its way until the test lets it land
-        return await store(entries, messages)
+        return await store(entries, messages, sequenced)
 
     topic.publish = slow_publish  # type: ignore[method-assign]
     writing = asyncio.ensure_future(first.publish_sequenced([sent(0)]))
@@ -165,3 +168,19 @@ async def test_turned_off_it_forgets_everything_and_deletes_its_cursor(
     assert session.last_sequence_id() == -1
     position, verdicts = await session.publish_sequenced([sent(0)])
     assert verdicts is None and position != DUPLICATE_POSITION  # stored again
+
+
+async def test_entries_stored_without_a_producer_count_towards_the_next_snapshot(
+    service: BrokerService,
+) -> None:
+    """Writes with no producer session (HTTP produce, the simulated clients) are not
+    deduplicated but count for snapshots, as every add does in Pulsar: the cursor
+    moves on and does not hold trimming back."""
+    session = await producer(service)
+    await session.publish_sequenced([sent(0)])
+    topic = service.topics[TOPIC]
+    first = await topic.publish([encode_message(b"http", 1), encode_message(b"http", 1)])
+    await topic.deduplication._tasks.settled()
+    cursor = topic.ledger.cursors[DEDUPLICATION_CURSOR_NAME]
+    assert cursor.mark_delete_position == Position(first.ledger_id, first.entry_id + 1)
+    assert cursor.properties == {"app": 0}

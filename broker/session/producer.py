@@ -64,7 +64,8 @@ class ProducerSession:
         """The session ends: its topic counts it no more (writes already queued still
         go to that topic, as they would have). O(1)."""
         topic = self.topic
-        if topic is not None and topic.producers.pop(self, None) is not None:
+        if topic is not None and self in topic.producers:
+            del topic.producers[self]
             topic.deduplication.producer_removed(self.name)
 
     def last_sequence_id(self) -> int:

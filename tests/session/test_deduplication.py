@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from broker.clock import ManualClock
 from broker.dispatch.deduplication import DUP, NOT_DUP, UNKNOWN, DeduplicationConfig
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService, ServiceConfig
@@ -184,3 +185,24 @@ async def test_entries_stored_without_a_producer_count_towards_the_next_snapshot
     cursor = topic.ledger.cursors[DEDUPLICATION_CURSOR_NAME]
     assert cursor.mark_delete_position == Position(first.ledger_id, first.entry_id + 1)
     assert cursor.properties == {"app": 0}
+
+
+async def test_a_producer_gone_for_the_inactivity_timeout_is_forgotten(
+    service: BrokerService,
+) -> None:
+    stays, leaves = await producer(service), await producer(service, "leaves")
+    await stays.publish_sequenced([sent(0)])
+    await leaves.publish_sequenced([sent(7, name="leaves")])
+    leaves.detach()
+    topic = service.topics[TOPIC]
+    clock = service.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance_ms(360 * 60_000 - 1)  # brokerDeduplicationProducerInactivityTimeoutMinutes
+    await topic.deduplication.upkeep()
+    assert topic.deduplication.last_sequence_id("leaves") == 7
+    clock.advance_ms(2)
+    await topic.deduplication.upkeep()
+    assert topic.deduplication.last_sequence_id("leaves") == -1
+    assert stays.last_sequence_id() == 0  # connected: kept however long
+    cursor = topic.ledger.cursors[DEDUPLICATION_CURSOR_NAME]
+    assert cursor.properties == {"app": 0}  # the snapshot without it

@@ -211,14 +211,14 @@ class MessageDeduplication:
         """A send checked NOT_DUP is stored. O(1)."""
         self.persisted[producer] = highest
 
-    def entries_stored(self, count: int, last: Position) -> None:
-        """``count`` entries were stored, the last at ``last``: a snapshot in the
-        background every ``entries_interval`` entries. O(1), O(producers) when one is
-        due."""
+    def entries_stored(self, count: int, ledger_id: int, last_entry_id: int) -> None:
+        """``count`` entries were stored, the last at ``ledger_id:last_entry_id``: a
+        snapshot in the background every ``entries_interval`` entries. O(1), O(producers)
+        when one is due."""
         self._snapshot_counter += count
         if self._snapshot_counter >= self.config.entries_interval:
             self._snapshot_counter = 0
-            self._start_snapshot(last)
+            self._start_snapshot(Position(ledger_id, last_entry_id))
 
     def failed(self, producer: str) -> None:
         """A write of ``producer``'s failed (nothing of it stored): what it pushed goes

@@ -84,8 +84,8 @@ class PersistentTopic:
                 producer, highests = sequenced
                 for highest in highests:
                     deduplication.persisted_one(producer, highest)
-            last = Position(first.ledger_id, first.entry_id + len(entries) - 1)
-            deduplication.entries_stored(len(entries), last)
+            count = len(entries)
+            deduplication.entries_stored(count, first.ledger_id, first.entry_id + count - 1)
         nbytes = total_size(entries)
         messages = messages or len(entries)
         self.msg_in.add(messages)

@@ -21,6 +21,11 @@ class ConflictError(BrokerError):
     """The request contradicts the current state (an existing name, a busy subscription)."""
 
 
+class ReservedNameError(ConflictError):
+    """A name the broker keeps for itself (the subscription ``pulsar.dedup``): Pulsar's
+    NamingException, ProducerBusy on the binary protocol; HTTP 409 ``conflict``."""
+
+
 class PreconditionFailedError(BrokerError):
     """The current state forbids the request (a subscription with consumers)."""
 

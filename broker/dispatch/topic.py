@@ -9,7 +9,12 @@ from typing import Any, Protocol
 from broker.clock import Clock
 from broker.dispatch.deduplication import DeduplicationConfig, MessageDeduplication
 from broker.dispatch.dispatcher import DispatchConfig
-from broker.dispatch.errors import ConflictError, NotFoundError, PreconditionFailedError
+from broker.dispatch.errors import (
+    ConflictError,
+    NotFoundError,
+    PreconditionFailedError,
+    ReservedNameError,
+)
 from broker.dispatch.names import TopicName
 from broker.dispatch.stats import BrokerTotals, RateCounter
 from broker.dispatch.subscription import Subscription
@@ -106,7 +111,11 @@ class PersistentTopic:
 
     async def create_subscription(self, name: str, start: str | Position) -> Subscription:
         """A new durable subscription whose first message is ``start``. ConflictError if
-        it exists."""
+        it exists; ReservedNameError for the broker's own cursor names, as Pulsar."""
+        if name in SYSTEM_CURSORS:
+            raise ReservedNameError(
+                f"Subscription with reserved subscription name {name} attempted"
+            )
         self.ledger.touch()  # before any await: an inactive-topic check must not delete it now
         async with self._admin_lock:
             if name in self.subscriptions:

@@ -851,7 +851,7 @@ START_MESSAGE_ID = PatternQuery(
         404: "the topic does not exist and `allowAutoTopicCreation=false`.",
         409: "a subscription of that name already exists on the topic, or on a partition of the "
         "partitioned topic (nothing changes); the name of a partition past its partitioned "
-        "topic's count.",
+        "topic's count; `pulsar.dedup`, the name of the broker's deduplication cursor.",
         413: "body over `maxHttpRequestBodyBytes`.",
         503: "storage fault or timeout; the subscription was not created (the topic itself may "
         "have been created, by auto-creation, before the fault).",

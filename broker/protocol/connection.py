@@ -37,6 +37,7 @@ from broker.dispatch.errors import (
     NotImplementedYetError,
     PreconditionFailedError,
     ProducerLimitError,
+    ReservedNameError,
     TooLargeError,
     UnavailableError,
 )
@@ -95,6 +96,8 @@ def server_error(error: BaseException) -> int:
         return ServerError.NotAllowedError
     if isinstance(error, NotOwnerError | ServiceNotReadyError):
         return ServerError.ServiceNotReady  # the client looks the topic up again
+    if isinstance(error, ReservedNameError):
+        return ServerError.ProducerBusy  # Pulsar's NamingException
     if isinstance(error, ConflictError | PreconditionFailedError):
         return ServerError.ConsumerBusy
     if isinstance(error, NotFoundError):

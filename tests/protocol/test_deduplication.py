@@ -253,3 +253,25 @@ def test_bad_policy_requests_get_pulsars_status_and_change_nothing(
     assert broker.request("POST", no_topic, True).status == 404
     assert broker.request("GET", no_topic).status == 404
     assert status_is(broker, topic, "Disabled")
+
+
+def test_the_deduplication_cursor_is_no_subscription_and_its_name_is_reserved(
+    shared_served_broker: ServedBrokerFactory, pulsar_client: Callable[..., pulsar.Client]
+) -> None:
+    broker = shared_served_broker(**DEDUP)
+    # the broker answers ProducerBusy (Pulsar's NamingException), which the client
+    # retries until its operation timeout, as against Pulsar
+    client = pulsar_client(broker.service_url, operation_timeout_seconds=2)
+    topic = new_topic("reserved")
+    producer = client.create_producer(topic, producer_name="owner")
+    producer.send(b"m0")
+    with pytest.raises((pulsar.ProducerBusy, pulsar.Timeout)):
+        client.subscribe(topic, "pulsar.dedup")
+    answer = broker.request("PUT", admin_path(topic) + "/subscription/pulsar.dedup", "latest")
+    assert answer.status == 409 and set(answer.body) == {"reason", "code"}
+    assert stats(broker, topic)["subscriptions"] == {}
+    assert "pulsar.dedup" in broker.ok("GET", admin_path(topic) + "/internalStats")["cursors"]
+    producer.close()
+    producer = client.create_producer(topic, producer_name="owner")
+    assert producer.last_sequence_id() == 0  # the state is untouched
+    producer.close()

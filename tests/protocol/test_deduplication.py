@@ -1,7 +1,8 @@
 """Message deduplication with the official client against ``brokerlab serve``: a
 producer's resends (the same sequence ids) are stored once and acknowledged with message
-id -1:-1, batched or not; a reopened producer learns its last sequence id; both survive a
-kill -9 of the broker; the namespace and topic policy routes turn it on and off."""
+id -1:-1; a reopened producer learns its last sequence id; both survive a kill -9 and a
+graceful restart of the broker; the namespace and topic policy routes turn it on and
+off; the deduplication cursor's name is reserved."""
 
 from __future__ import annotations
 
@@ -138,8 +139,9 @@ def test_a_reopened_producer_gets_its_last_sequence_id_and_goes_on_after_it(
 # ---------------------------------------------------------------------- crashes
 
 
-def test_deduplication_survives_a_kill_9_of_the_broker(
-    served_broker: ServedBrokerFactory, client_of: ClientFactory
+@pytest.mark.parametrize("restart", ["kill -9", "graceful"])
+def test_deduplication_survives_a_restart_of_the_broker(
+    served_broker: ServedBrokerFactory, client_of: ClientFactory, restart: str
 ) -> None:
     """A snapshot every 4 entries: 10 messages leave a snapshot at the 8th entry and 2
     entries after it, so the recovery uses both the snapshot and the replay."""
@@ -157,7 +159,10 @@ def test_deduplication_survives_a_kill_9_of_the_broker(
 
     eventually(snapshot_at_8th, "the snapshot at the 8th entry")
     producer.close()
-    broker.kill()
+    if restart == "kill -9":
+        broker.kill()
+    else:
+        assert broker.stop() == 0
     broker.start()  # on the same binary port: the client reconnects
     producer = client.create_producer(topic, producer_name="survivor")
     assert producer.last_sequence_id() == 9

@@ -62,10 +62,14 @@ class Consumer:
         "_available",
         "_released",
         "ack_timeout_ms",
+        "address",
         "bytes_out",
+        "client_version",
         "closed",
+        "connected_since_ms",
         "consumer_id",
         "last_active_ns",
+        "metadata",
         "msg_out",
         "nack_delay_ms",
         "name",
@@ -111,6 +115,12 @@ class Consumer:
         self.msg_out = RateCounter()
         self.bytes_out = RateCounter()
         self._available = asyncio.Event()
+        #: the stats' facts of its client: address (``/127.0.0.1:50000``), when it
+        #: connected (wall ms), client version, the metadata it subscribed with
+        self.address = ""
+        self.connected_since_ms = 0
+        self.client_version = ""
+        self.metadata: dict[str, str] = {}
 
     @property
     def available_permits(self) -> int:

@@ -25,6 +25,11 @@ class PreconditionFailedError(BrokerError):
     """The current state forbids the request (a subscription with consumers)."""
 
 
+class MethodNotAllowedError(BrokerError):
+    """Pulsar refuses the operation on this kind of thing (peek on a partitioned topic's
+    name): HTTP 405."""
+
+
 class TooLargeError(BrokerError):
     """A message, a batch or a request is over its configured size or count."""
 

@@ -17,6 +17,7 @@ from broker.clock import Clock
 from broker.dispatch.cache_rates import CacheRates
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.errors import (
+    ConflictError,
     ConsumerLimitError,
     NotAllowedLimitError,
     NotFoundError,
@@ -226,9 +227,12 @@ class BrokerService:
 
     # ------------------------------------------------------------------ topics
 
-    async def get_topic(self, name: TopicName, create: bool) -> PersistentTopic:
+    async def get_topic(
+        self, name: TopicName, create: bool, *, explicit: bool = False
+    ) -> PersistentTopic:
         """The loaded topic, loading it from storage if it exists. NotFoundError when it
-        does not exist and ``create`` is false (or auto-creation is off)."""
+        does not exist and ``create`` is false (or auto-creation is off). ``explicit``:
+        an admin creating it, whatever allowAutoTopicCreation says."""
         topic = self.topics.get(name)
         if topic is not None:
             return topic
@@ -243,7 +247,8 @@ class BrokerService:
         future: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name] = future
         try:
-            topic = await self._load(name, await self.partitions.may_create(name, create))
+            may_create = await self.partitions.may_create(name, create or explicit)
+            topic = await self._load(name, may_create or explicit)
             future.set_result(topic)
             return topic
         except BaseException as error:
@@ -252,6 +257,14 @@ class BrokerService:
             raise
         finally:
             del self._loading[name]
+
+    async def create_topic(self, name: TopicName) -> PersistentTopic:
+        """Pulsar's createNonPartitionedTopic: ConflictError when the topic exists, when
+        a partitioned topic has that name, or when it names a partition past its
+        partitioned topic's count. Created whatever allowAutoTopicCreation says."""
+        if await self.partitions.exists(name):
+            raise ConflictError(f"This topic already exists: {name}")
+        return await self.get_topic(name, create=True, explicit=True)
 
     def check_owner(self, name: TopicName) -> None:
         """NotOwnerError naming the owner when another broker serves the topic's bundle;
@@ -429,6 +442,10 @@ class BrokerService:
             options.nack_delay_ms,
             self.clock.monotonic_ns(),
         )
+        consumer.address = options.address
+        consumer.client_version = options.client_version
+        consumer.metadata = options.metadata
+        consumer.connected_since_ms = self.clock.wall_ms()
         await subscription.add_consumer(consumer, options.subscription_type)
         if self.topics.get(name) is not topic:
             # the topic was unloaded while this consumer attached: don't leave it orphaned

@@ -74,3 +74,8 @@ class ConsumerOptions:
     priority_level: int = 0
     ack_timeout_ms: int = 0
     nack_delay_ms: int = 60000
+    #: what the topic's stats show of the client: its address (``/ip:port``), client
+    #: version and the metadata it subscribed with
+    address: str = ""
+    client_version: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)

@@ -10,7 +10,7 @@ from broker.clock import Clock
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import ConflictError, NotFoundError, PreconditionFailedError
 from broker.dispatch.names import TopicName
-from broker.dispatch.stats import BrokerTotals, RateCounter
+from broker.dispatch.stats import BrokerTotals, PublisherStats, RateCounter, iso_time
 from broker.dispatch.subscription import Subscription
 from broker.ledger.entry import publish_time_of
 from broker.ledger.managed_cursor import ManagedCursor
@@ -21,6 +21,11 @@ from storage_stub.bookie.api import total_size
 
 class Producer(Protocol):
     """A front end's producer attached to a topic (the binary protocol's)."""
+
+    @property
+    def stats(self) -> PublisherStats:
+        """Its part of the topic's stats (``publishers``)."""
+        ...
 
     def close_from_broker(self) -> None:
         """The topic is going (unload, delete): tell the client and stop publishing."""
@@ -56,16 +61,27 @@ class PersistentTopic:
         #: came (a dict as an insertion-ordered set: an unload tells them in that order,
         #: so their reconnects are the same on every run)
         self.producers: dict[Producer, None] = {}
+        #: stats' ``waitingPublishers``: producers waiting for exclusive access
+        self.waiting_publishers = 0
+        #: stats' ``deduplicationStatus`` (Pulsar's: Disabled, Enabled, Initializing,
+        #: Failed); Disabled until a deduplication engine says otherwise
+        self.deduplication_status = "Disabled"
         self._admin_lock = asyncio.Lock()
 
-    async def publish(self, entries: Sequence[bytes], messages: int = 0) -> Position:
+    async def publish(
+        self, entries: Sequence[bytes], messages: int = 0, publisher: PublisherStats | None = None
+    ) -> Position:
         """Store entries durably; the position of the first one. ``messages``: how many
-        messages they hold (batched entries hold several; 0: one per entry)."""
+        messages they hold (batched entries hold several; 0: one per entry).
+        ``publisher``: the producer's stats, counting them too."""
         first = await self.ledger.add_entries(entries)
         nbytes = total_size(entries)
         messages = messages or len(entries)
         self.msg_in.add(messages)
         self.bytes_in.add(nbytes)
+        if publisher is not None:
+            publisher.msg_in.add(messages)
+            publisher.bytes_in.add(nbytes)
         self.totals.produced += messages
         self.totals.produced_bytes += nbytes
         return first
@@ -177,6 +193,8 @@ class PersistentTopic:
     def refresh_rates(self, elapsed_s: float) -> None:
         self.msg_in.refresh(elapsed_s)
         self.bytes_in.refresh(elapsed_s)
+        for producer in self.producers:
+            producer.stats.refresh(elapsed_s)
         for subscription in self.subscriptions.values():
             subscription.msg_redeliver.refresh(elapsed_s)
             for consumer in subscription.consumers:
@@ -206,6 +224,10 @@ class PersistentTopic:
                         "msgThroughputOut": consumer.bytes_out.rate,
                         "msgOutCounter": consumer.msg_out.total,
                         "bytesOutCounter": consumer.bytes_out.total,
+                        "address": consumer.address,
+                        "connectedSince": iso_time(consumer.connected_since_ms),
+                        "clientVersion": consumer.client_version,
+                        "metadata": consumer.metadata,
                     }
                 )
                 sub_rate_out += consumer.msg_out.rate
@@ -228,8 +250,9 @@ class PersistentTopic:
                 "unackedMessages": subscription.unacked_messages(),
                 "consumers": consumers,
             }
+        rate_in = self.msg_in.rate
         return {
-            "msgRateIn": self.msg_in.rate,
+            "msgRateIn": rate_in,
             "msgThroughputIn": self.bytes_in.rate,
             "msgRateOut": msg_rate_out,
             "msgThroughputOut": throughput_out,
@@ -240,6 +263,10 @@ class PersistentTopic:
             "storageSize": ledger.total_size(),
             "backlogSize": ledger.size_after(slowest) if slowest is not None else 0,
             "offloadedStorageSize": sum(i.size for i in ledger.ledgers if i.offloaded),
+            "averageMsgSize": self.bytes_in.rate / rate_in if rate_in > 0 else 0.0,
+            "publishers": [producer.stats.to_json() for producer in self.producers],
+            "waitingPublishers": self.waiting_publishers,
+            "deduplicationStatus": self.deduplication_status,
             "subscriptions": subscriptions,
         }
 

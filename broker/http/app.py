@@ -26,7 +26,7 @@ from broker.dispatch.errors import (
 )
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
-from broker.http import pulsar_admin, security, websocket
+from broker.http import admin_topics, pulsar_admin, security, websocket
 from broker.http.app_state import (
     CLOCK,
     CLUSTER,
@@ -35,6 +35,7 @@ from broker.http.app_state import (
     NODE,
     SETTINGS,
     STORAGE,
+    client_address,
     request_port,
 )
 from broker.http.codec import MIN_BODY_BYTES as CODEC_MIN_BODY_BYTES
@@ -156,6 +157,7 @@ def _add_routes(app: web.Application, settings: Settings) -> None:
         websocket.setup(app)
     app.add_routes(routes)
     app.add_routes(pulsar_admin.routes)
+    app.add_routes(admin_topics.routes)
 
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
@@ -534,6 +536,7 @@ async def create_consumer(request: web.Request) -> web.Response:
         priority_level=body["priorityLevel"],
         ack_timeout_ms=body["ackTimeoutMillis"],
         nack_delay_ms=body["negativeAckRedeliveryDelayMillis"],
+        address=client_address(request),
     )
     consumer = await _service(request).create_consumer(name, subscription, options, HttpConsumer)
     assert isinstance(consumer, HttpConsumer)
@@ -910,9 +913,16 @@ async def delete_topic(request: web.Request) -> web.Response:
         `bytesOutCounter` keep what consumers that have left were delivered, and the topic's
         keep what deleted subscriptions were: since the topic was loaded, they never go down.
 
+        `averageMsgSize`, `waitingPublishers`, `deduplicationStatus`, `publishers: [{accessMode,
+        msgRateIn, msgThroughputIn, averageMsgSize, chunkedMessageRate, producerId,
+        supportsPartialProducer, producerName, address, connectedSince, clientVersion,
+        metadata}]` (producers of binary-protocol and WebSocket clients; HTTP produce has
+        none), and each consumer's `address` (`/ip:port`, as Pulsar prints it),
+        `connectedSince` (ISO 8601, UTC), `clientVersion` and `metadata`.
+
         **Extension:** exactly these fields, and each consumer's `msgThroughputOut`,
         `msgOutCounter` and `bytesOutCounter` (bytes delivered per second, messages and bytes
-        delivered since it connected); no `publishers`, unlike Pulsar. Rates are numbers
+        delivered since it connected). Rates are numbers
         per second (`msgRate*` messages/s, `msgThroughput*` bytes/s); counters and sizes are
         integers (bytes for sizes). A subscription's `type` is the type of its connected
         consumers or, with none, of its last ones; `None` when no consumer has connected since
@@ -1526,8 +1536,9 @@ async def openapi(request: web.Request) -> web.Response:
 
 def contract() -> list[Operation]:
     """Every operation of the HTTP contract, in declaration order: this module's, then
-    those of Pulsar's admin and lookup routes (``pulsar_admin``)."""
-    return [*api.operations, *pulsar_admin.api.operations]
+    those of Pulsar's admin and lookup routes (``pulsar_admin``), of its admin routes on
+    a topic's messages (``admin_topics``)."""
+    return [*api.operations, *pulsar_admin.api.operations, *admin_topics.api.operations]
 
 
 # ---------------------------------------------------------------------- fault injection

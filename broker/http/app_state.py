@@ -38,6 +38,15 @@ def request_port(request: web.Request) -> int:
     return request.url.port or 80
 
 
+def client_address(request: web.Request) -> str:
+    """The client's address as Pulsar's stats print it: ``/127.0.0.1:50000``."""
+    transport = request.transport
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"/{peer[0]}:{peer[1]}"
+    return f"/{request.remote or '?'}"
+
+
 def topic_service(request: web.Request, name: TopicName) -> BrokerService:
     """The service of the broker owning ``name``, for front ends that act for a client
     wherever the topic lives (the WebSocket API, as Pulsar's WebSocket service is a

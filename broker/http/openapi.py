@@ -192,6 +192,22 @@ def _parameters() -> Json:
             "A broker's index in the cluster: 0 .. brokers - 1.",
             {"type": "integer", "format": "int32", "minimum": 0},
         ),
+        "messagePosition": _path_parameter(
+            "messagePosition",
+            "Which unacknowledged entry of the backlog, from 1.",
+            {"type": "integer", "format": "int32", "minimum": 1, "maximum": 2147483647},
+        ),
+        "numMessages": _path_parameter(
+            "numMessages",
+            "How many entries.",
+            {"type": "integer", "format": "int32", "minimum": 0, "maximum": 2147483647},
+        ),
+        "expireTimeInSeconds": _path_parameter(
+            "expireTimeInSeconds",
+            "Messages published longer ago than this many seconds expire.",
+            {"type": "integer", "format": "int32", "minimum": 0, "maximum": 2147483647},
+        ),
+        "cluster": _name_parameter("cluster", "The cluster's name (`clusterName`)."),
     }
 
 

@@ -302,6 +302,8 @@ async def partitioned_stats(request: web.Request) -> web.Response:
         stats = topic.stats()
         _merge_stats(total, stats)
         by_partition[str(topic.name)] = stats
+    rate_in = total.get("msgRateIn", 0)
+    total["averageMsgSize"] = total.get("msgThroughputIn", 0) / rate_in if rate_in > 0 else 0.0
     # Pulsar's PartitionedTopicMetadata; one being deleted answers 404 above
     total["metadata"] = {"partitions": len(topics), "deleted": False}
     total["partitions"] = by_partition if per_partition else {}

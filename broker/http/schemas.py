@@ -147,6 +147,33 @@ class ConsumerStats(BaseModel):
     msgThroughputOut: Double = Field(description="Bytes delivered per second.")
     msgOutCounter: Count = Field(description="Messages delivered since it connected.")
     bytesOutCounter: Count = Field(description="Bytes delivered since it connected.")
+    address: str = Field(description="The client's address, as Pulsar prints it: `/ip:port`.")
+    connectedSince: str = Field(description="When it connected (ISO 8601, UTC).")
+    clientVersion: str = Field(description="The client's version (CONNECT's); `\"\"` over HTTP.")
+    metadata: dict[str, str] = Field(description="The metadata it subscribed with.")
+
+
+class PublisherStats(BaseModel):
+    """One producer, as Pulsar's PublisherStats."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accessMode: Literal["Shared", "Exclusive", "ExclusiveWithFencing", "WaitForExclusive"] = Field(
+        description="Its access mode."
+    )
+    msgRateIn: Double = Field(description="Messages it published per second.")
+    msgThroughputIn: Double = Field(description="Bytes it published per second.")
+    averageMsgSize: Double = Field(description="msgThroughputIn / msgRateIn (0 when idle).")
+    chunkedMessageRate: Double = Field(description="Always 0.")
+    producerId: Count = Field(description="The producer's id on its connection.")
+    supportsPartialProducer: bool = Field(description="Always false.")
+    producerName: str = Field(description="The producer's name.")
+    address: str = Field(description="The client's address, as Pulsar prints it: `/ip:port`.")
+    connectedSince: str = Field(description="When it connected (ISO 8601, UTC).")
+    clientVersion: str = Field(
+        description="The client's version (CONNECT's); `\"\"` over WebSocket."
+    )
+    metadata: dict[str, str] = Field(description="The metadata it was created with.")
 
 
 class SubscriptionStats(BaseModel):
@@ -193,6 +220,14 @@ class TopicStats(BaseModel):
     storageSize: Count = Field(description="Bytes stored.")
     backlogSize: Count = Field(description="Bytes not yet acknowledged by every subscription.")
     offloadedStorageSize: Count = Field(description="Bytes in tiered storage.")
+    averageMsgSize: Double = Field(description="msgThroughputIn / msgRateIn (0 when idle).")
+    publishers: list[PublisherStats] = Field(
+        description="Producers of connected clients (binary protocol, WebSocket)."
+    )
+    waitingPublishers: Count = Field(description="Producers waiting for exclusive access.")
+    deduplicationStatus: Literal["Disabled", "Enabled", "Initializing", "Failed"] = Field(
+        description="Message deduplication's state on this topic."
+    )
     subscriptions: dict[str, SubscriptionStats] = Field(description="Stats by subscription name.")
 
 

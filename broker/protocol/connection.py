@@ -280,6 +280,8 @@ class Connection(asyncio.Protocol):
         self.connected = False
         #: the client's authenticated role (None: authentication is off)
         self.role: str | None = None
+        #: CONNECT's client_version, shown in the topic stats of its producers and consumers
+        self.client_version = ""
         #: when the client's credentials expire (epoch seconds, as a token's exp)
         self._auth_expires = math.inf
         #: the client said in CONNECT it can answer an AUTH_CHALLENGE with new credentials
@@ -527,6 +529,7 @@ class Connection(asyncio.Protocol):
             )
             self._schedule_auth_check()
         self.connected = True
+        self.client_version = connect.client_version
         self._protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         command = BaseCommand(type=Type.CONNECTED)
         connected = command.connected
@@ -677,6 +680,11 @@ class Connection(asyncio.Protocol):
                     else f"{self.server.config.clusterName}-0-{next(_producer_names)}"
                 )
                 producer = BinaryProducer(self, request.producer_id, producer_name, name)
+                stats = producer.stats
+                stats.producer_id = request.producer_id
+                stats.address = f"/{self.peer}"
+                stats.client_version = self.client_version
+                stats.metadata = {item.key: item.value for item in request.metadata}
                 if self.closed:
                     return
                 producer.attach(topic)  # maxProducersPerTopic
@@ -737,6 +745,9 @@ class Connection(asyncio.Protocol):
                 receiver_queue_size=0,
                 initial_position="Earliest" if start == "earliest" else "Latest",
                 priority_level=request.priority_level,
+                address=f"/{self.peer}",
+                client_version=self.client_version,
+                metadata={item.key: item.value for item in request.metadata},
             )
             consumer = await self.service.create_consumer(
                 name,

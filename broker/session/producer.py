@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.dispatch.names import TopicName
+from broker.dispatch.stats import PublisherStats
 from broker.ledger.position import Position
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ class ProducerSession:
     """A client's producer on topic ``topic_name``. ``topic`` is the loaded topic it is
     counted in (None before :meth:`attach` and after the topic unloaded). O(1) state."""
 
-    __slots__ = ("name", "next_sequence_id", "service", "topic", "topic_name")
+    __slots__ = ("name", "next_sequence_id", "service", "stats", "topic", "topic_name")
 
     def __init__(
         self, service: BrokerService, topic_name: TopicName, name: str, first_sequence_id: int = 0
@@ -31,6 +32,8 @@ class ProducerSession:
         self.name = name
         self.next_sequence_id = first_sequence_id
         self.topic: PersistentTopic | None = None
+        #: its part of the topic's stats (``publishers``); the front end fills in who
+        self.stats = PublisherStats(name, service.clock.wall_ms())
 
     def attach(self, topic: PersistentTopic) -> None:
         """Count this producer among ``topic``'s: ProducerLimitError over
@@ -74,4 +77,4 @@ class ProducerSession:
         topic = self.topic
         if topic is None:
             topic = await self.current_topic()
-        return await topic.publish(entries, messages)
+        return await topic.publish(entries, messages, self.stats)

@@ -39,8 +39,8 @@ async def test_after_an_unload_the_next_write_counts_the_producer_on_the_new_top
     assert new.ledger.last_confirmed == first
 
 
-def test_sequence_ids_follow_on_from_the_first() -> None:
-    producer = ProducerSession(None, TOPIC, "p", first_sequence_id=5)  # type: ignore[arg-type]
+def test_sequence_ids_follow_on_from_the_first(service: BrokerService) -> None:
+    producer = ProducerSession(service, TOPIC, "p", first_sequence_id=5)
     assert producer.sequence_ids(1) == 5
     assert producer.sequence_ids(3) == 6
     assert producer.sequence_ids(1) == 9

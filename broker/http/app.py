@@ -26,7 +26,7 @@ from broker.dispatch.errors import (
 )
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
-from broker.http import admin_topics, pulsar_admin, security, websocket
+from broker.http import admin_brokers, admin_topics, pulsar_admin, security, websocket
 from broker.http.app_state import (
     CLOCK,
     CLUSTER,
@@ -36,7 +36,7 @@ from broker.http.app_state import (
     SETTINGS,
     STORAGE,
     client_address,
-    request_port,
+    learn_own_url,
 )
 from broker.http.codec import MIN_BODY_BYTES as CODEC_MIN_BODY_BYTES
 from broker.http.codec import CodecError, CodecPool, Encoded, default_codec_processes
@@ -158,6 +158,7 @@ def _add_routes(app: web.Application, settings: Settings) -> None:
     app.add_routes(routes)
     app.add_routes(pulsar_admin.routes)
     app.add_routes(admin_topics.routes)
+    app.add_routes(admin_brokers.routes)
 
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
@@ -199,15 +200,6 @@ def _topic(request: web.Request) -> TopicName:
 
 def _subscription_name(request: web.Request) -> str:
     return check_name_part("subscription", request.match_info["subscription"])
-
-
-def _learn_own_url(request: web.Request) -> None:
-    """A broker that ``brokerlab serve`` did not start (``create_app``: tests, embedding)
-    learns its HTTP URL from the first request that lists it: serve sets it when it
-    binds, before any request."""
-    node = request.app[NODE]
-    if not node.address.http_url:
-        node.address.http_url = http_url(node.config.advertisedAddress, request_port(request))
 
 
 def _service(request: web.Request) -> BrokerService:
@@ -1354,7 +1346,7 @@ async def dashboard(request: web.Request) -> web.Response:
 )
 async def dashboard_data(request: web.Request) -> web.Response:
     """One snapshot of the counters the dashboard charts; the page computes the rates."""
-    _learn_own_url(request)
+    learn_own_url(request)
     service = _service(request)
     settings = request.app[SETTINGS]
     node = request.app[NODE]
@@ -1439,7 +1431,7 @@ def _broker_summary(node: BrokerNode) -> dict[str, Any]:
 )
 async def list_brokers(request: web.Request) -> web.Response:
     """The brokers of this cluster: state, URLs, bundles owned, restarts."""
-    _learn_own_url(request)
+    learn_own_url(request)
     return _json([node.describe() for node in request.app[NODE].cluster.nodes])
 
 
@@ -1495,7 +1487,7 @@ async def restart_broker(request: web.Request) -> web.Response:
     ``downtimeMs`` (default 0). Asked of another broker, the answer comes when the
     restarted broker is up again (200); asked of the broker itself, at once (202), since
     the restart closes it."""
-    _learn_own_url(request)
+    learn_own_url(request)
     node = request.app[NODE]
     cluster = node.cluster
     index = _path_int(request, "index")
@@ -1537,8 +1529,13 @@ async def openapi(request: web.Request) -> web.Response:
 def contract() -> list[Operation]:
     """Every operation of the HTTP contract, in declaration order: this module's, then
     those of Pulsar's admin and lookup routes (``pulsar_admin``), of its admin routes on
-    a topic's messages (``admin_topics``)."""
-    return [*api.operations, *pulsar_admin.api.operations, *admin_topics.api.operations]
+    a topic's messages (``admin_topics``) and of its broker routes (``admin_brokers``)."""
+    return [
+        *api.operations,
+        *pulsar_admin.api.operations,
+        *admin_topics.api.operations,
+        *admin_brokers.api.operations,
+    ]
 
 
 # ---------------------------------------------------------------------- fault injection

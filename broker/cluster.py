@@ -112,6 +112,15 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
             else config.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
         ),
         unload_inactive_topics=config.brokerlabUnloadInactiveTopicsEnabled,
+        retention_time_minutes=config.defaultRetentionTimeInMinutes,
+        retention_size_mb=config.defaultRetentionSizeInMB,
+        message_ttl_s=config.ttlDurationDefaultInSeconds,
+        message_expiry_check_interval_s=config.messageExpiryCheckIntervalInMinutes * 60.0,
+        backlog_quota_check_enabled=config.backlogQuotaCheckEnabled,
+        backlog_quota_check_interval_s=float(config.backlogQuotaCheckIntervalInSeconds),
+        backlog_quota_limit_bytes=config.backlogQuotaDefaultLimitBytes,
+        backlog_quota_limit_s=config.backlogQuotaDefaultLimitSecond,
+        backlog_quota_policy=config.backlogQuotaDefaultRetentionPolicy,
     )
 
 

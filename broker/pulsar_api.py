@@ -470,6 +470,8 @@ class ServerError:
     AuthorizationError = 4
     ConsumerBusy = 5
     ServiceNotReady = 6
+    ProducerBlockedQuotaExceededError = 7
+    ProducerBlockedQuotaExceededException = 8
     ChecksumError = 9
     UnsupportedVersionError = 10
     TopicNotFound = 11

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from broker.cache.stream import CacheEventStream
 from broker.clock import Clock
+from broker.dispatch import backlog_quota
 from broker.dispatch.cache_rates import CacheRates
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.errors import (
@@ -29,13 +30,14 @@ from broker.dispatch.names import TopicName
 from broker.dispatch.namespaces import NamespaceRegistry
 from broker.dispatch.offloading import offload_ledgers, offload_round, offload_topic_now
 from broker.dispatch.ownership import NotOwnerError, Ownership, ServiceNotReadyError
-from broker.dispatch.partitions import PartitionedTopics
-from broker.dispatch.policies import NamespaceScope, PolicyStore
+from broker.dispatch.partitions import PartitionedTopics, partition_of
+from broker.dispatch.policies import MESSAGE_TTL, NamespaceScope, PolicyStore
 from broker.dispatch.service_config import ConsumerOptions, ServiceConfig, TopicLoad
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic, Producer
 from broker.ledger.cache_evictor import CacheEvictor
+from broker.ledger.errors import ManagedLedgerError
 from broker.ledger.managed_ledger import (
     LedgerInfo,
     ManagedLedger,
@@ -151,15 +153,20 @@ class BrokerService:
         #: namespace and topic policies (durable; reads from memory)
         self.policies = policies or PolicyStore(metadata, config.cluster_name)
         self.namespaces = NamespaceRegistry(metadata, config.cluster_name, self, self.policies)
-        self._unwatch_policies: Callable[[], None] | None = None
+        #: its loaded topics apply policy changes from now until it closes
+        self._unwatch_policies: Callable[[], None] | None = self.policies.watch(
+            self._policy_changed
+        )
 
     def start(self) -> None:
-        self._unwatch_policies = self.policies.watch(self._policy_changed)
         self._owner.spawn(self._upkeep_loop(), name="broker upkeep")
         self._owner.spawn(self.evictor.run(), name="cache eviction")
         config = self.config
         if config.delete_inactive_topics or config.unload_inactive_topics:
             self._owner.spawn(self._inactive_topics_loop(), name="inactive topics")
+        self._owner.spawn(self._message_expiry_loop(), name="message expiry")
+        if config.backlog_quota_check_enabled:
+            self._owner.spawn(self._backlog_quota_loop(), name="backlog quotas")
 
     def _stop_watching_policies(self) -> None:
         if self._unwatch_policies is not None:
@@ -167,18 +174,73 @@ class BrokerService:
             self._unwatch_policies = None
 
     def _policy_changed(self, scope: TopicName | NamespaceScope, name: str) -> None:
-        """A namespace or topic policy changed: the loaded topics it reaches apply it.
-        O(loaded topics) for a namespace's policy, O(1) for a topic's."""
+        """A namespace or topic policy changed: the loaded topics it reaches apply it (a
+        partitioned topic's policy reaches its partitions). O(loaded topics); policy
+        changes are rare."""
         if isinstance(scope, TopicName):
-            topic = self.topics.get(scope)
-            affected = [] if topic is None else [topic]
+            key = self.policies.topic_key
+            affected = [t for n, t in self.topics.items() if key(n) == scope]
         else:
             tenant, namespace = scope
             affected = [
                 t for n, t in self.topics.items() if n.tenant == tenant and n.namespace == namespace
             ]
         for topic in affected:
+            backlog_quota.apply_retention(self.policies, self.config, topic)
+            topic.ledger.touch()  # the upkeep trims it under the new retention
             topic.policy_changed(name)
+
+    # ------------------------------------------------------------------ message TTL
+
+    async def _message_expiry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.message_expiry_check_interval_s)
+            try:
+                await self.check_message_expiry()
+            except (BookieError, ManagedLedgerError) as error:
+                log.warning("message expiry: storage error, will retry: %s", error)
+
+    async def check_message_expiry(self) -> int:
+        """Pulsar's message-TTL check (``messageExpiryCheckIntervalInMinutes``): on each
+        loaded topic whose TTL (its policy, its namespace's, ``ttlDurationDefaultInSeconds``)
+        is set, every subscription acknowledges the messages older than it, by the
+        broker's clock. O(loaded topics) plus, per subscription with a backlog, a binary
+        search over publish times. Returns the entries expired."""
+        now_ms = self.clock.wall_ms()
+        default = self.config.message_ttl_s
+        expired = 0
+        for topic in list(self.topics.values()):
+            ttl = self.policies.effective(topic.name, MESSAGE_TTL, default)
+            if not ttl or ttl <= 0 or self.topics.get(topic.name) is not topic:
+                continue
+            for subscription in list(topic.subscriptions.values()):
+                if subscription.backlog() > 0:
+                    expired += await subscription.expire_messages(now_ms, int(ttl))
+        return expired
+
+    # ------------------------------------------------------------------ backlog quotas
+
+    async def _backlog_quota_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.backlog_quota_check_interval_s)
+            try:
+                await self.check_backlog_quotas()
+            except (BookieError, ManagedLedgerError) as error:
+                log.warning("backlog quotas: storage error, will retry: %s", error)
+
+    async def check_backlog_quotas(self) -> int:
+        """Pulsar's backlog-quota check (``backlogQuotaCheckIntervalInSeconds``): each
+        loaded topic over a quota has the quota's policy applied (see
+        :mod:`broker.dispatch.backlog_quota`). O(loaded topics x subscriptions). Returns
+        how many topics were over a quota."""
+        now_ms = self.clock.wall_ms()
+        over = 0
+        for topic in list(self.topics.values()):
+            if self.topics.get(topic.name) is topic and await backlog_quota.enforce(
+                self.policies, self.config, topic, now_ms
+            ):
+                over += 1
+        return over
 
     async def close(self) -> None:
         """Stop upkeep, disconnect consumers, close every topic (ledgers closed cleanly),
@@ -301,6 +363,7 @@ class BrokerService:
             events.unloaded()
             raise UnavailableError(f"cannot load topic {name}: {error}") from error
         topic = PersistentTopic(name, ledger, self.config.dispatch, self.clock, self.totals)
+        backlog_quota.apply_retention(self.policies, self.config, topic)
         self.topics[name] = topic
         ledger.on_touch = functools.partial(self._wake, topic)
         self._active[topic] = None
@@ -342,7 +405,8 @@ class BrokerService:
             for subscription in topic.subscriptions.values():
                 await subscription.close()
             await topic.ledger.delete()
-            await self.policies.drop_topic(name)  # Pulsar drops a deleted topic's policies
+            if partition_of(name) is None:  # a partition's are its partitioned topic's
+                await self.policies.drop_topic(name)  # Pulsar drops a deleted topic's policies
 
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
         """Unload every loaded topic of the namespace as a bundle move would: consumers
@@ -499,6 +563,7 @@ class BrokerService:
             raise ProducerLimitError(
                 f"topic {topic.name} has maxProducersPerTopic={limit} producers"
             )
+        backlog_quota.check_producer(self.policies, self.config, topic, self.clock.wall_ms())
         topic.producers[producer] = None
 
     def consumer(self, consumer_id: str) -> Consumer:

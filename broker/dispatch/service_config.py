@@ -53,6 +53,21 @@ class ServiceConfig:
     max_reads_in_flight_bytes: int = 0
     reads_in_flight_timeout_ms: int = 60_000
     reads_in_flight_queue_size: int = 50_000
+    #: the policies' broker defaults: defaultRetentionTimeInMinutes,
+    #: defaultRetentionSizeInMB (-1: unlimited), ttlDurationDefaultInSeconds (0: none)
+    retention_time_minutes: int = 0
+    retention_size_mb: int = 0
+    message_ttl_s: int = 0
+    #: messageExpiryCheckIntervalInMinutes, in seconds
+    message_expiry_check_interval_s: float = 300.0
+    #: backlogQuotaCheckEnabled, backlogQuotaCheckIntervalInSeconds,
+    #: backlogQuotaDefaultLimitBytes, backlogQuotaDefaultLimitSecond (-1: none),
+    #: backlogQuotaDefaultRetentionPolicy
+    backlog_quota_check_enabled: bool = True
+    backlog_quota_check_interval_s: float = 60.0
+    backlog_quota_limit_bytes: int = -1
+    backlog_quota_limit_s: int = -1
+    backlog_quota_policy: str = "producer_request_hold"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,14 @@ from broker.dispatch.errors import (
 )
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
-from broker.http import admin_brokers, admin_topics, pulsar_admin, security, websocket
+from broker.http import (
+    admin_brokers,
+    admin_policies,
+    admin_topics,
+    pulsar_admin,
+    security,
+    websocket,
+)
 from broker.http.app_state import (
     CLOCK,
     CLUSTER,
@@ -159,6 +166,7 @@ def _add_routes(app: web.Application, settings: Settings) -> None:
     app.add_routes(pulsar_admin.routes)
     app.add_routes(admin_topics.routes)
     app.add_routes(admin_brokers.routes)
+    app.add_routes(admin_policies.routes)
 
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
@@ -1529,12 +1537,14 @@ async def openapi(request: web.Request) -> web.Response:
 def contract() -> list[Operation]:
     """Every operation of the HTTP contract, in declaration order: this module's, then
     those of Pulsar's admin and lookup routes (``pulsar_admin``), of its admin routes on
-    a topic's messages (``admin_topics``) and of its broker routes (``admin_brokers``)."""
+    a topic's messages (``admin_topics``), of its broker routes (``admin_brokers``) and
+    of its retention, TTL and backlog quota policies (``admin_policies``)."""
     return [
         *api.operations,
         *pulsar_admin.api.operations,
         *admin_topics.api.operations,
         *admin_brokers.api.operations,
+        *admin_policies.api.operations,
     ]
 
 

@@ -239,7 +239,9 @@ FORCE_PARTITIONS_DELETE = FlagQuery("force", "Close connected consumers first.")
 async def delete_partitioned_topic(request: web.Request) -> web.Response:
     name = _topic(request)
     force = FORCE_PARTITIONS_DELETE.read(request)
-    await _service(request).partitions.delete(name, force)
+    service = _service(request)
+    await service.partitions.delete(name, force)
+    await service.policies.drop_topic(name)  # as Pulsar drops a deleted topic's policies
     return _no_content()
 
 

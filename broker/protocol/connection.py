@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.auth.errors import AuthenticationError
 from broker.auth.service import TOKEN_METHOD
+from broker.dispatch.backlog_quota import ProducerBlockedError
 from broker.dispatch.errors import (
     BrokerError,
     ConflictError,
@@ -90,6 +91,10 @@ def server_error(error: BaseException) -> int:
         return ServerError.NotAllowedError
     if isinstance(error, NotOwnerError | ServiceNotReadyError):
         return ServerError.ServiceNotReady  # the client looks the topic up again
+    if isinstance(error, ProducerBlockedError):
+        if error.hold:
+            return ServerError.ProducerBlockedQuotaExceededError
+        return ServerError.ProducerBlockedQuotaExceededException
     if isinstance(error, ConflictError | PreconditionFailedError):
         return ServerError.ConsumerBusy
     if isinstance(error, NotFoundError):

@@ -24,7 +24,7 @@ from broker.dispatch.backlog_quota import (
     default_quota,
     quota_json,
 )
-from broker.dispatch.errors import NotFoundError, PreconditionFailedError
+from broker.dispatch.errors import InvalidRequestError, NotFoundError, PreconditionFailedError
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.ownership import bundle_boundaries
 from broker.dispatch.policies import BACKLOG_QUOTA, MESSAGE_TTL, RETENTION
@@ -35,8 +35,8 @@ from broker.http.contract import (
     NAMESPACE,
     ChoiceQuery,
     FlagQuery,
-    IntQuery,
     JsonBody,
+    PatternQuery,
     RouteTable,
     Success,
 )
@@ -80,7 +80,8 @@ class BacklogQuota(TypedDict):
 RETENTION_BODY = JsonBody[RetentionPolicies](RetentionPolicies, "The retention policy.")
 QUOTA_BODY = JsonBody[BacklogQuota](BacklogQuota, "The backlog quota.")
 TTL_BODY = JsonBody[int](
-    Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)], "The message TTL in seconds."
+    Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX, strict=True)],
+    "The message TTL in seconds, a bare JSON number.",
 )
 QUOTA_TYPE = ChoiceQuery(
     "backlogQuotaType", "Which quota.", (DESTINATION_STORAGE, MESSAGE_AGE), DESTINATION_STORAGE
@@ -88,9 +89,22 @@ QUOTA_TYPE = ChoiceQuery(
 APPLIED = FlagQuery(
     "applied", "The policy that applies (the topic's, else its namespace's, else the broker's)."
 )
-TOPIC_TTL = IntQuery(
-    "messageTTL", "The message TTL in seconds (0: none).", 0, -INT32_MAX, INT32_MAX
+TOPIC_TTL = PatternQuery(
+    "messageTTL", "The message TTL in seconds (0: none); required.", r"^-?[0-9]{1,10}$", "0"
 )
+
+
+def _topic_ttl(request: web.Request) -> int:
+    """The ``messageTTL`` query: 400 when absent or not an integer, 412 when negative or
+    over Java's int, as Pulsar's checks answer."""
+    raw = TOPIC_TTL.read(request)
+    digits = raw[1:] if raw is not None and raw.startswith("-") else raw
+    if digits is None or not digits.isascii() or not digits.isdigit() or len(digits) > 10:
+        raise InvalidRequestError("query parameter messageTTL must be an integer (seconds)")
+    ttl = int(raw or "0")
+    if ttl < 0 or ttl > INT32_MAX:
+        raise PreconditionFailedError("Invalid value for message TTL")
+    return ttl
 
 
 def _json(data: Any) -> web.Response:
@@ -652,9 +666,7 @@ async def get_topic_ttl(request: web.Request) -> web.Response:
 )
 async def set_topic_ttl(request: web.Request) -> web.Response:
     name = await _topic(request)
-    ttl = TOPIC_TTL.read(request)
-    if ttl < 0:
-        raise PreconditionFailedError("Invalid value for message TTL")
+    ttl = _topic_ttl(request)
     await _service(request).policies.set_topic(name, MESSAGE_TTL, ttl)
     return web.Response(status=204)
 

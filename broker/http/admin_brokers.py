@@ -17,6 +17,7 @@ import broker
 from broker.cluster import BrokerNode
 from broker.dispatch.errors import NotFoundError
 from broker.dispatch.names import check_name_part
+from broker.dispatch.ownership import bundle_boundaries
 from broker.http.app_state import NODE, SETTINGS, learn_own_url
 from broker.http.contract import RouteTable, Success
 from storage_stub.confkeys import format_value
@@ -239,7 +240,70 @@ async def active_brokers(request: web.Request) -> web.Response:
     return _json([_broker_id(node.address.http_url) for node in _active(request)])
 
 
+@api.operation(
+    "GET",
+    "/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces",
+    "getOwnedNamespaces",
+    tag="broker",
+    summary="the bundles a broker owns",
+    success=Success(
+        200,
+        '`{"public/default/0x00000000_0x40000000": {"broker_assignment": "shared", '
+        '"is_controlled": false, "is_active": true}}`.',
+        {"type": "object", "additionalProperties": {"type": "object"}},
+    ),
+    down=False,
+    errors={
+        400: "bad cluster name.",
+        404: "not this cluster, or no broker of it has that id (`host:port`).",
+    },
+    description="""
+        `GET /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces` → Pulsar's map of
+        NamespaceOwnershipStatus by bundle (`{tenant}/{namespace}/0x{lower}_0x{upper}`), as
+        Pulsar Manager's broker page reads it. `{broker}` is a broker id of
+        `GET /admin/v2/brokers/{cluster}`.
+
+        **Extension:** any broker of the cluster answers for any other (Pulsar redirects to
+        the broker named).
+    """,
+)
+async def owned_namespaces(request: web.Request) -> web.Response:
+    _check_cluster(request)
+    learn_own_url(request)
+    wanted = request.match_info["broker"]
+    cluster = request.app[NODE].cluster
+    for node in cluster.nodes:
+        if node.address.http_url and _broker_id(node.address.http_url) == wanted:
+            status = {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
+            return _json(
+                {
+                    f"{namespace}/{bundle}": status
+                    for namespace, bundle in sorted(cluster.ownership.bundles_of(node.index))
+                }
+            )
+    raise NotFoundError(f"no broker {wanted!r} in this cluster")
+
+
 # ---------------------------------------------------------------------- clusters
+
+
+@api.operation(
+    "GET",
+    "/admin/v2/clusters/{cluster}/failureDomains",
+    "getFailureDomains",
+    tag="clusters, tenants and namespaces",
+    summary="a cluster's failure domains",
+    success=Success(200, "`{}`.", {"type": "object"}),
+    down=False,
+    errors={400: "bad cluster name.", 404: "not this cluster (`clusterName`)."},
+    description="""
+        `GET /admin/v2/clusters/{cluster}/failureDomains` → `{}`: brokerlab has no failure
+        domains (Pulsar Manager's cluster page reads them).
+    """,
+)
+async def failure_domains(request: web.Request) -> web.Response:
+    _check_cluster(request)
+    return _json({})
 
 
 @api.operation(
@@ -285,3 +349,60 @@ async def get_cluster(request: web.Request) -> web.Response:
             "tlsAllowInsecureConnection": False,
         }
     )
+
+
+# ---------------------------------------------------------------------- namespaces
+
+
+@api.operation(
+    "GET",
+    "/admin/v2/namespaces/{tenant}/{namespace}/bundles",
+    "getBundlesData",
+    tag="clusters, tenants and namespaces",
+    summary="a namespace's bundles",
+    success=Success(
+        200,
+        '`{"boundaries": ["0x00000000", "0x40000000", "0x80000000", "0xc0000000", '
+        '"0xffffffff"], "numBundles": 4}`.',
+        {"type": "object"},
+    ),
+    errors={400: "bad tenant or namespace name.", 404: "the namespace does not exist."},
+    description="""
+        `GET /admin/v2/namespaces/{t}/{ns}/bundles` → Pulsar's BundlesData: the
+        `defaultNumberOfNamespaceBundles` equal ranges of topic-name hashes every namespace
+        has (brokerlab does not split bundles).
+    """,
+)
+async def namespace_bundles(request: web.Request) -> web.Response:
+    tenant = check_name_part("tenant", request.match_info["tenant"])
+    namespace = check_name_part("namespace", request.match_info["namespace"])
+    service = request.app[NODE].running_service()
+    if not await service.namespaces.namespace_exists(tenant, namespace):
+        raise NotFoundError(f"Namespace {tenant}/{namespace} does not exist")
+    boundaries = bundle_boundaries(request.app[SETTINGS].broker.defaultNumberOfNamespaceBundles)
+    return _json(
+        {
+            "boundaries": [f"0x{boundary:08x}" for boundary in boundaries],
+            "numBundles": len(boundaries) - 1,
+        }
+    )
+
+
+@api.operation(
+    "GET",
+    "/admin/v2/non-persistent/{tenant}/{namespace}",
+    "listNonPersistentTopics",
+    tag="topics",
+    summary="non-persistent topics of a namespace",
+    success=Success(200, "`[]`.", {"type": "array", "items": {"type": "string"}}),
+    errors={400: "bad tenant or namespace name."},
+    description="""
+        `GET /admin/v2/non-persistent/{t}/{ns}` → `[]`: brokerlab has persistent topics only
+        (tools that list both kinds, as Pulsar Manager does, get an empty list).
+    """,
+)
+async def non_persistent_topics(request: web.Request) -> web.Response:
+    check_name_part("tenant", request.match_info["tenant"])
+    check_name_part("namespace", request.match_info["namespace"])
+    request.app[NODE].running_service()
+    return _json([])

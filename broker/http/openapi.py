@@ -208,6 +208,11 @@ def _parameters() -> Json:
             {"type": "integer", "format": "int32", "minimum": 0, "maximum": 2147483647},
         ),
         "cluster": _name_parameter("cluster", "The cluster's name (`clusterName`)."),
+        "broker": _path_parameter(
+            "broker",
+            "A broker id, `host:port` of its web service.",
+            {"type": "string", "minLength": 1},
+        ),
     }
 
 

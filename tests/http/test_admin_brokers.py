@@ -66,3 +66,34 @@ async def test_every_broker_of_a_cluster_is_listed_and_the_first_up_leads(
     )
     status, body = await cluster.clients[0].request("GET", "/admin/v2/brokers/ready")
     assert (status, body["code"]) == (503, "unavailable")
+
+
+async def test_pulsar_managers_pages_find_bundles_owners_and_no_failure_domains(
+    local_cluster: LocalClusterFactory,
+) -> None:
+    cluster = await local_cluster(brokers=2)
+    first, second = cluster.clients
+    ids = [client.base_url.removeprefix("http://") for client in cluster.clients]
+    assert (await first.request("POST", "/topics/persistent/public/default/owned", json={
+        "messages": [{"payload": "bQ=="}]
+    }))[0] in (200, 307)  # fmt: skip
+    owned: dict[str, dict[str, object]] = {}
+    for broker_id in ids:
+        status, bundles = await second.request(
+            "GET", f"/admin/v2/brokers/standalone/{broker_id}/ownedNamespaces"
+        )
+        assert status == 200
+        owned |= bundles
+    assert owned and all(name.startswith("public/default/0x") for name in owned)
+    assert all(value["is_active"] is True for value in owned.values())
+    status, body = await first.request(
+        "GET", "/admin/v2/brokers/standalone/nobody:1/ownedNamespaces"
+    )
+    assert (status, body["code"]) == (404, "not-found")
+    assert await first.request("GET", "/admin/v2/clusters/standalone/failureDomains") == (200, {})
+    status, bundles = await first.request("GET", "/admin/v2/namespaces/public/default/bundles")
+    assert status == 200 and bundles["numBundles"] == 4
+    assert bundles["boundaries"][0] == "0x00000000" and bundles["boundaries"][-1] == "0xffffffff"
+    status, body = await first.request("GET", "/admin/v2/namespaces/public/nowhere/bundles")
+    assert (status, body["code"]) == (404, "not-found")
+    assert await first.request("GET", "/admin/v2/non-persistent/public/default") == (200, [])

@@ -1136,7 +1136,7 @@ class WebSocketProducer(ProducerSession):
         except _STORAGE_ERRORS as error:
             await self._fail(group, f"{type(error).__name__}: {error}")
             return
-        publish = loop.create_task(topic.publish(entries, len(group)))
+        publish = loop.create_task(topic.publish(entries, len(group), self.stats))
         try:
             if timeout_s:
                 remaining = group[0].received + timeout_s - time.monotonic()

@@ -107,6 +107,11 @@ def _topic_ttl(request: web.Request) -> int:
     return ttl
 
 
+#: the 204 of a policy read
+UNSET = "none is set (Pulsar's `null`): no body."
+APPLIED_UNSET = "none is set on the topic and `applied` is `false` (Pulsar's `null`): no body."
+
+
 def _json(data: Any) -> web.Response:
     return web.Response(body=orjson.dumps(data), content_type="application/json")
 
@@ -262,9 +267,9 @@ async def get_policies(request: web.Request) -> web.Response:
     summary="a namespace's retention",
     success=Success(
         200,
-        '`{"retentionTimeInMinutes": 60, "retentionSizeInMB": 1024}`; 204 with no body when '
-        "none is set (Pulsar's `null`).",
+        '`{"retentionTimeInMinutes": 60, "retentionSizeInMB": 1024}`.',
         {"type": "object"},
+        unset=UNSET,
     ),
     errors={400: "bad tenant or namespace name.", 404: "the namespace does not exist."},
     description="""
@@ -349,9 +354,7 @@ async def remove_namespace_retention(request: web.Request) -> web.Response:
     "getNamespaceMessageTTL",
     tag="namespace and topic policies",
     summary="a namespace's message TTL",
-    success=Success(
-        200, "the TTL in seconds; 204 with no body when none is set.", {"type": "integer"}
-    ),
+    success=Success(200, "the TTL in seconds.", {"type": "integer"}, unset=UNSET),
     errors={400: "bad tenant or namespace name.", 404: "the namespace does not exist."},
     description="""
         `GET /admin/v2/namespaces/{t}/{ns}/messageTTL` → an integer.
@@ -556,9 +559,7 @@ TOPIC_NOTE = """
     tag="namespace and topic policies",
     summary="a topic's retention",
     query=(APPLIED,),
-    success=Success(
-        200, "RetentionPolicies; 204 with no body when none is set.", {"type": "object"}
-    ),
+    success=Success(200, "RetentionPolicies.", {"type": "object"}, unset=APPLIED_UNSET),
     errors=TOPIC_ERRORS_READ,
     description="""
         `GET /admin/v2/persistent/{t}/{ns}/{topic}/retention?applied=false` → the topic's own
@@ -632,7 +633,7 @@ async def remove_topic_retention(request: web.Request) -> web.Response:
     tag="namespace and topic policies",
     summary="a topic's message TTL",
     query=(APPLIED,),
-    success=Success(200, "seconds; 204 with no body when none is set.", {"type": "integer"}),
+    success=Success(200, "seconds.", {"type": "integer"}, unset=APPLIED_UNSET),
     errors=TOPIC_ERRORS_READ,
     description="""
         `GET .../{topic}/messageTTL?applied=false` → the topic's own TTL; `applied=true`: the

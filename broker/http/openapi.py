@@ -127,6 +127,8 @@ _ALSO_DOWN = " Also while this broker is down (restarting, or not started yet)."
 
 def _operation(op: Operation) -> Json:
     responses: Json = {str(op.success.status): success_answer(op.success)}
+    if op.success.unset is not None:
+        responses["204"] = {"description": plain(op.success.unset)}
     if op.redirect is not None:
         responses["307"] = redirect_answer(op.redirect)
     for status, when in op.error_statuses().items():

@@ -165,20 +165,23 @@ def _check_retention(retention: dict[str, Any]) -> None:
         )
 
 
-def _quota_within_retention(quota: dict[str, Any], retention: dict[str, Any] | None) -> bool:
-    """Pulsar's rule: a backlog quota must stay below the retention (a backlog the
-    retention would not keep makes no sense)."""
+def _quota_within_retention(
+    quota: dict[str, Any] | None, retention: dict[str, Any] | None, default: dict[str, Any]
+) -> bool:
+    """Pulsar's ``checkBacklogQuota``: the destination_storage quota (``default``, the
+    broker's, when there is none) must stay below a retention's positive limits, its size
+    below the retention size and its time below the retention time."""
     if retention is None:
         return True
     minutes = retention["retentionTimeInMinutes"]
     megabytes = retention["retentionSizeInMB"]
-    if minutes == -1 and megabytes == -1:
+    if megabytes <= 0 and minutes <= 0:
         return True
-    limit_size = int(quota.get("limitSize", -1))
-    limit_time = int(quota.get("limitTime", -1))
-    if megabytes >= 0 and limit_size >= megabytes * 1024 * 1024:
+    if quota is None:
+        quota = default
+    if megabytes > 0 and int(quota.get("limitSize", -1)) >= megabytes * 1024 * 1024:
         return False
-    return not (minutes >= 0 and limit_time >= minutes * 60)
+    return not (minutes > 0 and int(quota.get("limitTime", -1)) >= minutes * 60)
 
 
 def _retention_json(body: RetentionPolicies) -> dict[str, Any]:
@@ -313,9 +316,11 @@ async def set_namespace_retention(request: web.Request) -> web.Response:
     tenant, namespace = await _namespace(request)
     retention = _retention_json(await RETENTION_BODY.read(request))
     _check_retention(retention)
-    policies = _service(request).policies
+    service = _service(request)
+    policies = service.policies
     quotas = policies.namespace(tenant, namespace, BACKLOG_QUOTA) or {}
-    if not all(_quota_within_retention(quota, retention) for quota in quotas.values()):
+    quota = quotas.get(DESTINATION_STORAGE)
+    if quotas and not _quota_within_retention(quota, retention, default_quota(service.config)):
         raise PreconditionFailedError(
             "Retention Quota must exceed configured backlog quota for namespace."
         )
@@ -487,8 +492,13 @@ async def set_namespace_quota(request: web.Request) -> web.Response:
     tenant, namespace = await _namespace(request)
     quota_type = QUOTA_TYPE.read(request)
     quota = _quota_from(await QUOTA_BODY.read(request))
-    policies = _service(request).policies
-    if not _quota_within_retention(quota, policies.namespace(tenant, namespace, RETENTION)):
+    service = _service(request)
+    policies = service.policies
+    retention = policies.namespace(tenant, namespace, RETENTION)
+    checked = quota if quota_type == DESTINATION_STORAGE else None
+    if checked is not None and not _quota_within_retention(
+        checked, retention, default_quota(service.config)
+    ):
         raise PreconditionFailedError(
             "Backlog Quota exceeds configured retention quota for namespace. "
             "Please increase retention quota and retry"
@@ -600,9 +610,11 @@ async def set_topic_retention(request: web.Request) -> web.Response:
     name = await _topic(request)
     retention = _retention_json(await RETENTION_BODY.read(request))
     _check_retention(retention)
-    policies = _service(request).policies
+    service = _service(request)
+    policies = service.policies
     quotas = policies.topic(name, BACKLOG_QUOTA) or {}
-    if not all(_quota_within_retention(quota, retention) for quota in quotas.values()):
+    quota = quotas.get(DESTINATION_STORAGE)
+    if quotas and not _quota_within_retention(quota, retention, default_quota(service.config)):
         raise PreconditionFailedError(
             "Retention Quota must exceed configured backlog quota for topic."
         )
@@ -742,8 +754,13 @@ async def set_topic_quota(request: web.Request) -> web.Response:
     name = await _topic(request)
     quota_type = QUOTA_TYPE.read(request)
     quota = _quota_from(await QUOTA_BODY.read(request))
-    policies = _service(request).policies
-    if not _quota_within_retention(quota, policies.effective(name, RETENTION, None)):
+    service = _service(request)
+    policies = service.policies
+    retention = policies.effective(name, RETENTION, None)
+    checked = quota if quota_type == DESTINATION_STORAGE else None
+    if checked is not None and not _quota_within_retention(
+        checked, retention, default_quota(service.config)
+    ):
         raise PreconditionFailedError(
             "Backlog Quota exceeds configured retention quota for topic. "
             "Please increase retention quota and retry"

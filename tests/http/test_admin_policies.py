@@ -105,9 +105,10 @@ def test_bad_policies_are_refused_with_pulsars_statuses_and_nothing_is_stored(
     big_quota = {"limitSize": 2 * 1024 * 1024, "policy": "producer_request_hold"}
     assert error(broker, "POST", base + "/backlogQuota", big_quota) == (412, "precondition-failed")
     assert broker.ok("GET", base + "/backlogQuotaMap") == {}
-    assert broker.request("POST", base + "/backlogQuota", {**big_quota, "limitSize": 1000}).status
-    smaller = {"retentionTimeInMinutes": -1, "retentionSizeInMB": 0}
-    assert error(broker, "POST", base + "/retention", smaller) == (412, "precondition-failed")
+    within = {"limitSize": 1000, "limitTime": 7200, "policy": "producer_request_hold"}
+    assert broker.request("POST", base + "/backlogQuota", within).status == 204
+    hour = {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}  # shorter than 7200 s
+    assert error(broker, "POST", base + "/retention", hour) == (412, "precondition-failed")
     assert broker.ok("GET", base + "/retention") == small
 
     for path in ("", "/retention", "/messageTTL", "/backlogQuotaMap"):

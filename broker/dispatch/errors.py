@@ -53,3 +53,15 @@ class ConsumerLimitError(LimitReachedError):
 
 class NotAllowedLimitError(LimitReachedError):
     """maxSubscriptionsPerTopic, maxTopicsPerNamespace: Pulsar answers NotAllowedError."""
+
+
+class IncompatibleSchemaError(ConflictError):
+    """A schema the topic's compatibility strategy refuses (Pulsar's
+    IncompatibleSchemaException): nothing stored. Binary protocol: IncompatibleSchema;
+    HTTP: 409."""
+
+
+class InvalidSchemaError(BrokerError):
+    """A schema whose definition does not parse for its type (Pulsar's
+    InvalidSchemaDataException): nothing stored. Binary protocol: IncompatibleSchema, as
+    Pulsar answers it for old clients; HTTP: 422."""

@@ -111,6 +111,9 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
             else config.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
         ),
         unload_inactive_topics=config.brokerlabUnloadInactiveTopicsEnabled,
+        schema_compatibility_strategy=config.schemaCompatibilityStrategy,
+        allow_auto_update_schema=config.isAllowAutoUpdateSchemaEnabled,
+        schema_validation_enforced=config.isSchemaValidationEnforced,
     )
 
 

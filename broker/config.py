@@ -73,6 +73,13 @@ READS_IN_FLIGHT = Section("Managed ledger: reads in flight")
 DISPATCH = Section("Dispatch")
 LIMITS = Section("Limits (0 = no limit, as Pulsar)")
 INACTIVE = Section("Inactive topics")
+SCHEMA = Section(
+    "Schema registry",
+    intro="""
+    Topics' schemas, versioned in the metadata store, as Pulsar's schema registry. The
+    namespace and topic policies of the same names, when set, take precedence.
+    """,
+)
 STATS = Section("Stats")
 TRACES = Section(
     "Access traces",
@@ -828,6 +835,42 @@ class BrokerConfig(BaseModel):
         "as a bundle unload would: cursors and ledger closed durably, memory freed; the next "
         "produce, consumer or admin call loads the topic again from storage.",
         origin="brokerlab only (Pulsar keeps idle topics loaded; its load manager moves bundles).",
+    )
+
+    schemaCompatibilityStrategy: str = key(
+        "FULL",
+        SCHEMA,
+        "How a new schema of a topic is checked against the ones it has: BACKWARD (the new "
+        "schema reads data written with the latest), FORWARD (the latest reads the new), "
+        "FULL (both), their _TRANSITIVE forms (against every version, not just the latest), "
+        "ALWAYS_COMPATIBLE (no check), ALWAYS_INCOMPATIBLE (no change). Avro and JSON schemas "
+        "are checked by Avro's schema resolution rules; other types only by "
+        "ALWAYS_INCOMPATIBLE; a change of type is always refused (but with ALWAYS_COMPATIBLE).",
+        origin=PULSAR_SAME,
+        choices=(
+            "ALWAYS_INCOMPATIBLE",
+            "ALWAYS_COMPATIBLE",
+            "BACKWARD",
+            "FORWARD",
+            "FULL",
+            "BACKWARD_TRANSITIVE",
+            "FORWARD_TRANSITIVE",
+            "FULL_TRANSITIVE",
+        ),
+    )
+    isAllowAutoUpdateSchemaEnabled: bool = key(
+        True,
+        SCHEMA,
+        "Whether a producer may add a new (compatible) schema version to its topic; when false "
+        "a producer's schema must be one the topic has (an admin registers new ones), else it "
+        "is refused with IncompatibleSchema, even on a topic without a schema.",
+        origin=PULSAR_SAME,
+    )
+    isSchemaValidationEnforced: bool = key(
+        False,
+        SCHEMA,
+        "Refuse producers without a schema (bytes) on topics that have one (IncompatibleSchema).",
+        origin=PULSAR_SAME,
     )
 
     statsUpdateFrequencyInSecs: int = key(

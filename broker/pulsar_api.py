@@ -36,6 +36,12 @@ _LABELS = {"req": _F.LABEL_REQUIRED, "opt": _F.LABEL_OPTIONAL, "rep": _F.LABEL_R
 # name: [(number, field name, label, type or message name, default or None)]
 _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
     "KeyValue": [(1, "key", "req", "string", None), (2, "value", "req", "string", None)],
+    "Schema": [
+        (1, "name", "req", "string", None),
+        (3, "schema_data", "req", "bytes", None),
+        (4, "type", "req", "int32", None),
+        (5, "properties", "rep", "KeyValue", None),
+    ],
     "KeyLongValue": [(1, "key", "req", "string", None), (2, "value", "req", "uint64", None)],
     "IntRange": [(1, "start", "req", "int32", None), (2, "end", "req", "int32", None)],
     "MessageIdData": [
@@ -136,6 +142,7 @@ _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
         (9, "start_message_id", "opt", "MessageIdData", None),
         (10, "metadata", "rep", "KeyValue", None),
         (11, "read_compacted", "opt", "bool", None),
+        (12, "schema", "opt", "Schema", None),
         (13, "initialPosition", "opt", "int32", 0),
         (14, "replicate_subscription_state", "opt", "bool", None),
         (15, "force_topic_creation", "opt", "bool", True),
@@ -179,6 +186,7 @@ _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
         (4, "producer_name", "opt", "string", None),
         (5, "encrypted", "opt", "bool", False),
         (6, "metadata", "rep", "KeyValue", None),
+        (7, "schema", "opt", "Schema", None),
         (8, "epoch", "opt", "uint64", 0),
         (9, "user_provided_producer_name", "opt", "bool", True),
         (10, "producer_access_mode", "opt", "int32", 0),
@@ -267,7 +275,10 @@ _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
         (2, "message_ids", "rep", "MessageIdData", None),
         (3, "consumer_epoch", "opt", "uint64", None),
     ],
-    "CommandSuccess": [(1, "request_id", "req", "uint64", None)],
+    "CommandSuccess": [
+        (1, "request_id", "req", "uint64", None),
+        (2, "schema", "opt", "Schema", None),
+    ],
     "CommandProducerSuccess": [
         (1, "request_id", "req", "uint64", None),
         (2, "producer_name", "req", "string", None),
@@ -333,6 +344,19 @@ _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
         (1, "request_id", "req", "uint64", None),
         (2, "error_code", "opt", "int32", None),
         (3, "error_message", "opt", "string", None),
+        (4, "schema", "opt", "Schema", None),
+        (5, "schema_version", "opt", "bytes", None),
+    ],
+    "CommandGetOrCreateSchema": [
+        (1, "request_id", "req", "uint64", None),
+        (2, "topic", "req", "string", None),
+        (3, "schema", "req", "Schema", None),
+    ],
+    "CommandGetOrCreateSchemaResponse": [
+        (1, "request_id", "req", "uint64", None),
+        (2, "error_code", "opt", "int32", None),
+        (3, "error_message", "opt", "string", None),
+        (4, "schema_version", "opt", "bytes", None),
     ],
 }
 
@@ -374,6 +398,8 @@ _COMMANDS = [
     (35, "getSchemaResponse", "CommandGetSchemaResponse"),
     (36, "authChallenge", "CommandAuthChallenge"),
     (37, "authResponse", "CommandAuthResponse"),
+    (39, "getOrCreateSchema", "CommandGetOrCreateSchema"),
+    (40, "getOrCreateSchemaResponse", "CommandGetOrCreateSchemaResponse"),
 ]
 _SCHEMA["BaseCommand"] = [(1, "type", "req", "int32", None)] + [
     (number, field, "opt", message, None) for number, field, message in _COMMANDS
@@ -458,6 +484,8 @@ class Type:
     GET_SCHEMA_RESPONSE = 35
     AUTH_CHALLENGE = 36
     AUTH_RESPONSE = 37
+    GET_OR_CREATE_SCHEMA = 39
+    GET_OR_CREATE_SCHEMA_RESPONSE = 40
 
 
 class ServerError:
@@ -478,6 +506,7 @@ class ServerError:
     TooManyRequests = 14
     ProducerBusy = 16
     InvalidTopicName = 17
+    IncompatibleSchema = 18
     ConsumerAssignError = 19
     NotAllowedError = 22
 

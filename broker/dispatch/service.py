@@ -29,10 +29,12 @@ from broker.dispatch.namespaces import NamespaceRegistry
 from broker.dispatch.offloading import offload_ledgers, offload_round, offload_topic_now
 from broker.dispatch.ownership import NotOwnerError, Ownership, ServiceNotReadyError
 from broker.dispatch.partitions import PartitionedTopics
+from broker.dispatch.schema_registry import AUTO_CONSUME, SchemaRegistry
 from broker.dispatch.service_config import ConsumerOptions, ServiceConfig, TopicLoad
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic, Producer
+from broker.dispatch.topic_schemas import TopicSchemas
 from broker.ledger.cache_evictor import CacheEvictor
 from broker.ledger.managed_ledger import (
     LedgerInfo,
@@ -143,6 +145,13 @@ class BrokerService:
             metadata, config.partitions, self, config.allow_auto_topic_creation
         )
         self.namespaces = NamespaceRegistry(metadata, config.cluster_name, self)
+        #: topics' schemas (kept in the metadata store) and the rules clients meet
+        self.schemas = TopicSchemas(
+            SchemaRegistry(metadata),
+            config.schema_compatibility_strategy,
+            config.allow_auto_update_schema,
+            config.schema_validation_enforced,
+        )
 
     def start(self) -> None:
         self._owner.spawn(self._upkeep_loop(), name="broker upkeep")
@@ -383,6 +392,7 @@ class BrokerService:
         check_subscription_type(options.subscription_type)
         topic = await self.get_topic(name, create=True)
         self._check_consumer_limits(topic, subscription_name)
+        await self.schemas.consumer_schema(topic, options.schema)  # IncompatibleSchemaError
         begin: str | Position = start if start is not None else (
             "earliest" if options.initial_position == "Earliest" else "latest"
         )  # fmt: skip
@@ -397,6 +407,9 @@ class BrokerService:
             options.ack_timeout_ms,
             options.nack_delay_ms,
             self.clock.monotonic_ns(),
+        )
+        consumer.auto_consume_schema = (
+            options.schema is not None and options.schema.type == AUTO_CONSUME
         )
         await subscription.add_consumer(consumer, options.subscription_type)
         if self.topics.get(name) is not topic:

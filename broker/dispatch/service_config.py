@@ -4,10 +4,14 @@ with, and the load a topic reports."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.partitions import PartitionsConfig
 from broker.ledger.managed_ledger import ManagedLedgerConfig
+
+if TYPE_CHECKING:
+    from broker.dispatch.schema_registry import SchemaData
 
 #: brokerDeleteInactiveTopicsMode values, as Pulsar spells them
 INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
@@ -53,6 +57,11 @@ class ServiceConfig:
     max_reads_in_flight_bytes: int = 0
     reads_in_flight_timeout_ms: int = 60_000
     reads_in_flight_queue_size: int = 50_000
+    #: schemaCompatibilityStrategy, isAllowAutoUpdateSchemaEnabled,
+    #: isSchemaValidationEnforced: the schema rules where no policy says otherwise
+    schema_compatibility_strategy: str = "FULL"
+    allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +83,5 @@ class ConsumerOptions:
     priority_level: int = 0
     ack_timeout_ms: int = 0
     nack_delay_ms: int = 60000
+    #: the schema the client consumes with (None: bytes), checked against the topic's
+    schema: SchemaData | None = None

@@ -28,7 +28,9 @@ from broker.dispatch.errors import (
     BrokerError,
     ConflictError,
     ConsumerLimitError,
+    IncompatibleSchemaError,
     InvalidRequestError,
+    InvalidSchemaError,
     LimitReachedError,
     NotFoundError,
     NotImplementedYetError,
@@ -39,6 +41,13 @@ from broker.dispatch.errors import (
 )
 from broker.dispatch.names import TopicName
 from broker.dispatch.ownership import NotOwnerError, ServiceNotReadyError
+from broker.dispatch.schema_registry import (
+    NONE,
+    SchemaData,
+    schema_id,
+    version_bytes,
+    version_of,
+)
 from broker.dispatch.service import ConsumerOptions
 from broker.ledger.entry import Entry, checksum_ok, metadata_of
 from broker.ledger.managed_ledger import ManagedLedgerError
@@ -90,6 +99,9 @@ def server_error(error: BaseException) -> int:
         return ServerError.NotAllowedError
     if isinstance(error, NotOwnerError | ServiceNotReadyError):
         return ServerError.ServiceNotReady  # the client looks the topic up again
+    if isinstance(error, IncompatibleSchemaError | InvalidSchemaError):
+        # Pulsar answers an invalid schema as incompatible too, for older clients
+        return ServerError.IncompatibleSchema
     if isinstance(error, ConflictError | PreconditionFailedError):
         return ServerError.ConsumerBusy
     if isinstance(error, NotFoundError):
@@ -320,6 +332,8 @@ class Connection(asyncio.Protocol):
             Type.CLOSE_CONSUMER: self._close_consumer,
             Type.CONSUMER_STATS: self._consumer_stats,
             Type.GET_TOPICS_OF_NAMESPACE: self._topics_of_namespace,
+            Type.GET_SCHEMA: self._get_schema,
+            Type.GET_OR_CREATE_SCHEMA: self._get_or_create_schema,
             Type.SUCCESS: self._ignore,
             Type.ERROR: self._ignore,
         }
@@ -677,6 +691,8 @@ class Connection(asyncio.Protocol):
                     else f"{self.server.config.clusterName}-0-{next(_producer_names)}"
                 )
                 producer = BinaryProducer(self, request.producer_id, producer_name, name)
+                schema = self._schema_of(request.schema) if request.HasField("schema") else None
+                await producer.use_schema(topic, schema)  # IncompatibleSchema: refused
                 if self.closed:
                     return
                 producer.attach(topic)  # maxProducersPerTopic
@@ -686,6 +702,9 @@ class Connection(asyncio.Protocol):
             success.request_id = request.request_id
             success.producer_name = producer.name
             success.last_sequence_id = -1
+            if producer.schema_version is not None:
+                # the client stamps it on every message's metadata
+                success.schema_version = version_bytes(producer.schema_version)
             self.write_command(command)
 
         self._async(request.request_id, create(), "producer")
@@ -737,6 +756,7 @@ class Connection(asyncio.Protocol):
                 receiver_queue_size=0,
                 initial_position="Earliest" if start == "earliest" else "Latest",
                 priority_level=request.priority_level,
+                schema=self._schema_of(request.schema) if request.HasField("schema") else None,
             )
             consumer = await self.service.create_consumer(
                 name,
@@ -942,3 +962,82 @@ class Connection(asyncio.Protocol):
             self.write_command(command)
 
         self._async(request.request_id, answer(), "topics of namespace")
+
+    # ------------------------------------------------------------------ schemas
+
+    def _schema_of(self, schema: Any) -> SchemaData:
+        """A client's Schema message as the registry takes it."""
+        return SchemaData(
+            schema.type,
+            schema.schema_data,
+            {pair.key: pair.value for pair in schema.properties},
+            user=self.role or "",
+        )
+
+    def _get_schema(self, request: Any) -> None:
+        """A topic's schema, the latest or the version asked for (as a consumer decoding
+        a message asks for its writer's schema). Answered with an error code in the
+        response, as Pulsar: TopicNotFound when there is none."""
+
+        async def answer() -> None:
+            command = BaseCommand(type=Type.GET_SCHEMA_RESPONSE)
+            response = command.getSchemaResponse
+            response.request_id = request.request_id
+            try:
+                sid = schema_id(topic_name(request.topic))
+                version = None
+                if request.HasField("schema_version"):
+                    if not request.schema_version:
+                        raise InvalidSchemaError("Empty schema version")
+                    version = version_of(request.schema_version)
+                stored = await self.service.schemas.registry.get(sid, version)
+            except (BrokerError, BookieError, OSError) as error:
+                code = server_error(error)
+                response.error_code = ServerError.UnknownError if code == 0 else code
+                response.error_message = str(error)
+            else:
+                if stored is None:
+                    response.error_code = ServerError.TopicNotFound
+                    response.error_message = f"Topic not found or no-schema {request.topic}"
+                else:
+                    schema = response.schema
+                    schema.name = sid
+                    schema.schema_data = stored.schema.data
+                    schema.type = stored.schema.type
+                    for key, value in stored.schema.properties.items():
+                        schema.properties.add(key=key, value=value)
+                    response.schema_version = version_bytes(stored.version)
+            self.write_command(command)
+
+        self.spawn(answer(), "get schema")
+
+    def _get_or_create_schema(self, request: Any) -> None:
+        """Register a schema on an existing topic, or find it there, as a producer's
+        would be (a client producing with several schemas, or AUTO_PRODUCE): its version,
+        empty for none. TopicNotFound when the topic does not exist."""
+
+        async def answer() -> None:
+            command = BaseCommand(type=Type.GET_OR_CREATE_SCHEMA_RESPONSE)
+            response = command.getOrCreateSchemaResponse
+            response.request_id = request.request_id
+            try:
+                name = topic_name(request.topic)
+                try:
+                    topic = await self.service.get_topic(name, create=False)
+                except NotFoundError:
+                    response.error_code = ServerError.TopicNotFound
+                    response.error_message = f"Topic not found {request.topic}"
+                    self.write_command(command)
+                    return
+                schema = self._schema_of(request.schema)
+                version = await self.service.schemas.producer_schema(
+                    topic, None if schema.type == NONE else schema
+                )
+            except (BrokerError, BookieError, ManagedLedgerError, OSError) as error:
+                response.error_code = server_error(error)
+                response.error_message = str(error)
+            else:
+                response.schema_version = b"" if version is None else version_bytes(version)
+            self.write_command(command)
+
+        self.spawn(answer(), "get or create schema")

@@ -13,6 +13,7 @@ from broker.dispatch.names import TopicName
 from broker.ledger.position import Position
 
 if TYPE_CHECKING:
+    from broker.dispatch.schema_registry import SchemaData
     from broker.dispatch.service import BrokerService
     from broker.dispatch.topic import PersistentTopic
 
@@ -21,7 +22,7 @@ class ProducerSession:
     """A client's producer on topic ``topic_name``. ``topic`` is the loaded topic it is
     counted in (None before :meth:`attach` and after the topic unloaded). O(1) state."""
 
-    __slots__ = ("name", "next_sequence_id", "service", "topic", "topic_name")
+    __slots__ = ("name", "next_sequence_id", "schema_version", "service", "topic", "topic_name")
 
     def __init__(
         self, service: BrokerService, topic_name: TopicName, name: str, first_sequence_id: int = 0
@@ -31,6 +32,14 @@ class ProducerSession:
         self.name = name
         self.next_sequence_id = first_sequence_id
         self.topic: PersistentTopic | None = None
+        #: the version of the schema it produces with on its topic (None: no schema)
+        self.schema_version: int | None = None
+
+    async def use_schema(self, topic: PersistentTopic, schema: SchemaData | None) -> None:
+        """Produce with ``schema`` (None: bytes) on ``topic``: it is added to the topic's
+        schemas or found there, and its version kept for the client to stamp on every
+        message. IncompatibleSchemaError, InvalidSchemaError: refused, nothing stored."""
+        self.schema_version = await self.service.schemas.producer_schema(topic, schema)
 
     def attach(self, topic: PersistentTopic) -> None:
         """Count this producer among ``topic``'s: ProducerLimitError over

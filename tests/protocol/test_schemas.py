@@ -1,0 +1,163 @@
+"""Schemas with the official client against a real broker process, as a tutorial app
+uses them: an Avro topic evolving (a new field with a default accepted, a new required
+field refused with IncompatibleSchema under the default FULL strategy), consumers
+decoding each message with its writer's schema (GET_SCHEMA answered, on the connection
+other producers share, which stays up), a String producer refused on a JSON topic, and
+the schema still there after a restart."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pulsar
+import pytest
+from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
+
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker, http_request, new_topic, persistent
+
+pytestmark = pytest.mark.slow
+
+RECEIVE_MS = 20_000
+
+
+def user_v1() -> type[Record]:
+    class User(Record):
+        name = String(required=True)
+
+    return User
+
+
+def user_v2() -> type[Record]:
+    """v1 and an optional field with a default: compatible both ways."""
+
+    class User(Record):
+        name = String(required=True)
+        email = String(required_default=True)
+
+    return User
+
+
+def user_v3() -> type[Record]:
+    """v1 and a required field: v3 cannot read v1's data (BACKWARD breaks)."""
+
+    class User(Record):
+        name = String(required=True)
+        age = Integer(required=True)
+
+    return User
+
+
+def get_schema(broker: ServedBroker, topic: str, tail: str = "/schema") -> Any:
+    """The answer of ``GET /admin/v2/schemas/public/default/{topic}{tail}``."""
+    return http_request(
+        broker.http_urls[0], "GET", f"/admin/v2/schemas/public/default/{topic}{tail}"
+    )
+
+
+@pytest.fixture
+def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
+    return shared_served_broker()
+
+
+@pytest.fixture
+def client(broker: ServedBroker, pulsar_client: Callable[..., pulsar.Client]) -> pulsar.Client:
+    return pulsar_client(broker.service_urls[0])
+
+
+def test_avro_topic_evolves_compatibly_and_refuses_a_new_required_field(
+    broker: ServedBroker, client: pulsar.Client
+) -> None:
+    topic = new_topic("avro")
+    v1, v2, v3 = user_v1(), user_v2(), user_v3()
+    consumer = client.subscribe(persistent(topic), "app", schema=AvroSchema(v2))
+    old = client.create_producer(persistent(topic), schema=AvroSchema(v1))
+    old.send(v1(name="ada"))
+    new = client.create_producer(persistent(topic), schema=AvroSchema(v2))  # accepted
+    new.send(v2(name="grace", email="g@example.com"))
+
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(persistent(topic), schema=AvroSchema(v3))
+
+    # each message decodes with its writer's schema, fetched from the broker by version
+    first = consumer.receive(RECEIVE_MS)
+    second = consumer.receive(RECEIVE_MS)
+    assert (first.value().name, first.value().email) == ("ada", None)
+    assert (second.value().name, second.value().email) == ("grace", "g@example.com")
+    # the versions the producers stamped (8 bytes, big-endian, as Pulsar's): the
+    # consumer came to the idle topic first, so its v2 became version 0 and v1 version 1
+    versions = [m.schema_version().encode("latin-1") for m in (first, second)]
+    assert versions == [(1).to_bytes(8, "big"), (0).to_bytes(8, "big")], versions
+
+    answer = get_schema(broker, topic, "/schemas")
+    assert answer.status == 200
+    stored = answer.body["getSchemaResponses"]
+    assert [v["version"] for v in stored] == [0, 1]  # the refused v3 was not stored
+    assert [v["type"] for v in stored] == ["AVRO", "AVRO"]
+    assert [len(json.loads(v["data"])["fields"]) for v in stored] == [2, 1]
+
+
+def test_a_schema_lookup_leaves_the_shared_connection_up(
+    broker: ServedBroker, client: pulsar.Client
+) -> None:
+    """GET_SCHEMA travels on the connection the client shares with its other producers
+    and consumers: it is answered, and nobody on it reconnects."""
+    topic, bystander_topic = new_topic("decoded"), new_topic("bystander")
+    v1 = user_v1()
+    bystander = client.create_producer(persistent(bystander_topic))
+    watcher = client.subscribe(persistent(bystander_topic), "watch")
+    consumer = client.subscribe(persistent(topic), "app", schema=AvroSchema(v1))
+    producer = client.create_producer(persistent(topic), schema=AvroSchema(v1))
+    lines_before = len(broker.output)
+    for index in range(3):
+        producer.send(v1(name=f"user-{index}"))
+        bystander.send(f"b{index}".encode())
+        assert consumer.receive(RECEIVE_MS).value().name == f"user-{index}"
+    got = [watcher.receive(RECEIVE_MS).data() for _ in range(3)]
+    assert got == [b"b0", b"b1", b"b2"]  # once each: no resend after a reconnect
+    log = "".join(broker.output[lines_before:])
+    assert "closing pulsar connection" not in log, log
+
+
+def test_a_string_producer_is_refused_on_a_json_topic(
+    broker: ServedBroker, client: pulsar.Client
+) -> None:
+    topic = new_topic("json")
+    v1 = user_v1()
+    json_producer = client.create_producer(persistent(topic), schema=JsonSchema(v1))
+    json_producer.send(v1(name="ada"))
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(persistent(topic), schema=StringSchema())
+    # the topic's schema is unchanged: still one JSON version
+    answer = get_schema(broker, topic)
+    assert (answer.status, answer.body["type"], answer.body["version"]) == (200, "JSON", 0)
+    # a consumer reading it as a string is refused too (its type differs)
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(persistent(topic), "strings", schema=StringSchema())
+
+
+def test_the_schema_survives_a_restart(
+    served_broker: ServedBrokerFactory, pulsar_client: Callable[..., Any]
+) -> None:
+    broker = served_broker()
+    topic = new_topic("restart")
+    v1, v3 = user_v1(), user_v3()
+    client = pulsar_client(broker.service_urls[0])
+    client.create_producer(persistent(topic), schema=AvroSchema(v1)).send(v1(name="ada"))
+    client.close()
+    broker.stop()
+    broker.start()
+    client = pulsar_client(broker.service_urls[0])
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(persistent(topic), schema=AvroSchema(v3))
+    consumer = client.subscribe(
+        persistent(topic),
+        "late",
+        schema=AvroSchema(v1),
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    assert consumer.receive(RECEIVE_MS).value().name == "ada"
+    answer = get_schema(broker, topic, "/schema/0")
+    assert (answer.status, answer.body["type"]) == (200, "AVRO")

@@ -38,6 +38,7 @@ from broker.dispatch.errors import ConflictError, InvalidRequestError, Unavailab
 from broker.dispatch.names import TopicName
 from broker.dispatch.ownership import BrokerAddress, Ownership
 from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
+from broker.dispatch.policies import PolicyStore
 from broker.dispatch.service import BrokerService
 from broker.dispatch.service_config import ServiceConfig
 from broker.ledger.managed_ledger import ManagedLedgerConfig
@@ -264,6 +265,7 @@ class BrokerNode:
             cluster.ownership,
             self.index,
             cluster.partitions,
+            cluster.policies,
         )
         self.service = service
         self.incarnation += 1
@@ -396,8 +398,11 @@ class Cluster:
         storage = await open_storage(
             self.settings.storage, self.settings.data_dir, seed=self.seed, clock=self.clock
         )
+        #: the namespace and topic policies every broker reads, loaded once here
+        self.policies = PolicyStore(storage.metadata, self.service_config.cluster_name)
         try:
             await check_data_format(storage.metadata)
+            await self.policies.load()
         except BaseException:
             await storage.close()
             raise

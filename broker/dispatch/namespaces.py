@@ -1,9 +1,11 @@
 """Tenants and namespaces: the small registry Pulsar's admin clients expect.
 
 Records in the metadata store: ``tenant/{t}`` -> Pulsar's TenantInfo
-(``{"adminRoles": [...], "allowedClusters": [...]}``) and ``namespace/{t}/{ns}`` -> ``{}``.
+(``{"adminRoles": [...], "allowedClusters": [...]}``) and ``namespace/{t}/{ns}`` -> the
+namespace's Policies, which the policy store (``broker.dispatch.policies``) owns: the
+registry creates and deletes namespaces through it, so its memory stays in step.
 Tenant ``public`` and namespace ``public/default`` exist from the start, as in Pulsar's
-standalone mode (written on first use, and never again once deleted).
+standalone mode (written when the policy store first loads, and never again once deleted).
 
 The registry answers the admin routes; it does not gate topics: a topic may be created
 in any namespace, registered or not, as brokerlab always allowed.
@@ -11,7 +13,6 @@ in any namespace, registered or not, as brokerlab always allowed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from typing import Protocol
 
@@ -20,14 +21,8 @@ import orjson
 from broker.dispatch.errors import ConflictError, InvalidRequestError, NotFoundError
 from broker.dispatch.names import TopicName
 from broker.dispatch.partitions import PartitionedTopics
+from broker.dispatch.policies import TENANT_PREFIX, PolicyStore
 from storage_stub.bookie.api import MetadataStore
-
-TENANT_PREFIX = "tenant/"
-NAMESPACE_PREFIX = "namespace/"
-#: written once the standalone defaults exist, so deleting them sticks
-DEFAULTS_KEY = "registry/standalone-defaults"
-DEFAULT_TENANT = "public"
-DEFAULT_NAMESPACE = "default"
 
 
 class NamespaceTopics(Protocol):
@@ -45,28 +40,16 @@ class NamespaceRegistry:
     """Tenants and namespaces. Every operation is O(1) metadata calls except listings
     (one prefix scan) and deletes (which delete the topics they hold)."""
 
-    def __init__(self, metadata: MetadataStore, cluster: str, owner: NamespaceTopics) -> None:
+    def __init__(
+        self, metadata: MetadataStore, cluster: str, owner: NamespaceTopics, policies: PolicyStore
+    ) -> None:
         self._metadata = metadata
         self.cluster = cluster
         self._owner = owner
-        self._defaults_done = False
-        self._defaults_lock = asyncio.Lock()
+        self._policies = policies
 
     async def _ensure_defaults(self) -> None:
-        if self._defaults_done:
-            return
-        async with self._defaults_lock:
-            if self._defaults_done:
-                return
-            if await self._metadata.get(DEFAULTS_KEY) is None:
-                await self._metadata.put(
-                    TENANT_PREFIX + DEFAULT_TENANT, orjson.dumps(self.tenant_info([], None))
-                )
-                await self._metadata.put(
-                    f"{NAMESPACE_PREFIX}{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}", b"{}"
-                )
-                await self._metadata.put(DEFAULTS_KEY, b"1")
-            self._defaults_done = True
+        await self._policies.load()  # writes the standalone defaults the first time
 
     def tenant_info(self, admin_roles: list[str], clusters: list[str] | None) -> dict[str, object]:
         """Pulsar's TenantInfo; ``clusters`` None: this cluster. InvalidRequestError for a
@@ -121,20 +104,16 @@ class NamespaceRegistry:
     async def namespaces(self, tenant: str) -> list[str]:
         """``tenant/namespace`` names, sorted. NotFoundError if the tenant does not exist."""
         await self.tenant(tenant)
-        prefix = f"{NAMESPACE_PREFIX}{tenant}/"
-        keys = await self._metadata.keys_with_prefix(prefix)
-        return [f"{tenant}/{key[len(prefix) :]}" for key in keys]
+        return [f"{tenant}/{ns}" for ns in self._policies.namespaces_of(tenant)]
 
     async def namespace_exists(self, tenant: str, namespace: str) -> bool:
         await self._ensure_defaults()
-        return await self._metadata.get(f"{NAMESPACE_PREFIX}{tenant}/{namespace}") is not None
+        return self._policies.namespace_exists(tenant, namespace)
 
     async def create_namespace(self, tenant: str, namespace: str) -> None:
         """NotFoundError: no such tenant. ConflictError: the namespace exists."""
         await self.tenant(tenant)
-        if await self.namespace_exists(tenant, namespace):
-            raise ConflictError(f"namespace {tenant}/{namespace} already exists")
-        await self._metadata.put(f"{NAMESPACE_PREFIX}{tenant}/{namespace}", b"{}")
+        await self._policies.create_namespace(tenant, namespace)
 
     async def delete_namespace(self, tenant: str, namespace: str, force: bool) -> None:
         """Delete a namespace. ConflictError while it holds topics, unless ``force``,
@@ -156,4 +135,4 @@ class NamespaceRegistry:
         for full in await self._owner.list_topics(tenant, namespace):
             with contextlib.suppress(NotFoundError):  # deleted meanwhile
                 await self._owner.delete_topic(TopicName.parse(full), force=True)
-        await self._metadata.delete(f"{NAMESPACE_PREFIX}{tenant}/{namespace}")
+        await self._policies.delete_namespace(tenant, namespace)

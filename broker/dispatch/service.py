@@ -29,6 +29,7 @@ from broker.dispatch.namespaces import NamespaceRegistry
 from broker.dispatch.offloading import offload_ledgers, offload_round, offload_topic_now
 from broker.dispatch.ownership import NotOwnerError, Ownership, ServiceNotReadyError
 from broker.dispatch.partitions import PartitionedTopics
+from broker.dispatch.policies import NamespaceScope, PolicyStore
 from broker.dispatch.schema_registry import AUTO_CONSUME, SchemaRegistry
 from broker.dispatch.service_config import ConsumerOptions, ServiceConfig, TopicLoad
 from broker.dispatch.stats import BrokerTotals
@@ -84,7 +85,11 @@ class BrokerService:
         ownership: Ownership | None = None,
         index: int = 0,
         partitions: PartitionedTopics | None = None,
+        policies: PolicyStore | None = None,
     ) -> None:
+        """``policies``: the cluster's policy store, loaded; None: a store of this
+        service's own, which reads nothing until loaded (``await service.policies.load()``;
+        every write loads it first)."""
         self.config = config
         #: the cluster's ownership table and this broker's index in it; alone, a broker
         #: owns every bundle
@@ -144,25 +149,51 @@ class BrokerService:
         self.partitions = partitions or PartitionedTopics(
             metadata, config.partitions, self, config.allow_auto_topic_creation
         )
-        self.namespaces = NamespaceRegistry(metadata, config.cluster_name, self)
-        #: topics' schemas (kept in the metadata store) and the rules clients meet
+        #: namespace and topic policies (durable; reads from memory)
+        self.policies = policies or PolicyStore(metadata, config.cluster_name)
+        self.namespaces = NamespaceRegistry(metadata, config.cluster_name, self, self.policies)
+        self._unwatch_policies: Callable[[], None] | None = None
+        #: topics' schemas (kept in the metadata store) and the rules clients meet, under
+        #: the topic's and namespace's policies or else broker.conf's settings
         self.schemas = TopicSchemas(
             SchemaRegistry(metadata),
             config.schema_compatibility_strategy,
             config.allow_auto_update_schema,
             config.schema_validation_enforced,
+            self.policies,
         )
 
     def start(self) -> None:
+        self._unwatch_policies = self.policies.watch(self._policy_changed)
         self._owner.spawn(self._upkeep_loop(), name="broker upkeep")
         self._owner.spawn(self.evictor.run(), name="cache eviction")
         config = self.config
         if config.delete_inactive_topics or config.unload_inactive_topics:
             self._owner.spawn(self._inactive_topics_loop(), name="inactive topics")
 
+    def _stop_watching_policies(self) -> None:
+        if self._unwatch_policies is not None:
+            self._unwatch_policies()
+            self._unwatch_policies = None
+
+    def _policy_changed(self, scope: TopicName | NamespaceScope, name: str) -> None:
+        """A namespace or topic policy changed: the loaded topics it reaches apply it.
+        O(loaded topics) for a namespace's policy, O(1) for a topic's."""
+        if isinstance(scope, TopicName):
+            topic = self.topics.get(scope)
+            affected = [] if topic is None else [topic]
+        else:
+            tenant, namespace = scope
+            affected = [
+                t for n, t in self.topics.items() if n.tenant == tenant and n.namespace == namespace
+            ]
+        for topic in affected:
+            topic.policy_changed(name)
+
     async def close(self) -> None:
         """Stop upkeep, disconnect consumers, close every topic (ledgers closed cleanly),
         a bounded number at a time as an unload does: each close waits on storage."""
+        self._stop_watching_policies()
         await self._owner.close()
         for consumer in list(self.consumers.values()):
             self.close_consumer(consumer)
@@ -188,6 +219,7 @@ class BrokerService:
         dropped without their subscriptions hearing of it, ledgers are abandoned open
         and nothing more is written (acks not yet in a cursor's record are lost, so their
         messages are delivered again; every receipted add is in the bookie)."""
+        self._stop_watching_policies()
         await self._owner.close()
         for consumer in list(self.consumers.values()):
             consumer.closed = True
@@ -308,6 +340,7 @@ class BrokerService:
             for subscription in topic.subscriptions.values():
                 await subscription.close()
             await topic.ledger.delete()
+            await self.policies.drop_topic(name)  # Pulsar drops a deleted topic's policies
 
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
         """Unload every loaded topic of the namespace as a bundle move would: consumers

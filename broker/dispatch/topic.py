@@ -70,6 +70,10 @@ class PersistentTopic:
         self.totals.produced_bytes += nbytes
         return first
 
+    def policy_changed(self, name: str) -> None:
+        """A namespace or topic policy ``name`` reaching this topic changed (read it
+        through the broker's PolicyStore). Nothing to do yet for any policy."""
+
     def close_producers(self) -> None:
         """The topic is unloading or being deleted: producers reconnect through lookup."""
         for producer in list(self.producers):

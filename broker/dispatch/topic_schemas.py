@@ -19,14 +19,15 @@ client creates a producer or consumer, never per message.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.dispatch.errors import IncompatibleSchemaError
 from broker.dispatch.names import TopicName
+from broker.dispatch.partitions import partition_of
 from broker.dispatch.schema_registry import (
     AUTO_CONSUME,
     NONE,
+    STRATEGIES,
     SchemaData,
     SchemaRegistry,
     schema_id,
@@ -35,8 +36,16 @@ from broker.dispatch.schema_registry import (
 if TYPE_CHECKING:
     from broker.dispatch.topic import PersistentTopic
 
-#: (topic, policy name) -> the topic's or its namespace's value, None when not set
-PolicyOf = Callable[[TopicName, str], object]
+#: Pulsar's Policies field names of the schema rules
+STRATEGY_POLICY = "schema_compatibility_strategy"
+AUTO_UPDATE_POLICY = "is_allow_auto_update_schema"
+VALIDATION_POLICY = "schema_validation_enforced"
+
+
+class Policies(Protocol):
+    """The policy store's resolution (``broker.dispatch.policies.PolicyStore``)."""
+
+    def effective(self, topic: TopicName, name: str, default: Any) -> Any: ...
 
 
 class TopicSchemas:
@@ -48,29 +57,34 @@ class TopicSchemas:
         strategy: str = "FULL",
         auto_update: bool = True,
         validation_enforced: bool = False,
-        policy: PolicyOf | None = None,
+        policies: Policies | None = None,
     ) -> None:
         self.registry = registry
         self._strategy = strategy
         self._auto_update = auto_update
         self._validation_enforced = validation_enforced
-        self._policy = policy
+        self._policies = policies
+
+    def _policy(self, name: TopicName, policy: str, default: Any) -> Any:
+        """A partition follows its partitioned topic's policies (set on that name)."""
+        if self._policies is None:
+            return default
+        base = partition_of(name)
+        return self._policies.effective(base[0] if base else name, policy, default)
 
     def strategy(self, name: TopicName) -> str:
         """schemaCompatibilityStrategy: topic policy, namespace policy, broker.conf."""
-        value = self._policy(name, "schemaCompatibilityStrategy") if self._policy else None
-        if isinstance(value, str) and value and value != "UNDEFINED":
-            return value
-        return self._strategy
+        value = self._policy(name, STRATEGY_POLICY, None)
+        return value if value in STRATEGIES else self._strategy  # UNDEFINED: not set
 
     def auto_update(self, name: TopicName) -> bool:
         """isAllowAutoUpdateSchema: namespace policy, else broker.conf."""
-        value = self._policy(name, "isAllowAutoUpdateSchema") if self._policy else None
+        value = self._policy(name, AUTO_UPDATE_POLICY, None)
         return value if isinstance(value, bool) else self._auto_update
 
     def validation_enforced(self, name: TopicName) -> bool:
         """schemaValidationEnforced: topic or namespace policy, else broker.conf."""
-        value = self._policy(name, "schemaValidationEnforced") if self._policy else None
+        value = self._policy(name, VALIDATION_POLICY, None)
         return value if isinstance(value, bool) else self._validation_enforced
 
     async def add_schema(self, name: TopicName, schema: SchemaData) -> int:

@@ -26,7 +26,7 @@ from broker.dispatch.errors import (
 )
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
-from broker.http import pulsar_admin, security, websocket
+from broker.http import pulsar_admin, pulsar_schemas, security, websocket
 from broker.http.app_state import (
     CLOCK,
     CLUSTER,
@@ -156,6 +156,7 @@ def _add_routes(app: web.Application, settings: Settings) -> None:
         websocket.setup(app)
     app.add_routes(routes)
     app.add_routes(pulsar_admin.routes)
+    app.add_routes(pulsar_schemas.routes)
 
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
@@ -1527,7 +1528,7 @@ async def openapi(request: web.Request) -> web.Response:
 def contract() -> list[Operation]:
     """Every operation of the HTTP contract, in declaration order: this module's, then
     those of Pulsar's admin and lookup routes (``pulsar_admin``)."""
-    return [*api.operations, *pulsar_admin.api.operations]
+    return [*api.operations, *pulsar_admin.api.operations, *pulsar_schemas.api.operations]
 
 
 # ---------------------------------------------------------------------- fault injection

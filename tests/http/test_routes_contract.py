@@ -13,7 +13,7 @@ from aiohttp import web
 
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
 from broker.http import app as app_module
-from broker.http import pulsar_admin
+from broker.http import pulsar_admin, pulsar_schemas
 from broker.http.app import contract, create_app
 from broker.http.models import SubscriptionType
 from broker.http.openapi import NOT_IN_SPEC, openapi_spec
@@ -86,7 +86,11 @@ def test_each_operation_has_exactly_one_handler() -> None:
     assert len(ids) == len(set(ids)), "an operation declared twice"
     handlers = [op.handler for op in operations]
     assert all(handlers) and len({id(handler) for handler in handlers}) == len(handlers)
-    declared = [*app_module.api.operations, *pulsar_admin.api.operations]
+    declared = [
+        *app_module.api.operations,
+        *pulsar_admin.api.operations,
+        *pulsar_schemas.api.operations,
+    ]
     assert [op.operation_id for op in declared] == ids
 
 

@@ -51,10 +51,8 @@ def user_v3() -> type[Record]:
 
 
 def get_schema(broker: ServedBroker, topic: str, tail: str = "/schema") -> Any:
-    """The answer of ``GET /admin/v2/schemas/public/default/{topic}{tail}``."""
-    return http_request(
-        broker.http_urls[0], "GET", f"/admin/v2/schemas/public/default/{topic}{tail}"
-    )
+    """The answer of ``GET /admin/v2/schemas/{topic}{tail}``."""
+    return http_request(broker.http_urls[0], "GET", f"/admin/v2/schemas/{topic}{tail}")
 
 
 @pytest.fixture

@@ -65,6 +65,7 @@ ErrorCode = Literal[
     "forbidden",
     "internal-error",
     "invalid-request",
+    "invalid-schema",
     "method-not-allowed",
     "not-found",
     "not-implemented",

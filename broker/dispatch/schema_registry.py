@@ -35,7 +35,7 @@ import asyncio
 import base64
 import binascii
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -582,5 +582,8 @@ def _live(versions: list[StoredSchema]) -> list[StoredSchema]:
     return versions
 
 
-#: Where a topic's strategy comes from: (topic) -> one of STRATEGIES
-StrategyOf = Callable[[TopicName], str]
+async def drop_schemas(metadata: MetadataStore, name: TopicName) -> None:
+    """Remove every schema version of a deleted topic, as Pulsar deletes a topic's schema
+    with it: a non-partitioned topic, or a partitioned one (never on a partition's
+    delete: the others still use it). O(versions)."""
+    await SchemaRegistry(metadata).delete(schema_id(name), "", force=True)

@@ -28,9 +28,9 @@ from broker.dispatch.names import TopicName
 from broker.dispatch.namespaces import NamespaceRegistry
 from broker.dispatch.offloading import offload_ledgers, offload_round, offload_topic_now
 from broker.dispatch.ownership import NotOwnerError, Ownership, ServiceNotReadyError
-from broker.dispatch.partitions import PartitionedTopics
+from broker.dispatch.partitions import PartitionedTopics, partition_of
 from broker.dispatch.policies import NamespaceScope, PolicyStore
-from broker.dispatch.schema_registry import AUTO_CONSUME, SchemaRegistry
+from broker.dispatch.schema_registry import AUTO_CONSUME, SchemaRegistry, drop_schemas
 from broker.dispatch.service_config import ConsumerOptions, ServiceConfig, TopicLoad
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
@@ -341,6 +341,8 @@ class BrokerService:
                 await subscription.close()
             await topic.ledger.delete()
             await self.policies.drop_topic(name)  # Pulsar drops a deleted topic's policies
+            if partition_of(name) is None:  # and its schema (a partition's is shared)
+                await drop_schemas(self.metadata, name)
 
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
         """Unload every loaded topic of the namespace as a bundle move would: consumers
@@ -692,6 +694,8 @@ class BrokerService:
                     # unloaded, and loads again as it was
                     log.warning("inactive topic %s not deleted: %s", name, error)
                     return None
+            if partition_of(name) is None:
+                await drop_schemas(self.metadata, name)  # as Pulsar's delete of the topic
             log.info("deleted inactive topic %s", name)
             return "deleted"
         if config.unload_inactive_topics:

@@ -168,3 +168,25 @@ async def test_schema_flags_of_a_namespace(live_broker: LiveBroker) -> None:
         assert (await client.request("POST", NAMESPACE + route, json="yes"))[0] == 400
         assert (await client.request("POST", NAMESPACE + route, json=not default))[0] == 204
         assert await client.request("GET", NAMESPACE + route) == (200, not default)
+
+
+async def test_a_deleted_topic_takes_its_schema_along(live_broker: LiveBroker) -> None:
+    client = await live_broker()
+    topic, partitioned = new_topic("gone"), new_topic("parts")
+    await client.produce(topic, ["m"])
+    assert (await client.request("POST", SCHEMAS + topic + "/schema", json=avro()))[0] == 202
+    assert (await client.request("DELETE", f"/admin/v2/persistent/{topic}"))[0] == 204
+    assert (await client.request("GET", SCHEMAS + topic + "/schema"))[0] == 404
+
+    # partitions share their partitioned topic's schema; deleting one partition keeps it
+    admin = f"/admin/v2/persistent/{partitioned}/partitions"
+    assert (await client.request("PUT", admin, json=2))[0] == 204
+    assert (await client.request("POST", SCHEMAS + partitioned + "/schema", json=avro()))[0] == 202
+    partition = partitioned + "-partition-1"
+    await client.produce(partition, ["m"])
+    status, body = await client.request("GET", SCHEMAS + partition + "/schema")
+    assert (status, body["version"]) == (200, 0)
+    assert (await client.request("DELETE", f"/admin/v2/persistent/{partition}"))[0] == 204
+    assert (await client.request("GET", SCHEMAS + partitioned + "/schema"))[0] == 200
+    assert (await client.request("DELETE", admin, force="true"))[0] == 204
+    assert (await client.request("GET", SCHEMAS + partitioned + "/schema"))[0] == 404

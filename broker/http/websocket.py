@@ -1208,8 +1208,11 @@ async def producer_session(request: web.Request) -> web.StreamResponse:
     )
     # the producer's topic must exist or be creatable and have room for one more
     # producer, else the handshake is refused (ProducerBusy: 409, as Pulsar's
-    # WebSocket service answers)
-    producer.attach(await service.get_topic(name, create=True))
+    # WebSocket service answers); it produces bytes, refused on a topic with a schema
+    # when schema validation is enforced (IncompatibleSchema: 409)
+    topic = await service.get_topic(name, create=True)
+    await producer.use_schema(topic, None)
+    producer.attach(topic)
     try:
         await ws.prepare(request)
         sockets = request.app[SOCKETS].sockets

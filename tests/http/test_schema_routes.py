@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
+import pytest
+
 from tests.conftest import Client, LiveBroker
 from tests.harness import new_topic
 
@@ -190,3 +193,19 @@ async def test_a_deleted_topic_takes_its_schema_along(live_broker: LiveBroker) -
     assert (await client.request("GET", SCHEMAS + partitioned + "/schema"))[0] == 200
     assert (await client.request("DELETE", admin, force="true"))[0] == 204
     assert (await client.request("GET", SCHEMAS + partitioned + "/schema"))[0] == 404
+
+
+async def test_enforced_validation_refuses_producers_without_a_schema(
+    live_broker: LiveBroker,
+) -> None:
+    """isSchemaValidationEnforced=true: a producer that brings no schema (a WebSocket
+    producer sends bytes) is refused on a topic that has one, and accepted elsewhere."""
+    client = await live_broker(isSchemaValidationEnforced=True)
+    typed, plain = new_topic("typed"), new_topic("plain")
+    assert (await client.request("POST", SCHEMAS + typed + "/schema", json=avro()))[0] == 202
+    url = client.base_url.replace("http://", "ws://") + "/ws/v2/producer/persistent/"
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await client.session.ws_connect(url + typed)
+    assert refused.value.status == 409
+    async with client.session.ws_connect(url + plain) as ws:
+        assert not ws.closed

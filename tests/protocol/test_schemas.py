@@ -15,8 +15,10 @@ import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
+from broker.pulsar_api import BaseCommand, ServerError, Type
 from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, http_request, new_topic, persistent
+from tests.protocol.test_bad_frames import RawConnection, frame, ping, producer
 
 pytestmark = pytest.mark.slow
 
@@ -159,3 +161,84 @@ def test_the_schema_survives_a_restart(
     assert consumer.receive(RECEIVE_MS).value().name == "ada"
     answer = get_schema(broker, topic, "/schema/0")
     assert (answer.status, answer.body["type"]) == (200, "AVRO")
+
+
+# ---------------------------------------------------------------------- raw frames
+
+
+def schema_command(kind: int, request_id: int, topic: str) -> Any:
+    command = BaseCommand(type=kind)
+    body = command.getSchema if kind == Type.GET_SCHEMA else command.getOrCreateSchema
+    body.request_id = request_id
+    body.topic = topic
+    return command
+
+
+def avro_schema(target: Any, definition: object) -> None:
+    target.name = "raw"
+    target.type = 4  # Avro
+    target.schema_data = json.dumps(definition).encode()
+
+
+NAME_ONLY = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}
+WITH_AGE = {**NAME_ONLY, "fields": [*NAME_ONLY["fields"], {"name": "age", "type": "int"}]}
+
+
+def test_schema_commands_are_answered_on_the_connection(broker: ServedBroker) -> None:
+    """GET_SCHEMA and GET_OR_CREATE_SCHEMA get their responses, errors included (as
+    error codes in them, as Pulsar answers), and the connection stays up throughout."""
+    raw = RawConnection(broker.service_urls[0])
+    try:
+        raw.handshake()
+        topic = persistent(new_topic("raw"))
+        raw.write(frame(schema_command(Type.GET_SCHEMA, 1, topic)))
+        response = raw.expect(Type.GET_SCHEMA_RESPONSE).getSchemaResponse
+        assert (response.request_id, response.error_code) == (1, ServerError.TopicNotFound)
+
+        create = schema_command(Type.GET_OR_CREATE_SCHEMA, 2, topic)
+        avro_schema(create.getOrCreateSchema.schema, NAME_ONLY)
+        raw.write(frame(create))  # no such topic: it is not created
+        response = raw.expect(Type.GET_OR_CREATE_SCHEMA_RESPONSE).getOrCreateSchemaResponse
+        assert (response.request_id, response.error_code) == (2, ServerError.TopicNotFound)
+
+        # a producer with an Avro schema creates the topic and registers version 0
+        command = producer(topic, 1, 3)
+        avro_schema(command.producer.schema, NAME_ONLY)
+        raw.write(frame(command))
+        success = raw.expect(Type.PRODUCER_SUCCESS).producer_success
+        assert success.schema_version == (0).to_bytes(8, "big")
+
+        create.getOrCreateSchema.request_id = 4
+        raw.write(frame(create))
+        response = raw.expect(Type.GET_OR_CREATE_SCHEMA_RESPONSE).getOrCreateSchemaResponse
+        assert (response.request_id, response.schema_version) == (4, (0).to_bytes(8, "big"))
+        create.getOrCreateSchema.request_id = 5
+        avro_schema(create.getOrCreateSchema.schema, WITH_AGE)  # FULL refuses it
+        raw.write(frame(create))
+        response = raw.expect(Type.GET_OR_CREATE_SCHEMA_RESPONSE).getOrCreateSchemaResponse
+        assert response.error_code == ServerError.IncompatibleSchema, response
+
+        refused = producer(topic, 2, 6)
+        refused.producer.schema.name = "raw"
+        refused.producer.schema.type = 4
+        refused.producer.schema.schema_data = b"{not an avro schema"
+        raw.write(frame(refused))
+        error = raw.expect(Type.ERROR).error
+        assert (error.request_id, error.error) == (6, ServerError.IncompatibleSchema)
+
+        get = schema_command(Type.GET_SCHEMA, 7, topic)
+        get.getSchema.schema_version = (0).to_bytes(8, "big")
+        raw.write(frame(get))
+        response = raw.expect(Type.GET_SCHEMA_RESPONSE).getSchemaResponse
+        assert response.schema_version == (0).to_bytes(8, "big")
+        assert (response.schema.type, json.loads(response.schema.schema_data)) == (4, NAME_ONLY)
+        get.getSchema.request_id = 8
+        get.getSchema.schema_version = b""
+        raw.write(frame(get))
+        response = raw.expect(Type.GET_SCHEMA_RESPONSE).getSchemaResponse
+        assert response.error_code == ServerError.IncompatibleSchema  # "Empty schema version"
+
+        raw.write(frame(ping()))
+        raw.expect(Type.PONG)  # still connected
+    finally:
+        raw.close()

@@ -1003,7 +1003,7 @@ class Connection(asyncio.Protocol):
                     schema = response.schema
                     schema.name = sid
                     schema.schema_data = stored.schema.data
-                    schema.type = stored.schema.type
+                    schema.type = max(stored.schema.type, 0)  # BYTES (-1) posted over HTTP: None
                     for key, value in stored.schema.properties.items():
                         schema.properties.add(key=key, value=value)
                     response.schema_version = version_bytes(stored.version)

@@ -11,9 +11,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import _pulsar
 import pulsar
 import pytest
-from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
+from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, Schema, String, StringSchema
 
 from broker.pulsar_api import BaseCommand, ServerError, Type
 from tests.conftest import ServedBrokerFactory
@@ -163,6 +164,58 @@ def test_the_schema_survives_a_restart(
     assert (answer.status, answer.body["type"]) == (200, "AVRO")
 
 
+class ClientSide(Schema):
+    """A client-side schema type (AUTO_CONSUME, AUTO_PUBLISH) over the C++ client, which
+    the Python wrapper does not name: bytes in, bytes out."""
+
+    def __init__(self, kind: Any) -> None:
+        super().__init__(None, kind, None, kind.name)
+
+    def encode(self, obj: Any) -> Any:
+        return obj
+
+    def decode(self, data: Any) -> Any:
+        return data
+
+
+def test_auto_consume_and_auto_publish_take_the_topics_schema(
+    broker: ServedBroker, client: pulsar.Client
+) -> None:
+    """An AUTO_CONSUME consumer takes whatever the topic has (the C++ client sends no
+    schema for it: nothing to check); an AUTO_PUBLISH producer publishes with the topic's
+    schema, which a typed consumer decodes."""
+    topic = persistent(new_topic("auto"))
+    v1 = user_v1()
+    client.create_producer(topic, schema=JsonSchema(v1)).send(v1(name="ada"))
+    auto = client.subscribe(
+        topic,
+        "auto",
+        schema=ClientSide(_pulsar.SchemaType.AUTO_CONSUME),
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    typed = client.subscribe(topic, "typed", schema=JsonSchema(v1))
+    assert json.loads(auto.receive(RECEIVE_MS).data()) == {"name": "ada"}
+    publisher = client.create_producer(topic, schema=ClientSide(_pulsar.SchemaType.AUTO_PUBLISH))
+    publisher.send(json.dumps({"name": "bob"}).encode())
+    assert typed.receive(RECEIVE_MS).value().name == "bob"
+    answer = get_schema(broker, topic.removeprefix("persistent://"), "/schemas")
+    assert [v["type"] for v in answer.body["getSchemaResponses"]] == ["JSON"]
+
+
+def test_a_typed_consumer_is_refused_on_a_schemaless_topic_in_use(
+    client: pulsar.Client,
+) -> None:
+    """A topic with a bytes consumer (or producer, or data) and no schema refuses a
+    consumer that brings one, as Pulsar does; on an idle topic it registers it."""
+    busy, idle = persistent(new_topic("schemaless")), persistent(new_topic("idle"))
+    client.subscribe(busy, "bytes")
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(busy, "typed", schema=JsonSchema(user_v1()))
+    client.subscribe(idle, "typed", schema=JsonSchema(user_v1()))  # registered
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(idle, schema=StringSchema())
+
+
 # ---------------------------------------------------------------------- raw frames
 
 
@@ -240,5 +293,46 @@ def test_schema_commands_are_answered_on_the_connection(broker: ServedBroker) ->
 
         raw.write(frame(ping()))
         raw.expect(Type.PONG)  # still connected
+    finally:
+        raw.close()
+
+
+def subscribe(topic: str, subscription: str, consumer_id: int, request_id: int) -> Any:
+    command = BaseCommand(type=Type.SUBSCRIBE)
+    body = command.subscribe
+    body.topic, body.subscription, body.subType = topic, subscription, 1  # Shared
+    body.consumer_id, body.request_id = consumer_id, request_id
+    return command
+
+
+def test_an_auto_consume_consumer_leaves_the_topic_idle(broker: ServedBroker) -> None:
+    """A consumer that says AUTO_CONSUME (Schema.Type 21, as Java clients send it) does
+    not count as a user of the topic: the next consumer's schema is registered, where
+    after a bytes consumer it is refused."""
+    raw = RawConnection(broker.service_urls[0])
+    try:
+        raw.handshake()
+        topic = persistent(new_topic("raw-auto"))
+        auto = subscribe(topic, "auto", 1, 1)
+        auto.subscribe.schema.name, auto.subscribe.schema.type = "auto", 21
+        auto.subscribe.schema.schema_data = b""
+        raw.write(frame(auto))
+        assert raw.expect(Type.SUCCESS).success.request_id == 1
+        typed = subscribe(topic, "typed", 2, 2)
+        avro_schema(typed.subscribe.schema, NAME_ONLY)
+        raw.write(frame(typed))
+        assert raw.expect(Type.SUCCESS).success.request_id == 2
+        raw.write(frame(schema_command(Type.GET_SCHEMA, 3, topic)))
+        response = raw.expect(Type.GET_SCHEMA_RESPONSE).getSchemaResponse
+        assert response.schema_version == (0).to_bytes(8, "big")
+
+        other = persistent(new_topic("raw-bytes"))
+        raw.write(frame(subscribe(other, "bytes", 3, 4)))  # no schema: a bytes consumer
+        assert raw.expect(Type.SUCCESS).success.request_id == 4
+        typed = subscribe(other, "typed", 4, 5)
+        avro_schema(typed.subscribe.schema, NAME_ONLY)
+        raw.write(frame(typed))
+        error = raw.expect(Type.ERROR).error
+        assert (error.request_id, error.error) == (5, ServerError.IncompatibleSchema)
     finally:
         raw.close()

@@ -39,6 +39,7 @@ from broker.dispatch.names import TopicName
 from broker.dispatch.ownership import BrokerAddress, Ownership
 from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
 from broker.dispatch.policies import PolicyStore
+from broker.dispatch.schema_registry import SchemaRegistry
 from broker.dispatch.service import BrokerService
 from broker.dispatch.service_config import ServiceConfig
 from broker.ledger.managed_ledger import ManagedLedgerConfig
@@ -266,6 +267,7 @@ class BrokerNode:
             self.index,
             cluster.partitions,
             cluster.policies,
+            cluster.schemas,
         )
         self.service = service
         self.incarnation += 1
@@ -400,6 +402,8 @@ class Cluster:
         )
         #: the namespace and topic policies every broker reads, loaded once here
         self.policies = PolicyStore(storage.metadata, self.service_config.cluster_name)
+        #: the topics' schemas, one registry for every broker (puts of a topic one at a time)
+        self.schemas = SchemaRegistry(storage.metadata)
         try:
             await check_data_format(storage.metadata)
             await self.policies.load()

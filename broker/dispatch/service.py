@@ -86,10 +86,12 @@ class BrokerService:
         index: int = 0,
         partitions: PartitionedTopics | None = None,
         policies: PolicyStore | None = None,
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         """``policies``: the cluster's policy store, loaded; None: a store of this
         service's own, which reads nothing until loaded (``await service.policies.load()``;
-        every write loads it first)."""
+        every write loads it first). ``schemas``: the cluster's schema registry (one, so
+        its brokers add a topic's versions one at a time); None: one of its own."""
         self.config = config
         #: the cluster's ownership table and this broker's index in it; alone, a broker
         #: owns every bundle
@@ -156,7 +158,7 @@ class BrokerService:
         #: topics' schemas (kept in the metadata store) and the rules clients meet, under
         #: the topic's and namespace's policies or else broker.conf's settings
         self.schemas = TopicSchemas(
-            SchemaRegistry(metadata),
+            schemas or SchemaRegistry(metadata),
             config.schema_compatibility_strategy,
             config.allow_auto_update_schema,
             config.schema_validation_enforced,

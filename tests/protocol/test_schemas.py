@@ -216,6 +216,43 @@ def test_a_typed_consumer_is_refused_on_a_schemaless_topic_in_use(
         client.create_producer(idle, schema=StringSchema())
 
 
+def test_partitions_on_two_brokers_share_one_schema(
+    served_broker: ServedBrokerFactory, pulsar_client: Callable[..., Any]
+) -> None:
+    """A partitioned topic's partitions, owned by the brokers of a cluster, register and
+    check one schema: one version for all of them, and a refusal on every one."""
+    cluster = served_broker(brokers=2)
+    topic = new_topic("parts")
+    answer = http_request(
+        cluster.http_urls[0], "PUT", f"/admin/v2/persistent/{topic}/partitions", body=4
+    )
+    assert answer.status == 204, answer
+    client = pulsar_client(cluster.service_urls[0])
+    v1, v2, v3 = user_v1(), user_v2(), user_v3()
+    consumer = client.subscribe(persistent(topic), "app", schema=AvroSchema(v2))
+    producer = client.create_producer(
+        persistent(topic),
+        schema=AvroSchema(v1),
+        message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+        batching_enabled=False,
+    )
+    for index in range(8):
+        producer.send(v1(name=f"u{index}"))
+    names = sorted(consumer.receive(RECEIVE_MS).value().name for _ in range(8))
+    assert names == [f"u{index}" for index in range(8)]
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(persistent(topic), schema=AvroSchema(v3))
+    # the partition's owner answers (the other broker redirects there): one version
+    # registered by the consumer, one by the producers of the four partitions
+    answers = [
+        http_request(url, "GET", f"/admin/v2/schemas/{topic}-partition-3/schemas")
+        for url in cluster.http_urls
+    ]
+    assert sorted(a.status for a in answers) == [200, 307], answers
+    owner = next(a for a in answers if a.status == 200)
+    assert [v["version"] for v in owner.body["getSchemaResponses"]] == [0, 1]
+
+
 # ---------------------------------------------------------------------- raw frames
 
 

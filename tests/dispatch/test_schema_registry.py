@@ -3,8 +3,11 @@ validation of each type, and versions kept in the metadata store."""
 
 from __future__ import annotations
 
+import base64
+
 import orjson
 import pytest
+from google.protobuf import descriptor_pb2, timestamp_pb2
 
 from broker.dispatch import avro
 from broker.dispatch.errors import IncompatibleSchemaError, InvalidSchemaError
@@ -13,6 +16,7 @@ from broker.dispatch.schema_registry import (
     AVRO,
     JSON,
     KEY_VALUE,
+    PROTOBUF_NATIVE,
     STRING,
     SchemaData,
     SchemaRegistry,
@@ -217,3 +221,30 @@ async def test_consumer_schemas_must_read_the_latest() -> None:
     await registry.check_consumer("t/ns/z", schema(record(NAME, EMAIL_OPTIONAL)), "FULL")
     with pytest.raises(IncompatibleSchemaError):
         await registry.check_consumer("t/ns/z", schema(record(NAME, AGE)), "FULL")
+
+
+def protobuf_native(root: str) -> SchemaData:
+    """A PROTOBUF_NATIVE schema as Pulsar's clients send it: the descriptor set of the
+    root message's file, base64, and the root's name."""
+    files = descriptor_pb2.FileDescriptorSet()
+    timestamp_pb2.DESCRIPTOR.CopyToProto(files.file.add())
+    definition = {
+        "fileDescriptorSet": base64.b64encode(files.SerializeToString()).decode(),
+        "rootMessageTypeName": root,
+        "rootFileDescriptorName": "google/protobuf/timestamp.proto",
+    }
+    return SchemaData(PROTOBUF_NATIVE, orjson.dumps(definition))
+
+
+def test_protobuf_native_schemas_keep_their_root_message() -> None:
+    validate(protobuf_native("google.protobuf.Timestamp"))
+    with pytest.raises(InvalidSchemaError):
+        validate(protobuf_native("google.protobuf.Missing"))  # not in its descriptors
+    with pytest.raises(InvalidSchemaError):
+        validate(
+            SchemaData(PROTOBUF_NATIVE, b'{"fileDescriptorSet": "!!", "rootMessageTypeName": "x"}')
+        )
+    old = protobuf_native("google.protobuf.Timestamp")
+    check_compatible([old], protobuf_native("google.protobuf.Timestamp"), "FULL")
+    with pytest.raises(IncompatibleSchemaError):
+        check_compatible([old], old, "ALWAYS_INCOMPATIBLE")

@@ -34,8 +34,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import orjson
@@ -444,13 +445,25 @@ class SchemaRegistry:
 
     def __init__(self, metadata: MetadataStore) -> None:
         self._metadata = metadata
-        self._locks: dict[str, asyncio.Lock] = {}
+        #: schema id -> (its lock, how many calls hold or wait for it); an entry lives
+        #: only while a put or delete of that id is under way
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
-    def _lock(self, schema: str) -> asyncio.Lock:
-        lock = self._locks.get(schema)
-        if lock is None:
-            lock = self._locks[schema] = asyncio.Lock()
-        return lock
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, schema: str) -> AsyncIterator[None]:
+        """One put or delete of ``schema`` at a time. O(1)."""
+        entry = self._locks.get(schema)
+        if entry is None:
+            entry = self._locks[schema] = (asyncio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[schema]
 
     async def _versions(self, schema: str) -> list[int]:
         prefix = f"{SCHEMA_PREFIX}{schema}/"
@@ -511,7 +524,7 @@ class SchemaRegistry:
         validating it and checking it against the live versions under ``strategy``
         (InvalidSchemaError, IncompatibleSchemaError: nothing stored)."""
         validate(new)
-        async with self._lock(schema):
+        async with self._exclusive(schema):
             versions = await self.all_versions(schema)
             live = _live(versions)
             found = self.find(live, new)
@@ -558,7 +571,7 @@ class SchemaRegistry:
     async def delete(self, schema: str, user: str, force: bool) -> int | None:
         """Delete the topic's schema: a deleted version is added (its number returned),
         or with ``force`` every record goes (None). Nothing to delete: None."""
-        async with self._lock(schema):
+        async with self._exclusive(schema):
             versions = await self._versions(schema)
             if not versions:
                 return None

@@ -3,6 +3,7 @@ validation of each type, and versions kept in the metadata store."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import orjson
@@ -248,3 +249,26 @@ def test_protobuf_native_schemas_keep_their_root_message() -> None:
     check_compatible([old], protobuf_native("google.protobuf.Timestamp"), "FULL")
     with pytest.raises(IncompatibleSchemaError):
         check_compatible([old], old, "ALWAYS_INCOMPATIBLE")
+
+
+class SlowStore(InMemoryMetadataStore):
+    """A metadata store whose reads let other tasks run, as a disk's do."""
+
+    async def get(self, key: str) -> bytes | None:
+        await asyncio.sleep(0)
+        return await super().get(key)
+
+
+async def test_concurrent_puts_of_one_topic_each_get_a_version() -> None:
+    """Puts of one topic run one at a time: none overwrites another's version."""
+    registry = SchemaRegistry(SlowStore())
+    await registry.put_if_absent("t/ns/c", schema(record(NAME)), "ALWAYS_COMPATIBLE")
+    extra = [{"name": f"f{i}", "type": "int", "default": i} for i in range(5)]
+    versions = await asyncio.gather(
+        *(
+            registry.put_if_absent("t/ns/c", schema(record(NAME, field)), "ALWAYS_COMPATIBLE")
+            for field in extra
+        )
+    )
+    assert sorted(versions) == [1, 2, 3, 4, 5]
+    assert [s.version for s in await registry.all_versions("t/ns/c")] == [0, 1, 2, 3, 4, 5]

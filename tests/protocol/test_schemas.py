@@ -253,6 +253,28 @@ def test_partitions_on_two_brokers_share_one_schema(
     assert [v["version"] for v in owner.body["getSchemaResponses"]] == [0, 1]
 
 
+def test_without_auto_update_producers_use_the_schemas_an_admin_registered(
+    broker: ServedBroker, client: pulsar.Client
+) -> None:
+    """is_allow_auto_update_schema=false on a namespace: a producer's schema must be one
+    the topic has; an admin registers new versions."""
+    http = broker.http_urls[0]
+    namespace = new_topic("frozen").rsplit("/", 1)[1]  # a fresh namespace name
+    assert http_request(http, "PUT", f"/admin/v2/namespaces/public/{namespace}").status == 204
+    path = f"/admin/v2/namespaces/public/{namespace}/isAllowAutoUpdateSchema"
+    assert http_request(http, "POST", path, body=False).status == 204
+    topic = f"public/{namespace}/orders"
+    v1, v2 = user_v1(), user_v2()
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(persistent(topic), schema=AvroSchema(v1))
+    payload = {"type": "AVRO", "schema": json.dumps(v1.schema()), "properties": {}}
+    answer = http_request(http, "POST", f"/admin/v2/schemas/{topic}/schema", body=payload)
+    assert (answer.status, answer.body) == (202, {"version": {"version": 0}})
+    client.create_producer(persistent(topic), schema=AvroSchema(v1)).send(v1(name="ada"))
+    with pytest.raises(pulsar.IncompatibleSchema):  # compatible, but not registered
+        client.create_producer(persistent(topic), schema=AvroSchema(v2))
+
+
 # ---------------------------------------------------------------------- raw frames
 
 

@@ -10,8 +10,16 @@ from typing import Any
 import aiohttp
 import pytest
 
+from broker.http.schemas import (
+    GetAllVersionsSchemaResponse,
+    GetSchemaResponse,
+    IsCompatibilityResponse,
+    LongSchemaVersion,
+    PostSchemaResponse,
+)
 from tests.conftest import Client, LiveBroker
 from tests.harness import new_topic
+from tests.http.test_schemas import conforming
 
 SCHEMAS = "/admin/v2/schemas/"
 NAMESPACE = "/admin/v2/namespaces/public/default"
@@ -30,6 +38,7 @@ REQUIRED_AGE = {"name": "age", "type": "int"}
 async def versions(client: Client, topic: str) -> list[int]:
     status, body = await client.request("GET", SCHEMAS + topic + "/schemas")
     assert status == 200, body
+    conforming(GetAllVersionsSchemaResponse, body)  # the documented answer, no more
     return [v["version"] for v in body["getSchemaResponses"]]
 
 
@@ -44,6 +53,7 @@ async def test_versions_are_added_read_and_deleted(live_broker: LiveBroker) -> N
 
     status, body = await client.request("POST", SCHEMAS + topic + "/schema", json=avro())
     assert (status, body) == (202, {"version": {"version": 0}})
+    conforming(PostSchemaResponse, body)
     status, body = await client.request("POST", SCHEMAS + topic + "/schema", json=avro())
     assert (status, body) == (202, {"version": {"version": 0}})  # the same schema, its version
     status, body = await client.request(
@@ -53,6 +63,7 @@ async def test_versions_are_added_read_and_deleted(live_broker: LiveBroker) -> N
 
     status, latest = await client.request("GET", SCHEMAS + topic + "/schema")
     assert status == 200
+    conforming(GetSchemaResponse, latest)
     assert (latest["version"], latest["type"], latest["properties"]) == (1, "AVRO", {"app": "test"})
     assert json.loads(latest["data"])["fields"][1] == OPTIONAL_EMAIL
     status, first = await client.request("GET", SCHEMAS + topic + "/schema/0")
@@ -64,6 +75,7 @@ async def test_versions_are_added_read_and_deleted(live_broker: LiveBroker) -> N
         "POST", SCHEMAS + topic + "/version", json=avro(OPTIONAL_EMAIL)
     )
     assert (status, body) == (202, {"version": 1})
+    conforming(LongSchemaVersion, body)
     status, body = await client.request(
         "POST", SCHEMAS + topic + "/version", json=avro(REQUIRED_AGE)
     )
@@ -117,6 +129,7 @@ async def test_bad_schemas_are_refused_and_nothing_is_stored(live_broker: LiveBr
         "POST", SCHEMAS + topic + "/compatibility", json=avro(OPTIONAL_EMAIL)
     )
     assert (status, body["isCompatibility"]) == (202, True)
+    conforming(IsCompatibilityResponse, body)
     assert await versions(client, topic) == [0]  # a check stores nothing
 
 

@@ -381,7 +381,7 @@ def _check_by_type(existing: list[SchemaData], new: SchemaData, strategy: str) -
         for old in existing:
             if _protobuf_root(old) != root:
                 raise IncompatibleSchemaError(
-                    f"The root message name changed: {_protobuf_root(old)} -> {root}"
+                    f"Protobuf root message isn't allow change! ({_protobuf_root(old)} -> {root})"
                 )
     elif strategy == "ALWAYS_INCOMPATIBLE":
         raise IncompatibleSchemaError("Schema compatibility strategy is ALWAYS_INCOMPATIBLE")

@@ -14,7 +14,18 @@ from typing import Any
 import _pulsar
 import pulsar
 import pytest
-from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, Schema, String, StringSchema
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+from pulsar.schema import (
+    AvroSchema,
+    Integer,
+    JsonSchema,
+    ProtobufNativeSchema,
+    Record,
+    Schema,
+    String,
+    StringSchema,
+)
 
 from broker.pulsar_api import BaseCommand, ServerError, Type
 from tests.conftest import ServedBrokerFactory
@@ -273,6 +284,16 @@ def test_without_auto_update_producers_use_the_schemas_an_admin_registered(
     client.create_producer(persistent(topic), schema=AvroSchema(v1)).send(v1(name="ada"))
     with pytest.raises(pulsar.IncompatibleSchema):  # compatible, but not registered
         client.create_producer(persistent(topic), schema=AvroSchema(v2))
+
+
+def test_protobuf_native_messages_decode_and_keep_their_root(client: pulsar.Client) -> None:
+    topic = persistent(new_topic("protobuf"))
+    consumer = client.subscribe(topic, "app", schema=ProtobufNativeSchema(Timestamp))
+    producer = client.create_producer(topic, schema=ProtobufNativeSchema(Timestamp))
+    producer.send(Timestamp(seconds=1764400000, nanos=5))
+    assert consumer.receive(RECEIVE_MS).value() == Timestamp(seconds=1764400000, nanos=5)
+    with pytest.raises(pulsar.IncompatibleSchema):  # another root message
+        client.create_producer(topic, schema=ProtobufNativeSchema(Duration))
 
 
 # ---------------------------------------------------------------------- raw frames

@@ -79,6 +79,28 @@ SERVER_VERSION = "brokerlab"
 NO_REQUEST_ID = (1 << 64) - 1
 _producer_names = itertools.count()
 
+#: what a client may ask that brokerlab does not serve, answered as Pulsar's broker
+#: answers it with the feature off (transactions: ``transactionCoordinatorEnabled=false``,
+#: topic-list watchers: ``enableBrokerSideSubscriptionPatternEvaluation=false``, never
+#: advertised in CONNECTED): the request fails, the connection and whatever else shares
+#: it go on. Schemas: as a Pulsar topic that has none (no schema is stored).
+_NO_TRANSACTIONS = (ServerError.NotAllowedError, "Transaction manager is not not enabled")
+REFUSED: dict[int, tuple[int, str]] = {
+    Type.GET_SCHEMA: (ServerError.TopicNotFound, "Topic not found or no-schema"),
+    Type.GET_OR_CREATE_SCHEMA: (ServerError.NotAllowedError, "brokerlab stores no schemas"),
+    Type.NEW_TXN: _NO_TRANSACTIONS,
+    Type.ADD_PARTITION_TO_TXN: _NO_TRANSACTIONS,
+    Type.ADD_SUBSCRIPTION_TO_TXN: _NO_TRANSACTIONS,
+    Type.END_TXN: _NO_TRANSACTIONS,
+    Type.END_TXN_ON_PARTITION: _NO_TRANSACTIONS,
+    Type.END_TXN_ON_SUBSCRIPTION: _NO_TRANSACTIONS,
+    Type.TC_CLIENT_CONNECT_REQUEST: _NO_TRANSACTIONS,
+    Type.WATCH_TOPIC_LIST: (
+        ServerError.NotAllowedError,
+        "Unable to create topic list watcher: Evaluating subscription patterns is disabled.",
+    ),
+}
+
 
 def server_error(error: BaseException) -> int:
     """Pulsar's ServerError code for a broker error."""
@@ -320,6 +342,7 @@ class Connection(asyncio.Protocol):
             Type.CLOSE_CONSUMER: self._close_consumer,
             Type.CONSUMER_STATS: self._consumer_stats,
             Type.GET_TOPICS_OF_NAMESPACE: self._topics_of_namespace,
+            Type.WATCH_TOPIC_LIST_CLOSE: self._close_watcher,
             Type.SUCCESS: self._ignore,
             Type.ERROR: self._ignore,
         }
@@ -474,13 +497,19 @@ class Connection(asyncio.Protocol):
             self._send(command.send, payload)
             return
         handler = self._handlers.get(kind)
-        if handler is None:
+        if handler is None and kind not in REFUSED:
+            # a command only a broker sends (SEND_RECEIPT, MESSAGE, ...) or a type Pulsar's
+            # protocol does not have: Pulsar's ServerCnx has no handler for it (its decoder
+            # throws) and closes the connection, as here
             raise FrameError(f"unknown or unsupported command type {kind}")
         if not self.connected and kind != Type.CONNECT:
             raise FrameError(f"command {COMMAND_FIELDS.get(kind, kind)} before CONNECT")
         field = COMMAND_FIELDS.get(kind)
         if field is not None and not command.HasField(field):
             raise FrameError(f"command type {kind} without its {field} field")
+        if handler is None:
+            self._refuse(kind, getattr(command, COMMAND_FIELDS[kind]))
+            return
         handler(getattr(command, field) if field is not None else command)
 
     def _async(self, request_id: int, work: Coroutine[Any, Any, Any], name: str) -> None:
@@ -508,6 +537,33 @@ class Connection(asyncio.Protocol):
 
     def _ignore(self, command: Any) -> None:
         pass
+
+    def _refuse(self, kind: int, request: Any) -> None:
+        """Answer a request brokerlab does not serve with Pulsar's error for it. A schema
+        request is answered with its own response (the C++ client matches an ERROR only
+        to its other requests and would wait for the schema until its timeout)."""
+        code, message = REFUSED[kind]
+        if kind == Type.GET_SCHEMA:
+            command = BaseCommand(type=Type.GET_SCHEMA_RESPONSE)
+            response = command.getSchemaResponse
+            response.request_id = request.request_id
+            response.error_code = code
+            response.error_message = f"{message} {request.topic}"
+            self.write_command(command)
+        elif kind == Type.GET_OR_CREATE_SCHEMA:
+            command = BaseCommand(type=Type.GET_OR_CREATE_SCHEMA_RESPONSE)
+            response = command.getOrCreateSchemaResponse
+            response.request_id = request.request_id
+            response.error_code = code
+            response.error_message = message
+            self.write_command(command)
+        else:
+            self._error(request.request_id, code, message)
+
+    def _close_watcher(self, request: Any) -> None:
+        """WATCH_TOPIC_LIST_CLOSE: no watcher was ever created (WATCH_TOPIC_LIST is
+        refused); Pulsar answers success for an unknown watcher id, as here."""
+        self._success(request.request_id)
 
     # ------------------------------------------------------------------ session
 
@@ -769,8 +825,17 @@ class Connection(asyncio.Protocol):
         consumer.grant(flow.messagePermits)
 
     def _ack(self, ack: Any) -> None:
+        """An ACK; one that carries a request id (a client with ack receipts) is answered
+        with ACK_RESPONSE once the ack is durable, or with its error, as Pulsar's
+        ServerCnx does. An ack for a consumer this connection does not have is dropped
+        unanswered (Pulsar too)."""
         consumer = self.consumers.get(ack.consumer_id)
-        if consumer is None or not ack.message_id:
+        if consumer is None:
+            return
+        receipt = ack.HasField("request_id")
+        if not ack.message_id:
+            if receipt:
+                self._ack_response(ack, None, "")
             return
         cumulative = ack.ack_type == ACK_CUMULATIVE
         whole: list[Position] = []
@@ -788,27 +853,33 @@ class Connection(asyncio.Protocol):
         # redelivery, must not redeliver what was acked); made durable in the background
         try:
             finish = consumer.acknowledge_sets(whole, partial, cumulative)
-        except BrokerError as error:  # cumulative on Shared, say: Pulsar ignores it
+        except BrokerError as error:
+            # a cumulative ack on Shared, say: Pulsar ignores it and answers success
             log.warning("ack from %s ignored: %s", self.peer, error)
+            if receipt:
+                self._ack_response(ack, None, "")
+            return
+        if finish is None:
+            if receipt:
+                self._ack_response(ack, None, "")
             return
 
         async def acknowledge() -> None:
             try:
-                if finish is not None:
-                    await finish
+                await finish
             except (BrokerError, BookieError, ManagedLedgerError, OSError) as error:
                 # the ack had no effect; the messages stay unacknowledged and come again
                 log.warning("ack from %s failed: %s", self.peer, error)
-                if ack.HasField("request_id"):
+                if receipt:
                     self._ack_response(ack, server_error(error), str(error))
                 return
-            if ack.HasField("request_id"):
+            if receipt:
                 self._ack_response(ack, None, "")
 
         self.spawn(acknowledge(), "ack")
 
     def _ack_response(self, ack: Any, code: int | None, message: str) -> None:
-        command = BaseCommand(type=38)  # ACK_RESPONSE
+        command = BaseCommand(type=Type.ACK_RESPONSE)
         response = command.ackResponse
         response.consumer_id = ack.consumer_id
         response.request_id = ack.request_id

@@ -37,6 +37,11 @@ class UnavailableError(BrokerError):
     """Storage fault or timeout; the request changed nothing and may be retried."""
 
 
+class SubscriptionFencedError(UnavailableError):
+    """The subscription's cursor is being reset (a seek): no consumer may attach until
+    it is done. Pulsar answers ServiceNotReady and the client retries."""
+
+
 class LimitReachedError(ConflictError):
     """A count limit of broker.conf (consumers, producers, subscriptions, topics) is
     reached; the request may succeed once the count goes down. HTTP: 409 ``conflict``,

@@ -34,6 +34,7 @@ from broker.dispatch.errors import (
     NotImplementedYetError,
     PreconditionFailedError,
     ProducerLimitError,
+    SubscriptionFencedError,
     TooLargeError,
     UnavailableError,
 )
@@ -110,7 +111,7 @@ def server_error(error: BaseException) -> int:
         if isinstance(error, ConsumerLimitError):
             return ServerError.ConsumerBusy
         return ServerError.NotAllowedError
-    if isinstance(error, NotOwnerError | ServiceNotReadyError):
+    if isinstance(error, NotOwnerError | ServiceNotReadyError | SubscriptionFencedError):
         return ServerError.ServiceNotReady  # the client looks the topic up again
     if isinstance(error, ConflictError | PreconditionFailedError):
         return ServerError.ConsumerBusy
@@ -908,18 +909,18 @@ class Connection(asyncio.Protocol):
             return
 
         async def seek() -> None:
+            # as Pulsar: the subscription's consumers are closed (CLOSE_CONSUMER: they
+            # reconnect and read from the new position), the cursor reset, then SUCCESS;
+            # the client, seeing the close before the answer, resubscribes from the seek
+            # position rather than from the last message it had
             if request.HasField("message_publish_time"):
-                await consumer.seek(publish_time_ms=request.message_publish_time)
+                await consumer.seek(self.service, publish_time_ms=request.message_publish_time)
             elif request.HasField("message_id"):
                 given = request.message_id
-                await consumer.seek(start_of(given.ledgerId, given.entryId))
+                await consumer.seek(self.service, start_of(given.ledgerId, given.entryId))
             else:
                 raise InvalidRequestError("SEEK without a message id or publish time")
             self._success(request.request_id)
-            subscription = consumer.subscription
-            # as Pulsar: the subscription's consumers reconnect and read from there
-            for member in list(subscription.consumers):
-                self.service.close_consumer(member)
 
         self._async(request.request_id, seek(), "seek")
 
@@ -969,8 +970,10 @@ class Connection(asyncio.Protocol):
         self._success(request.request_id)
 
     def forget_consumer(self, consumer: BinaryConsumer) -> None:
-        """The broker closed ``consumer``: a reader's subscription goes with it."""
-        if consumer.non_durable:
+        """The broker closed ``consumer``: a reader's subscription goes with it, unless a
+        seek closed it (the subscription is fenced): the reader comes back to the reset
+        cursor, as to Pulsar's non-durable cursor, which a reset keeps."""
+        if consumer.non_durable and not consumer.subscription.fenced:
             self._drop_subscription(consumer)
 
     def _release(self, consumer: BinaryConsumer) -> None:

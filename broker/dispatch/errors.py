@@ -48,6 +48,17 @@ class LimitReachedError(ConflictError):
     the reason naming the setting."""
 
 
+class ProducerBusyError(ConflictError):
+    """A producer the topic's access mode leaves no room for (a Shared producer while an
+    exclusive one holds the topic or waits for it): Pulsar's ProducerBusy."""
+
+
+class ProducerFencedError(ConflictError):
+    """An exclusive producer refused (another holds the topic, shared ones are
+    connected, or the topic epoch moved past the producer's) or fenced out by an
+    ExclusiveWithFencing one: Pulsar's ProducerFenced; the client gives the producer up."""
+
+
 class ProducerLimitError(LimitReachedError):
     """maxProducersPerTopic: Pulsar answers ProducerBusy."""
 

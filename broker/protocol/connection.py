@@ -33,6 +33,8 @@ from broker.dispatch.errors import (
     NotFoundError,
     NotImplementedYetError,
     PreconditionFailedError,
+    ProducerBusyError,
+    ProducerFencedError,
     ProducerLimitError,
     SubscriptionFencedError,
     TooLargeError,
@@ -52,6 +54,7 @@ from broker.protocol.frames import (
     payload_frame_head,
 )
 from broker.pulsar_api import (
+    ACCESS_MODES,
     ACK_CUMULATIVE,
     COMMAND_FIELDS,
     LOOKUP_CONNECT,
@@ -66,7 +69,7 @@ from broker.pulsar_api import (
 from broker.session.acks import mask_of, words_of
 from broker.session.consumer import PushConsumer
 from broker.session.message_ids import Start, start_of
-from broker.session.producer import ProducerSession
+from broker.session.producer import SHARED, ProducerSession, access_of
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
 
@@ -105,6 +108,10 @@ REFUSED: dict[int, tuple[int, str]] = {
 
 def server_error(error: BaseException) -> int:
     """Pulsar's ServerError code for a broker error."""
+    if isinstance(error, ProducerFencedError):
+        return ServerError.ProducerFenced
+    if isinstance(error, ProducerBusyError):
+        return ServerError.ProducerBusy
     if isinstance(error, LimitReachedError):
         if isinstance(error, ProducerLimitError):
             return ServerError.ProducerBusy
@@ -146,9 +153,17 @@ class BinaryProducer(ProducerSession):
     __slots__ = ("_connection", "_failed", "_queue", "_writing", "producer_id")
 
     def __init__(
-        self, connection: Connection, producer_id: int, name: str, topic_name: TopicName
+        self,
+        connection: Connection,
+        producer_id: int,
+        name: str,
+        topic_name: TopicName,
+        access_mode: str = SHARED,
+        topic_epoch: int | None = None,
     ) -> None:
-        super().__init__(connection.service, topic_name, name)
+        super().__init__(
+            connection.service, topic_name, name, access_mode=access_mode, topic_epoch=topic_epoch
+        )
         self._connection = connection
         self.producer_id = producer_id
         #: (sequence id, highest sequence id, messages, entry) waiting for a write
@@ -209,7 +224,10 @@ class BinaryProducer(ProducerSession):
             self._connection.write_command(command)
 
     def close_from_broker(self) -> None:
-        """The topic unloads: the client reconnects through lookup."""
+        """The topic unloads, or an ExclusiveWithFencing producer fences this one out:
+        the client reconnects through lookup (writes queued still go to the topic they
+        were for). A wait for exclusive access ends."""
+        self.end_wait()
         connection = self._connection
         if connection.producers.pop(self.producer_id, None) is None:
             return
@@ -721,31 +739,64 @@ class Connection(asyncio.Protocol):
     def _producer(self, request: Any) -> None:
         async def create() -> None:
             name = topic_name(request.topic)
-            if request.producer_access_mode != 0:
-                raise NotImplementedYetError("only the Shared producer access mode is supported")
+            mode = ACCESS_MODES.get(request.producer_access_mode)
+            if mode is None:
+                raise BrokerError(f"Invalid producer access mode: {request.producer_access_mode}")
             existing = self.producers.get(request.producer_id)
             topic = await self.service.get_topic(name, create=True)
-            if existing is not None and existing.topic is topic:
+            if existing is not None and existing.topic is topic and not existing.waiting:
                 producer = existing  # a retried PRODUCER: answer it again
+                epoch = access_of(topic).epoch if mode != SHARED else None
             else:
                 producer_name = (
                     request.producer_name
                     if request.HasField("producer_name") and request.producer_name
                     else f"{self.server.config.clusterName}-0-{next(_producer_names)}"
                 )
-                producer = BinaryProducer(self, request.producer_id, producer_name, name)
+                producer = BinaryProducer(
+                    self,
+                    request.producer_id,
+                    producer_name,
+                    name,
+                    access_mode=mode,
+                    topic_epoch=request.topic_epoch if request.HasField("topic_epoch") else None,
+                )
                 if self.closed:
                     return
-                producer.attach(topic)  # maxProducersPerTopic
+                # registered before it may wait, so a CLOSE_PRODUCER finds it
                 self.producers[request.producer_id] = producer
-            command = BaseCommand(type=Type.PRODUCER_SUCCESS)
-            success = command.producer_success
-            success.request_id = request.request_id
-            success.producer_name = producer.name
-            success.last_sequence_id = -1
-            self.write_command(command)
+
+                def queued() -> None:
+                    # as Pulsar: the client learns it waits (and stops timing the request)
+                    self._producer_success(request, producer, None, ready=False)
+
+                try:
+                    # access mode and topic epoch, then maxProducersPerTopic
+                    epoch = await producer.attach_with_access(topic, queued)
+                except BaseException:
+                    if self.producers.get(request.producer_id) is producer:
+                        del self.producers[request.producer_id]
+                    raise
+                if self.closed or self.producers.get(request.producer_id) is not producer:
+                    producer.detach()  # closed while it waited
+                    return
+            self._producer_success(request, producer, epoch, ready=True)
 
         self._async(request.request_id, create(), "producer")
+
+    def _producer_success(
+        self, request: Any, producer: BinaryProducer, epoch: int | None, ready: bool
+    ) -> None:
+        command = BaseCommand(type=Type.PRODUCER_SUCCESS)
+        success = command.producer_success
+        success.request_id = request.request_id
+        success.producer_name = producer.name
+        success.last_sequence_id = -1
+        if epoch is not None:
+            success.topic_epoch = epoch
+        if not ready:
+            success.producer_ready = False
+        self.write_command(command)
 
     def _send(self, send: Any, entry: bytes) -> None:
         producer = self.producers.get(send.producer_id)

@@ -617,15 +617,19 @@ class Connection(asyncio.Protocol):
         self, method: str | None, data: bytes, failure: str
     ) -> tuple[str | None, float] | None:
         """The role of credentials a client sent and when they expire; None when they
-        are not valid, after answering as Pulsar does (an ERROR ``AuthenticationError``
-        that answers no request) and closing the connection (logged as ``failure``)."""
+        are not valid, after answering as Pulsar's ServerCnx does, at once: an ERROR
+        ``AuthenticationError`` "Failed to authenticate" that answers no request (id
+        -1; the reason is only logged, as Pulsar keeps it from the client), then the
+        connection closed (logged as ``failure``). The Java client fails fast on it;
+        the C++ client (and the Python one on it) takes any answer to CONNECT but
+        CONNECTED for a lost connection and retries until its operation timeout, against
+        Pulsar too (apache/pulsar-client-cpp#227, apache/pulsar#19881)."""
         try:
             return self.server.authentication.authenticate_until(
                 method, data.decode("utf-8", "replace").strip()
             )
         except AuthenticationError as error:
-            reason = f"Failed to authenticate: {error}"
-            self._error(NO_REQUEST_ID, ServerError.AuthenticationError, reason)
+            self._error(NO_REQUEST_ID, ServerError.AuthenticationError, "Failed to authenticate")
             self.abort(f"{failure}: {error}")
             return None
 

@@ -6,10 +6,12 @@ free. A refused producer changes nothing: the holder goes on, nothing is stored.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import pulsar
 import pytest
 
@@ -169,3 +171,24 @@ def test_the_topic_epoch_moves_with_each_exclusive_producer(broker: ServedBroker
         assert ready.request_id == 105 and ready.producer_ready and ready.topic_epoch == 2
     finally:
         raw.close()
+
+
+def test_a_websocket_producer_is_shared_and_busy_while_an_exclusive_one_holds_the_topic(
+    broker: ServedBroker, client: pulsar.Client
+) -> None:
+    # Pulsar's WebSocket producer has no access mode: it is a Shared producer
+    topic = persistent(new_topic("access-ws"))
+    holder = client.create_producer(topic, access_mode=Mode.Exclusive)
+    url = broker.http_url.replace("http", "ws", 1) + "/ws/v2/producer/" + topic.replace("://", "/")
+
+    async def handshake() -> int:
+        async with aiohttp.ClientSession() as session:
+            try:
+                async with session.ws_connect(url):
+                    return 101
+            except aiohttp.WSServerHandshakeError as error:
+                return error.status
+
+    assert asyncio.run(handshake()) == 409
+    holder.close()
+    assert asyncio.run(handshake()) == 101

@@ -750,7 +750,7 @@ class Connection(asyncio.Protocol):
             topic = await self.service.get_topic(name, create=True)
             if existing is not None and existing.topic is topic and not existing.waiting:
                 producer = existing  # a retried PRODUCER: answer it again
-                epoch = access_of(topic).epoch if mode != SHARED else None
+                epoch = access_of(topic).epoch
             else:
                 producer_name = (
                     request.producer_name

@@ -269,3 +269,24 @@ def test_an_ack_with_a_request_id_is_answered_with_ack_response(
     raw.write(frame(ping))
     raw.expect(Type.PONG)
     eventually(lambda: backlog(broker, topic)() == 1, "the unanswered ack to be applied")
+
+
+def test_an_ack_that_cannot_be_made_durable_is_answered_with_its_error(
+    broker: ServedBroker, raw: RawConnection
+) -> None:
+    topic = new_topic("receipts-fault")
+    ids = produce_and_receive(raw, topic, 2, sub_type=1)  # Shared
+    broker.ok("PUT", "/admin/v2/brokerlab/faults", {"operation": "metadataPut", "errorRate": 1.0})
+    try:
+        raw.write(frame(ack(1, ids[:1], 90)))
+        response = raw.expect(Type.ACK_RESPONSE).ackResponse
+    finally:
+        broker.ok("DELETE", "/admin/v2/brokerlab/faults")
+    assert response.request_id == 90
+    assert response.error == ServerError.PersistenceError and response.message, response
+    # the ack had no effect: the message is still held, and an ack now goes through
+    assert backlog(broker, topic)() == 2
+    raw.write(frame(ack(1, ids[:1], 91)))
+    response = raw.expect(Type.ACK_RESPONSE).ackResponse
+    assert response.request_id == 91 and not response.HasField("error")
+    assert backlog(broker, topic)() == 1

@@ -959,6 +959,11 @@ class Connection(asyncio.Protocol):
         return consumer
 
     def _seek(self, request: Any) -> None:
+        if not request.HasField("message_id") and not request.HasField("message_publish_time"):
+            # Pulsar's answer, before it looks for the consumer
+            message = "Message id and message publish time were not present"
+            self._error(request.request_id, ServerError.MetadataError, message)
+            return
         consumer = self._consumer_of(request)
         if consumer is None:
             return
@@ -970,11 +975,9 @@ class Connection(asyncio.Protocol):
             # position rather than from the last message it had
             if request.HasField("message_publish_time"):
                 await consumer.seek(self.service, publish_time_ms=request.message_publish_time)
-            elif request.HasField("message_id"):
+            else:
                 given = request.message_id
                 await consumer.seek(self.service, start_of(given.ledgerId, given.entryId))
-            else:
-                raise InvalidRequestError("SEEK without a message id or publish time")
             self._success(request.request_id)
 
         self._async(request.request_id, seek(), "seek")

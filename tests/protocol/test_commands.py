@@ -290,3 +290,14 @@ def test_an_ack_that_cannot_be_made_durable_is_answered_with_its_error(
     response = raw.expect(Type.ACK_RESPONSE).ackResponse
     assert response.request_id == 91 and not response.HasField("error")
     assert backlog(broker, topic)() == 1
+
+
+def test_a_seek_without_a_target_gets_pulsars_metadata_error(raw: RawConnection) -> None:
+    command, request_id = request(Type.SEEK, "seek", consumer_id=1)
+    raw.write(frame(command))
+    answer = raw.expect(Type.ERROR).error
+    assert (answer.request_id, answer.error) == (request_id, ServerError.MetadataError)
+    ping = BaseCommand(type=Type.PING)
+    ping.ping.SetInParent()
+    raw.write(frame(ping))
+    raw.expect(Type.PONG)

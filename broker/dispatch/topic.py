@@ -56,6 +56,9 @@ class PersistentTopic:
         #: came (a dict as an insertion-ordered set: an unload tells them in that order,
         #: so their reconnects are the same on every run)
         self.producers: dict[Producer, None] = {}
+        #: producers waiting for exclusive access (WaitForExclusive), in their order;
+        #: not counted among ``producers`` (as in Pulsar) but told when the topic goes
+        self.waiting_producers: dict[Producer, None] = {}
         self._admin_lock = asyncio.Lock()
 
     async def publish(self, entries: Sequence[bytes], messages: int = 0) -> Position:
@@ -71,10 +74,12 @@ class PersistentTopic:
         return first
 
     def close_producers(self) -> None:
-        """The topic is unloading or being deleted: producers reconnect through lookup."""
-        for producer in list(self.producers):
+        """The topic is unloading or being deleted: producers, and those waiting for
+        exclusive access, reconnect through lookup."""
+        for producer in [*self.producers, *self.waiting_producers]:
             producer.close_from_broker()
         self.producers.clear()
+        self.waiting_producers.clear()
 
     async def create_subscription(self, name: str, start: str | Position) -> Subscription:
         """A new durable subscription whose first message is ``start``. ConflictError if

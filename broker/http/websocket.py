@@ -1208,8 +1208,9 @@ async def producer_session(request: web.Request) -> web.StreamResponse:
     )
     # the producer's topic must exist or be creatable and have room for one more
     # producer, else the handshake is refused (ProducerBusy: 409, as Pulsar's
-    # WebSocket service answers)
-    producer.attach(await service.get_topic(name, create=True))
+    # WebSocket service answers); Pulsar's WebSocket producer has no access mode: it is
+    # Shared, refused (ProducerBusy) while an exclusive producer holds the topic
+    await producer.attach_with_access(await service.get_topic(name, create=True))
     try:
         await ws.prepare(request)
         sockets = request.app[SOCKETS].sockets

@@ -410,7 +410,10 @@ async def delete_subscription(request: web.Request) -> web.Response:
         that the next message delivered is the first with `publishTime` ≥ `timestampMs` (the
         end of the topic if there is none; found by binary search, as Pulsar finds it, so where
         overlapping produce requests were stored out of publish-time order it may land a few
-        entries off); everything before it counts as acknowledged and
+        entries off). The search covers the messages stored when the reset begins: a message
+        stored after that comes after the new position even if its `publishTime` is earlier (a
+        produce request takes its time when it is read, then may wait for a new ledger or a
+        topic load). Everything before the position counts as acknowledged and
         everything from it on as unacknowledged. Consumers stay connected: what sat in their
         receiver queues or was pending their ack is dropped, and dispatch goes on from the new
         position. No body.

@@ -81,6 +81,13 @@ POLICIES = Section(
     wins over its namespace's, which wins over these.
     """,
 )
+SCHEMA = Section(
+    "Schema registry",
+    intro="""
+    Topics' schemas, versioned in the metadata store, as Pulsar's schema registry. The
+    namespace and topic policies of the same names, when set, take precedence.
+    """,
+)
 STATS = Section("Stats")
 TRACES = Section(
     "Access traces",
@@ -918,6 +925,41 @@ class BrokerConfig(BaseModel):
         "slowest subscriptions' oldest messages are acknowledged).",
         origin=PULSAR_SAME,
         choices=("producer_request_hold", "producer_exception", "consumer_backlog_eviction"),
+    )
+    schemaCompatibilityStrategy: str = key(
+        "FULL",
+        SCHEMA,
+        "How a new schema of a topic is checked against the ones it has: BACKWARD (the new "
+        "schema reads data written with the latest), FORWARD (the latest reads the new), "
+        "FULL (both), their _TRANSITIVE forms (against every version, not just the latest), "
+        "ALWAYS_COMPATIBLE (no check), ALWAYS_INCOMPATIBLE (no change). Avro and JSON schemas "
+        "are checked by Avro's schema resolution rules; other types only by "
+        "ALWAYS_INCOMPATIBLE; a change of type is always refused (but with ALWAYS_COMPATIBLE).",
+        origin=PULSAR_SAME,
+        choices=(
+            "ALWAYS_INCOMPATIBLE",
+            "ALWAYS_COMPATIBLE",
+            "BACKWARD",
+            "FORWARD",
+            "FULL",
+            "BACKWARD_TRANSITIVE",
+            "FORWARD_TRANSITIVE",
+            "FULL_TRANSITIVE",
+        ),
+    )
+    isAllowAutoUpdateSchemaEnabled: bool = key(
+        True,
+        SCHEMA,
+        "Whether a producer may add a new (compatible) schema version to its topic; when false "
+        "a producer's schema must be one the topic has (an admin registers new ones), else it "
+        "is refused with IncompatibleSchema, even on a topic without a schema.",
+        origin=PULSAR_SAME,
+    )
+    isSchemaValidationEnforced: bool = key(
+        False,
+        SCHEMA,
+        "Refuse producers without a schema (bytes) on topics that have one (IncompatibleSchema).",
+        origin=PULSAR_SAME,
     )
 
     statsUpdateFrequencyInSecs: int = key(

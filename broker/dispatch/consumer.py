@@ -63,6 +63,7 @@ class Consumer:
         "_released",
         "ack_timeout_ms",
         "address",
+        "auto_consume_schema",
         "bytes_out",
         "client_version",
         "closed",
@@ -112,6 +113,9 @@ class Consumer:
         #: polled yet holds only bytes
         self.polled = False
         self.closed = False
+        #: its client consumes with AUTO_CONSUME (takes whatever schema the topic has):
+        #: it does not count as a user of the topic when a schema is first registered
+        self.auto_consume_schema = False
         self.msg_out = RateCounter()
         self.bytes_out = RateCounter()
         self._available = asyncio.Event()

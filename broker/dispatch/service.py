@@ -32,10 +32,12 @@ from broker.dispatch.offloading import offload_ledgers, offload_round, offload_t
 from broker.dispatch.ownership import NotOwnerError, Ownership, ServiceNotReadyError
 from broker.dispatch.partitions import PartitionedTopics, partition_of
 from broker.dispatch.policies import MESSAGE_TTL, NamespaceScope, PolicyStore
+from broker.dispatch.schema_registry import AUTO_CONSUME, SchemaRegistry, drop_schemas
 from broker.dispatch.service_config import ConsumerOptions, ServiceConfig, TopicLoad
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic, Producer
+from broker.dispatch.topic_schemas import TopicSchemas
 from broker.ledger.cache_evictor import CacheEvictor
 from broker.ledger.errors import ManagedLedgerError
 from broker.ledger.managed_ledger import (
@@ -87,10 +89,12 @@ class BrokerService:
         index: int = 0,
         partitions: PartitionedTopics | None = None,
         policies: PolicyStore | None = None,
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         """``policies``: the cluster's policy store, loaded; None: a store of this
         service's own, which reads nothing until loaded (``await service.policies.load()``;
-        every write loads it first)."""
+        every write loads it first). ``schemas``: the cluster's schema registry (one, so
+        its brokers add a topic's versions one at a time); None: one of its own."""
         self.config = config
         #: the cluster's ownership table and this broker's index in it; alone, a broker
         #: owns every bundle
@@ -156,6 +160,15 @@ class BrokerService:
         #: its loaded topics apply policy changes from now until it closes
         self._unwatch_policies: Callable[[], None] | None = self.policies.watch(
             self._policy_changed
+        )
+        #: topics' schemas (kept in the metadata store) and the rules clients meet, under
+        #: the topic's and namespace's policies or else broker.conf's settings
+        self.schemas = TopicSchemas(
+            schemas or SchemaRegistry(metadata),
+            config.schema_compatibility_strategy,
+            config.allow_auto_update_schema,
+            config.schema_validation_enforced,
+            self.policies,
         )
 
     def start(self) -> None:
@@ -406,7 +419,9 @@ class BrokerService:
                 await subscription.close()
             await topic.ledger.delete()
             if partition_of(name) is None:  # a partition's are its partitioned topic's
-                await self.policies.drop_topic(name)  # Pulsar drops a deleted topic's policies
+                # Pulsar drops a deleted topic's policies and its schema
+                await self.policies.drop_topic(name)
+                await drop_schemas(self.metadata, name)
 
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
         """Unload every loaded topic of the namespace as a bundle move would: consumers
@@ -491,6 +506,7 @@ class BrokerService:
         check_subscription_type(options.subscription_type)
         topic = await self.get_topic(name, create=True)
         self._check_consumer_limits(topic, subscription_name)
+        await self.schemas.consumer_schema(topic, options.schema)  # IncompatibleSchemaError
         begin: str | Position = start if start is not None else (
             "earliest" if options.initial_position == "Earliest" else "latest"
         )  # fmt: skip
@@ -510,6 +526,9 @@ class BrokerService:
         consumer.client_version = options.client_version
         consumer.metadata = options.metadata
         consumer.connected_since_ms = self.clock.wall_ms()
+        consumer.auto_consume_schema = (
+            options.schema is not None and options.schema.type == AUTO_CONSUME
+        )
         await subscription.add_consumer(consumer, options.subscription_type)
         if self.topics.get(name) is not topic:
             # the topic was unloaded while this consumer attached: don't leave it orphaned
@@ -759,6 +778,8 @@ class BrokerService:
                     # unloaded, and loads again as it was
                     log.warning("inactive topic %s not deleted: %s", name, error)
                     return None
+            if partition_of(name) is None:
+                await drop_schemas(self.metadata, name)  # as Pulsar's delete of the topic
             log.info("deleted inactive topic %s", name)
             return "deleted"
         if config.unload_inactive_topics:

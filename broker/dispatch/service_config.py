@@ -4,10 +4,14 @@ with, and the load a topic reports."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.partitions import PartitionsConfig
 from broker.ledger.managed_ledger import ManagedLedgerConfig
+
+if TYPE_CHECKING:
+    from broker.dispatch.schema_registry import SchemaData
 
 #: brokerDeleteInactiveTopicsMode values, as Pulsar spells them
 INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
@@ -68,6 +72,11 @@ class ServiceConfig:
     backlog_quota_limit_bytes: int = -1
     backlog_quota_limit_s: int = -1
     backlog_quota_policy: str = "producer_request_hold"
+    #: schemaCompatibilityStrategy, isAllowAutoUpdateSchemaEnabled,
+    #: isSchemaValidationEnforced: the schema rules where no policy says otherwise
+    schema_compatibility_strategy: str = "FULL"
+    allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +103,5 @@ class ConsumerOptions:
     address: str = ""
     client_version: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
+    #: the schema the client consumes with (None: bytes), checked against the topic's
+    schema: SchemaData | None = None

@@ -19,6 +19,7 @@ from broker.dispatch.errors import (
     InvalidRequestError,
     NotFoundError,
     NotImplementedYetError,
+    SubscriptionFencedError,
 )
 from broker.dispatch.key_shared import KeySharedDispatcher
 from broker.dispatch.names import TopicName
@@ -102,6 +103,9 @@ class Subscription:
         #: subscription's and topic's msgOutCounter never go down)
         self.msg_out_removed = 0
         self.bytes_out_removed = 0
+        #: a seek is resetting the cursor: consumers may not attach (Pulsar's fenced
+        #: subscription), and a reader's subscription is kept for its reader to return
+        self.fenced = False
 
     @property
     def ack_sets(self) -> dict[Position, int]:
@@ -116,8 +120,13 @@ class Subscription:
 
     async def add_consumer(self, consumer: Consumer, sub_type: str) -> None:
         """Attach a consumer. ConflictError if Exclusive is taken or the type differs
-        from the connected consumers' type."""
+        from the connected consumers' type; SubscriptionFencedError while a seek resets
+        the cursor."""
         check_subscription_type(sub_type)
+        if self.fenced:
+            raise SubscriptionFencedError(
+                f"subscription {self.name} is fenced: its cursor is being reset; retry"
+            )
         if self.consumers:
             if sub_type != self.type:
                 raise ConflictError(

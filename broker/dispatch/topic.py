@@ -61,8 +61,10 @@ class PersistentTopic:
         #: came (a dict as an insertion-ordered set: an unload tells them in that order,
         #: so their reconnects are the same on every run)
         self.producers: dict[Producer, None] = {}
-        #: stats' ``waitingPublishers``: producers waiting for exclusive access
-        self.waiting_publishers = 0
+        #: producers waiting for exclusive access (WaitForExclusive), in their order;
+        #: not counted among ``producers`` (as in Pulsar) but told when the topic goes;
+        #: stats' ``waitingPublishers``
+        self.waiting_producers: dict[Producer, None] = {}
         #: stats' ``deduplicationStatus`` (Pulsar's: Disabled, Enabled, Initializing,
         #: Failed); Disabled until a deduplication engine says otherwise
         self.deduplication_status = "Disabled"
@@ -91,10 +93,12 @@ class PersistentTopic:
         through the broker's PolicyStore). Nothing to do yet for any policy."""
 
     def close_producers(self) -> None:
-        """The topic is unloading or being deleted: producers reconnect through lookup."""
-        for producer in list(self.producers):
+        """The topic is unloading or being deleted: producers, and those waiting for
+        exclusive access, reconnect through lookup."""
+        for producer in [*self.producers, *self.waiting_producers]:
             producer.close_from_broker()
         self.producers.clear()
+        self.waiting_producers.clear()
 
     async def create_subscription(self, name: str, start: str | Position) -> Subscription:
         """A new durable subscription whose first message is ``start``. ConflictError if
@@ -164,25 +168,34 @@ class PersistentTopic:
 
     async def find_position_by_publish_time(self, timestamp_ms: int) -> Position:
         """The first position published at or after ``timestamp_ms`` (the next write
-        position if none): binary search, O(log n) single-entry reads through the cache
-        by no cursor (reader ""), so nothing read is cached for a cursor."""
+        position if none): binary search, O(#ledgers + log n) single-entry reads through
+        the cache by no cursor (reader ""), so nothing read is cached for a cursor.
+
+        It searches the entries stored when it starts: the ledgers, their entry counts
+        and the end are taken before the first read, as Pulsar's search fixes its end at
+        the last confirmed entry. Entries stored while it reads come after its answer:
+        they are neither skipped (an end read afterwards would pass them) nor searched
+        half (a ledger's count read again would put entries never compared in range).
+        Publish times are taken when a produce request is read, so an entry stored
+        after the search may still be older than ``timestamp_ms`` (Pulsar's clients
+        stamp messages before sending: the same holds there)."""
         ledger = self.ledger
-        for info in ledger.ledgers:
-            if info.entries == 0:
-                continue
-            last = await ledger.read_entries(Position(info.ledger_id, info.entries - 1), 1, "")
+        end = ledger.next_position(ledger.last_confirmed)
+        searched = [(info.ledger_id, info.entries) for info in ledger.ledgers if info.entries]
+        for ledger_id, entries in searched:
+            last = await ledger.read_entries(Position(ledger_id, entries - 1), 1, "")
             if publish_time_of(last[0].data) < timestamp_ms:
                 continue
-            low, high = 0, info.entries - 1  # the answer is in low..high
+            low, high = 0, entries - 1  # the answer is in low..high
             while low < high:
                 middle = (low + high) // 2
-                probe = await ledger.read_entries(Position(info.ledger_id, middle), 1, "")
+                probe = await ledger.read_entries(Position(ledger_id, middle), 1, "")
                 if publish_time_of(probe[0].data) >= timestamp_ms:
                     high = middle
                 else:
                     low = middle + 1
-            return Position(info.ledger_id, low)
-        return ledger.next_position(ledger.last_confirmed)
+            return Position(ledger_id, low)
+        return end
 
     async def close(self) -> None:
         """Close subscriptions (consumers must be detached first) and the ledger."""
@@ -265,7 +278,7 @@ class PersistentTopic:
             "offloadedStorageSize": sum(i.size for i in ledger.ledgers if i.offloaded),
             "averageMsgSize": self.bytes_in.rate / rate_in if rate_in > 0 else 0.0,
             "publishers": [producer.stats.to_json() for producer in self.producers],
-            "waitingPublishers": self.waiting_publishers,
+            "waitingPublishers": len(self.waiting_producers),
             "deduplicationStatus": self.deduplication_status,
             "subscriptions": subscriptions,
         }

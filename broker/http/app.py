@@ -31,6 +31,7 @@ from broker.http import (
     admin_policies,
     admin_topics,
     pulsar_admin,
+    pulsar_schemas,
     security,
     websocket,
 )
@@ -167,6 +168,7 @@ def _add_routes(app: web.Application, settings: Settings) -> None:
     app.add_routes(admin_topics.routes)
     app.add_routes(admin_brokers.routes)
     app.add_routes(admin_policies.routes)
+    app.add_routes(pulsar_schemas.routes)
 
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
@@ -411,7 +413,10 @@ async def delete_subscription(request: web.Request) -> web.Response:
         that the next message delivered is the first with `publishTime` ≥ `timestampMs` (the
         end of the topic if there is none; found by binary search, as Pulsar finds it, so where
         overlapping produce requests were stored out of publish-time order it may land a few
-        entries off); everything before it counts as acknowledged and
+        entries off). The search covers the messages stored when the reset begins: a message
+        stored after that comes after the new position even if its `publishTime` is earlier (a
+        produce request takes its time when it is read, then may wait for a new ledger or a
+        topic load). Everything before the position counts as acknowledged and
         everything from it on as unacknowledged. Consumers stay connected: what sat in their
         receiver queues or was pending their ack is dropped, and dispatch goes on from the new
         position. No body.
@@ -1537,14 +1542,16 @@ async def openapi(request: web.Request) -> web.Response:
 def contract() -> list[Operation]:
     """Every operation of the HTTP contract, in declaration order: this module's, then
     those of Pulsar's admin and lookup routes (``pulsar_admin``), of its admin routes on
-    a topic's messages (``admin_topics``), of its broker routes (``admin_brokers``) and
-    of its retention, TTL and backlog quota policies (``admin_policies``)."""
+    a topic's messages (``admin_topics``), of its broker routes (``admin_brokers``), of
+    its retention, TTL and backlog quota policies (``admin_policies``) and of its schema
+    registry (``pulsar_schemas``)."""
     return [
         *api.operations,
         *pulsar_admin.api.operations,
         *admin_topics.api.operations,
         *admin_brokers.api.operations,
         *admin_policies.api.operations,
+        *pulsar_schemas.api.operations,
     ]
 
 

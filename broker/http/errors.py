@@ -29,6 +29,7 @@ ERRORS: dict[int, tuple[str, tuple[type[Exception], ...]]] = {
     412: ("precondition-failed", (errors.PreconditionFailedError,)),
     413: ("too-large", (errors.TooLargeError,)),
     415: ("unsupported-media-type", ()),
+    422: ("invalid-schema", (errors.InvalidSchemaError,)),
     429: ("too-many-requests", ()),
     500: ("internal-error", ()),
     501: ("not-implemented", (errors.NotImplementedYetError,)),

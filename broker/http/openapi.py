@@ -51,6 +51,7 @@ TAGS: dict[str, str] = {
     "partitioned topics": "Pulsar's partitioned topics.",
     "lookup": "Which broker serves a topic (its owner).",
     "tenants": "Clusters and tenants, as Pulsar's admin API.",
+    "schemas": "Topics' schemas, as Pulsar's schema registry.",
     "broker": "Broker health, stats and pages.",
     "brokerlab": "Extensions: storage fault injection.",
     "cluster": "Extensions: the brokers of the cluster.",
@@ -214,6 +215,11 @@ def _parameters() -> Json:
             "broker",
             "A broker id, `host:port` of its web service.",
             {"type": "string", "minLength": 1},
+        ),
+        "version": _path_parameter(
+            "version",
+            "A schema version, from 0.",
+            {"type": "integer", "format": "int64", "minimum": 0},
         ),
     }
 

@@ -65,6 +65,7 @@ ErrorCode = Literal[
     "forbidden",
     "internal-error",
     "invalid-request",
+    "invalid-schema",
     "method-not-allowed",
     "not-found",
     "not-implemented",
@@ -596,6 +597,49 @@ class DashboardData(BaseModel):
     brokers: list[DashboardBroker] = Field(
         description="Every broker of the cluster, in index order."
     )
+
+
+# --- schemas -----------------------------------------------------------------------------
+
+
+class GetSchemaResponse(BaseModel):
+    """Pulsar's GetSchemaResponse: one version of a topic's schema."""
+
+    version: Int64 = Field(ge=0, description="The version, from 0.")
+    type: str = Field(description="Pulsar's SchemaType name: AVRO, JSON, STRING, KEY_VALUE...")
+    timestamp: Int64 = Field(description="When it was stored, epoch milliseconds.")
+    data: str = Field(
+        description="The definition as text (an Avro schema in JSON for AVRO and JSON; "
+        '`{"key": ..., "value": ...}` for KEY_VALUE; empty for STRING and primitives).'
+    )
+    properties: dict[str, str] = Field(description="The schema's properties.")
+
+
+class GetAllVersionsSchemaResponse(BaseModel):
+    """Pulsar's GetAllVersionsSchemaResponse."""
+
+    getSchemaResponses: list[GetSchemaResponse] = Field(
+        description="Every version since the last delete, oldest first."
+    )
+
+
+class LongSchemaVersion(BaseModel):
+    """Pulsar's LongSchemaVersion."""
+
+    version: Int64 = Field(description="The version; -1: none.")
+
+
+class PostSchemaResponse(BaseModel):
+    """Pulsar's PostSchemaResponse."""
+
+    version: LongSchemaVersion = Field(description="The version the schema has.")
+
+
+class IsCompatibilityResponse(BaseModel):
+    """Pulsar's IsCompatibilityResponse."""
+
+    isCompatibility: bool = Field(description="Whether the schema would be accepted.")
+    schemaCompatibilityStrategy: str = Field(description="The strategy it was checked with.")
 
 
 #: Every answer type: each is a component of the OpenAPI document, named as its class.

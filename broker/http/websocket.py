@@ -1217,8 +1217,13 @@ async def producer_session(request: web.Request) -> web.StreamResponse:
     )
     # the producer's topic must exist or be creatable and have room for one more
     # producer, else the handshake is refused (ProducerBusy: 409, as Pulsar's
-    # WebSocket service answers)
-    producer.attach(await service.get_topic(name, create=True))
+    # WebSocket service answers); it produces bytes, refused on a topic with a schema
+    # when schema validation is enforced (IncompatibleSchema: 409); Pulsar's WebSocket
+    # producer has no access mode: it is Shared, refused (ProducerBusy) while an
+    # exclusive producer holds the topic
+    topic = await service.get_topic(name, create=True)
+    await producer.use_schema(topic, None)
+    await producer.attach_with_access(topic)
     try:
         await ws.prepare(request)
         sockets = request.app[SOCKETS].sockets

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
-from broker.http import admin_brokers, admin_policies, admin_topics, pulsar_admin
+from broker.http import admin_brokers, admin_policies, admin_topics, pulsar_admin, pulsar_schemas
 from broker.http import app as app_module
 from broker.http.app import contract, create_app
 from broker.http.models import SubscriptionType
@@ -92,6 +92,7 @@ def test_each_operation_has_exactly_one_handler() -> None:
         *admin_topics.api.operations,
         *admin_brokers.api.operations,
         *admin_policies.api.operations,
+        *pulsar_schemas.api.operations,
     ]
     assert [op.operation_id for op in declared] == ids
 

@@ -40,6 +40,7 @@ from broker.dispatch.names import TopicName
 from broker.dispatch.ownership import BrokerAddress, Ownership
 from broker.dispatch.partitions import PartitionedTopics, PartitionsConfig
 from broker.dispatch.policies import PolicyStore
+from broker.dispatch.schema_registry import SchemaRegistry
 from broker.dispatch.service import BrokerService
 from broker.dispatch.service_config import ServiceConfig
 from broker.ledger.managed_ledger import ManagedLedgerConfig
@@ -120,6 +121,18 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
             else config.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
         ),
         unload_inactive_topics=config.brokerlabUnloadInactiveTopicsEnabled,
+        retention_time_minutes=config.defaultRetentionTimeInMinutes,
+        retention_size_mb=config.defaultRetentionSizeInMB,
+        message_ttl_s=config.ttlDurationDefaultInSeconds,
+        message_expiry_check_interval_s=config.messageExpiryCheckIntervalInMinutes * 60.0,
+        backlog_quota_check_enabled=config.backlogQuotaCheckEnabled,
+        backlog_quota_check_interval_s=float(config.backlogQuotaCheckIntervalInSeconds),
+        backlog_quota_limit_bytes=config.backlogQuotaDefaultLimitBytes,
+        backlog_quota_limit_s=config.backlogQuotaDefaultLimitSecond,
+        backlog_quota_policy=config.backlogQuotaDefaultRetentionPolicy,
+        schema_compatibility_strategy=config.schemaCompatibilityStrategy,
+        allow_auto_update_schema=config.isAllowAutoUpdateSchemaEnabled,
+        schema_validation_enforced=config.isSchemaValidationEnforced,
     )
 
 
@@ -271,6 +284,7 @@ class BrokerNode:
             self.index,
             cluster.partitions,
             cluster.policies,
+            cluster.schemas,
         )
         self.service = service
         self.incarnation += 1
@@ -405,6 +419,8 @@ class Cluster:
         )
         #: the namespace and topic policies every broker reads, loaded once here
         self.policies = PolicyStore(storage.metadata, self.service_config.cluster_name)
+        #: the topics' schemas, one registry for every broker (puts of a topic one at a time)
+        self.schemas = SchemaRegistry(storage.metadata)
         try:
             await check_data_format(storage.metadata)
             await self.policies.load()

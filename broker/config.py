@@ -83,6 +83,21 @@ READS_IN_FLIGHT = Section("Managed ledger: reads in flight")
 DISPATCH = Section("Dispatch")
 LIMITS = Section("Limits (0 = no limit, as Pulsar)")
 INACTIVE = Section("Inactive topics")
+POLICIES = Section(
+    "Retention, message TTL and backlog quotas",
+    intro="""
+    The broker's defaults for the namespace and topic policies of the same names (set with
+    the admin routes of docs/api.md, "Namespace and topic policies"); a topic's own policy
+    wins over its namespace's, which wins over these.
+    """,
+)
+SCHEMA = Section(
+    "Schema registry",
+    intro="""
+    Topics' schemas, versioned in the metadata store, as Pulsar's schema registry. The
+    namespace and topic policies of the same names, when set, take precedence.
+    """,
+)
 STATS = Section("Stats")
 TRACES = Section(
     "Access traces",
@@ -883,6 +898,123 @@ class BrokerConfig(BaseModel):
         "as a bundle unload would: cursors and ledger closed durably, memory freed; the next "
         "produce, consumer or admin call loads the topic again from storage.",
         origin="brokerlab only (Pulsar keeps idle topics loaded; its load manager moves bundles).",
+    )
+
+    defaultRetentionTimeInMinutes: int = key(
+        0,
+        POLICIES,
+        "How long a ledger every subscription has consumed is kept before it is deleted "
+        "(-1: forever). 0 and 0 below: deleted as soon as consumed, as Pulsar. A topic with no "
+        "subscription keeps everything under these defaults (brokerlab keeps what nobody "
+        "subscribed to); a retention policy set on its namespace or on it applies to it too.",
+        unit="minutes",
+        origin="Pulsar: same key and default (Pulsar also trims topics with no subscription).",
+        ge=-1,
+    )
+    defaultRetentionSizeInMB: int = key(
+        0,
+        POLICIES,
+        "Size up to which consumed ledgers are kept (-1: no limit); a consumed ledger goes once "
+        "either limit says so.",
+        unit="MB",
+        origin=PULSAR_SAME,
+        ge=-1,
+    )
+    ttlDurationDefaultInSeconds: int = key(
+        0,
+        POLICIES,
+        "Message TTL: messages older than this are acknowledged on every subscription by the "
+        "periodic check below (0: no TTL).",
+        unit="seconds",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    messageExpiryCheckIntervalInMinutes: int = key(
+        5,
+        POLICIES,
+        "How often the message TTL is applied to the loaded topics (on the broker's clock).",
+        unit="minutes",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    backlogQuotaCheckEnabled: bool = key(
+        True,
+        POLICIES,
+        "Enforce backlog quotas periodically (producers are also checked when they connect).",
+        origin=PULSAR_SAME,
+    )
+    backlogQuotaCheckIntervalInSeconds: int = key(
+        60,
+        POLICIES,
+        "How often backlog quotas are checked on the loaded topics.",
+        unit="seconds",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    backlogQuotaDefaultLimitBytes: int = key(
+        -1,
+        POLICIES,
+        "Default destination_storage backlog quota: bytes of backlog of the slowest "
+        "subscription (-1: none).",
+        unit="bytes",
+        origin=PULSAR_SAME,
+        ge=-1,
+    )
+    backlogQuotaDefaultLimitSecond: int = key(
+        -1,
+        POLICIES,
+        "Default message_age backlog quota: age of the oldest unacknowledged message (-1: "
+        "none). brokerlab dates a message by the creation of its ledger (Pulsar's non-precise "
+        "check dates it by its ledger's close).",
+        unit="seconds",
+        origin=PULSAR_SAME,
+        ge=-1,
+    )
+    backlogQuotaDefaultRetentionPolicy: str = key(
+        "producer_request_hold",
+        POLICIES,
+        "What an exceeded default quota does: producer_request_hold (producers are "
+        "disconnected and refused with ProducerBlockedQuotaExceededError, which clients retry, "
+        "holding their sends), producer_exception (refused with "
+        "ProducerBlockedQuotaExceededException: sends fail), consumer_backlog_eviction (the "
+        "slowest subscriptions' oldest messages are acknowledged).",
+        origin=PULSAR_SAME,
+        choices=("producer_request_hold", "producer_exception", "consumer_backlog_eviction"),
+    )
+    schemaCompatibilityStrategy: str = key(
+        "FULL",
+        SCHEMA,
+        "How a new schema of a topic is checked against the ones it has: BACKWARD (the new "
+        "schema reads data written with the latest), FORWARD (the latest reads the new), "
+        "FULL (both), their _TRANSITIVE forms (against every version, not just the latest), "
+        "ALWAYS_COMPATIBLE (no check), ALWAYS_INCOMPATIBLE (no change). Avro and JSON schemas "
+        "are checked by Avro's schema resolution rules; other types only by "
+        "ALWAYS_INCOMPATIBLE; a change of type is always refused (but with ALWAYS_COMPATIBLE).",
+        origin=PULSAR_SAME,
+        choices=(
+            "ALWAYS_INCOMPATIBLE",
+            "ALWAYS_COMPATIBLE",
+            "BACKWARD",
+            "FORWARD",
+            "FULL",
+            "BACKWARD_TRANSITIVE",
+            "FORWARD_TRANSITIVE",
+            "FULL_TRANSITIVE",
+        ),
+    )
+    isAllowAutoUpdateSchemaEnabled: bool = key(
+        True,
+        SCHEMA,
+        "Whether a producer may add a new (compatible) schema version to its topic; when false "
+        "a producer's schema must be one the topic has (an admin registers new ones), else it "
+        "is refused with IncompatibleSchema, even on a topic without a schema.",
+        origin=PULSAR_SAME,
+    )
+    isSchemaValidationEnforced: bool = key(
+        False,
+        SCHEMA,
+        "Refuse producers without a schema (bytes) on topics that have one (IncompatibleSchema).",
+        origin=PULSAR_SAME,
     )
 
     statsUpdateFrequencyInSecs: int = key(

@@ -36,6 +36,12 @@ _LABELS = {"req": _F.LABEL_REQUIRED, "opt": _F.LABEL_OPTIONAL, "rep": _F.LABEL_R
 # name: [(number, field name, label, type or message name, default or None)]
 _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
     "KeyValue": [(1, "key", "req", "string", None), (2, "value", "req", "string", None)],
+    "Schema": [
+        (1, "name", "req", "string", None),
+        (3, "schema_data", "req", "bytes", None),
+        (4, "type", "req", "int32", None),
+        (5, "properties", "rep", "KeyValue", None),
+    ],
     "KeyLongValue": [(1, "key", "req", "string", None), (2, "value", "req", "uint64", None)],
     "IntRange": [(1, "start", "req", "int32", None), (2, "end", "req", "int32", None)],
     "MessageIdData": [
@@ -136,6 +142,7 @@ _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
         (9, "start_message_id", "opt", "MessageIdData", None),
         (10, "metadata", "rep", "KeyValue", None),
         (11, "read_compacted", "opt", "bool", None),
+        (12, "schema", "opt", "Schema", None),
         (13, "initialPosition", "opt", "int32", 0),
         (14, "replicate_subscription_state", "opt", "bool", None),
         (15, "force_topic_creation", "opt", "bool", True),
@@ -179,6 +186,7 @@ _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
         (4, "producer_name", "opt", "string", None),
         (5, "encrypted", "opt", "bool", False),
         (6, "metadata", "rep", "KeyValue", None),
+        (7, "schema", "opt", "Schema", None),
         (8, "epoch", "opt", "uint64", 0),
         (9, "user_provided_producer_name", "opt", "bool", True),
         (10, "producer_access_mode", "opt", "int32", 0),
@@ -267,7 +275,10 @@ _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
         (2, "message_ids", "rep", "MessageIdData", None),
         (3, "consumer_epoch", "opt", "uint64", None),
     ],
-    "CommandSuccess": [(1, "request_id", "req", "uint64", None)],
+    "CommandSuccess": [
+        (1, "request_id", "req", "uint64", None),
+        (2, "schema", "opt", "Schema", None),
+    ],
     "CommandProducerSuccess": [
         (1, "request_id", "req", "uint64", None),
         (2, "producer_name", "req", "string", None),
@@ -333,6 +344,38 @@ _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
         (1, "request_id", "req", "uint64", None),
         (2, "error_code", "opt", "int32", None),
         (3, "error_message", "opt", "string", None),
+        (4, "schema", "opt", "Schema", None),
+        (5, "schema_version", "opt", "bytes", None),
+    ],
+    "CommandGetOrCreateSchema": [
+        (1, "request_id", "req", "uint64", None),
+        (2, "topic", "req", "string", None),
+        (3, "schema", "req", "Schema", None),
+    ],
+    "CommandGetOrCreateSchemaResponse": [
+        (1, "request_id", "req", "uint64", None),
+        (2, "error_code", "opt", "int32", None),
+        (3, "error_message", "opt", "string", None),
+        (4, "schema_version", "opt", "bytes", None),
+    ],
+    # the requests brokerlab answers with an error, as Pulsar does where the feature is
+    # off: only the request id is read (every one carries it as field 1)
+    "CommandNewTxn": [(1, "request_id", "req", "uint64", None)],
+    "CommandAddPartitionToTxn": [(1, "request_id", "req", "uint64", None)],
+    "CommandAddSubscriptionToTxn": [(1, "request_id", "req", "uint64", None)],
+    "CommandEndTxn": [(1, "request_id", "req", "uint64", None)],
+    "CommandEndTxnOnPartition": [(1, "request_id", "req", "uint64", None)],
+    "CommandEndTxnOnSubscription": [(1, "request_id", "req", "uint64", None)],
+    "CommandTcClientConnectRequest": [(1, "request_id", "req", "uint64", None)],
+    "CommandWatchTopicList": [
+        (1, "request_id", "req", "uint64", None),
+        (2, "watcher_id", "req", "uint64", None),
+        (3, "namespace", "opt", "string", None),
+        (4, "topics_pattern", "opt", "string", None),
+    ],
+    "CommandWatchTopicListClose": [
+        (1, "request_id", "req", "uint64", None),
+        (2, "watcher_id", "req", "uint64", None),
     ],
 }
 
@@ -374,6 +417,18 @@ _COMMANDS = [
     (35, "getSchemaResponse", "CommandGetSchemaResponse"),
     (36, "authChallenge", "CommandAuthChallenge"),
     (37, "authResponse", "CommandAuthResponse"),
+    (38, "ackResponse", "CommandAckResponse"),
+    (39, "getOrCreateSchema", "CommandGetOrCreateSchema"),
+    (40, "getOrCreateSchemaResponse", "CommandGetOrCreateSchemaResponse"),
+    (50, "newTxn", "CommandNewTxn"),
+    (52, "addPartitionToTxn", "CommandAddPartitionToTxn"),
+    (54, "addSubscriptionToTxn", "CommandAddSubscriptionToTxn"),
+    (56, "endTxn", "CommandEndTxn"),
+    (58, "endTxnOnPartition", "CommandEndTxnOnPartition"),
+    (60, "endTxnOnSubscription", "CommandEndTxnOnSubscription"),
+    (62, "tcClientConnectRequest", "CommandTcClientConnectRequest"),
+    (64, "watchTopicList", "CommandWatchTopicList"),
+    (67, "watchTopicListClose", "CommandWatchTopicListClose"),
 ]
 _SCHEMA["BaseCommand"] = [(1, "type", "req", "int32", None)] + [
     (number, field, "opt", message, None) for number, field, message in _COMMANDS
@@ -458,6 +513,18 @@ class Type:
     GET_SCHEMA_RESPONSE = 35
     AUTH_CHALLENGE = 36
     AUTH_RESPONSE = 37
+    ACK_RESPONSE = 38
+    GET_OR_CREATE_SCHEMA = 39
+    GET_OR_CREATE_SCHEMA_RESPONSE = 40
+    NEW_TXN = 50
+    ADD_PARTITION_TO_TXN = 52
+    ADD_SUBSCRIPTION_TO_TXN = 54
+    END_TXN = 56
+    END_TXN_ON_PARTITION = 58
+    END_TXN_ON_SUBSCRIPTION = 60
+    TC_CLIENT_CONNECT_REQUEST = 62
+    WATCH_TOPIC_LIST = 64
+    WATCH_TOPIC_LIST_CLOSE = 67
 
 
 class ServerError:
@@ -470,16 +537,21 @@ class ServerError:
     AuthorizationError = 4
     ConsumerBusy = 5
     ServiceNotReady = 6
+    ProducerBlockedQuotaExceededError = 7
+    ProducerBlockedQuotaExceededException = 8
     ChecksumError = 9
     UnsupportedVersionError = 10
     TopicNotFound = 11
     SubscriptionNotFound = 12
     ConsumerNotFound = 13
     TooManyRequests = 14
+    TopicTerminatedError = 15
     ProducerBusy = 16
     InvalidTopicName = 17
+    IncompatibleSchema = 18
     ConsumerAssignError = 19
     NotAllowedError = 22
+    ProducerFenced = 25
 
 
 #: CommandSubscribe.SubType -> brokerlab's subscription type names
@@ -490,6 +562,8 @@ LOOKUP_FAILED = 2
 #: CommandPartitionedTopicMetadataResponse.LookupType
 PARTITIONS_SUCCESS = 0
 PARTITIONS_FAILED = 1
+#: CommandProducer.ProducerAccessMode -> its name
+ACCESS_MODES = {0: "Shared", 1: "Exclusive", 2: "WaitForExclusive", 3: "ExclusiveWithFencing"}
 #: CommandAck.AckType
 ACK_INDIVIDUAL = 0
 ACK_CUMULATIVE = 1

@@ -41,6 +41,7 @@ from broker.dispatch.errors import UnavailableError
 from broker.dispatch.names import TopicName
 from broker.dispatch.ownership import NotOwnerError
 from broker.dispatch.service import BrokerService, ConsumerOptions
+from broker.dispatch.stats import PublisherStats
 from broker.http.errors import code_of, status_of
 from broker.ledger.entry import Entry, encode_message
 from broker.ledger.managed_ledger import ManagedLedgerError
@@ -113,11 +114,13 @@ class PartitionProducer:
     """A producer's connection to one partition (topic): the sends waiting for a
     publish, and the topic as last opened (None: look it up again)."""
 
-    __slots__ = ("_writing", "name", "owner", "queue", "topic")
+    __slots__ = ("_writing", "name", "owner", "queue", "stats", "topic")
 
     def __init__(self, owner: ProducerClient, name: TopicName) -> None:
         self.owner = owner
         self.name = name
+        #: its part of the topic's stats, as a client producer's
+        self.stats = PublisherStats(f"simulated-{name.local_name}", 0)
         self.topic: PersistentTopic | None = None
         #: (entry, scheduled ns) sent and not yet published, in send order
         self.queue: list[tuple[bytes, int]] = []
@@ -190,7 +193,9 @@ class PartitionProducer:
                 if owner.cpu_cost_ns:
                     await owner.cpu_of(topic).work(owner.cpu_cost_ns * len(group))
                 try:
-                    await topic.publish([entry for entry, _ in group], len(group))
+                    await topic.publish(
+                        [entry for entry, _ in group], len(group), publisher=self.stats
+                    )
                 except RETRYABLE:
                     if self.topic is topic:
                         self.topic = None

@@ -62,10 +62,15 @@ class Consumer:
         "_available",
         "_released",
         "ack_timeout_ms",
+        "address",
+        "auto_consume_schema",
         "bytes_out",
+        "client_version",
         "closed",
+        "connected_since_ms",
         "consumer_id",
         "last_active_ns",
+        "metadata",
         "msg_out",
         "nack_delay_ms",
         "name",
@@ -108,9 +113,18 @@ class Consumer:
         #: polled yet holds only bytes
         self.polled = False
         self.closed = False
+        #: its client consumes with AUTO_CONSUME (takes whatever schema the topic has):
+        #: it does not count as a user of the topic when a schema is first registered
+        self.auto_consume_schema = False
         self.msg_out = RateCounter()
         self.bytes_out = RateCounter()
         self._available = asyncio.Event()
+        #: the stats' facts of its client: address (``/127.0.0.1:50000``), when it
+        #: connected (wall ms), client version, the metadata it subscribed with
+        self.address = ""
+        self.connected_since_ms = 0
+        self.client_version = ""
+        self.metadata: dict[str, str] = {}
 
     @property
     def available_permits(self) -> int:

@@ -30,6 +30,11 @@ class PreconditionFailedError(BrokerError):
     """The current state forbids the request (a subscription with consumers)."""
 
 
+class MethodNotAllowedError(BrokerError):
+    """Pulsar refuses the operation on this kind of thing (peek on a partitioned topic's
+    name): HTTP 405."""
+
+
 class TooLargeError(BrokerError):
     """A message, a batch or a request is over its configured size or count."""
 
@@ -42,10 +47,26 @@ class UnavailableError(BrokerError):
     """Storage fault or timeout; the request changed nothing and may be retried."""
 
 
+class SubscriptionFencedError(UnavailableError):
+    """The subscription's cursor is being reset (a seek): no consumer may attach until
+    it is done. Pulsar answers ServiceNotReady and the client retries."""
+
+
 class LimitReachedError(ConflictError):
     """A count limit of broker.conf (consumers, producers, subscriptions, topics) is
     reached; the request may succeed once the count goes down. HTTP: 409 ``conflict``,
     the reason naming the setting."""
+
+
+class ProducerBusyError(ConflictError):
+    """A producer the topic's access mode leaves no room for (a Shared producer while an
+    exclusive one holds the topic or waits for it): Pulsar's ProducerBusy."""
+
+
+class ProducerFencedError(ConflictError):
+    """An exclusive producer refused (another holds the topic, shared ones are
+    connected, or the topic epoch moved past the producer's) or fenced out by an
+    ExclusiveWithFencing one: Pulsar's ProducerFenced; the client gives the producer up."""
 
 
 class ProducerLimitError(LimitReachedError):
@@ -58,3 +79,15 @@ class ConsumerLimitError(LimitReachedError):
 
 class NotAllowedLimitError(LimitReachedError):
     """maxSubscriptionsPerTopic, maxTopicsPerNamespace: Pulsar answers NotAllowedError."""
+
+
+class IncompatibleSchemaError(ConflictError):
+    """A schema the topic's compatibility strategy refuses (Pulsar's
+    IncompatibleSchemaException): nothing stored. Binary protocol: IncompatibleSchema;
+    HTTP: 409."""
+
+
+class InvalidSchemaError(BrokerError):
+    """A schema whose definition does not parse for its type (Pulsar's
+    InvalidSchemaDataException): nothing stored. Binary protocol: IncompatibleSchema, as
+    Pulsar answers it for old clients; HTTP: 422."""

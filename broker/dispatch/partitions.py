@@ -31,6 +31,7 @@ from broker.dispatch.errors import (
     PreconditionFailedError,
 )
 from broker.dispatch.names import TopicName
+from broker.dispatch.schema_registry import drop_schemas
 from broker.ledger.metadata_keys import metadata_key
 from storage_stub.bookie.api import MetadataStore
 
@@ -433,3 +434,4 @@ class PartitionedTopics:
                     await self._owner.delete_topic(partition, force)
             await self._metadata.delete(PARTITIONED_PREFIX + str(name))
             (await self._records()).pop(name, None)
+            await drop_schemas(self._metadata, name)  # its partitions' schema, as Pulsar

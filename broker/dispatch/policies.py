@@ -36,6 +36,7 @@ import orjson
 
 from broker.dispatch.errors import ConflictError, NotFoundError
 from broker.dispatch.names import TopicName
+from broker.dispatch.partitions import partition_of
 from storage_stub.bookie.api import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -209,26 +210,36 @@ class PolicyStore:
 
     # ------------------------------------------------------------------ topics
 
+    @staticmethod
+    def topic_key(topic: TopicName) -> TopicName:
+        """Whose topic-level policies ``topic`` has: a partition has its partitioned
+        topic's, as in Pulsar; any other topic its own. O(1)."""
+        partition = partition_of(topic)
+        return topic if partition is None else partition[0]
+
     def topic_policies(self, topic: TopicName) -> dict[str, Any]:
-        """Every topic-level policy set on ``topic`` (do not mutate). O(1)."""
-        return self._topics.get(topic) or {}
+        """Every topic-level policy of ``topic`` (do not mutate). O(1)."""
+        return self._topics.get(self.topic_key(topic)) or {}
 
     def topic(self, topic: TopicName, name: str) -> Any | None:
-        """The topic-level policy ``name``, None if unset. O(1)."""
-        policies = self._topics.get(topic)
+        """The topic-level policy ``name`` of ``topic`` (a partition: of its partitioned
+        topic), None if unset. O(1)."""
+        policies = self._topics.get(self.topic_key(topic))
         return None if policies is None else policies.get(name)
 
     async def set_topic(self, topic: TopicName, name: str, value: Any) -> None:
-        """Set the topic-level policy ``name`` (a JSON value)."""
-        await self._update_topic(topic, name, value, remove=False)
+        """Set the topic-level policy ``name`` (a JSON value); on a partition's name, its
+        partitioned topic's. The watchers hear the key's name (see ``topic_key``)."""
+        await self._update_topic(self.topic_key(topic), name, value, remove=False)
 
     async def remove_topic(self, topic: TopicName, name: str) -> None:
         """Unset the topic-level policy ``name`` (nothing if unset)."""
-        await self._update_topic(topic, name, None, remove=True)
+        await self._update_topic(self.topic_key(topic), name, None, remove=True)
 
     async def drop_topic(self, topic: TopicName) -> None:
-        """Forget every topic-level policy of ``topic`` (the topic was deleted), without
-        telling the watchers: there is no topic left to react."""
+        """Forget every topic-level policy stored under ``topic`` (the topic, or the
+        partitioned topic, was deleted), without telling the watchers: there is no topic
+        left to react."""
         async with self._lock:
             await self._load_locked()
             if topic in self._topics:

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 
 from broker.cache.stream import CacheEventStream
 from broker.clock import Clock
+from broker.dispatch import backlog_quota
 from broker.dispatch.cache_rates import CacheRates
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.errors import (
+    ConflictError,
     ConsumerLimitError,
     NotAllowedLimitError,
     NotFoundError,
@@ -29,18 +31,16 @@ from broker.dispatch.namespaces import NamespaceRegistry
 from broker.dispatch.offloading import offload_ledgers, offload_round, offload_topic_now
 from broker.dispatch.ownership import NotOwnerError, Ownership, ServiceNotReadyError
 from broker.dispatch.partitions import PartitionedTopics, partition_of
-from broker.dispatch.policies import DEDUPLICATION, NamespaceScope, PolicyStore
+from broker.dispatch.policies import DEDUPLICATION, MESSAGE_TTL, NamespaceScope, PolicyStore
+from broker.dispatch.schema_registry import AUTO_CONSUME, SchemaRegistry, drop_schemas
 from broker.dispatch.service_config import ConsumerOptions, ServiceConfig, TopicLoad
 from broker.dispatch.stats import BrokerTotals
 from broker.dispatch.subscription import Subscription, check_subscription_type
 from broker.dispatch.topic import PersistentTopic, Producer
+from broker.dispatch.topic_schemas import TopicSchemas
 from broker.ledger.cache_evictor import CacheEvictor
-from broker.ledger.managed_ledger import (
-    LedgerInfo,
-    ManagedLedger,
-    ManagedLedgerError,
-    metadata_key,
-)
+from broker.ledger.errors import ManagedLedgerError
+from broker.ledger.managed_ledger import LedgerInfo, ManagedLedger, metadata_key
 from broker.ledger.offload import TieredStorage
 from broker.ledger.position import Position
 from broker.ledger.read_limiter import ReadLimiter
@@ -85,10 +85,12 @@ class BrokerService:
         index: int = 0,
         partitions: PartitionedTopics | None = None,
         policies: PolicyStore | None = None,
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         """``policies``: the cluster's policy store, loaded; None: a store of this
         service's own, which reads nothing until loaded (``await service.policies.load()``;
-        every write loads it first)."""
+        every write loads it first). ``schemas``: the cluster's schema registry (one, so
+        its brokers add a topic's versions one at a time); None: one of its own."""
         self.config = config
         #: the cluster's ownership table and this broker's index in it; alone, a broker
         #: owns every bundle
@@ -151,15 +153,29 @@ class BrokerService:
         #: namespace and topic policies (durable; reads from memory)
         self.policies = policies or PolicyStore(metadata, config.cluster_name)
         self.namespaces = NamespaceRegistry(metadata, config.cluster_name, self, self.policies)
-        self._unwatch_policies: Callable[[], None] | None = None
+        #: its loaded topics apply policy changes from now until it closes
+        self._unwatch_policies: Callable[[], None] | None = self.policies.watch(
+            self._policy_changed
+        )
+        #: topics' schemas (kept in the metadata store) and the rules clients meet, under
+        #: the topic's and namespace's policies or else broker.conf's settings
+        self.schemas = TopicSchemas(
+            schemas or SchemaRegistry(metadata),
+            config.schema_compatibility_strategy,
+            config.allow_auto_update_schema,
+            config.schema_validation_enforced,
+            self.policies,
+        )
 
     def start(self) -> None:
-        self._unwatch_policies = self.policies.watch(self._policy_changed)
         self._owner.spawn(self._upkeep_loop(), name="broker upkeep")
         self._owner.spawn(self.evictor.run(), name="cache eviction")
         config = self.config
         if config.delete_inactive_topics or config.unload_inactive_topics:
             self._owner.spawn(self._inactive_topics_loop(), name="inactive topics")
+        self._owner.spawn(self._message_expiry_loop(), name="message expiry")
+        if config.backlog_quota_check_enabled:
+            self._owner.spawn(self._backlog_quota_loop(), name="backlog quotas")
 
     def _stop_watching_policies(self) -> None:
         if self._unwatch_policies is not None:
@@ -167,17 +183,20 @@ class BrokerService:
             self._unwatch_policies = None
 
     def _policy_changed(self, scope: TopicName | NamespaceScope, name: str) -> None:
-        """A namespace or topic policy changed: the loaded topics it reaches apply it.
-        O(loaded topics) for a namespace's policy, O(1) for a topic's."""
+        """A namespace or topic policy changed: the loaded topics it reaches apply it (a
+        partitioned topic's policy reaches its partitions). O(loaded topics); policy
+        changes are rare."""
         if isinstance(scope, TopicName):
-            topic = self.topics.get(scope)
-            affected = [] if topic is None else [topic]
+            key = self.policies.topic_key
+            affected = [t for n, t in self.topics.items() if key(n) == scope]
         else:
             tenant, namespace = scope
             affected = [
                 t for n, t in self.topics.items() if n.tenant == tenant and n.namespace == namespace
             ]
         for topic in affected:
+            backlog_quota.apply_retention(self.policies, self.config, topic)
+            topic.ledger.touch()  # the upkeep trims it under the new retention
             topic.policy_changed(name)
         if name == DEDUPLICATION:
             self._recheck_deduplication(scope)
@@ -201,6 +220,58 @@ class BrokerService:
             await topic.deduplication.check_status(self.deduplication_enabled(topic.name))
         except (BookieError, ManagedLedgerError) as error:
             log.warning("topic %s: deduplication status change failed: %s", topic.name, error)
+
+    # ------------------------------------------------------------------ message TTL
+
+    async def _message_expiry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.message_expiry_check_interval_s)
+            try:
+                await self.check_message_expiry()
+            except (BookieError, ManagedLedgerError) as error:
+                log.warning("message expiry: storage error, will retry: %s", error)
+
+    async def check_message_expiry(self) -> int:
+        """Pulsar's message-TTL check (``messageExpiryCheckIntervalInMinutes``): on each
+        loaded topic whose TTL (its policy, its namespace's, ``ttlDurationDefaultInSeconds``)
+        is set, every subscription acknowledges the messages older than it, by the
+        broker's clock. O(loaded topics) plus, per subscription with a backlog, a binary
+        search over publish times. Returns the entries expired."""
+        now_ms = self.clock.wall_ms()
+        default = self.config.message_ttl_s
+        expired = 0
+        for topic in list(self.topics.values()):
+            ttl = self.policies.effective(topic.name, MESSAGE_TTL, default)
+            if not ttl or ttl <= 0 or self.topics.get(topic.name) is not topic:
+                continue
+            for subscription in list(topic.subscriptions.values()):
+                if subscription.backlog() > 0:
+                    expired += await subscription.expire_messages(now_ms, int(ttl))
+        return expired
+
+    # ------------------------------------------------------------------ backlog quotas
+
+    async def _backlog_quota_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.backlog_quota_check_interval_s)
+            try:
+                await self.check_backlog_quotas()
+            except (BookieError, ManagedLedgerError) as error:
+                log.warning("backlog quotas: storage error, will retry: %s", error)
+
+    async def check_backlog_quotas(self) -> int:
+        """Pulsar's backlog-quota check (``backlogQuotaCheckIntervalInSeconds``): each
+        loaded topic over a quota has the quota's policy applied (see
+        :mod:`broker.dispatch.backlog_quota`). O(loaded topics x subscriptions). Returns
+        how many topics were over a quota."""
+        now_ms = self.clock.wall_ms()
+        over = 0
+        for topic in list(self.topics.values()):
+            if self.topics.get(topic.name) is topic and await backlog_quota.enforce(
+                self.policies, self.config, topic, now_ms
+            ):
+                over += 1
+        return over
 
     async def close(self) -> None:
         """Stop upkeep, disconnect consumers, close every topic (ledgers closed cleanly),
@@ -250,9 +321,12 @@ class BrokerService:
 
     # ------------------------------------------------------------------ topics
 
-    async def get_topic(self, name: TopicName, create: bool) -> PersistentTopic:
+    async def get_topic(
+        self, name: TopicName, create: bool, *, explicit: bool = False
+    ) -> PersistentTopic:
         """The loaded topic, loading it from storage if it exists. NotFoundError when it
-        does not exist and ``create`` is false (or auto-creation is off)."""
+        does not exist and ``create`` is false (or auto-creation is off). ``explicit``:
+        an admin creating it, whatever allowAutoTopicCreation says."""
         topic = self.topics.get(name)
         if topic is not None:
             return topic
@@ -267,7 +341,8 @@ class BrokerService:
         future: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name] = future
         try:
-            topic = await self._load(name, await self.partitions.may_create(name, create))
+            may_create = await self.partitions.may_create(name, create or explicit)
+            topic = await self._load(name, may_create or explicit)
             future.set_result(topic)
             return topic
         except BaseException as error:
@@ -288,6 +363,14 @@ class BrokerService:
         if value is None:
             value = policies.namespace(name.tenant, name.namespace, DEDUPLICATION)
         return self.config.deduplication.enabled if value is None else bool(value)
+
+    async def create_topic(self, name: TopicName) -> PersistentTopic:
+        """Pulsar's createNonPartitionedTopic: ConflictError when the topic exists, when
+        a partitioned topic has that name, or when it names a partition past its
+        partitioned topic's count. Created whatever allowAutoTopicCreation says."""
+        if await self.partitions.exists(name):
+            raise ConflictError(f"This topic already exists: {name}")
+        return await self.get_topic(name, create=True, explicit=True)
 
     def check_owner(self, name: TopicName) -> None:
         """NotOwnerError naming the owner when another broker serves the topic's bundle;
@@ -326,6 +409,7 @@ class BrokerService:
         topic = PersistentTopic(
             name, ledger, self.config.dispatch, self.clock, self.totals, self.config.deduplication
         )
+        backlog_quota.apply_retention(self.policies, self.config, topic)
         try:
             await topic.deduplication.initialize(self.deduplication_enabled(name))
         except (BookieError, ManagedLedgerError) as error:
@@ -377,7 +461,10 @@ class BrokerService:
                 await subscription.close()
             await topic.deduplication.close()
             await topic.ledger.delete()
-            await self.policies.drop_topic(name)  # Pulsar drops a deleted topic's policies
+            if partition_of(name) is None:  # a partition's are its partitioned topic's
+                # Pulsar drops a deleted topic's policies and its schema
+                await self.policies.drop_topic(name)
+                await drop_schemas(self.metadata, name)
 
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
         """Unload every loaded topic of the namespace as a bundle move would: consumers
@@ -462,6 +549,7 @@ class BrokerService:
         check_subscription_type(options.subscription_type)
         topic = await self.get_topic(name, create=True)
         self._check_consumer_limits(topic, subscription_name)
+        await self.schemas.consumer_schema(topic, options.schema)  # IncompatibleSchemaError
         begin: str | Position = start if start is not None else (
             "earliest" if options.initial_position == "Earliest" else "latest"
         )  # fmt: skip
@@ -476,6 +564,13 @@ class BrokerService:
             options.ack_timeout_ms,
             options.nack_delay_ms,
             self.clock.monotonic_ns(),
+        )
+        consumer.address = options.address
+        consumer.client_version = options.client_version
+        consumer.metadata = options.metadata
+        consumer.connected_since_ms = self.clock.wall_ms()
+        consumer.auto_consume_schema = (
+            options.schema is not None and options.schema.type == AUTO_CONSUME
         )
         await subscription.add_consumer(consumer, options.subscription_type)
         if self.topics.get(name) is not topic:
@@ -530,6 +625,7 @@ class BrokerService:
             raise ProducerLimitError(
                 f"topic {topic.name} has maxProducersPerTopic={limit} producers"
             )
+        backlog_quota.check_producer(self.policies, self.config, topic, self.clock.wall_ms())
         topic.producers[producer] = None
 
     def consumer(self, consumer_id: str) -> Consumer:
@@ -727,6 +823,8 @@ class BrokerService:
                     # unloaded, and loads again as it was
                     log.warning("inactive topic %s not deleted: %s", name, error)
                     return None
+            if partition_of(name) is None:
+                await drop_schemas(self.metadata, name)  # as Pulsar's delete of the topic
             log.info("deleted inactive topic %s", name)
             return "deleted"
         if config.unload_inactive_topics:

@@ -4,11 +4,15 @@ with, and the load a topic reports."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from broker.dispatch.deduplication import DeduplicationConfig
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.partitions import PartitionsConfig
 from broker.ledger.managed_ledger import ManagedLedgerConfig
+
+if TYPE_CHECKING:
+    from broker.dispatch.schema_registry import SchemaData
 
 #: brokerDeleteInactiveTopicsMode values, as Pulsar spells them
 INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
@@ -56,6 +60,26 @@ class ServiceConfig:
     max_reads_in_flight_bytes: int = 0
     reads_in_flight_timeout_ms: int = 60_000
     reads_in_flight_queue_size: int = 50_000
+    #: the policies' broker defaults: defaultRetentionTimeInMinutes,
+    #: defaultRetentionSizeInMB (-1: unlimited), ttlDurationDefaultInSeconds (0: none)
+    retention_time_minutes: int = 0
+    retention_size_mb: int = 0
+    message_ttl_s: int = 0
+    #: messageExpiryCheckIntervalInMinutes, in seconds
+    message_expiry_check_interval_s: float = 300.0
+    #: backlogQuotaCheckEnabled, backlogQuotaCheckIntervalInSeconds,
+    #: backlogQuotaDefaultLimitBytes, backlogQuotaDefaultLimitSecond (-1: none),
+    #: backlogQuotaDefaultRetentionPolicy
+    backlog_quota_check_enabled: bool = True
+    backlog_quota_check_interval_s: float = 60.0
+    backlog_quota_limit_bytes: int = -1
+    backlog_quota_limit_s: int = -1
+    backlog_quota_policy: str = "producer_request_hold"
+    #: schemaCompatibilityStrategy, isAllowAutoUpdateSchemaEnabled,
+    #: isSchemaValidationEnforced: the schema rules where no policy says otherwise
+    schema_compatibility_strategy: str = "FULL"
+    allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +101,10 @@ class ConsumerOptions:
     priority_level: int = 0
     ack_timeout_ms: int = 0
     nack_delay_ms: int = 60000
+    #: what the topic's stats show of the client: its address (``/ip:port``), client
+    #: version and the metadata it subscribed with
+    address: str = ""
+    client_version: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    #: the schema the client consumes with (None: bytes), checked against the topic's
+    schema: SchemaData | None = None

@@ -14,10 +14,17 @@ from broker.dispatch.dispatcher import (
     SharedDispatcher,
     SingleActiveConsumerDispatcher,
 )
-from broker.dispatch.errors import ConflictError, InvalidRequestError, NotImplementedYetError
+from broker.dispatch.errors import (
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    NotImplementedYetError,
+    SubscriptionFencedError,
+)
 from broker.dispatch.key_shared import KeySharedDispatcher
 from broker.dispatch.names import TopicName
 from broker.dispatch.stats import BrokerTotals, RateCounter
+from broker.ledger.entry import Entry
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.managed_ledger import ManagedLedger
 from broker.ledger.position import Position
@@ -96,6 +103,9 @@ class Subscription:
         #: subscription's and topic's msgOutCounter never go down)
         self.msg_out_removed = 0
         self.bytes_out_removed = 0
+        #: a seek is resetting the cursor: consumers may not attach (Pulsar's fenced
+        #: subscription), and a reader's subscription is kept for its reader to return
+        self.fenced = False
 
     @property
     def ack_sets(self) -> dict[Position, int]:
@@ -110,8 +120,13 @@ class Subscription:
 
     async def add_consumer(self, consumer: Consumer, sub_type: str) -> None:
         """Attach a consumer. ConflictError if Exclusive is taken or the type differs
-        from the connected consumers' type."""
+        from the connected consumers' type; SubscriptionFencedError while a seek resets
+        the cursor."""
         check_subscription_type(sub_type)
+        if self.fenced:
+            raise SubscriptionFencedError(
+                f"subscription {self.name} is fenced: its cursor is being reset; retry"
+            )
         if self.consumers:
             if sub_type != self.type:
                 raise ConflictError(
@@ -326,6 +341,89 @@ class Subscription:
         self.redelivery_counts.clear()
         if self.dispatcher is not None:
             self.dispatcher.reset()
+            self.dispatcher.wake()
+
+    # ------------------------------------------------------------------ admin
+
+    async def peek(self, n: int) -> Entry:
+        """The ``n``-th (from 1) unacknowledged entry, read without moving anything (by
+        no cursor: nothing is cached for this subscription). NotFoundError when the
+        backlog holds fewer. O(n + deleted ranges) plus one read."""
+        position = self.cursor.nth_unacknowledged(n)
+        if position is None:
+            raise NotFoundError(
+                f"Message not found: subscription {self.name} has {self.backlog()} "
+                f"entries in its backlog, position {n} asked"
+            )
+        entries = await self.topic.ledger.read_entries(position, 1, "")
+        if not entries:
+            raise NotFoundError(f"Message not found at {position}")
+        return entries[0]
+
+    async def skip(self, count: int) -> int:
+        """Pulsar's skipMessages: acknowledge the next ``count`` unacknowledged entries
+        (every one when fewer remain); the entries skipped. Durable when it returns.
+        O(count + deleted ranges)."""
+        cursor = self.cursor
+        before = cursor.backlog()
+        target = cursor.nth_unacknowledged(count)
+        await self.mark_delete_up_to(cursor.ledger.last_confirmed if target is None else target)
+        return before - cursor.backlog()
+
+    async def skip_all(self) -> int:
+        """Pulsar's clearBacklog: everything published so far is acknowledged; the
+        entries skipped. Durable when it returns. O(consumers' pending)."""
+        before = self.cursor.backlog()
+        await self.mark_delete_up_to(self.cursor.ledger.last_confirmed)
+        return before - self.cursor.backlog()
+
+    async def expire_messages(self, now_ms: int, ttl_s: int) -> int:
+        """Pulsar's expireMessages: acknowledge every entry published more than
+        ``ttl_s`` seconds before ``now_ms`` (a message expires once publish time + TTL <
+        now). Publish times are taken as growing along the ledger (a binary search
+        over them, as Pulsar's expiry monitor does). The entries expired."""
+        cutoff = now_ms - ttl_s * 1000
+        first_kept = await self.topic.find_position_by_publish_time(cutoff)
+        last_expired = self._entry_before(first_kept)
+        if last_expired is None:
+            return 0
+        before = self.cursor.backlog()
+        await self.mark_delete_up_to(last_expired)
+        return before - self.cursor.backlog()
+
+    def _entry_before(self, position: Position) -> Position | None:
+        """The confirmed entry just before ``position``; None if there is none.
+        O(#ledgers)."""
+        if position.entry_id > 0:
+            return Position(position.ledger_id, position.entry_id - 1)
+        for info in reversed(self.topic.ledger.ledgers):
+            if info.ledger_id < position.ledger_id and info.entries > 0:
+                return Position(info.ledger_id, info.entries - 1)
+        return None
+
+    async def mark_delete_up_to(self, position: Position) -> None:
+        """Acknowledge every entry up to ``position`` as an admin operation would (no
+        consumer asked): durable when it returns; what consumers hold up to there is
+        acknowledged for them, so nothing of it is redelivered. Nothing happens when the
+        cursor is past it already. A failed write changes nothing (the cursor takes the
+        acknowledgement back). O(consumers' pending)."""
+        cursor = self.cursor
+        if position <= cursor.mark_delete_position:
+            return
+        cursor.acknowledge_cumulative(position)
+        await cursor.persist()
+        counts = self.redelivery_counts
+        released: list[Position] = []
+        for consumer in self.consumers:
+            pending = consumer.pending
+            held = [p for p in pending if p <= position]
+            for held_position in held:
+                del pending[held_position]
+                counts.pop(held_position, None)
+            released += held
+        if self.dispatcher is not None:
+            if released:
+                self.dispatcher.acknowledged(released)
             self.dispatcher.wake()
 
     def backlog(self) -> int:

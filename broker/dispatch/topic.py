@@ -16,7 +16,7 @@ from broker.dispatch.errors import (
     ReservedNameError,
 )
 from broker.dispatch.names import TopicName
-from broker.dispatch.stats import BrokerTotals, RateCounter
+from broker.dispatch.stats import BrokerTotals, PublisherStats, RateCounter, iso_time
 from broker.dispatch.subscription import Subscription
 from broker.ledger.entry import publish_time_of
 from broker.ledger.managed_cursor import SYSTEM_CURSORS, ManagedCursor
@@ -27,6 +27,11 @@ from storage_stub.bookie.api import total_size
 
 class Producer(Protocol):
     """A front end's producer attached to a topic (the binary protocol's)."""
+
+    @property
+    def stats(self) -> PublisherStats:
+        """Its part of the topic's stats (``publishers``)."""
+        ...
 
     def close_from_broker(self) -> None:
         """The topic is going (unload, delete): tell the client and stop publishing."""
@@ -68,6 +73,10 @@ class PersistentTopic:
         #: came (a dict as an insertion-ordered set: an unload tells them in that order,
         #: so their reconnects are the same on every run)
         self.producers: dict[Producer, None] = {}
+        #: producers waiting for exclusive access (WaitForExclusive), in their order;
+        #: not counted among ``producers`` (as in Pulsar) but told when the topic goes;
+        #: stats' ``waitingPublishers``
+        self.waiting_producers: dict[Producer, None] = {}
         self._admin_lock = asyncio.Lock()
 
     async def publish(
@@ -75,13 +84,15 @@ class PersistentTopic:
         entries: Sequence[bytes],
         messages: int = 0,
         sequenced: tuple[str, list[int]] | None = None,
+        publisher: PublisherStats | None = None,
     ) -> Position:
         """Store entries durably; the position of the first one. ``messages``: how many
         messages they hold (batched entries hold several; 0: one per entry).
         ``sequenced``: a producer name and the highest sequence ids of its sends among
         them, recorded as stored when the topic deduplicates. Every entry stored, by any
         front end, counts towards the next deduplication snapshot (as every add does in
-        Pulsar), so the ``pulsar.dedup`` cursor never holds trimming back for good."""
+        Pulsar), so the ``pulsar.dedup`` cursor never holds trimming back for good.
+        ``publisher``: the producer's stats, counting them too."""
         first = await self.ledger.add_entries(entries)
         deduplication = self.deduplication
         if deduplication.enabled:
@@ -95,6 +106,9 @@ class PersistentTopic:
         messages = messages or len(entries)
         self.msg_in.add(messages)
         self.bytes_in.add(nbytes)
+        if publisher is not None:
+            publisher.msg_in.add(messages)
+            publisher.bytes_in.add(nbytes)
         self.totals.produced += messages
         self.totals.produced_bytes += nbytes
         return first
@@ -104,10 +118,12 @@ class PersistentTopic:
         through the broker's PolicyStore). Nothing to do yet for any policy."""
 
     def close_producers(self) -> None:
-        """The topic is unloading or being deleted: producers reconnect through lookup."""
-        for producer in list(self.producers):
+        """The topic is unloading or being deleted: producers, and those waiting for
+        exclusive access, reconnect through lookup."""
+        for producer in [*self.producers, *self.waiting_producers]:
             producer.close_from_broker()
         self.producers.clear()
+        self.waiting_producers.clear()
 
     async def create_subscription(self, name: str, start: str | Position) -> Subscription:
         """A new durable subscription whose first message is ``start``. ConflictError if
@@ -181,25 +197,34 @@ class PersistentTopic:
 
     async def find_position_by_publish_time(self, timestamp_ms: int) -> Position:
         """The first position published at or after ``timestamp_ms`` (the next write
-        position if none): binary search, O(log n) single-entry reads through the cache
-        by no cursor (reader ""), so nothing read is cached for a cursor."""
+        position if none): binary search, O(#ledgers + log n) single-entry reads through
+        the cache by no cursor (reader ""), so nothing read is cached for a cursor.
+
+        It searches the entries stored when it starts: the ledgers, their entry counts
+        and the end are taken before the first read, as Pulsar's search fixes its end at
+        the last confirmed entry. Entries stored while it reads come after its answer:
+        they are neither skipped (an end read afterwards would pass them) nor searched
+        half (a ledger's count read again would put entries never compared in range).
+        Publish times are taken when a produce request is read, so an entry stored
+        after the search may still be older than ``timestamp_ms`` (Pulsar's clients
+        stamp messages before sending: the same holds there)."""
         ledger = self.ledger
-        for info in ledger.ledgers:
-            if info.entries == 0:
-                continue
-            last = await ledger.read_entries(Position(info.ledger_id, info.entries - 1), 1, "")
+        end = ledger.next_position(ledger.last_confirmed)
+        searched = [(info.ledger_id, info.entries) for info in ledger.ledgers if info.entries]
+        for ledger_id, entries in searched:
+            last = await ledger.read_entries(Position(ledger_id, entries - 1), 1, "")
             if publish_time_of(last[0].data) < timestamp_ms:
                 continue
-            low, high = 0, info.entries - 1  # the answer is in low..high
+            low, high = 0, entries - 1  # the answer is in low..high
             while low < high:
                 middle = (low + high) // 2
-                probe = await ledger.read_entries(Position(info.ledger_id, middle), 1, "")
+                probe = await ledger.read_entries(Position(ledger_id, middle), 1, "")
                 if publish_time_of(probe[0].data) >= timestamp_ms:
                     high = middle
                 else:
                     low = middle + 1
-            return Position(info.ledger_id, low)
-        return ledger.next_position(ledger.last_confirmed)
+            return Position(ledger_id, low)
+        return end
 
     async def close(self) -> None:
         """Close subscriptions (consumers must be detached first) and the ledger."""
@@ -211,6 +236,8 @@ class PersistentTopic:
     def refresh_rates(self, elapsed_s: float) -> None:
         self.msg_in.refresh(elapsed_s)
         self.bytes_in.refresh(elapsed_s)
+        for producer in self.producers:
+            producer.stats.refresh(elapsed_s)
         for subscription in self.subscriptions.values():
             subscription.msg_redeliver.refresh(elapsed_s)
             for consumer in subscription.consumers:
@@ -240,6 +267,10 @@ class PersistentTopic:
                         "msgThroughputOut": consumer.bytes_out.rate,
                         "msgOutCounter": consumer.msg_out.total,
                         "bytesOutCounter": consumer.bytes_out.total,
+                        "address": consumer.address,
+                        "connectedSince": iso_time(consumer.connected_since_ms),
+                        "clientVersion": consumer.client_version,
+                        "metadata": consumer.metadata,
                     }
                 )
                 sub_rate_out += consumer.msg_out.rate
@@ -262,8 +293,9 @@ class PersistentTopic:
                 "unackedMessages": subscription.unacked_messages(),
                 "consumers": consumers,
             }
+        rate_in = self.msg_in.rate
         return {
-            "msgRateIn": self.msg_in.rate,
+            "msgRateIn": rate_in,
             "msgThroughputIn": self.bytes_in.rate,
             "msgRateOut": msg_rate_out,
             "msgThroughputOut": throughput_out,
@@ -274,6 +306,9 @@ class PersistentTopic:
             "storageSize": ledger.total_size(),
             "backlogSize": ledger.size_after(slowest) if slowest is not None else 0,
             "offloadedStorageSize": sum(i.size for i in ledger.ledgers if i.offloaded),
+            "averageMsgSize": self.bytes_in.rate / rate_in if rate_in > 0 else 0.0,
+            "publishers": [producer.stats.to_json() for producer in self.producers],
+            "waitingPublishers": len(self.waiting_producers),
             "deduplicationStatus": self.deduplication.status,
             "subscriptions": subscriptions,
         }

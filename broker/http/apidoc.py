@@ -61,6 +61,8 @@ def route_section(op: Operation) -> str:
     if op.description:
         lines += [op.description, ""]
     lines += ["Responses:", "", status_line(op.success.status, op.success.when)]
+    if op.success.unset is not None:
+        lines.append(status_line(204, op.success.unset))
     if op.redirect is not None:
         lines.append(status_line(307, op.redirect))
     shared = set(COMMON_ERRORS) | set(CHANGING_ERRORS)

@@ -26,7 +26,16 @@ from broker.dispatch.errors import (
 )
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
-from broker.http import deduplication, pulsar_admin, security, websocket
+from broker.http import (
+    admin_brokers,
+    admin_policies,
+    admin_topics,
+    deduplication,
+    pulsar_admin,
+    pulsar_schemas,
+    security,
+    websocket,
+)
 from broker.http.app_state import (
     CLOCK,
     CLUSTER,
@@ -35,7 +44,8 @@ from broker.http.app_state import (
     NODE,
     SETTINGS,
     STORAGE,
-    request_port,
+    client_address,
+    learn_own_url,
 )
 from broker.http.codec import MIN_BODY_BYTES as CODEC_MIN_BODY_BYTES
 from broker.http.codec import CodecError, CodecPool, Encoded, default_codec_processes
@@ -157,6 +167,10 @@ def _add_routes(app: web.Application, settings: Settings) -> None:
     app.add_routes(routes)
     app.add_routes(pulsar_admin.routes)
     app.add_routes(deduplication.routes)
+    app.add_routes(admin_topics.routes)
+    app.add_routes(admin_brokers.routes)
+    app.add_routes(admin_policies.routes)
+    app.add_routes(pulsar_schemas.routes)
 
 
 def create_app(settings: Settings, clock: Clock | None = None) -> web.Application:
@@ -198,15 +212,6 @@ def _topic(request: web.Request) -> TopicName:
 
 def _subscription_name(request: web.Request) -> str:
     return check_name_part("subscription", request.match_info["subscription"])
-
-
-def _learn_own_url(request: web.Request) -> None:
-    """A broker that ``brokerlab serve`` did not start (``create_app``: tests, embedding)
-    learns its HTTP URL from the first request that lists it: serve sets it when it
-    binds, before any request."""
-    node = request.app[NODE]
-    if not node.address.http_url:
-        node.address.http_url = http_url(node.config.advertisedAddress, request_port(request))
 
 
 def _service(request: web.Request) -> BrokerService:
@@ -410,7 +415,10 @@ async def delete_subscription(request: web.Request) -> web.Response:
         that the next message delivered is the first with `publishTime` ≥ `timestampMs` (the
         end of the topic if there is none; found by binary search, as Pulsar finds it, so where
         overlapping produce requests were stored out of publish-time order it may land a few
-        entries off); everything before it counts as acknowledged and
+        entries off). The search covers the messages stored when the reset begins: a message
+        stored after that comes after the new position even if its `publishTime` is earlier (a
+        produce request takes its time when it is read, then may wait for a new ledger or a
+        topic load). Everything before the position counts as acknowledged and
         everything from it on as unacknowledged. Consumers stay connected: what sat in their
         receiver queues or was pending their ack is dropped, and dispatch goes on from the new
         position. No body.
@@ -535,6 +543,7 @@ async def create_consumer(request: web.Request) -> web.Response:
         priority_level=body["priorityLevel"],
         ack_timeout_ms=body["ackTimeoutMillis"],
         nack_delay_ms=body["negativeAckRedeliveryDelayMillis"],
+        address=client_address(request),
     )
     consumer = await _service(request).create_consumer(name, subscription, options, HttpConsumer)
     assert isinstance(consumer, HttpConsumer)
@@ -912,9 +921,16 @@ async def delete_topic(request: web.Request) -> web.Response:
         `bytesOutCounter` keep what consumers that have left were delivered, and the topic's
         keep what deleted subscriptions were: since the topic was loaded, they never go down.
 
+        `averageMsgSize`, `waitingPublishers`, `deduplicationStatus`, `publishers: [{accessMode,
+        msgRateIn, msgThroughputIn, averageMsgSize, chunkedMessageRate, producerId,
+        supportsPartialProducer, producerName, address, connectedSince, clientVersion,
+        metadata}]` (producers of binary-protocol and WebSocket clients; HTTP produce has
+        none), and each consumer's `address` (`/ip:port`, as Pulsar prints it),
+        `connectedSince` (ISO 8601, UTC), `clientVersion` and `metadata`.
+
         **Extension:** exactly these fields, and each consumer's `msgThroughputOut`,
         `msgOutCounter` and `bytesOutCounter` (bytes delivered per second, messages and bytes
-        delivered since it connected); no `publishers`, unlike Pulsar. Rates are numbers
+        delivered since it connected). Rates are numbers
         per second (`msgRate*` messages/s, `msgThroughput*` bytes/s); counters and sizes are
         integers (bytes for sizes). A subscription's `type` is the type of its connected
         consumers or, with none, of its last ones; `None` when no consumer has connected since
@@ -1346,7 +1362,7 @@ async def dashboard(request: web.Request) -> web.Response:
 )
 async def dashboard_data(request: web.Request) -> web.Response:
     """One snapshot of the counters the dashboard charts; the page computes the rates."""
-    _learn_own_url(request)
+    learn_own_url(request)
     service = _service(request)
     settings = request.app[SETTINGS]
     node = request.app[NODE]
@@ -1431,7 +1447,7 @@ def _broker_summary(node: BrokerNode) -> dict[str, Any]:
 )
 async def list_brokers(request: web.Request) -> web.Response:
     """The brokers of this cluster: state, URLs, bundles owned, restarts."""
-    _learn_own_url(request)
+    learn_own_url(request)
     return _json([node.describe() for node in request.app[NODE].cluster.nodes])
 
 
@@ -1487,7 +1503,7 @@ async def restart_broker(request: web.Request) -> web.Response:
     ``downtimeMs`` (default 0). Asked of another broker, the answer comes when the
     restarted broker is up again (200); asked of the broker itself, at once (202), since
     the restart closes it."""
-    _learn_own_url(request)
+    learn_own_url(request)
     node = request.app[NODE]
     cluster = node.cluster
     index = _path_int(request, "index")
@@ -1528,8 +1544,20 @@ async def openapi(request: web.Request) -> web.Response:
 
 def contract() -> list[Operation]:
     """Every operation of the HTTP contract, in declaration order: this module's, then
-    those of Pulsar's admin and lookup routes (``pulsar_admin``, ``deduplication``)."""
-    return [*api.operations, *pulsar_admin.api.operations, *deduplication.api.operations]
+    those of Pulsar's admin and lookup routes (``pulsar_admin``), of its admin routes on
+    a topic's messages (``admin_topics``), of its broker routes (``admin_brokers``), of
+    its retention, TTL and backlog quota policies (``admin_policies``), of its
+    deduplication policies (``deduplication``) and of its schema registry
+    (``pulsar_schemas``)."""
+    return [
+        *api.operations,
+        *pulsar_admin.api.operations,
+        *admin_topics.api.operations,
+        *admin_brokers.api.operations,
+        *admin_policies.api.operations,
+        *deduplication.api.operations,
+        *pulsar_schemas.api.operations,
+    ]
 
 
 # ---------------------------------------------------------------------- fault injection

@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker.clock import Clock
-from broker.cluster import BrokerNode, Cluster, Settings
+from broker.cluster import BrokerNode, Cluster, Settings, http_url
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
 from broker.http.codec import CodecPool
@@ -36,6 +36,24 @@ def request_port(request: web.Request) -> int:
     if isinstance(sockname, tuple) and len(sockname) >= 2:
         return int(sockname[1])
     return request.url.port or 80
+
+
+def learn_own_url(request: web.Request) -> None:
+    """A broker that ``brokerlab serve`` did not start (``create_app``: tests, embedding)
+    learns its HTTP URL from the first request that lists it: serve sets it when it
+    binds, before any request."""
+    node = request.app[NODE]
+    if not node.address.http_url:
+        node.address.http_url = http_url(node.config.advertisedAddress, request_port(request))
+
+
+def client_address(request: web.Request) -> str:
+    """The client's address as Pulsar's stats print it: ``/127.0.0.1:50000``."""
+    transport = request.transport
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"/{peer[0]}:{peer[1]}"
+    return f"/{request.remote or '?'}"
 
 
 def topic_service(request: web.Request, name: TopicName) -> BrokerService:

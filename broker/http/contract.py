@@ -262,12 +262,14 @@ class Success:
 
     ``schema``: the type of a JSON answer (a model of ``broker/http/schemas.py``, which
     the document has as a component), or a JSON schema written out; None for text. No
-    content at 204."""
+    content at 204. ``unset``: when the operation answers 204 with no content instead
+    (Pulsar's REST API sends a ``null`` answer so: a policy that is not set)."""
 
     status: int
     when: str
     schema: Any = None
     media_type: str = "application/json"
+    unset: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

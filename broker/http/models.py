@@ -318,4 +318,54 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "AckRequest": {"ackType": "Individual"},
     "FaultSetting": {"errorRate": 0.0, "delayMs": 0.0},
     "StartMessageId": {"isExcluded": False, "batchIndex": -1, "partitionIndex": -1},
+    "PostSchemaPayload": {"schema": "", "properties": {}},
 }
+
+
+#: Pulsar's SchemaCompatibilityStrategy names (UNDEFINED: not set at that level)
+SchemaCompatibilityStrategy = Annotated[
+    Literal[
+        "UNDEFINED",
+        "ALWAYS_INCOMPATIBLE",
+        "ALWAYS_COMPATIBLE",
+        "BACKWARD",
+        "FORWARD",
+        "FULL",
+        "BACKWARD_TRANSITIVE",
+        "FORWARD_TRANSITIVE",
+        "FULL_TRANSITIVE",
+    ],
+    Field(description='A schema compatibility strategy, a JSON string (`"BACKWARD"`).'),
+]
+
+#: A policy flag, a bare JSON boolean
+PolicyFlag = Annotated[
+    bool, Field(description="`true` or `false`, a bare JSON boolean.", strict=True)
+]
+
+
+@with_config(STRICT)
+class PostSchemaPayload(TypedDict):
+    """Pulsar's PostSchemaPayload: a schema to register."""
+
+    type: Annotated[
+        str,
+        Field(
+            description="Pulsar's SchemaType name: AVRO, JSON, PROTOBUF, PROTOBUF_NATIVE, "
+            "STRING, KEY_VALUE, BYTES, NONE, BOOLEAN, INT8 ... LOCAL_DATE_TIME.",
+            max_length=32,
+        ),
+    ]
+    schema: NotRequired[
+        Annotated[
+            str,
+            Field(
+                description="The definition as text: an Avro schema in JSON for AVRO and "
+                'JSON; `{"key": ..., "value": ...}` for KEY_VALUE; empty for STRING and '
+                "primitives.",
+            ),
+        ]
+    ]
+    properties: NotRequired[
+        Annotated[dict[str, str], Field(description="The schema's properties.")]
+    ]

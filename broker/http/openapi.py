@@ -51,6 +51,7 @@ TAGS: dict[str, str] = {
     "partitioned topics": "Pulsar's partitioned topics.",
     "lookup": "Which broker serves a topic (its owner).",
     "tenants": "Clusters and tenants, as Pulsar's admin API.",
+    "schemas": "Topics' schemas, as Pulsar's schema registry.",
     "broker": "Broker health, stats and pages.",
     "brokerlab": "Extensions: storage fault injection.",
     "cluster": "Extensions: the brokers of the cluster.",
@@ -127,6 +128,8 @@ _ALSO_DOWN = " Also while this broker is down (restarting, or not started yet)."
 
 def _operation(op: Operation) -> Json:
     responses: Json = {str(op.success.status): success_answer(op.success)}
+    if op.success.unset is not None:
+        responses["204"] = {"description": plain(op.success.unset)}
     if op.redirect is not None:
         responses["307"] = redirect_answer(op.redirect)
     for status, when in op.error_statuses().items():
@@ -191,6 +194,32 @@ def _parameters() -> Json:
             "index",
             "A broker's index in the cluster: 0 .. brokers - 1.",
             {"type": "integer", "format": "int32", "minimum": 0},
+        ),
+        "messagePosition": _path_parameter(
+            "messagePosition",
+            "Which unacknowledged entry of the backlog, from 1.",
+            {"type": "integer", "format": "int32", "minimum": 1, "maximum": 2147483647},
+        ),
+        "numMessages": _path_parameter(
+            "numMessages",
+            "How many entries.",
+            {"type": "integer", "format": "int32", "minimum": 0, "maximum": 2147483647},
+        ),
+        "expireTimeInSeconds": _path_parameter(
+            "expireTimeInSeconds",
+            "Messages published longer ago than this many seconds expire.",
+            {"type": "integer", "format": "int32", "minimum": 0, "maximum": 2147483647},
+        ),
+        "cluster": _name_parameter("cluster", "The cluster's name (`clusterName`)."),
+        "broker": _path_parameter(
+            "broker",
+            "A broker id, `host:port` of its web service.",
+            {"type": "string", "minLength": 1},
+        ),
+        "version": _path_parameter(
+            "version",
+            "A schema version, from 0.",
+            {"type": "integer", "format": "int64", "minimum": 0},
         ),
     }
 

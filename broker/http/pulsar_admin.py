@@ -239,7 +239,9 @@ FORCE_PARTITIONS_DELETE = FlagQuery("force", "Close connected consumers first.")
 async def delete_partitioned_topic(request: web.Request) -> web.Response:
     name = _topic(request)
     force = FORCE_PARTITIONS_DELETE.read(request)
-    await _service(request).partitions.delete(name, force)
+    service = _service(request)
+    await service.partitions.delete(name, force)
+    await service.policies.drop_topic(name)  # as Pulsar drops a deleted topic's policies
     return _no_content()
 
 
@@ -302,6 +304,8 @@ async def partitioned_stats(request: web.Request) -> web.Response:
         stats = topic.stats()
         _merge_stats(total, stats)
         by_partition[str(topic.name)] = stats
+    rate_in = total.get("msgRateIn", 0)
+    total["averageMsgSize"] = total.get("msgThroughputIn", 0) / rate_in if rate_in > 0 else 0.0
     # Pulsar's PartitionedTopicMetadata; one being deleted answers 404 above
     total["metadata"] = {"partitions": len(topics), "deleted": False}
     total["partitions"] = by_partition if per_partition else {}

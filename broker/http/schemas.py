@@ -65,6 +65,7 @@ ErrorCode = Literal[
     "forbidden",
     "internal-error",
     "invalid-request",
+    "invalid-schema",
     "method-not-allowed",
     "not-found",
     "not-implemented",
@@ -147,6 +148,33 @@ class ConsumerStats(BaseModel):
     msgThroughputOut: Double = Field(description="Bytes delivered per second.")
     msgOutCounter: Count = Field(description="Messages delivered since it connected.")
     bytesOutCounter: Count = Field(description="Bytes delivered since it connected.")
+    address: str = Field(description="The client's address, as Pulsar prints it: `/ip:port`.")
+    connectedSince: str = Field(description="When it connected (ISO 8601, UTC).")
+    clientVersion: str = Field(description="The client's version (CONNECT's); `\"\"` over HTTP.")
+    metadata: dict[str, str] = Field(description="The metadata it subscribed with.")
+
+
+class PublisherStats(BaseModel):
+    """One producer, as Pulsar's PublisherStats."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accessMode: Literal["Shared", "Exclusive", "ExclusiveWithFencing", "WaitForExclusive"] = Field(
+        description="Its access mode."
+    )
+    msgRateIn: Double = Field(description="Messages it published per second.")
+    msgThroughputIn: Double = Field(description="Bytes it published per second.")
+    averageMsgSize: Double = Field(description="msgThroughputIn / msgRateIn (0 when idle).")
+    chunkedMessageRate: Double = Field(description="Always 0.")
+    producerId: Count = Field(description="The producer's id on its connection.")
+    supportsPartialProducer: bool = Field(description="Always false.")
+    producerName: str = Field(description="The producer's name.")
+    address: str = Field(description="The client's address, as Pulsar prints it: `/ip:port`.")
+    connectedSince: str = Field(description="When it connected (ISO 8601, UTC).")
+    clientVersion: str = Field(
+        description="The client's version (CONNECT's); `\"\"` over WebSocket."
+    )
+    metadata: dict[str, str] = Field(description="The metadata it was created with.")
 
 
 class SubscriptionStats(BaseModel):
@@ -193,6 +221,11 @@ class TopicStats(BaseModel):
     storageSize: Count = Field(description="Bytes stored.")
     backlogSize: Count = Field(description="Bytes not yet acknowledged by every subscription.")
     offloadedStorageSize: Count = Field(description="Bytes in tiered storage.")
+    averageMsgSize: Double = Field(description="msgThroughputIn / msgRateIn (0 when idle).")
+    publishers: list[PublisherStats] = Field(
+        description="Producers of connected clients (binary protocol, WebSocket)."
+    )
+    waitingPublishers: Count = Field(description="Producers waiting for exclusive access.")
     deduplicationStatus: Literal["Disabled", "Recovering", "Enabled", "Removing", "Failed"] = Field(
         description="Message deduplication on the topic, as Pulsar names its states."
     )
@@ -564,6 +597,49 @@ class DashboardData(BaseModel):
     brokers: list[DashboardBroker] = Field(
         description="Every broker of the cluster, in index order."
     )
+
+
+# --- schemas -----------------------------------------------------------------------------
+
+
+class GetSchemaResponse(BaseModel):
+    """Pulsar's GetSchemaResponse: one version of a topic's schema."""
+
+    version: Int64 = Field(ge=0, description="The version, from 0.")
+    type: str = Field(description="Pulsar's SchemaType name: AVRO, JSON, STRING, KEY_VALUE...")
+    timestamp: Int64 = Field(description="When it was stored, epoch milliseconds.")
+    data: str = Field(
+        description="The definition as text (an Avro schema in JSON for AVRO and JSON; "
+        '`{"key": ..., "value": ...}` for KEY_VALUE; empty for STRING and primitives).'
+    )
+    properties: dict[str, str] = Field(description="The schema's properties.")
+
+
+class GetAllVersionsSchemaResponse(BaseModel):
+    """Pulsar's GetAllVersionsSchemaResponse."""
+
+    getSchemaResponses: list[GetSchemaResponse] = Field(
+        description="Every version since the last delete, oldest first."
+    )
+
+
+class LongSchemaVersion(BaseModel):
+    """Pulsar's LongSchemaVersion."""
+
+    version: Int64 = Field(description="The version; -1: none.")
+
+
+class PostSchemaResponse(BaseModel):
+    """Pulsar's PostSchemaResponse."""
+
+    version: LongSchemaVersion = Field(description="The version the schema has.")
+
+
+class IsCompatibilityResponse(BaseModel):
+    """Pulsar's IsCompatibilityResponse."""
+
+    isCompatibility: bool = Field(description="Whether the schema would be accepted.")
+    schemaCompatibilityStrategy: str = Field(description="The strategy it was checked with.")
 
 
 #: Every answer type: each is a component of the OpenAPI document, named as its class.

@@ -55,7 +55,7 @@ from broker.dispatch.errors import (
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
-from broker.http.app_state import CLOCK, METRICS, SETTINGS, topic_service
+from broker.http.app_state import CLOCK, METRICS, SETTINGS, client_address, topic_service
 from broker.http.b64 import decode_base64_strict
 from broker.http.contract import ChoiceQuery, FlagQuery, IntQuery
 from broker.ledger.entry import (
@@ -826,6 +826,7 @@ async def consumer_session(request: web.Request) -> web.StreamResponse:
         priority_level=PRIORITY_LEVEL.read(request),
         ack_timeout_ms=ack_timeout_ms,
         nack_delay_ms=NACK_DELAY.read(request),
+        address=client_address(request),
     )
     pull_mode = PULL_MODE.read(request)
     consumer = await topic_service(request, name).create_consumer(
@@ -871,6 +872,7 @@ async def reader_session(request: web.Request) -> web.StreamResponse:
         subscription_type="Exclusive",
         receiver_queue_size=_receiver_queue_size(request),
         initial_position=initial,
+        address=client_address(request),
     )
     # as Pulsar names a reader's subscription
     subscription = f"reader-{secrets.token_hex(5)}"
@@ -923,6 +925,11 @@ def _context(body: dict[str, Any]) -> str | None:
     raise _ProducerError(FAILED_TO_DESERIALIZE_FROM_JSON, "context must be a string")
 
 
+#: ids the topic's stats give WebSocket producers (Pulsar's WebSocket service's own
+#: client numbers its producers the same way)
+_websocket_producer_ids = itertools.count()
+
+
 class WebSocketProducer(ProducerSession):
     """A producer session. Messages are validated as they arrive (a bad one is
     answered at once and stores nothing); valid ones queue and are written group by
@@ -966,6 +973,8 @@ class WebSocketProducer(ProducerSession):
         batch_delay_ms: int,
     ) -> None:
         super().__init__(topic_service(request, name), name, producer_name, first_sequence_id)
+        self.stats.address = client_address(request)
+        self.stats.producer_id = next(_websocket_producer_ids)
         self.ws = ws
         self.config: BrokerConfig = request.app[SETTINGS].broker
         self.clock = request.app[CLOCK]
@@ -1230,8 +1239,13 @@ async def producer_session(request: web.Request) -> web.StreamResponse:
     )
     # the producer's topic must exist or be creatable and have room for one more
     # producer, else the handshake is refused (ProducerBusy: 409, as Pulsar's
-    # WebSocket service answers)
-    producer.attach(await service.get_topic(name, create=True))
+    # WebSocket service answers); it produces bytes, refused on a topic with a schema
+    # when schema validation is enforced (IncompatibleSchema: 409); Pulsar's WebSocket
+    # producer has no access mode: it is Shared, refused (ProducerBusy) while an
+    # exclusive producer holds the topic
+    topic = await service.get_topic(name, create=True)
+    await producer.use_schema(topic, None)
+    await producer.attach_with_access(topic)
     if "initialSequenceId" not in request.query:
         # as Pulsar's client under its WebSocket service: a producer's sequence ids go on
         # from the last its name published (deduplication on; else from 0)

@@ -478,6 +478,25 @@ class ManagedCursor:
         if moved:
             ledger.cursor_moved(self)
 
+    def nth_unacknowledged(self, n: int) -> Position | None:
+        """The ``n``-th (from 1) confirmed entry after the mark-delete position that is
+        not acknowledged whole (Pulsar's ``getNthEntry`` excluding individually deleted
+        entries); None when fewer remain. O(n + deleted ranges crossed)."""
+        ledger = self.ledger
+        deleted = self.individually_deleted
+        position = self.mark_delete_position
+        while n > 0:
+            position = ledger.normalize(ledger.next_position(position))
+            if not ledger.is_readable(position):
+                return None
+            if deleted:
+                end = deleted.range_starting_at(position)
+                if end is not None:
+                    position = Position(position.ledger_id, end)
+                    continue
+            n -= 1
+        return position
+
     def backlog(self) -> int:
         """Confirmed entries not yet acknowledged. O(#ledgers)."""
         return self.ledger.number_of_entries_after(self.mark_delete_position) - len(

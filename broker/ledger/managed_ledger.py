@@ -169,6 +169,15 @@ class ManagedLedger:
         #: the topic). A new ledger starts touched: the upkeep looks at it once.
         self.touched = True
         self.on_touch: Callable[[], None] = _nothing
+        #: the retention policy trimming follows (Pulsar's RetentionPolicies): consumed
+        #: ledgers are kept while younger than ``retention_time_ms`` and while what
+        #: remains is within ``retention_size_bytes``; -1: no limit (both -1: kept
+        #: forever). 0 and 0: deleted once consumed.
+        self.retention_time_ms = 0
+        self.retention_size_bytes = 0
+        #: trim a ledger no cursor reads too (a retention policy was set on the topic or
+        #: its namespace); otherwise data nobody subscribed to is kept
+        self.trim_without_cursors = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -844,6 +853,17 @@ class ManagedLedger:
             if info.offloaded and not info.bookie_deleted:
                 deletion = info.offloaded_ms + offload_deletion_lag_ms
                 due = deletion if due is None else min(due, deletion)
+        if (
+            self.retention_time_ms >= 0
+            and self._ledger_ids
+            and (self.cursors or self.trim_without_cursors)
+        ):
+            oldest = self._ledgers[self._ledger_ids[0]]
+            slowest = self.slowest_mark_delete()
+            consumed = slowest is None or slowest >= Position(oldest.ledger_id, oldest.entries - 1)
+            if oldest is not current and consumed:  # kept for its retention time: look again
+                expiry = oldest.created_ms + self.retention_time_ms + 1
+                due = expiry if due is None else min(due, expiry)
         return due
 
     def first_not_offloaded(self) -> Position:
@@ -861,20 +881,39 @@ class ManagedLedger:
         return min(cursor.mark_delete_position for cursor in self.cursors.values())
 
     async def trim_consumed_ledgers(self) -> list[int]:
-        """Delete closed ledgers that every cursor has consumed; return their ids.
+        """Delete closed ledgers that every cursor has consumed and the retention policy
+        lets go, oldest first; return their ids. As Pulsar's ``internalTrimLedgers``: a
+        consumed ledger goes when it is older than the retention time or when what stays
+        without it is still at least the retention size; the first one kept stops the
+        trim. A ledger's age runs from its creation (Pulsar's, from its close).
 
-        With no cursor nothing is trimmed (brokerlab keeps data nobody subscribed to,
-        as a retention policy would)."""
+        With no cursor nothing is trimmed unless ``trim_without_cursors`` (brokerlab
+        keeps data nobody subscribed to, unless a retention policy was set). O(#ledgers)."""
         slowest = self.slowest_mark_delete()
-        if slowest is None or self._closed:
+        if self._closed or (slowest is None and not self.trim_without_cursors):
             return []
+        time_ms, size_bytes = self.retention_time_ms, self.retention_size_bytes
+        if time_ms < 0 and size_bytes < 0:
+            return []  # kept forever
+        now = self.clock.wall_ms()
+        total = self.total_size()
         doomed: list[int] = []
+        to_delete = 0
         for lid in self._ledger_ids:
             info = self._ledgers[lid]
-            if info is self._current or lid > slowest.ledger_id:
+            if info is self._current:
                 break
-            if lid < slowest.ledger_id or slowest.entry_id >= info.entries - 1:
-                doomed.append(lid)
+            if slowest is not None and (
+                lid > slowest.ledger_id
+                or (lid == slowest.ledger_id and slowest.entry_id < info.entries - 1)
+            ):
+                break  # not consumed by every cursor
+            to_delete += info.size
+            expired = time_ms >= 0 and now - info.created_ms > time_ms
+            over_size = size_bytes >= 0 and total - to_delete >= size_bytes
+            if not (expired or over_size):
+                break
+            doomed.append(lid)
         if not doomed:
             return []
         await self._update_metadata(remove=doomed)

@@ -26,23 +26,36 @@ from typing import TYPE_CHECKING, Any
 
 from broker.auth.errors import AuthenticationError
 from broker.auth.service import TOKEN_METHOD
+from broker.dispatch.backlog_quota import ProducerBlockedError
 from broker.dispatch.deduplication import NOT_DUP, UNKNOWN
 from broker.dispatch.errors import (
     BrokerError,
     ConflictError,
     ConsumerLimitError,
+    IncompatibleSchemaError,
     InvalidRequestError,
+    InvalidSchemaError,
     LimitReachedError,
     NotFoundError,
     NotImplementedYetError,
     PreconditionFailedError,
+    ProducerBusyError,
+    ProducerFencedError,
     ProducerLimitError,
     ReservedNameError,
+    SubscriptionFencedError,
     TooLargeError,
     UnavailableError,
 )
 from broker.dispatch.names import TopicName
 from broker.dispatch.ownership import NotOwnerError, ServiceNotReadyError
+from broker.dispatch.schema_registry import (
+    NONE,
+    SchemaData,
+    schema_id,
+    version_bytes,
+    version_of,
+)
 from broker.dispatch.service import ConsumerOptions
 from broker.ledger.entry import Entry, checksum_ok, metadata_of
 from broker.ledger.managed_ledger import ManagedLedgerError
@@ -55,6 +68,7 @@ from broker.protocol.frames import (
     payload_frame_head,
 )
 from broker.pulsar_api import (
+    ACCESS_MODES,
     ACK_CUMULATIVE,
     COMMAND_FIELDS,
     LOOKUP_CONNECT,
@@ -69,7 +83,7 @@ from broker.pulsar_api import (
 from broker.session.acks import mask_of, words_of
 from broker.session.consumer import PushConsumer
 from broker.session.message_ids import Start, start_of
-from broker.session.producer import ProducerSession, Sent
+from broker.session.producer import SHARED, ProducerSession, Sent, access_of
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
 
@@ -85,19 +99,50 @@ NO_REQUEST_ID = (1 << 64) - 1
 MINUS_ONE_U64 = (1 << 64) - 1
 _producer_names = itertools.count()
 
+#: what a client may ask that brokerlab does not serve, answered as Pulsar's broker
+#: answers it with the feature off (transactions: ``transactionCoordinatorEnabled=false``,
+#: topic-list watchers: ``enableBrokerSideSubscriptionPatternEvaluation=false``, never
+#: advertised in CONNECTED): the request fails, the connection and whatever else shares
+#: it go on.
+_NO_TRANSACTIONS = (ServerError.NotAllowedError, "Transaction manager is not not enabled")
+REFUSED: dict[int, tuple[int, str]] = {
+    Type.NEW_TXN: _NO_TRANSACTIONS,
+    Type.ADD_PARTITION_TO_TXN: _NO_TRANSACTIONS,
+    Type.ADD_SUBSCRIPTION_TO_TXN: _NO_TRANSACTIONS,
+    Type.END_TXN: _NO_TRANSACTIONS,
+    Type.END_TXN_ON_PARTITION: _NO_TRANSACTIONS,
+    Type.END_TXN_ON_SUBSCRIPTION: _NO_TRANSACTIONS,
+    Type.TC_CLIENT_CONNECT_REQUEST: _NO_TRANSACTIONS,
+    Type.WATCH_TOPIC_LIST: (
+        ServerError.NotAllowedError,
+        "Unable to create topic list watcher: Evaluating subscription patterns is disabled.",
+    ),
+}
+
 
 def server_error(error: BaseException) -> int:
     """Pulsar's ServerError code for a broker error."""
+    if isinstance(error, ProducerFencedError):
+        return ServerError.ProducerFenced
+    if isinstance(error, ProducerBusyError):
+        return ServerError.ProducerBusy
     if isinstance(error, LimitReachedError):
         if isinstance(error, ProducerLimitError):
             return ServerError.ProducerBusy
         if isinstance(error, ConsumerLimitError):
             return ServerError.ConsumerBusy
         return ServerError.NotAllowedError
-    if isinstance(error, NotOwnerError | ServiceNotReadyError):
+    if isinstance(error, NotOwnerError | ServiceNotReadyError | SubscriptionFencedError):
         return ServerError.ServiceNotReady  # the client looks the topic up again
     if isinstance(error, ReservedNameError):
         return ServerError.ProducerBusy  # Pulsar's NamingException
+    if isinstance(error, ProducerBlockedError):
+        if error.hold:
+            return ServerError.ProducerBlockedQuotaExceededError
+        return ServerError.ProducerBlockedQuotaExceededException
+    if isinstance(error, IncompatibleSchemaError | InvalidSchemaError):
+        # Pulsar answers an invalid schema as incompatible too, for older clients
+        return ServerError.IncompatibleSchema
     if isinstance(error, ConflictError | PreconditionFailedError):
         return ServerError.ConsumerBusy
     if isinstance(error, NotFoundError):
@@ -133,9 +178,17 @@ class BinaryProducer(ProducerSession):
     __slots__ = ("_connection", "_failed", "_queue", "_writing", "producer_id")
 
     def __init__(
-        self, connection: Connection, producer_id: int, name: str, topic_name: TopicName
+        self,
+        connection: Connection,
+        producer_id: int,
+        name: str,
+        topic_name: TopicName,
+        access_mode: str = SHARED,
+        topic_epoch: int | None = None,
     ) -> None:
-        super().__init__(connection.service, topic_name, name)
+        super().__init__(
+            connection.service, topic_name, name, access_mode=access_mode, topic_epoch=topic_epoch
+        )
         self._connection = connection
         self.producer_id = producer_id
         #: sends waiting for a write
@@ -234,7 +287,10 @@ class BinaryProducer(ProducerSession):
         self._connection.write_command(command)
 
     def close_from_broker(self) -> None:
-        """The topic unloads: the client reconnects through lookup."""
+        """The topic unloads, or an ExclusiveWithFencing producer fences this one out:
+        the client reconnects through lookup (writes queued still go to the topic they
+        were for). A wait for exclusive access ends."""
+        self.end_wait()
         connection = self._connection
         if connection.producers.pop(self.producer_id, None) is None:
             return
@@ -328,6 +384,8 @@ class Connection(asyncio.Protocol):
         self.connected = False
         #: the client's authenticated role (None: authentication is off)
         self.role: str | None = None
+        #: CONNECT's client_version, shown in the topic stats of its producers and consumers
+        self.client_version = ""
         #: when the client's credentials expire (epoch seconds, as a token's exp)
         self._auth_expires = math.inf
         #: the client said in CONNECT it can answer an AUTH_CHALLENGE with new credentials
@@ -368,6 +426,9 @@ class Connection(asyncio.Protocol):
             Type.CLOSE_CONSUMER: self._close_consumer,
             Type.CONSUMER_STATS: self._consumer_stats,
             Type.GET_TOPICS_OF_NAMESPACE: self._topics_of_namespace,
+            Type.GET_SCHEMA: self._get_schema,
+            Type.GET_OR_CREATE_SCHEMA: self._get_or_create_schema,
+            Type.WATCH_TOPIC_LIST_CLOSE: self._close_watcher,
             Type.SUCCESS: self._ignore,
             Type.ERROR: self._ignore,
         }
@@ -522,13 +583,19 @@ class Connection(asyncio.Protocol):
             self._send(command.send, payload)
             return
         handler = self._handlers.get(kind)
-        if handler is None:
+        if handler is None and kind not in REFUSED:
+            # a command only a broker sends (SEND_RECEIPT, MESSAGE, ...) or a type Pulsar's
+            # protocol does not have: Pulsar's ServerCnx has no handler for it (its decoder
+            # throws) and closes the connection, as here
             raise FrameError(f"unknown or unsupported command type {kind}")
         if not self.connected and kind != Type.CONNECT:
             raise FrameError(f"command {COMMAND_FIELDS.get(kind, kind)} before CONNECT")
         field = COMMAND_FIELDS.get(kind)
         if field is not None and not command.HasField(field):
             raise FrameError(f"command type {kind} without its {field} field")
+        if handler is None:
+            self._refuse(kind, getattr(command, COMMAND_FIELDS[kind]))
+            return
         handler(getattr(command, field) if field is not None else command)
 
     def _async(self, request_id: int, work: Coroutine[Any, Any, Any], name: str) -> None:
@@ -557,6 +624,16 @@ class Connection(asyncio.Protocol):
     def _ignore(self, command: Any) -> None:
         pass
 
+    def _refuse(self, kind: int, request: Any) -> None:
+        """Answer a request brokerlab does not serve with Pulsar's error for it."""
+        code, message = REFUSED[kind]
+        self._error(request.request_id, code, message)
+
+    def _close_watcher(self, request: Any) -> None:
+        """WATCH_TOPIC_LIST_CLOSE: no watcher was ever created (WATCH_TOPIC_LIST is
+        refused); Pulsar answers success for an unknown watcher id, as here."""
+        self._success(request.request_id)
+
     # ------------------------------------------------------------------ session
 
     def _connect(self, connect: Any) -> None:
@@ -575,6 +652,7 @@ class Connection(asyncio.Protocol):
             )
             self._schedule_auth_check()
         self.connected = True
+        self.client_version = connect.client_version
         self._protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         command = BaseCommand(type=Type.CONNECTED)
         connected = command.connected
@@ -590,15 +668,19 @@ class Connection(asyncio.Protocol):
         self, method: str | None, data: bytes, failure: str
     ) -> tuple[str | None, float] | None:
         """The role of credentials a client sent and when they expire; None when they
-        are not valid, after answering as Pulsar does (an ERROR ``AuthenticationError``
-        that answers no request) and closing the connection (logged as ``failure``)."""
+        are not valid, after answering as Pulsar's ServerCnx does, at once: an ERROR
+        ``AuthenticationError`` "Failed to authenticate" that answers no request (id
+        -1; the reason is only logged, as Pulsar keeps it from the client), then the
+        connection closed (logged as ``failure``). The Java client fails fast on it;
+        the C++ client (and the Python one on it) takes any answer to CONNECT but
+        CONNECTED for a lost connection and retries until its operation timeout, against
+        Pulsar too (apache/pulsar-client-cpp#227, apache/pulsar#19881)."""
         try:
             return self.server.authentication.authenticate_until(
                 method, data.decode("utf-8", "replace").strip()
             )
         except AuthenticationError as error:
-            reason = f"Failed to authenticate: {error}"
-            self._error(NO_REQUEST_ID, ServerError.AuthenticationError, reason)
+            self._error(NO_REQUEST_ID, ServerError.AuthenticationError, "Failed to authenticate")
             self.abort(f"{failure}: {error}")
             return None
 
@@ -712,31 +794,75 @@ class Connection(asyncio.Protocol):
     def _producer(self, request: Any) -> None:
         async def create() -> None:
             name = topic_name(request.topic)
-            if request.producer_access_mode != 0:
-                raise NotImplementedYetError("only the Shared producer access mode is supported")
+            mode = ACCESS_MODES.get(request.producer_access_mode)
+            if mode is None:
+                raise BrokerError(f"Invalid producer access mode: {request.producer_access_mode}")
             existing = self.producers.get(request.producer_id)
             topic = await self.service.get_topic(name, create=True)
-            if existing is not None and existing.topic is topic:
+            if existing is not None and existing.topic is topic and not existing.waiting:
                 producer = existing  # a retried PRODUCER: answer it again
+                epoch = access_of(topic).epoch
             else:
                 producer_name = (
                     request.producer_name
                     if request.HasField("producer_name") and request.producer_name
                     else f"{self.server.config.clusterName}-0-{next(_producer_names)}"
                 )
-                producer = BinaryProducer(self, request.producer_id, producer_name, name)
+                producer = BinaryProducer(
+                    self,
+                    request.producer_id,
+                    producer_name,
+                    name,
+                    access_mode=mode,
+                    topic_epoch=request.topic_epoch if request.HasField("topic_epoch") else None,
+                )
+                stats = producer.stats
+                stats.producer_id = request.producer_id
+                stats.address = f"/{self.peer}"
+                stats.client_version = self.client_version
+                stats.metadata = {item.key: item.value for item in request.metadata}
+                schema = self._schema_of(request.schema) if request.HasField("schema") else None
+                # the schema before the access mode, as Pulsar: IncompatibleSchema refuses it
+                await producer.use_schema(topic, schema)
                 if self.closed:
                     return
-                producer.attach(topic)  # maxProducersPerTopic
+                # registered before it may wait, so a CLOSE_PRODUCER finds it
                 self.producers[request.producer_id] = producer
-            command = BaseCommand(type=Type.PRODUCER_SUCCESS)
-            success = command.producer_success
-            success.request_id = request.request_id
-            success.producer_name = producer.name
-            success.last_sequence_id = producer.last_sequence_id()
-            self.write_command(command)
+
+                def queued() -> None:
+                    # as Pulsar: the client learns it waits (and stops timing the request)
+                    self._producer_success(request, producer, None, ready=False)
+
+                try:
+                    # access mode and topic epoch, then maxProducersPerTopic
+                    epoch = await producer.attach_with_access(topic, queued)
+                except BaseException:
+                    if self.producers.get(request.producer_id) is producer:
+                        del self.producers[request.producer_id]
+                    raise
+                if self.closed or self.producers.get(request.producer_id) is not producer:
+                    producer.detach()  # closed while it waited
+                    return
+            self._producer_success(request, producer, epoch, ready=True)
 
         self._async(request.request_id, create(), "producer")
+
+    def _producer_success(
+        self, request: Any, producer: BinaryProducer, epoch: int | None, ready: bool
+    ) -> None:
+        command = BaseCommand(type=Type.PRODUCER_SUCCESS)
+        success = command.producer_success
+        success.request_id = request.request_id
+        success.producer_name = producer.name
+        success.last_sequence_id = producer.last_sequence_id()
+        if producer.schema_version is not None:
+            # the client stamps it on every message's metadata
+            success.schema_version = version_bytes(producer.schema_version)
+        if epoch is not None:
+            success.topic_epoch = epoch
+        if not ready:
+            success.producer_ready = False
+        self.write_command(command)
 
     def _send(self, send: Any, entry: bytes) -> None:
         producer = self.producers.get(send.producer_id)
@@ -785,6 +911,10 @@ class Connection(asyncio.Protocol):
                 receiver_queue_size=0,
                 initial_position="Earliest" if start == "earliest" else "Latest",
                 priority_level=request.priority_level,
+                address=f"/{self.peer}",
+                client_version=self.client_version,
+                metadata={item.key: item.value for item in request.metadata},
+                schema=self._schema_of(request.schema) if request.HasField("schema") else None,
             )
             consumer = await self.service.create_consumer(
                 name,
@@ -817,8 +947,17 @@ class Connection(asyncio.Protocol):
         consumer.grant(flow.messagePermits)
 
     def _ack(self, ack: Any) -> None:
+        """An ACK; one that carries a request id (a client with ack receipts) is answered
+        with ACK_RESPONSE once the ack is durable, or with its error, as Pulsar's
+        ServerCnx does. An ack for a consumer this connection does not have is dropped
+        unanswered (Pulsar too)."""
         consumer = self.consumers.get(ack.consumer_id)
-        if consumer is None or not ack.message_id:
+        if consumer is None:
+            return
+        receipt = ack.HasField("request_id")
+        if not ack.message_id:
+            if receipt:
+                self._ack_response(ack, None, "")
             return
         cumulative = ack.ack_type == ACK_CUMULATIVE
         whole: list[Position] = []
@@ -836,27 +975,33 @@ class Connection(asyncio.Protocol):
         # redelivery, must not redeliver what was acked); made durable in the background
         try:
             finish = consumer.acknowledge_sets(whole, partial, cumulative)
-        except BrokerError as error:  # cumulative on Shared, say: Pulsar ignores it
+        except BrokerError as error:
+            # a cumulative ack on Shared, say: Pulsar ignores it and answers success
             log.warning("ack from %s ignored: %s", self.peer, error)
+            if receipt:
+                self._ack_response(ack, None, "")
+            return
+        if finish is None:
+            if receipt:
+                self._ack_response(ack, None, "")
             return
 
         async def acknowledge() -> None:
             try:
-                if finish is not None:
-                    await finish
+                await finish
             except (BrokerError, BookieError, ManagedLedgerError, OSError) as error:
                 # the ack had no effect; the messages stay unacknowledged and come again
                 log.warning("ack from %s failed: %s", self.peer, error)
-                if ack.HasField("request_id"):
+                if receipt:
                     self._ack_response(ack, server_error(error), str(error))
                 return
-            if ack.HasField("request_id"):
+            if receipt:
                 self._ack_response(ack, None, "")
 
         self.spawn(acknowledge(), "ack")
 
     def _ack_response(self, ack: Any, code: int | None, message: str) -> None:
-        command = BaseCommand(type=38)  # ACK_RESPONSE
+        command = BaseCommand(type=Type.ACK_RESPONSE)
         response = command.ackResponse
         response.consumer_id = ack.consumer_id
         response.request_id = ack.request_id
@@ -880,23 +1025,26 @@ class Connection(asyncio.Protocol):
         return consumer
 
     def _seek(self, request: Any) -> None:
+        if not request.HasField("message_id") and not request.HasField("message_publish_time"):
+            # Pulsar's answer, before it looks for the consumer
+            message = "Message id and message publish time were not present"
+            self._error(request.request_id, ServerError.MetadataError, message)
+            return
         consumer = self._consumer_of(request)
         if consumer is None:
             return
 
         async def seek() -> None:
+            # as Pulsar: the subscription's consumers are closed (CLOSE_CONSUMER: they
+            # reconnect and read from the new position), the cursor reset, then SUCCESS;
+            # the client, seeing the close before the answer, resubscribes from the seek
+            # position rather than from the last message it had
             if request.HasField("message_publish_time"):
-                await consumer.seek(publish_time_ms=request.message_publish_time)
-            elif request.HasField("message_id"):
-                given = request.message_id
-                await consumer.seek(start_of(given.ledgerId, given.entryId))
+                await consumer.seek(self.service, publish_time_ms=request.message_publish_time)
             else:
-                raise InvalidRequestError("SEEK without a message id or publish time")
+                given = request.message_id
+                await consumer.seek(self.service, start_of(given.ledgerId, given.entryId))
             self._success(request.request_id)
-            subscription = consumer.subscription
-            # as Pulsar: the subscription's consumers reconnect and read from there
-            for member in list(subscription.consumers):
-                self.service.close_consumer(member)
 
         self._async(request.request_id, seek(), "seek")
 
@@ -946,8 +1094,10 @@ class Connection(asyncio.Protocol):
         self._success(request.request_id)
 
     def forget_consumer(self, consumer: BinaryConsumer) -> None:
-        """The broker closed ``consumer``: a reader's subscription goes with it."""
-        if consumer.non_durable:
+        """The broker closed ``consumer``: a reader's subscription goes with it, unless a
+        seek closed it (the subscription is fenced): the reader comes back to the reset
+        cursor, as to Pulsar's non-durable cursor, which a reset keeps."""
+        if consumer.non_durable and not consumer.subscription.fenced:
             self._drop_subscription(consumer)
 
     def _release(self, consumer: BinaryConsumer) -> None:
@@ -990,3 +1140,82 @@ class Connection(asyncio.Protocol):
             self.write_command(command)
 
         self._async(request.request_id, answer(), "topics of namespace")
+
+    # ------------------------------------------------------------------ schemas
+
+    def _schema_of(self, schema: Any) -> SchemaData:
+        """A client's Schema message as the registry takes it."""
+        return SchemaData(
+            schema.type,
+            schema.schema_data,
+            {pair.key: pair.value for pair in schema.properties},
+            user=self.role or "",
+        )
+
+    def _get_schema(self, request: Any) -> None:
+        """A topic's schema, the latest or the version asked for (as a consumer decoding
+        a message asks for its writer's schema). Answered with an error code in the
+        response, as Pulsar: TopicNotFound when there is none."""
+
+        async def answer() -> None:
+            command = BaseCommand(type=Type.GET_SCHEMA_RESPONSE)
+            response = command.getSchemaResponse
+            response.request_id = request.request_id
+            try:
+                sid = schema_id(topic_name(request.topic))
+                version = None
+                if request.HasField("schema_version"):
+                    if not request.schema_version:
+                        raise InvalidSchemaError("Empty schema version")
+                    version = version_of(request.schema_version)
+                stored = await self.service.schemas.registry.get(sid, version)
+            except (BrokerError, BookieError, OSError) as error:
+                code = server_error(error)
+                response.error_code = ServerError.UnknownError if code == 0 else code
+                response.error_message = str(error)
+            else:
+                if stored is None:
+                    response.error_code = ServerError.TopicNotFound
+                    response.error_message = f"Topic not found or no-schema {request.topic}"
+                else:
+                    schema = response.schema
+                    schema.name = sid
+                    schema.schema_data = stored.schema.data
+                    schema.type = max(stored.schema.type, 0)  # BYTES (-1) posted over HTTP: None
+                    for key, value in stored.schema.properties.items():
+                        schema.properties.add(key=key, value=value)
+                    response.schema_version = version_bytes(stored.version)
+            self.write_command(command)
+
+        self.spawn(answer(), "get schema")
+
+    def _get_or_create_schema(self, request: Any) -> None:
+        """Register a schema on an existing topic, or find it there, as a producer's
+        would be (a client producing with several schemas, or AUTO_PRODUCE): its version,
+        empty for none. TopicNotFound when the topic does not exist."""
+
+        async def answer() -> None:
+            command = BaseCommand(type=Type.GET_OR_CREATE_SCHEMA_RESPONSE)
+            response = command.getOrCreateSchemaResponse
+            response.request_id = request.request_id
+            try:
+                name = topic_name(request.topic)
+                try:
+                    topic = await self.service.get_topic(name, create=False)
+                except NotFoundError:
+                    response.error_code = ServerError.TopicNotFound
+                    response.error_message = f"Topic not found {request.topic}"
+                    self.write_command(command)
+                    return
+                schema = self._schema_of(request.schema)
+                version = await self.service.schemas.producer_schema(
+                    topic, None if schema.type == NONE else schema
+                )
+            except (BrokerError, BookieError, ManagedLedgerError, OSError) as error:
+                response.error_code = server_error(error)
+                response.error_message = str(error)
+            else:
+                response.schema_version = b"" if version is None else version_bytes(version)
+            self.write_command(command)
+
+        self.spawn(answer(), "get or create schema")

@@ -25,7 +25,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from broker.dispatch.consumer import NOT_RECEIVED, Consumer
-from broker.dispatch.errors import BrokerError, PreconditionFailedError
+from broker.dispatch.errors import BrokerError, PreconditionFailedError, SubscriptionFencedError
 from broker.dispatch.subscription import Subscription, in_order
 from broker.ledger.entry import Entry, Message
 from broker.ledger.managed_ledger import ManagedLedgerError
@@ -202,10 +202,21 @@ class ConsumerSession(Consumer):
 
     # ------------------------------------------------------------------ subscription
 
-    async def seek(self, target: Start | None = None, publish_time_ms: int | None = None) -> None:
+    async def seek(
+        self,
+        service: BrokerService,
+        target: Start | None = None,
+        publish_time_ms: int | None = None,
+    ) -> None:
         """Move the subscription's cursor to ``target`` (earliest, latest, or a
-        position) or to the first message published at or after ``publish_time_ms``;
-        what its consumers hold is taken back. A failed seek changes nothing."""
+        position) or to the first message published at or after ``publish_time_ms``, in
+        Pulsar's order (``PersistentSubscription.resetCursor``): the position is found,
+        the subscription is fenced (no consumer attaches: SubscriptionFencedError), its
+        consumers are closed (this one too; each front end tells its client, which
+        reconnects and reads from the new position), the cursor is reset, and only then
+        does the seek return, so the client's answer comes after the reset.
+        SubscriptionFencedError while another seek runs. A failed reset changes nothing
+        but the closed consumers. O(consumers) plus the reset."""
         subscription = self.subscription
         topic = subscription.topic
         ledger = topic.ledger
@@ -217,7 +228,15 @@ class ConsumerSession(Consumer):
             position = ledger.next_position(ledger.last_confirmed)
         else:
             position = target
-        await subscription.reset_cursor(position)
+        if subscription.fenced:
+            raise SubscriptionFencedError(f"subscription {subscription.name} is being reset")
+        subscription.fenced = True
+        try:
+            for member in list(subscription.consumers):
+                service.close_consumer(member)
+            await subscription.reset_cursor(position)
+        finally:
+            subscription.fenced = False
 
     async def unsubscribe(
         self,

@@ -13,6 +13,7 @@ from broker.cache import DEFAULT_DESIGN, CacheConfig, CacheEventStream, create_s
 from broker.clock import ManualClock
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService, ServiceConfig
+from broker.dispatch.stats import PublisherStats
 from broker.dispatch.topic import PersistentTopic
 from broker.ledger.entry import encode_message
 from broker.ledger.managed_ledger import ManagedLedgerConfig, ManagedLedgerError, metadata_key
@@ -182,6 +183,8 @@ async def test_a_topic_with_a_producer_or_recent_messages_is_not_inactive() -> N
     with_producer = await _publish(service, "producer")
 
     class Producer:
+        stats = PublisherStats("fake", 0)
+
         def close_from_broker(self) -> None:
             raise AssertionError("an inactive-topic check closed a connected producer")
 

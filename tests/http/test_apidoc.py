@@ -196,6 +196,10 @@ def test_success_statuses_are_one_per_route_and_answers_say_their_content(spec: 
     for path, item in spec["paths"].items():
         for method, operation in item.items():
             successes = [s for s in operation["responses"] if s.startswith("2")]
+            if len(successes) == 2 and "204" in successes:
+                # a read answering Pulsar's null (a policy not set) as 204, with no content
+                assert "content" not in operation["responses"]["204"], (method, path)
+                successes.remove("204")
             assert len(successes) == 1, (method, path, successes)
             (status,) = successes
             answer = operation["responses"][status]

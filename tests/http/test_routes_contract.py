@@ -12,8 +12,15 @@ import pytest
 from aiohttp import web
 
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
+from broker.http import (
+    admin_brokers,
+    admin_policies,
+    admin_topics,
+    deduplication,
+    pulsar_admin,
+    pulsar_schemas,
+)
 from broker.http import app as app_module
-from broker.http import deduplication, pulsar_admin
 from broker.http.app import contract, create_app
 from broker.http.models import SubscriptionType
 from broker.http.openapi import NOT_IN_SPEC, openapi_spec
@@ -89,7 +96,11 @@ def test_each_operation_has_exactly_one_handler() -> None:
     declared = [
         *app_module.api.operations,
         *pulsar_admin.api.operations,
+        *admin_topics.api.operations,
+        *admin_brokers.api.operations,
+        *admin_policies.api.operations,
         *deduplication.api.operations,
+        *pulsar_schemas.api.operations,
     ]
     assert [op.operation_id for op in declared] == ids
 

@@ -612,3 +612,23 @@ async def test_the_websocket_api_is_off_when_disabled(live_broker: LiveBroker) -
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await client.session.ws_connect(ws_url(client, consumer_path()))
     assert refused.value.status == 404
+
+
+async def test_websocket_producers_and_consumers_show_in_the_topic_stats(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker()
+    async with (
+        connect(client, consumer_path(consumerName="watcher")) as consumer,
+        connect(client, producer_path(producerName="ws-writer")) as producer,
+    ):
+        await produce_ws(producer, "counted")
+        await receive(consumer)
+        stats = await client.stats(TOPIC)
+        [publisher] = stats["publishers"]
+        assert publisher["producerName"] == "ws-writer"
+        assert publisher["address"].startswith("/127.0.0.1:")
+        [watcher] = stats["subscriptions"][SUB]["consumers"]
+        assert watcher["consumerName"] == "watcher"
+        assert watcher["address"].startswith("/127.0.0.1:")
+        assert watcher["connectedSince"].endswith("Z")

@@ -30,6 +30,7 @@ Topics (namespace ``public/fm``):
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import dataclasses
 import enum
@@ -171,6 +172,17 @@ class SubscriptionModel:
         return problems
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RewindReset:
+    """A reset of ``rewind``: its ``target`` ("earliest", "L:E" or "time:<ms>") and the
+    last position of orders answered 200 before it was sent (None: none was). A reset
+    to a time searches what is stored when it runs: at least everything up to
+    ``stored_before``, maybe more that was stored meanwhile."""
+
+    target: str
+    stored_before: Pos | None = None
+
+
 @dataclasses.dataclass(slots=True)
 class Attempt:
     kind: str
@@ -202,9 +214,9 @@ class Ledger:
                 (EVENTS, "excl", "Exclusive"),
             )
         }
-        #: the rewind subscription's next message: "earliest", "L:E" or "time:<ms>" of
-        #: each possible history
-        self.rewind: list[str] = ["earliest"]
+        #: the rewind subscription's last reset ("earliest" at first) in each possible
+        #: history
+        self.rewind: list[RewindReset] = [RewindReset("earliest")]
         self.rewind_last: tuple[str, Outcome] | None = None
         #: churn subscription -> whether it exists, in each possible history
         self.churn: dict[str, set[bool]] = {}
@@ -345,6 +357,9 @@ class Ledger:
     async def reset(self, client: Client, topic: str, name: str, target: str) -> Outcome:
         """Reset by message id ("L:E") or by time ("time:<ms>")."""
         base = f"/admin/v2/persistent/{topic}/subscription/{name}/resetcursor"
+        # a produce answered 200 is readable (adds are confirmed in order): a search by
+        # time that starts after this request was sent sees every entry up to here
+        stored_before = max(self.ok_positions(topic), default=None)
         if target.startswith("time:"):
             status, _, outcome = await self.call(
                 client, "reset", f"{topic}/{name}", "POST", f"{base}/{target[5:]}", target
@@ -357,10 +372,11 @@ class Ledger:
             self.unexpected("reset", f"{topic}/{name}", status)
         if name == "rewind":
             self.rewind_last = (target, outcome)
+            reset = RewindReset(target, stored_before)
             if outcome is Outcome.OK:
-                self.rewind = [target]
+                self.rewind = [reset]
             elif outcome is Outcome.UNKNOWN:
-                self.rewind = [*self.rewind, target]
+                self.rewind = [*self.rewind, reset]
         else:
             model = self.subscriptions[(topic, name)]
             model.last_reset = (target, outcome)
@@ -827,23 +843,43 @@ def check_messages(ledger: Ledger, topic: str, read: Read, complete: bool) -> li
     return problems
 
 
-def rewind_candidates(target: str, order: list[Pos], times: dict[Pos, int]) -> set[Pos]:
-    """Where ``rewind`` may start after a reset to ``target``, given every stored
-    message of orders (``order``, ascending)."""
+def rewind_candidates(
+    reset: RewindReset, order: list[Pos], times: dict[Pos, int]
+) -> set[Pos | None]:
+    """Where ``rewind`` may start after ``reset``, given every stored message of orders
+    (``order``, ascending, publish times ``times``); None: at the end, nothing to read."""
+    target = reset.target
     if target == "earliest":
-        return set(order[:1])
+        return {order[0] if order else None}
     if not target.startswith("time:"):
         pos = pos_of(target)
-        return {next((p for p in order if p >= pos), pos)}
-    # the broker's binary search over publish times (not strictly ordered across
-    # concurrent producers) stops at a message at or after the time whose predecessor
-    # is before it
+        return {next((p for p in order if p >= pos), None)}
     when = int(target[5:])
-    found = {
+    # The broker searches what is stored when the reset runs: ``order[:k]`` for some k,
+    # at least up to ``stored_before``. Publish times are not ordered across concurrent
+    # producers, and a produce takes its time when the broker reads the request, then
+    # may wait (a rollover, a topic load) and be stored after the search: so a message
+    # stored after the search can be older than the time.
+    # In a ledger whose last entry (of order[:k]) is at or after the time, the binary
+    # search stops at a message at or after the time whose predecessor is before it:
+    found: set[Pos | None] = {
         p
         for i, p in enumerate(order)
         if times[p] >= when and (i == 0 or times[order[i - 1]] < when)
     }
+    # When every ledger of order[:k] ends before the time, the answer is the end as the
+    # search began: the first message stored after it (order[k]), older than the time
+    # or not, or none yet.
+    before = reset.stored_before
+    lowest = 0 if before is None else bisect.bisect_right(order, before)
+    ledgers_end_before = True  # every ledger of order[:k] but its last ends before the time
+    for k in range(len(order) + 1):
+        if k >= 2 and order[k - 1][0] != order[k - 2][0]:
+            ledgers_end_before = ledgers_end_before and times[order[k - 2]] < when
+        if not ledgers_end_before:
+            break
+        if k >= lowest and (k == 0 or times[order[k - 1]] < when):
+            found.add(order[k] if k < len(order) else None)
     return found
 
 
@@ -892,17 +928,20 @@ async def verify(client: Client, ledger: Ledger, phase: str) -> list[str]:
 async def _verify_rewind(
     client: Client, ledger: Ledger, stored: list[Pos], times: dict[Pos, int]
 ) -> list[str]:
-    allowed: set[Pos] = set()
-    for target in ledger.rewind:
-        allowed |= rewind_candidates(target, stored, times)
+    allowed: set[Pos | None] = set()
+    for reset in ledger.rewind:
+        allowed |= rewind_candidates(reset, stored, times)
     read = await read_subscription(client, ORDERS, "rewind", limit=1)
     if read.problem:
         return [read.problem]
     first = read.positions[0] if read.positions else None
-    if first not in allowed and not (first is None and not (allowed & set(stored))):
+    if first not in allowed:
+        shown = some(p for p in allowed if p is not None)
+        if None in allowed:
+            shown = ", ".join(filter(None, (shown, "the end")))
         return [
             f"{ORDERS} subscription rewind starts at {first and id_of(first)}; "
-            f"its resets ({', '.join(ledger.rewind)}) allow {some(allowed)}"
+            f"its resets ({', '.join(reset.target for reset in ledger.rewind)}) allow {shown}"
         ]
     expected = sum(1 for pos in stored if first is not None and pos >= first)
     if read.backlog != expected:

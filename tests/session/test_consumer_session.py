@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from broker.dispatch.errors import InvalidRequestError, NotFoundError, PreconditionFailedError
+from broker.dispatch.errors import (
+    InvalidRequestError,
+    NotFoundError,
+    PreconditionFailedError,
+    SubscriptionFencedError,
+)
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.ledger.entry import Entry, encode_batch, encode_message
@@ -219,19 +224,40 @@ async def test_a_push_session_sends_against_permits_counted_in_messages(
 # ---------------------------------------------------------------------- seek, unsubscribe
 
 
-async def test_seek_takes_back_what_consumers_hold_and_reads_from_the_target(
+async def test_seek_closes_the_consumers_then_resets_and_they_read_from_the_target(
     service: BrokerService,
 ) -> None:
-    consumer = await consumer_of(service)
+    consumer = await consumer_of(service, subscription_type="Shared")
+    subscription = consumer.subscription
     positions = await publish(service, single(b"x"), single(b"y"), single(b"z"))
     await receive(consumer, 3)
     await durable(consumer.acknowledge(positions, [], False))
-    await consumer.seek(positions[1])
-    assert [payload for payload, _, _ in await receive(consumer, 2)] == ["y", "z"]
-    await consumer.seek("earliest")
-    assert consumer.subscription.backlog() == 3
-    await consumer.seek("latest")
-    assert consumer.subscription.backlog() == 0
+    other = await consumer_of(service, subscription_type="Shared")
+
+    # as Pulsar's resetCursor: the consumers are closed first, and none may attach
+    # until the cursor is reset
+    attached_during_reset: list[BaseException] = []
+    reset = subscription.reset_cursor
+
+    async def reset_and_try_to_attach(position: Position) -> None:
+        assert consumer.closed and other.closed and subscription.fenced
+        try:
+            await consumer_of(service, subscription_type="Shared")
+        except SubscriptionFencedError as error:
+            attached_during_reset.append(error)
+        await reset(position)
+
+    subscription.reset_cursor = reset_and_try_to_attach  # type: ignore[method-assign]
+    await consumer.seek(service, positions[1])
+    del subscription.reset_cursor
+    assert len(attached_during_reset) == 1 and not subscription.fenced
+
+    again = await consumer_of(service)
+    assert [payload for payload, _, _ in await receive(again, 2)] == ["y", "z"]
+    await again.seek(service, "earliest")
+    assert again.closed and subscription.backlog() == 3
+    await (await consumer_of(service)).seek(service, "latest")
+    assert subscription.backlog() == 0
 
 
 async def test_unsubscribe_refuses_while_others_are_connected_unless_forced(

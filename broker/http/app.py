@@ -906,10 +906,11 @@ async def delete_topic(request: web.Request) -> web.Response:
         `msgOutCounter`, `bytesOutCounter`, `storageSize`, `backlogSize`, `offloadedStorageSize`,
         `subscriptions: {name: {type, msgBacklog, msgRateOut, msgRateRedeliver, msgOutCounter,
         bytesOutCounter, unackedMessages, msgDelayed, consumers: [{consumerName,
-        availablePermits, unackedMessages, msgRateOut}]}}` (`msgDelayed`: messages held back
-        until their deliver-at time, on Shared and Key_Shared). As in Pulsar, a subscription's `msgOutCounter` and
-        `bytesOutCounter` keep what consumers that have left were delivered, and the topic's
-        keep what deleted subscriptions were: since the topic was loaded, they never go down.
+        availablePermits, unackedMessages, msgRateOut}]}}` (`msgDelayed`: messages held
+        back until their deliver-at time, on Shared and Key_Shared). As in Pulsar, a
+        subscription's `msgOutCounter` and `bytesOutCounter` keep what consumers that have
+        left were delivered, and the topic's keep what deleted subscriptions were: since the
+        topic was loaded, they never go down.
 
         **Extension:** exactly these fields, and each consumer's `msgThroughputOut`,
         `msgOutCounter` and `bytesOutCounter` (bytes delivered per second, messages and bytes

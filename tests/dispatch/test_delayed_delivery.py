@@ -55,17 +55,18 @@ class Recording(Consumer):
         self.arrivals[entry.decoded_messages()[0].payload] = self.clock.wall_ms()
 
 
+DEFAULTS = DelayedDeliveryConfig()
+
+
 def run(
     test: Callable[[BrokerService, VirtualClock], Awaitable[None]],
-    delayed: DelayedDeliveryConfig = DelayedDeliveryConfig(),
+    delayed: DelayedDeliveryConfig = DEFAULTS,
 ) -> None:
     async def main() -> None:
         clock = VirtualClock(running_loop())
         stream = create_stream(DEFAULT_DESIGN, CacheConfig(), clock)
         config = ServiceConfig(dispatch=DispatchConfig(delayed=delayed))
-        service = BrokerService(
-            config, InMemoryBookie(), InMemoryMetadataStore(), stream, clock
-        )
+        service = BrokerService(config, InMemoryBookie(), InMemoryMetadataStore(), stream, clock)
         try:
             await test(service, clock)
         finally:
@@ -281,7 +282,8 @@ def test_max_delay_refused_from_publish_time() -> None:
     ok = encode_message(b"x", 1_000_000, deliver_at=1_060_000)
     too_far = encode_message(b"x", 1_000_000, deliver_at=1_060_001)
     assert delay_error(ok, config) is None
-    assert delay_error(too_far, config) == "Exceeds max allowed delivery delay of 60000 milliseconds"
+    refused = "Exceeds max allowed delivery delay of 60000 milliseconds"
+    assert delay_error(too_far, config) == refused
     assert delay_error(too_far, DelayedDeliveryConfig()) is None  # 0: no limit
     assert delay_error(too_far, dataclasses.replace(config, enabled=False)) is None
     assert delay_error(encode_message(b"x", 1_000_000), config) is None
@@ -293,4 +295,3 @@ def test_deliver_at_of_reads_only_the_field() -> None:
     # the field's tag bytes in a producer name or payload are not the field
     assert deliver_at_of(encode_message(b"\x98\x01", 5, producer_name="\x18\x01")) is None
     assert deliver_at_of(b"not an entry") is None
-

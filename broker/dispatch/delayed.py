@@ -91,8 +91,12 @@ def delay_error(data: bytes, config: DelayedDeliveryConfig) -> str | None:
     deliver_at = deliver_at_of(data)
     if deliver_at is None:
         return None
-    publish_time = int(metadata_of(data).publish_time)
-    if deliver_at - publish_time > config.max_delay_ms:
+    return delay_refusal(deliver_at, int(metadata_of(data).publish_time), config)
+
+
+def delay_refusal(deliver_at: int, publish_time: int, config: DelayedDeliveryConfig) -> str | None:
+    """:func:`delay_error` of a message not yet encoded. O(1)."""
+    if config.enabled and 0 < config.max_delay_ms < deliver_at - publish_time:
         return f"Exceeds max allowed delivery delay of {config.max_delay_ms} milliseconds"
     return None
 

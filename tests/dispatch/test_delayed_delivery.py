@@ -52,6 +52,8 @@ class Recording(Consumer):
 
     def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
         super().deliver(entry, redelivery_count, now_ns)
+        if not hasattr(self, "arrivals"):  # a delivery while it is being attached
+            self.arrivals = {}
         self.arrivals[entry.decoded_messages()[0].payload] = self.clock.wall_ms()
 
 
@@ -64,6 +66,7 @@ def run(
 ) -> None:
     async def main() -> None:
         clock = VirtualClock(running_loop())
+        Recording.clock = clock
         stream = create_stream(DEFAULT_DESIGN, CacheConfig(), clock)
         config = ServiceConfig(dispatch=DispatchConfig(delayed=delayed))
         service = BrokerService(config, InMemoryBookie(), InMemoryMetadataStore(), stream, clock)
@@ -87,8 +90,8 @@ async def consumer(
         Recording,
     )
     assert isinstance(made, Recording)
-    made.arrivals = {}
-    made.clock = clock
+    if not hasattr(made, "arrivals"):
+        made.arrivals = {}
     return made
 
 
@@ -208,6 +211,22 @@ def test_held_messages_survive_a_consumer_leaving_and_are_read_again() -> None:
         assert set(second.arrivals) == {b"delayed"}
         assert start + 3000 <= second.arrivals[b"delayed"]
         assert replays == [[position]]
+
+    run(test, STRICT)
+
+
+def test_a_subscription_turned_exclusive_gets_what_shared_held_at_once() -> None:
+    async def test(service: BrokerService, clock: VirtualClock) -> None:
+        shared = await consumer(service, clock, "Shared")
+        start = clock.wall_ms()
+        await publish(service, b"delayed", start + 60_000)
+        await settle(0.1)
+        assert shared.arrivals == {}
+        service.close_consumer(shared)
+        exclusive = await consumer(service, clock, "Exclusive")
+        await settle(0.1)
+        assert set(exclusive.arrivals) == {b"delayed"}
+        assert exclusive.arrivals[b"delayed"] < start + 1000
 
     run(test, STRICT)
 

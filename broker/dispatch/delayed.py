@@ -54,6 +54,8 @@ from broker.ledger.position import Position
 IN_MEMORY_FACTORY = "org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory"
 BUCKET_FACTORY = "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"
 TRACKER_FACTORIES = (IN_MEMORY_FACTORY, BUCKET_FACTORY)
+#: the longest a tracker's timer is set for (it is set again when it fires)
+MAX_TIMER_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +280,9 @@ class DelayedDeliveryTracker:
         if delay_ms < 0:
             return
         delay_ms = max(delay_ms, self._last_tick_ms + self._config.tick_ms - now)
+        # a deliver-at years ahead (int64's end) is checked again daily rather than
+        # handed to the loop's timer as is
+        delay_ms = min(delay_ms, MAX_TIMER_MS)
         self._timer_target = target
         # one ms more: asyncio may fire a timer up to its clock's resolution early, and
         # a firing a hair before the target would find nothing due and wait a tick

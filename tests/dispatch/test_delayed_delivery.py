@@ -75,7 +75,7 @@ def run(
         finally:
             await service.close()
 
-    sim.run(main(), limit_s=3600)
+    sim.run(main(), limit_s=3 * 86_400)
 
 
 async def consumer(
@@ -168,6 +168,18 @@ def test_deliver_at_in_the_past_or_within_the_cutoff_goes_at_once() -> None:
         await publish(service, b"now", start)
         await settle(0.01)
         assert reader.arrivals == {b"past": start, b"now": start}
+
+    run(test, STRICT)
+
+
+def test_a_deliver_at_at_the_end_of_int64_is_held() -> None:
+    async def test(service: BrokerService, clock: VirtualClock) -> None:
+        reader = await consumer(service, clock, "Shared")
+        await publish(service, b"never", 2**63 - 1)
+        await publish(service, b"now", None)
+        await settle(2 * 86_400)  # the timer fires daily and finds nothing due
+        assert set(reader.arrivals) == {b"now"}
+        assert reader.subscription.delayed_messages() == 1  # type: ignore[attr-defined]
 
     run(test, STRICT)
 

@@ -75,7 +75,8 @@ DISPATCH = Section("Dispatch")
 DELAYED = Section(
     "Delayed delivery",
     intro="Messages a producer sends with deliver_at / deliver_after (deliverAt, "
-    "deliverAfterMs over WebSocket) wait on Shared and Key_Shared subscriptions until "
+    "deliverAfterMs over WebSocket and HTTP produce) wait on Shared and Key_Shared "
+    "subscriptions until "
     "they are due, then are read again from the ledger (cache or storage); Exclusive "
     "and Failover deliver them at once, as in Pulsar.",
 )
@@ -751,8 +752,8 @@ class BrokerConfig(BaseModel):
         0,
         DELAYED,
         "A message whose deliver-at time is further than this after its publish time is "
-        "refused (NotAllowedError on the binary protocol, send-error over WebSocket). 0: "
-        "no limit.",
+        "refused (NotAllowedError on the binary protocol, send-error:8 over WebSocket, 400 "
+        "for HTTP produce). 0: no limit.",
         unit="milliseconds",
         origin=PULSAR_SAME,
         ge=0,

@@ -133,12 +133,6 @@ def _refuse_what_cannot_run(
             f"{scenario.name}: a service URL ({service_url}) is for the pulsar driver, and this "
             'run\'s driver is http (--driver pulsar, or driver = "pulsar" in the scenario)'
         )
-    if scenario.delayedRatio > 0 and scenario.driver == "http":
-        raise ScenarioError(
-            f"{scenario.name}: delayed messages (delayedRatio) need the pulsar driver "
-            "(--driver pulsar) or --virtual-time: brokerlab's HTTP produce has no "
-            "deliver-at field"
-        )
     if options.trace and (not own_broker or options.out_dir is None):
         raise ScenarioError(
             "--trace records the trace of a broker the load generator starts, into the "

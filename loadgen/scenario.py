@@ -161,9 +161,9 @@ class Scenario(BaseModel):
     warmupSeconds: float = Field(default=0, ge=0)
     #: produce this much backlog (MiB per subscription) before consumers start (catch-up)
     consumerBacklogSizeMB: float = Field(default=0, ge=0)
-    #: share of messages sent with a delivery delay (a producer's deliver_after): Shared
-    #: and Key_Shared subscriptions hold them and read them again when due; the pulsar
-    #: driver and virtual-time runs send them (HTTP produce has no deliver-at field)
+    #: share of messages sent with a delivery delay (a producer's deliver_after; HTTP
+    #: produce's deliverAfterMs): Shared and Key_Shared subscriptions hold them and read
+    #: them again when due
     delayedRatio: float = Field(default=0, ge=0, le=1)
     #: how long after its send a delayed message is due
     deliverAfterMs: int = Field(default=0, ge=0, le=86_400_000)

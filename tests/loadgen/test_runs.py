@@ -39,8 +39,6 @@ ON_VIRTUAL_TIME = {
     "rolling-restart": 1.0,
     "many-topics": 0.5,
     "pr24623-rolling-restart": 0.25,
-    # HTTP produce, which a live run of it would use, has no deliver-at field
-    "delayed-delivery": 1.0,
 }
 #: the runs whose charts are drawn and checked (a second or more each): one live, one on
 #: virtual time with events to mark; the others check that the charts were asked for

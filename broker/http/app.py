@@ -344,9 +344,9 @@ PRODUCE_BODY = JsonBody[ProduceRequest](ProduceRequest, "Messages to produce.")
         for a delayed message in a `batch` (a Pulsar client never batches them), and for a
         deliver-at time more than `delayedDeliveryMaxDelayInMillis` (when set) after the
         request's publish time; nothing is stored. **Difference from Pulsar**: Pulsar's
-        REST produce reads `deliverAt` only with an `eventTime` and counts `deliverAfterMs`
-        from the event time; here `deliverAt` is taken as is and `deliverAfterMs` counts
-        from the broker's receipt.
+        REST produce counts `deliverAfterMs` from the message's `eventTime` (and, in recent
+        versions, reads `deliverAt` only when an `eventTime` is set); here `deliverAt` is
+        taken as is and `deliverAfterMs` counts from the broker's receipt.
 
         Stored entries (**Extension**): every entry is stored in Pulsar's format, byte for byte
         as a Pulsar client's SEND carries it: magic `0x0e01`, CRC32C, `MessageMetadata`,

@@ -34,6 +34,7 @@ from broker.clock import Clock, EventClock, SystemClock
 from broker.config import BrokerConfig, cache_config, shadow_designs, trace_dir
 from broker.dispatch.data_format import check_data_format
 from broker.dispatch.deduplication import DeduplicationConfig
+from broker.dispatch.delayed import BUCKET_FACTORY, DelayedDeliveryConfig
 from broker.dispatch.dispatcher import DispatchConfig
 from broker.dispatch.errors import ConflictError, InvalidRequestError, UnavailableError
 from broker.dispatch.names import TopicName
@@ -89,6 +90,14 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
             key_shared_look_ahead_per_consumer=config.keySharedLookAheadMsgInReplayThresholdPerConsumer,
             key_shared_look_ahead_per_subscription=(
                 config.keySharedLookAheadMsgInReplayThresholdPerSubscription
+            ),
+            delayed=DelayedDeliveryConfig(
+                enabled=config.delayedDeliveryEnabled,
+                tick_ms=config.delayedDeliveryTickTimeMillis,
+                strict=config.isDelayedDeliveryDeliverAtTimeStrict,
+                bucket=config.delayedDeliveryTrackerFactoryClassName == BUCKET_FACTORY,
+                fixed_delay_lookahead=config.delayedDeliveryFixedDelayDetectionLookahead,
+                max_delay_ms=config.delayedDeliveryMaxDelayInMillis,
             ),
         ),
         partitions=PartitionsConfig(

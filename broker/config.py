@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from broker.auth.service import check_config
 from broker.cache.config import CacheConfig
 from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
+from broker.dispatch.delayed import IN_MEMORY_FACTORY, TRACKER_FACTORIES
 from storage_stub.config import StorageConfig
 from storage_stub.confkeys import Section, key
 from storage_stub.confparse import load_config
@@ -81,6 +82,14 @@ CACHE = Section("Managed ledger: broker entry cache")
 TIERED = Section("Tiered storage")
 READS_IN_FLIGHT = Section("Managed ledger: reads in flight")
 DISPATCH = Section("Dispatch")
+DELAYED = Section(
+    "Delayed delivery",
+    intro="Messages a producer sends with deliver_at / deliver_after (deliverAt, "
+    "deliverAfterMs over WebSocket and HTTP produce) wait on Shared and Key_Shared "
+    "subscriptions until "
+    "they are due, then are read again from the ledger (cache or storage); Exclusive "
+    "and Failover deliver them at once, as in Pulsar.",
+)
 LIMITS = Section("Limits (0 = no limit, as Pulsar)")
 INACTIVE = Section("Inactive topics")
 POLICIES = Section(
@@ -761,6 +770,65 @@ class BrokerConfig(BaseModel):
         gt=0,
     )
 
+    delayedDeliveryEnabled: bool = key(
+        True,
+        DELAYED,
+        "Hold messages with a deliver-at time on Shared and Key_Shared subscriptions until "
+        "they are due. Off: they are delivered at once.",
+        origin=PULSAR_SAME,
+    )
+    delayedDeliveryTrackerFactoryClassName: str = key(
+        IN_MEMORY_FACTORY,
+        DELAYED,
+        "The delayed-message index: the in-memory tracker (deliver-at times kept to the "
+        "largest power of two not above the tick time; stops reading new entries while "
+        "delayedDeliveryFixedDelayDetectionLookahead messages of one fixed delay wait) or "
+        "the bucket tracker (exact times, no such pause). Neither is durable here: after "
+        "a restart the subscription reads its backlog again and holds what is still "
+        "delayed (Pulsar's bucket tracker also writes snapshot ledgers, brokerlab does "
+        "not).",
+        origin=PULSAR_SAME,
+        choices=TRACKER_FACTORIES,
+        pattern_from_choices=False,
+    )
+    delayedDeliveryTickTimeMillis: int = key(
+        1000,
+        DELAYED,
+        "The delayed-delivery timer fires at most once per tick per subscription; unless "
+        "isDelayedDeliveryDeliverAtTimeStrict, a message may be delivered up to one tick "
+        "before its time.",
+        unit="milliseconds",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    isDelayedDeliveryDeliverAtTimeStrict: bool = key(
+        False,
+        DELAYED,
+        "Never deliver a delayed message before its deliver-at time (it may then be late "
+        "by up to the tick time). False: up to one tick early.",
+        origin=PULSAR_SAME,
+    )
+    delayedDeliveryFixedDelayDetectionLookahead: int = key(
+        50000,
+        DELAYED,
+        "In-memory tracker: with this many delayed messages held, all sent in deliver-at "
+        "order (a fixed delay) and none due, the subscription stops reading new entries "
+        "until some are due. 0: never pause.",
+        unit="messages",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+    delayedDeliveryMaxDelayInMillis: int = key(
+        0,
+        DELAYED,
+        "A message whose deliver-at time is further than this after its publish time is "
+        "refused (NotAllowedError on the binary protocol, send-error:8 over WebSocket, 400 "
+        "for HTTP produce). 0: no limit.",
+        unit="milliseconds",
+        origin=PULSAR_SAME,
+        ge=0,
+    )
+
     brokerMaxConnections: int = key(
         0,
         LIMITS,
@@ -1085,6 +1153,13 @@ class BrokerConfig(BaseModel):
     def _registered_design(cls, value: str) -> str:
         if value not in DESIGNS:
             raise ValueError(f"one of {', '.join(DESIGNS)}")
+        return value
+
+    @field_validator("delayedDeliveryTrackerFactoryClassName")
+    @classmethod
+    def _tracker_factory(cls, value: str) -> str:
+        if value not in TRACKER_FACTORIES:
+            raise ValueError(f"one of {', '.join(TRACKER_FACTORIES)}")
         return value
 
     @field_validator("brokerlabShadowCacheImplementations")

@@ -14,7 +14,7 @@ import pybase64
 
 from loadgen.bounded import backoff_s
 from loadgen.client import BrokerClient, BrokerError, Unavailable
-from loadgen.keys import KeyDistributor, key_name
+from loadgen.keys import DelayedMessages, KeyDistributor, key_name
 from loadgen.run import Run, create_subscriptions, reconnect_delay_s, reset_subscriptions
 
 #: requests one producer keeps in flight before it waits
@@ -62,6 +62,8 @@ class ProducerWorker:
 
     __slots__ = (
         "_bodies",
+        "_delayed",
+        "_delayed_fragments",
         "_fragments",
         "_in_flight",
         "_keys",
@@ -104,6 +106,15 @@ class ProducerWorker:
         # unkeyed requests are all the same bytes: build them once
         unkeyed = b",".join([self._fragments[None]] * scenario.messagesPerRequest)
         self._bodies = self._prefix + unkeyed + b"]}"
+        #: delayed messages (delayedRatio): the same fragments with deliverAfterMs, drawn
+        #: message by message from the seed
+        self._delayed = DelayedMessages(scenario.delayedRatio, seed)
+        self._delayed_fragments: dict[int | None, bytes] = {}
+        if scenario.delayedRatio > 0:
+            delay = b',"deliverAfterMs":' + str(scenario.deliverAfterMs).encode() + b"}"
+            self._delayed_fragments = {
+                key: fragment[:-1] + delay for key, fragment in self._fragments.items()
+            }
 
     async def open(self) -> None:
         """Nothing to open: each request is on its own."""
@@ -112,14 +123,18 @@ class ProducerWorker:
         """The next request: its topic (partition), body and number of messages."""
         partitions = self.partitions
         count = self.run.scenario.messagesPerRequest
+        delays = self._delayed_fragments
         if not self._keys.keyed:
             topic = partitions[self._next_partition % len(partitions)]
             self._next_partition += 1
+            if delays:
+                chosen = [self._fragment(None) for _ in range(count)]
+                return topic, self._prefix + b",".join(chosen) + b"]}", count
             return topic, self._bodies, count
-        fragments = self._fragments
+        fragment = self._fragment
         draw = self._keys.next
         if len(partitions) == 1:
-            chosen = [fragments[draw()] for _ in range(count)]
+            chosen = [fragment(draw()) for _ in range(count)]
             return partitions[0], self._prefix + b",".join(chosen) + b"]}", count
         # keyed and partitioned: a request goes to one partition, with keys of that
         # partition only (drawn from the distribution, keeping the partition's keys)
@@ -131,11 +146,19 @@ class ProducerWorker:
             key = draw()
             attempts += 1
             if key is not None and key % len(partitions) == partition:
-                chosen.append(fragments[key])
+                chosen.append(fragment(key))
         if not chosen:
-            chosen = [fragments[partition % self.run.scenario.keys]]
+            chosen = [fragment(partition % self.run.scenario.keys)]
         body = self._prefix + b",".join(chosen) + b"]}"
         return partitions[partition], body, len(chosen)
+
+    def _fragment(self, key: int | None) -> bytes:
+        """One message's JSON: with ``deliverAfterMs`` when drawn delayed (delayedRatio).
+        O(1)."""
+        delays = self._delayed_fragments
+        if delays and self._delayed.next():
+            return delays[key]
+        return self._fragments[key]
 
     async def run_until(self, deadline_ns: int, first_send_ns: int) -> None:
         """Send on schedule until ``deadline_ns`` (perf_counter_ns)."""

@@ -57,3 +57,21 @@ class KeyDistributor:
 
 def key_name(index: int) -> str:
     return f"key-{index}"
+
+
+class DelayedMessages:
+    """Which of a producer's messages are delayed (the scenario's ``delayedRatio``):
+    each with that probability, drawn from its own generator seeded from the producer's
+    seed, so the key sequence is the same with or without delayed messages. O(1)."""
+
+    __slots__ = ("_ratio", "_rng")
+
+    def __init__(self, ratio: float, seed: int) -> None:
+        self._ratio = ratio
+        self._rng = random.Random(f"delayed-{seed}")
+
+    def next(self) -> bool:
+        ratio = self._ratio
+        if ratio <= 0:
+            return False
+        return ratio >= 1 or self._rng.random() < ratio

@@ -28,6 +28,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import datetime
 import functools
 import logging
 import pathlib
@@ -41,7 +42,7 @@ import pulsar.asyncio  # type: ignore[import-untyped, unused-ignore]
 
 from loadgen.bounded import backoff_s
 from loadgen.client import BrokerError, Unavailable
-from loadgen.keys import KeyDistributor, key_name
+from loadgen.keys import DelayedMessages, KeyDistributor, key_name
 from loadgen.run import Run
 from loadgen.scenario import Scenario
 
@@ -270,6 +271,8 @@ class PulsarProducer:
     batches them by the ``[pulsar]`` batching options."""
 
     __slots__ = (
+        "_delay",
+        "_delayed",
         "_idle",
         "_key_names",
         "_keys",
@@ -307,6 +310,10 @@ class PulsarProducer:
             [key_name(key) for key in range(scenario.keys)] if self._keys.keyed else []
         )
         self._payload = random.Random(seed).randbytes(scenario.messageSize)
+        #: which messages go with deliver_after (the scenario's delayedRatio), drawn from
+        #: the seed
+        self._delayed = DelayedMessages(scenario.delayedRatio, seed)
+        self._delay = datetime.timedelta(milliseconds=scenario.deliverAfterMs)
         self._producers: list[Any] = []
         self._next_partition = 0
         self._pending = 0
@@ -366,7 +373,12 @@ class PulsarProducer:
         self._pending += 1
         self._idle.clear()
         callback = functools.partial(self._sent_on_client_thread, time.perf_counter_ns())
-        producer.send_async(self._payload, callback, partition_key=partition_key)
+        if self._delayed.next():
+            producer.send_async(
+                self._payload, callback, partition_key=partition_key, deliver_after=self._delay
+            )
+        else:
+            producer.send_async(self._payload, callback, partition_key=partition_key)
 
     def _sent_on_client_thread(self, send_ns: int, result: Any, _message_id: Any) -> None:
         """On the client's I/O thread: stamp the time, hand the rest to the loop."""

@@ -161,6 +161,12 @@ class Scenario(BaseModel):
     warmupSeconds: float = Field(default=0, ge=0)
     #: produce this much backlog (MiB per subscription) before consumers start (catch-up)
     consumerBacklogSizeMB: float = Field(default=0, ge=0)
+    #: share of messages sent with a delivery delay (a producer's deliver_after; HTTP
+    #: produce's deliverAfterMs): Shared and Key_Shared subscriptions hold them and read
+    #: them again when due
+    delayedRatio: float = Field(default=0, ge=0, le=1)
+    #: how long after its send a delayed message is due
+    deliverAfterMs: int = Field(default=0, ge=0, le=86_400_000)
     seed: int = 1
     #: brokers of the cluster the load generator starts (``brokerlab serve --brokers``)
     brokers: int = Field(default=1, ge=1, le=16)
@@ -211,6 +217,8 @@ class Scenario(BaseModel):
                 f"consumers.ackMode cumulative is refused on {self.subscriptionType} "
                 "subscriptions, as in Pulsar; use individual"
             )
+        if self.delayedRatio > 0 and self.deliverAfterMs <= 0:
+            raise ValueError("delayedRatio needs deliverAfterMs, the delay of those messages")
         if self.consumers.nackRatio > 0 and self.consumers.ackMode != "individual":
             raise ValueError(
                 f"consumers.nackRatio needs ackMode individual (it is {self.consumers.ackMode}): "
@@ -219,15 +227,18 @@ class Scenario(BaseModel):
         return self
 
     def scaled(self, duration_s: float) -> Scenario:
-        """The same scenario over ``duration_s`` seconds: event times, warm-up and the
-        catch-up backlog keep their share of the run, so a short run has the same shape."""
+        """The same scenario over ``duration_s`` seconds: event times, warm-up, the
+        catch-up backlog and the delivery delay keep their share of the run, so a short
+        run has the same shape."""
         factor = duration_s / self.testDurationSeconds
         events = [event.model_copy(update={"at": event.at * factor}) for event in self.events]
+        delay_ms = self.deliverAfterMs
         return self.model_copy(
             update={
                 "testDurationSeconds": duration_s,
                 "warmupSeconds": self.warmupSeconds * factor,
                 "consumerBacklogSizeMB": self.consumerBacklogSizeMB * factor,
+                "deliverAfterMs": max(round(delay_ms * factor), 1) if delay_ms else 0,
                 "events": events,
             }
         )

@@ -49,7 +49,7 @@ from broker.ledger.position import Position
 from broker.session.consumer import PushConsumer
 from broker.tasks import TaskOwner
 from loadgen.client import BrokerError, Unavailable
-from loadgen.keys import KeyDistributor, key_name
+from loadgen.keys import DelayedMessages, KeyDistributor, key_name
 from loadgen.run import reconnect_delay_s
 from loadgen.scenario import VirtualOptions
 from storage_stub.bookie.api import BookieError
@@ -249,6 +249,9 @@ class ProducerClient:
             scenario.keyDistributor, scenario.keys, scenario.zipfExponent, seed
         )
         self._payload = random.Random(seed).randbytes(scenario.messageSize)
+        #: which messages are delayed (delayedRatio), each due deliverAfterMs after its send
+        self._delayed = DelayedMessages(scenario.delayedRatio, seed)
+        self._delay_ms = scenario.deliverAfterMs
         self._next_partition = 0
         self._sequence_id = 0
         pending = scenario.pulsar.pendingQueueSize or self.options.maxPendingMessages
@@ -272,12 +275,14 @@ class ProducerClient:
             self._next_partition += 1
         else:
             connection = connections[key % len(connections)]
+        now_ms = round(self.run.clock.wall_ms())
         entry = encode_message(
             self._payload,
-            round(self.run.clock.wall_ms()),
+            now_ms,
             key=None if key is None else key_name(key),
             producer_name=self.name,
             sequence_id=self._sequence_id,
+            deliver_at=now_ms + self._delay_ms if self._delayed.next() else None,
         )
         self._sequence_id += 1
         self._pending += 1

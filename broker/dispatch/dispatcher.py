@@ -12,15 +12,16 @@ import asyncio
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sortedcontainers import SortedSet
 
 from broker.clock import Clock
 from broker.dispatch.consumer import Consumer
+from broker.dispatch.delayed import DelayedDeliveryConfig, DelayedDeliveryTracker
 from broker.dispatch.stats import RateCounter
-from broker.ledger.entry import Entry
+from broker.ledger.entry import Entry, deliver_at_of
 from broker.ledger.errors import ReadsThrottled
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
@@ -42,6 +43,7 @@ class DispatchConfig:
     #: Key_Shared: stop reading new entries while this much waits in the replay queue
     key_shared_look_ahead_per_consumer: int = 4000
     key_shared_look_ahead_per_subscription: int = 40000
+    delayed: DelayedDeliveryConfig = field(default_factory=DelayedDeliveryConfig)
 
 
 class DispatchedSubscription(Protocol):
@@ -60,7 +62,11 @@ class DispatchedSubscription(Protocol):
 
 class Dispatcher(ABC):
     """One per subscription. ``wake()`` is called whenever dispatch may progress: new
-    entries, freed permits, new consumers, redeliveries, acks."""
+    entries, freed permits, new consumers, redeliveries, acks, delayed messages due."""
+
+    #: whether messages with a deliver-at time wait for it (Shared and Key_Shared, as
+    #: in Pulsar; Exclusive and Failover deliver them at once)
+    tracks_delayed = False
 
     def __init__(
         self, subscription: DispatchedSubscription, config: DispatchConfig, clock: Clock
@@ -73,6 +79,9 @@ class Dispatcher(ABC):
         self.consumers: list[Consumer] = []
         #: positions to send again before reading new entries, in position order
         self.replay: SortedSet = SortedSet()
+        #: delayed messages held back (made on the first one, as Pulsar does)
+        self.delayed: DelayedDeliveryTracker | None = None
+        self._track = self.tracks_delayed and config.delayed.enabled
         self._wake = asyncio.Event()
         self._owner = TaskOwner(f"dispatcher {subscription.name}")
         self._owner.spawn(self._run(), name=f"dispatch {subscription.name}")
@@ -83,6 +92,8 @@ class Dispatcher(ABC):
 
     async def close(self) -> None:
         self.ledger.remove_entries_listener(self.wake)
+        if self.delayed is not None:
+            self.delayed.close()
         await self._owner.close()
 
     # ------------------------------------------------------------------ consumers
@@ -114,9 +125,24 @@ class Dispatcher(ABC):
         for consumer in self.consumers:
             consumer.take_unacked()
         self.replay.clear()
+        if self.delayed is not None:
+            self.delayed.clear()  # what is read again is tracked again
 
     def unacked_messages(self) -> int:
         return sum(len(consumer.pending) for consumer in self.consumers)
+
+    def delayed_messages(self) -> int:
+        """Messages held back for their deliver-at time (``msgDelayed``). O(1)."""
+        return len(self.delayed) if self.delayed is not None else 0
+
+    def held_positions(self) -> list[Position]:
+        """Positions this dispatcher must still deliver although the cursor has read
+        past them: its replay queue and its delayed messages (handed to the dispatcher
+        that replaces it)."""
+        held = list(self.replay)
+        if self.delayed is not None:
+            held += self.delayed.positions()
+        return held
 
     # ------------------------------------------------------------------ the loop
 
@@ -148,6 +174,9 @@ class Dispatcher(ABC):
         if budget <= 0:
             return False
         cursor = self.cursor
+        delayed = self.delayed
+        if delayed is not None and delayed.has_due():
+            self._release_delayed(delayed.pop_due(budget))
         if self.replay:
             count = min(budget, len(self.replay))
             positions = [self.replay.pop(0) for _ in range(count)]
@@ -162,15 +191,52 @@ class Dispatcher(ABC):
                     self._dropped(entry)  # acknowledged while the read was in flight
                 else:
                     fresh.append(entry)
-            self._send(fresh)
+            self._send(self._hold_delayed(fresh) if self._track else fresh)
             return True
+        if delayed is not None and delayed.should_pause():
+            return False
         if not cursor.has_more_entries():
             return False
         entries = await cursor.read_entries(budget)
         if not entries:
             return False
-        self._send(entries)
+        self._send(self._hold_delayed(entries) if self._track else entries)
         return True
+
+    def _hold_delayed(self, entries: list[Entry]) -> list[Entry]:
+        """The entries to send now: those with a deliver-at time not yet due go to the
+        delayed tracker and are let go (Pulsar releases the entry; the ``released``
+        event). O(entries x metadata size): a ``find`` for the field's tag per entry,
+        a parse only where it is there."""
+        held: list[Entry] | None = None
+        delayed = self.delayed
+        for index, entry in enumerate(entries):
+            deliver_at = deliver_at_of(entry.data)
+            if deliver_at is None:
+                if delayed is not None:
+                    delayed.not_delayed()
+                if held is not None:
+                    held.append(entry)
+                continue
+            if delayed is None:
+                delayed = self.delayed = DelayedDeliveryTracker(
+                    self.config.delayed, self.clock, self.wake
+                )
+            if delayed.add(entry.position, deliver_at):
+                if held is None:
+                    held = entries[:index]
+                self._dropped(entry)
+            elif held is not None:
+                held.append(entry)
+        return entries if held is None else held
+
+    def _release_delayed(self, positions: list[Position]) -> None:
+        """Delayed messages now due: read them again through the replay queue, as
+        Pulsar adds its tracker's due positions to its redelivery messages (one more
+        read expected of each, the ``replay_added`` event, as for any replay)."""
+        for position in positions:
+            if not self.cursor.is_acknowledged(position):
+                self._replay_later(position)
 
     def _dropped(self, entry: Entry) -> None:
         """An entry read for dispatch and let go before any consumer got it: Pulsar
@@ -284,7 +350,10 @@ class SingleActiveConsumerDispatcher(Dispatcher):
 class SharedDispatcher(Dispatcher):
     """Shared: consumers of the highest priority (lowest ``priorityLevel``) with room
     take messages first, round robin among them, as in Pulsar; redeliveries go to the
-    replay queue and are served before new entries."""
+    replay queue and are served before new entries; delayed messages wait in the
+    delayed tracker (``broker.dispatch.delayed``) and join the replay queue when due."""
+
+    tracks_delayed = True
 
     def __init__(
         self, subscription: DispatchedSubscription, config: DispatchConfig, clock: Clock

@@ -194,6 +194,9 @@ class KeySharedDispatcher(SharedDispatcher):
         )
         if budget <= 0:
             return False
+        delayed = self.delayed
+        if delayed is not None and delayed.has_due():
+            self._release_delayed(delayed.pop_due(budget))
         if self.replay:
             chosen = self._choose_from_replay(capacity, budget)
             if chosen:
@@ -206,8 +209,12 @@ class KeySharedDispatcher(SharedDispatcher):
                     for position in chosen:
                         self._wait_in_replay(position, slots[position])
                     raise
+                if self._track:
+                    entries = self._hold_delayed(entries)
                 self._send_keyed(entries, from_replay=True)
                 return True
+        if delayed is not None and delayed.should_pause():
+            return False
         if len(self.replay) >= self._look_ahead_limit():
             return False
         if not self.cursor.has_more_entries():
@@ -215,7 +222,7 @@ class KeySharedDispatcher(SharedDispatcher):
         entries = await self.cursor.read_entries(budget)
         if not entries:
             return False
-        self._send_keyed(entries, from_replay=False)
+        self._send_keyed(self._hold_delayed(entries) if self._track else entries, False)
         return True
 
     def _choose_from_replay(self, capacity: dict[Consumer, int], budget: int) -> list[Position]:

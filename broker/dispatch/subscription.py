@@ -141,7 +141,9 @@ class Subscription:
             old = self.dispatcher
             self.dispatcher = _DISPATCHERS[sub_type](self, self.config, self.clock)
             if old is not None:
-                self.dispatcher.replay.update(old.replay)
+                # what the old one still had to deliver, delayed messages included
+                # (the new type decides whether they still wait)
+                self.dispatcher.replay.update(old.held_positions())
             self.type = sub_type
         self.dispatcher.add_consumer(consumer)
         self.cursor.ledger.activate_cursor(self.cursor)
@@ -431,6 +433,10 @@ class Subscription:
 
     def unacked_messages(self) -> int:
         return self.dispatcher.unacked_messages() if self.dispatcher is not None else 0
+
+    def delayed_messages(self) -> int:
+        """Messages held back for their deliver-at time (Pulsar's ``msgDelayed``)."""
+        return self.dispatcher.delayed_messages() if self.dispatcher is not None else 0
 
     async def close(self) -> None:
         for timers in self._timers.values():

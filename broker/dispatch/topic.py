@@ -291,6 +291,7 @@ class PersistentTopic:
                 "msgOutCounter": sub_msg_out,
                 "bytesOutCounter": sub_bytes_out,
                 "unackedMessages": subscription.unacked_messages(),
+                "msgDelayed": subscription.delayed_messages(),
                 "consumers": consumers,
             }
         rate_in = self.msg_in.rate

@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.clock import Clock, SystemClock
 from broker.cluster import RESTART_MODES, BrokerNode, Cluster, Settings, http_url, service_config  # noqa: F401 (re-exported)
+from broker.dispatch.delayed import DelayedDeliveryConfig, delay_error
 from broker.dispatch.errors import (
     InvalidRequestError,
     NotFoundError,
@@ -269,6 +270,15 @@ async def _encoded_body(request: web.Request) -> Encoded:
     return encode_body(raw, PRODUCE_BODY.parse, *limits, now_ms)
 
 
+def _check_delays(entries: list[bytes], config: DelayedDeliveryConfig) -> None:
+    """InvalidRequestError, naming the message, for a deliver-at time beyond the max delay
+    (Pulsar's NotAllowedError; nothing is stored). O(entries x metadata size)."""
+    for index, entry in enumerate(entries):
+        refused = delay_error(entry, config)
+        if refused is not None:
+            raise InvalidRequestError(f"messages[{index}]: {refused}")
+
+
 PRODUCE_BODY = JsonBody[ProduceRequest](ProduceRequest, "Messages to produce.")
 
 
@@ -289,7 +299,8 @@ PRODUCE_BODY = JsonBody[ProduceRequest](ProduceRequest, "Messages to produce.")
     errors={
         400: "bad topic name; body not a JSON object; `messages` missing, not a list or empty; a "
         "field of the wrong type or over its limit (except the 413 cases), `batch` not a boolean "
-        "among them; bad base64. Nothing is stored.",
+        "among them; bad base64; a delayed message in a batch, or due beyond "
+        "`delayedDeliveryMaxDelayInMillis`. Nothing is stored.",
         404: "the topic does not exist and `allowAutoTopicCreation=false`.",
         409: "the topic is a partitioned topic (produce to its partitions, "
         "`{topic}-partition-{i}`), a partition past its partitioned topic's count, or a "
@@ -309,7 +320,8 @@ PRODUCE_BODY = JsonBody[ProduceRequest](ProduceRequest, "Messages to produce.")
         {"producerName": "p1",
          "messages": [{"payload": "aGVsbG8=", "key": "k1", "properties": {"a": "b"}, "eventTime": 0}]}
         ```
-        `key`, `properties`, `eventTime`, `producerName` are optional. 200:
+        `key`, `properties`, `eventTime`, `deliverAt`, `deliverAfterMs`, `producerName` are
+        optional. 200:
         ```json
         {"messagePublishResults": [{"messageId": "3:17", "errorCode": 0}]}
         ```
@@ -327,7 +339,20 @@ PRODUCE_BODY = JsonBody[ProduceRequest](ProduceRequest, "Messages to produce.")
         | `messages[].key` | string | no | no key | ≤ 65535 bytes in UTF-8 |
         | `messages[].properties` | object of string → string | no | `{}` | every value a string |
         | `messages[].eventTime` | integer | no | `0` (not set, as in Pulsar) | ≥ 0, epoch ms |
+        | `messages[].deliverAt` | integer | no | `0` (not set) | ≥ 0, epoch ms: delayed delivery, see below |
+        | `messages[].deliverAfterMs` | integer | no | `0` (not set) | ≥ 0, ms after the broker received the request |
         | `batch` | boolean | no | `false` | `true` or `false` only (`"yes"`, `1`, `null`: 400); `true`: all the request's messages become one batched entry, see below; their payloads together ≤ `maxMessageSize`, else 413 |
+
+        Delayed delivery, as Pulsar's REST produce names it: a message with `deliverAt` (epoch
+        ms) or `deliverAfterMs` above 0 carries that time as its `deliver_at_time`, and Shared
+        and Key_Shared subscriptions hold it until then (Exclusive and Failover deliver it at
+        once; see docs/broker.md, Delayed delivery). `deliverAt` wins when both are set. 400
+        for a delayed message in a `batch` (a Pulsar client never batches them), and for a
+        deliver-at time more than `delayedDeliveryMaxDelayInMillis` (when set) after the
+        request's publish time; nothing is stored. **Difference from Pulsar**: Pulsar's
+        REST produce counts `deliverAfterMs` from the message's `eventTime` (and, in recent
+        versions, reads `deliverAt` only when an `eventTime` is set); here `deliverAt` is
+        taken as is and `deliverAfterMs` counts from the broker's receipt.
 
         Stored entries (**Extension**): every entry is stored in Pulsar's format, byte for byte
         as a Pulsar client's SEND carries it: magic `0x0e01`, CRC32C, `MessageMetadata`,
@@ -355,6 +380,9 @@ async def produce(request: web.Request) -> web.Response:
     started = time.perf_counter()
     name = _topic(request)
     encoded, batch_size = await _encoded_body(request)
+    delayed = request.app[SETTINGS].broker.delayedDeliveryMaxDelayInMillis
+    if delayed:  # delayedDeliveryMaxDelayInMillis: no parse for entries without the field
+        _check_delays(encoded, _service(request).config.dispatch.delayed)
     topic = await _service(request).get_topic(name, create=True)
     first = await topic.publish(encoded, batch_size or len(encoded))
     request.app[METRICS].produce_latency.observe(time.perf_counter() - started)
@@ -916,10 +944,12 @@ async def delete_topic(request: web.Request) -> web.Response:
         `msgOutCounter`, `bytesOutCounter`, `storageSize`, `backlogSize`, `offloadedStorageSize`,
         `deduplicationStatus` (`Disabled`, `Recovering`, `Enabled`, `Removing`, `Failed`),
         `subscriptions: {name: {type, msgBacklog, msgRateOut, msgRateRedeliver, msgOutCounter,
-        bytesOutCounter, unackedMessages, consumers: [{consumerName, availablePermits,
-        unackedMessages, msgRateOut}]}}`. As in Pulsar, a subscription's `msgOutCounter` and
-        `bytesOutCounter` keep what consumers that have left were delivered, and the topic's
-        keep what deleted subscriptions were: since the topic was loaded, they never go down.
+        bytesOutCounter, unackedMessages, msgDelayed, consumers: [{consumerName,
+        availablePermits, unackedMessages, msgRateOut}]}}` (`msgDelayed`: messages held
+        back until their deliver-at time, on Shared and Key_Shared). As in Pulsar, a
+        subscription's `msgOutCounter` and `bytesOutCounter` keep what consumers that have
+        left were delivered, and the topic's keep what deleted subscriptions were: since the
+        topic was loaded, they never go down.
 
         `averageMsgSize`, `waitingPublishers`, `deduplicationStatus`, `publishers: [{accessMode,
         msgRateIn, msgThroughputIn, averageMsgSize, chunkedMessageRate, producerId,

@@ -89,6 +89,28 @@ class ProducerMessage(TypedDict):
             Field(description="Event time, epoch ms; 0 means not set.", ge=0, le=INT64_MAX),
         ]
     ]
+    deliverAt: NotRequired[
+        Annotated[
+            Int64,
+            Field(
+                description="Delayed delivery: epoch ms the message is due on Shared and "
+                "Key_Shared subscriptions; 0 means not set.",
+                ge=0,
+                le=INT64_MAX,
+            ),
+        ]
+    ]
+    deliverAfterMs: NotRequired[
+        Annotated[
+            Int64,
+            Field(
+                description="Delayed delivery: due this many ms after the broker received "
+                "the request (deliverAt wins when both are set); 0 means not set.",
+                ge=0,
+                le=INT64_MAX,
+            ),
+        ]
+    ]
 
 
 @with_config(STRICT)

@@ -196,6 +196,9 @@ class SubscriptionStats(BaseModel):
         description="Bytes delivered since the topic was loaded, by consumers connected or gone."
     )
     unackedMessages: Count = Field(description="Messages delivered and not acked.")
+    msgDelayed: Count = Field(
+        description="Messages held back until their deliver-at time (Shared and Key_Shared)."
+    )
     consumers: list[ConsumerStats]
 
 

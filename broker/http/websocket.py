@@ -46,6 +46,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from broker.config import BrokerConfig
 from broker.dispatch.consumer import NOT_RECEIVED, Delivery
 from broker.dispatch.deduplication import NOT_DUP, UNKNOWN
+from broker.dispatch.delayed import delay_refusal
 from broker.dispatch.errors import (
     BrokerError,
     InvalidRequestError,
@@ -889,7 +890,15 @@ async def reader_session(request: web.Request) -> web.StreamResponse:
 class _Send:
     """A validated message waiting for its write."""
 
-    __slots__ = ("context", "event_time", "key", "payload", "properties", "received")
+    __slots__ = (
+        "context",
+        "deliver_at",
+        "event_time",
+        "key",
+        "payload",
+        "properties",
+        "received",
+    )
 
     def __init__(
         self,
@@ -899,6 +908,7 @@ class _Send:
         event_time: int,
         context: str | None,
         received: float,
+        deliver_at: int | None = None,
     ) -> None:
         self.payload = payload
         self.key = key
@@ -906,6 +916,8 @@ class _Send:
         self.event_time = event_time
         self.context = context
         self.received = received
+        #: epoch ms the message is due (delayed delivery); None: at once
+        self.deliver_at = deliver_at
 
 
 class _ProducerError(Exception):
@@ -1044,22 +1056,30 @@ class WebSocketProducer(ProducerSession):
                 event_time = parse_event_time(body["eventTime"])
             except ValueError as error:
                 raise _ProducerError(PAYLOAD_ENCODING_ERROR, str(error)) from None
+        delays: dict[str, int] = {}
         for field in ("deliverAt", "deliverAfterMs"):
             value = body.get(field)
-            if value is None or value == 0:
+            if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise _ProducerError(FAILED_TO_DESERIALIZE_FROM_JSON, f"{field} must be a number")
-            if value > 0:
-                raise _ProducerError(
-                    UNKNOWN_ERROR, f"delayed delivery ({field}) is not supported by brokerlab"
-                )
+            if value > 0:  # as Pulsar's handler: 0 or less is not set
+                delays[field] = value
+        now_ms = self.clock.wall_ms()
+        # as Pulsar's handler sets them on its message builder: deliverAfterMs last wins
+        deliver_at = delays.get("deliverAt")
+        if "deliverAfterMs" in delays:
+            deliver_at = now_ms + delays["deliverAfterMs"]
+        if deliver_at is not None:
+            refused = delay_refusal(deliver_at, now_ms, self.service.config.dispatch.delayed)
+            if refused is not None:
+                raise _ProducerError(UNKNOWN_ERROR, refused)
         try:
             check_payload(payload, self.config.maxMessageSize, "message")
             check_key(key, "message")
         except (TooLargeError, InvalidRequestError) as error:
             raise _ProducerError(UNKNOWN_ERROR, str(error)) from None
-        return _Send(payload, key, properties, event_time, context, time.monotonic())
+        return _Send(payload, key, properties, event_time, context, time.monotonic(), deliver_at)
 
     async def _answer_error(self, error: int, reason: str, context: str | None) -> None:
         answer: dict[str, Any] = {"result": f"send-error:{error}", "errorMsg": reason}
@@ -1098,17 +1118,7 @@ class WebSocketProducer(ProducerSession):
         sizes: list[int] = []
         if not self.batching:
             for send in group:
-                sequence_id = self.sequence_ids(1)
-                entry = encode_message(
-                    send.payload,
-                    now_ms,
-                    send.event_time,
-                    send.key,
-                    send.properties,
-                    self.name,
-                    sequence_id,
-                )
-                entries.append((sequence_id, sequence_id, 1, entry, False))
+                entries.append(self._encode_one(send, now_ms))
                 sizes.append(0)
             return entries, sizes
         max_size = self.config.maxMessageSize
@@ -1122,6 +1132,14 @@ class WebSocketProducer(ProducerSession):
             sizes.append(len(batch))
 
         for send in group:
+            if send.deliver_at is not None:
+                # as Pulsar's client: a delayed message is never batched
+                if batch:
+                    close_batch()
+                    batch, nbytes = [], 0
+                entries.append(self._encode_one(send, now_ms))
+                sizes.append(0)
+                continue
             if batch and (
                 len(batch) == self.batch_max_messages or nbytes + len(send.payload) > max_size
             ):
@@ -1129,8 +1147,24 @@ class WebSocketProducer(ProducerSession):
                 batch, nbytes = [], 0
             batch.append((send.payload, send.key, send.properties, send.event_time))
             nbytes += len(send.payload)
-        close_batch()
+        if batch:
+            close_batch()
         return entries, sizes
+
+    def _encode_one(self, send: _Send, now_ms: int) -> Sent:
+        """One message as an unbatched entry, with its sequence id."""
+        sequence_id = self.sequence_ids(1)
+        entry = encode_message(
+            send.payload,
+            now_ms,
+            send.event_time,
+            send.key,
+            send.properties,
+            self.name,
+            sequence_id,
+            send.deliver_at,
+        )
+        return sequence_id, sequence_id, 1, entry, False
 
     async def _write(self, group: list[_Send], loop: asyncio.AbstractEventLoop) -> None:
         started = time.perf_counter()

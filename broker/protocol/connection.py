@@ -872,6 +872,12 @@ class Connection(asyncio.Protocol):
         if not checksum_ok(entry):
             self._send_error(send, ServerError.ChecksumError, "entry checksum does not match")
             raise FrameError(f"bad checksum on a message of producer {producer.name}")
+        refused = producer.refusal(entry)
+        if refused is not None:
+            # as Pulsar: this message only, the producer goes on (a C++ client takes any
+            # SEND_ERROR but a checksum error as a reason to reconnect and resend)
+            self._send_error(send, ServerError.NotAllowedError, refused)
+            return
         highest = send.highest_sequence_id or send.sequence_id
         producer.send(send.sequence_id, highest, send.num_messages, entry, send.is_chunk)
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.dispatch.deduplication import NOT_DUP, MessageDeduplication
+from broker.dispatch.delayed import delay_error
 from broker.dispatch.errors import ProducerBusyError, ProducerFencedError
 from broker.dispatch.names import TopicName
 from broker.dispatch.stats import PublisherStats
@@ -322,6 +323,12 @@ class ProducerSession:
         first = self.next_sequence_id
         self.next_sequence_id += count
         return first
+
+    def refusal(self, entry: bytes) -> str | None:
+        """Why ``entry`` must not be stored (None: it may be): a deliver-at time beyond
+        ``delayedDeliveryMaxDelayInMillis`` after its publish time, as Pulsar refuses it
+        per message (NotAllowedError). O(metadata size)."""
+        return delay_error(entry, self.service.config.dispatch.delayed)
 
     async def publish(self, entries: list[bytes], messages: int) -> Position:
         """Store ``entries`` (``messages`` messages) in the topic this producer is

@@ -19,6 +19,7 @@ PRESETS = [
     "demo",
     "throughput",
     "pr24623-rolling-restart",
+    "delayed-delivery",
 ]
 
 
@@ -146,3 +147,15 @@ def test_loadgen_is_a_black_box_client_that_never_imports_the_broker() -> None:
     for source in package.rglob("*.py"):
         text = source.read_text()
         assert "import broker" not in text and "from broker" not in text, source
+
+
+def test_delayed_messages_need_a_delay() -> None:
+    from pydantic import ValidationError
+
+    from loadgen.scenario import Scenario
+
+    with pytest.raises(ValidationError, match="delayedRatio needs deliverAfterMs"):
+        Scenario(name="d", topics=1, delayedRatio=0.5)
+    preset = load_scenario("delayed-delivery")
+    assert (preset.delayedRatio, preset.deliverAfterMs) == (0.33, 10_000)
+    assert preset.scaled(6).deliverAfterMs == 1000  # the delay keeps its share of the run

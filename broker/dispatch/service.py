@@ -460,11 +460,13 @@ class BrokerService:
             for subscription in topic.subscriptions.values():
                 await subscription.close()
             await topic.deduplication.close()
-            await topic.ledger.delete()
             if partition_of(name) is None:  # a partition's are its partitioned topic's
-                # Pulsar drops a deleted topic's policies and its schema
-                await self.policies.drop_topic(name)
+                # Pulsar drops a deleted topic's schema and policies, before its ledger:
+                # a delete that fails here leaves the topic's messages as they were (it
+                # is only unloaded), and a retry deletes it
                 await drop_schemas(self.metadata, name)
+                await self.policies.drop_topic(name)
+            await topic.ledger.delete()
 
     async def unload_namespace(self, tenant: str, namespace: str) -> int:
         """Unload every loaded topic of the namespace as a bundle move would: consumers
@@ -824,7 +826,12 @@ class BrokerService:
                     log.warning("inactive topic %s not deleted: %s", name, error)
                     return None
             if partition_of(name) is None:
-                await drop_schemas(self.metadata, name)  # as Pulsar's delete of the topic
+                try:
+                    await drop_schemas(self.metadata, name)  # as Pulsar's delete of the topic
+                except BookieError as error:
+                    # the topic is gone (its ledger's delete was the commit point); its
+                    # schema stays behind, for a topic of that name created later
+                    log.warning("schema of deleted inactive topic %s kept: %s", name, error)
             log.info("deleted inactive topic %s", name)
             return "deleted"
         if config.unload_inactive_topics:

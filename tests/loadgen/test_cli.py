@@ -44,11 +44,13 @@ def test_an_unknown_design_is_refused(capsys: pytest.CaptureFixture[str]) -> Non
     assert "lru" in capsys.readouterr().err
 
 
-def test_compare_rolling_restart_ranks_pip430_above_legacy(
+def test_compare_rolling_restart_ranks_the_live_runs_by_their_hit_ratios(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], no_run_charts: list[pathlib.Path]
 ) -> None:
-    """The public comparison measured 98.4% for PIP-430 against 76.9% for the design it
-    replaced; a scaled run must at least rank them the same way."""
+    """A live compare of two designs: the report ranks them by the hit ratios their runs
+    measured. Which one wins a live run on a busy two-core machine is not asserted (it
+    once flipped, 98.98% against 100%): verdicts come from virtual time
+    (tests/simulation/test_virtual_run.py)."""
     out = tmp_path / "compare"
     status = main(
         [
@@ -69,13 +71,15 @@ def test_compare_rolling_restart_ranks_pip430_above_legacy(
         design: json.loads((out / design / "results.json").read_text())["cache"]["hitRatio"]
         for design in ("pip430", "legacy")
     }
-    assert ratios["pip430"] > ratios["legacy"], ratios
+    first, second = sorted(ratios, key=lambda design: -ratios[design])
     report = (out / "compare.md").read_text()
-    assert report.index("| pip430 |") < report.index("| legacy |")
-    assert "Hit ratio ranking: pip430" in report
+    printed = capsys.readouterr().out
+    if ratios[first] > ratios[second]:  # a tie may be listed either way
+        assert report.index(f"| {first} |") < report.index(f"| {second} |")
+        assert f"Hit ratio ranking: {first}" in report
+        assert f"hit ratio ranking: {first}" in printed
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
     assert no_run_charts == [out / "pip430", out / "legacy"]
-    assert "hit ratio ranking: pip430" in capsys.readouterr().out
 
 
 def test_demo_prints_the_dashboard_and_the_designs_side_by_side(

@@ -87,9 +87,13 @@ def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
     meta = read_json(trace_uri, META_FILE)
     settings = trace_settings(meta, trace_uri)
     trace = jobs.load_trace(spark, trace_uri).cache()
+    # the reads with their entries' sizes: the working set's, next_reads' and every
+    # statistic's input, joined once
+    reads = jobs.reads_with_sizes(trace).cache()
     try:
-        summary = _analyze(spark, options, trace, trace_uri, out, meta, settings)
+        summary = _analyze(spark, options, trace, reads, trace_uri, out, meta, settings)
     finally:
+        reads.unpersist()
         trace.unpersist()
     summary["seconds"] = round(time.monotonic() - started, 3)
     from pipeline.report import write_report
@@ -102,13 +106,14 @@ def _analyze(
     spark: SparkSession,
     options: AnalyzeOptions,
     trace: DataFrame,
+    reads: DataFrame,
     trace_uri: str,
     out: str,
     meta: dict[str, Any],
     settings: dict[str, Any],
 ) -> dict[str, Any]:
     with jobs.described(spark, "trace extent and working set"):
-        extent = jobs.trace_extent(trace)
+        extent = jobs.trace_extent(trace, reads)
     events, last_ns, working_set = extent.events, extent.last_ns, extent.working_set_bytes
     sizes = sorted(set(options.sizes or jobs.default_sizes(working_set)))
     config = CacheConfig(**settings)
@@ -125,7 +130,7 @@ def _analyze(
         rows = jobs.sweep(spark, trace_uri, specs, sample_rate, options.cells_per_task)
     sweep_seconds = time.monotonic() - sweep_started
     with jobs.described(spark, "next_reads: accesses with their next reads"):
-        next_reads = jobs.next_reads(trace, join_uri(out, "next_reads"))
+        next_reads = jobs.next_reads(trace, join_uri(out, "next_reads"), reads)
     references = reference.available()
     policies = list(reference.POLICIES) if references else []
     with jobs.described(spark, f"bound and references at {len(sizes)} sizes"):
@@ -135,7 +140,7 @@ def _analyze(
     write_table(join_uri(out, "sweep"), result_table(rows))
     write_table(join_uri(out, "bound"), result_table(bound_rows))
     window = jobs.window_seconds(last_ns)
-    statistics = jobs.trace_statistics(trace, window)
+    statistics = jobs.trace_statistics(trace, window, reads)
     # the small statistics, computed once: written from the driver, and the report's
     with jobs.described(spark, "statistics: reuse"):
         reuse = jobs.write_small_frame(statistics["reuse"], join_uri(out, "reuse"))
@@ -150,7 +155,9 @@ def _analyze(
             collected = {
                 # the most read (topic, subscription, pattern) rows; all are in patterns/
                 "patterns": _rows(most_read(patterns).limit(REPORT_PATTERN_ROWS)),
-                "patterns_by_kind": _rows(by_pattern(patterns)),
+                "patterns_by_kind": sorted(
+                    _rows(by_pattern(patterns)), key=lambda row: row["pattern"]
+                ),
                 # log2 buckets and at most jobs.WORKING_SET_POINTS windows: small
                 "reuse": _ordered(reuse, "events_bucket"),
                 "working_set": _ordered(series, "second"),
@@ -189,13 +196,11 @@ def _ordered(table: pa.Table, column: str) -> list[dict[str, Any]]:
 
 
 def by_pattern(patterns: DataFrame) -> DataFrame:
-    """Reads, hits and rows per pattern."""
+    """Reads, hits and rows per pattern (three rows at most, in no order)."""
     from pyspark.sql import functions as F
 
-    return (
-        patterns.groupBy("pattern")
-        .agg(F.sum("reads").alias("reads"), F.sum("hits").alias("hits"), F.count("*").alias("rows"))
-        .orderBy("pattern")
+    return patterns.groupBy("pattern").agg(
+        F.sum("reads").alias("reads"), F.sum("hits").alias("hits"), F.count("*").alias("rows")
     )
 
 

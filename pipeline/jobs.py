@@ -124,9 +124,10 @@ class TraceExtent:
     working_set_bytes: int
 
 
-def trace_extent(trace: DataFrame) -> TraceExtent:
+def trace_extent(trace: DataFrame, reads: DataFrame | None = None) -> TraceExtent:
     """The trace's rows, latest time and working set, in one Spark job: the two
-    aggregations as the two rows of one result."""
+    aggregations as the two rows of one result. ``reads``: the trace's
+    :func:`reads_with_sizes`, if the caller has it (cached)."""
     from pyspark.sql import functions as F
 
     extent = trace.agg(
@@ -135,8 +136,14 @@ def trace_extent(trace: DataFrame) -> TraceExtent:
         F.max("ts_ns").cast("long").alias("second"),
     )
     keys = ["broker", "topic", "ledger", "entry"]
-    reads = reads_with_sizes(trace).select(*keys, "size")
-    per_broker = reads.dropDuplicates(keys).groupBy("broker").agg(F.sum("size").alias("bytes"))
+    if reads is None:
+        reads = reads_with_sizes(trace)
+    per_broker = (
+        reads.select(*keys, "size")
+        .dropDuplicates(keys)
+        .groupBy("broker")
+        .agg(F.sum("size").alias("bytes"))
+    )
     working_set = per_broker.agg(
         F.lit("working_set").alias("what"),
         F.max("bytes").cast("long").alias("first"),
@@ -187,7 +194,9 @@ def window_seconds(last_ns: int, points: int = WORKING_SET_POINTS) -> int:
     return max(1, math.ceil(seconds / points))
 
 
-def trace_statistics(trace: DataFrame, window: int = 1) -> dict[str, DataFrame]:
+def trace_statistics(
+    trace: DataFrame, window: int = 1, reads: DataFrame | None = None
+) -> dict[str, DataFrame]:
     """Per topic and subscription: reads by pattern (tailing, catch-up, replay), hits;
     the reuse distribution (events and seconds between reads of an entry, log2 buckets);
     the working set per window of ``window`` seconds (distinct entries and bytes read;
@@ -199,7 +208,8 @@ def trace_statistics(trace: DataFrame, window: int = 1) -> dict[str, DataFrame]:
     adds = trace.where(F.col("kind") == "add").select(
         "broker", "topic", "ledger", "entry", F.col("ts_ns").alias("added_ns")
     )
-    reads = reads_with_sizes(trace)
+    if reads is None:
+        reads = reads_with_sizes(trace)
     joined = reads.join(adds, ["broker", "topic", "ledger", "entry"], "left")
     pattern = (
         F.when(F.col("replay"), F.lit("replay"))
@@ -391,7 +401,7 @@ def parallelism(spark: SparkSession) -> int:
         return 0
 
 
-def next_reads(trace: DataFrame, out_uri: str) -> str:
+def next_reads(trace: DataFrame, out_uri: str, reads: DataFrame | None = None) -> str:
     """Write (broker, seq, kind, key, size, next_read) of adds, reads and restarts,
     ordered by (broker, seq), where next_read is the seq of the entry's next read by the
     same broker: the input of the bound and the references, which give each broker a
@@ -402,7 +412,9 @@ def next_reads(trace: DataFrame, out_uri: str) -> str:
 
     columns = ["broker", "seq", "kind", "topic", "ledger", "entry", "size"]
     adds = trace.where(F.col("kind") == "add").select(*columns)
-    accesses = adds.unionByName(reads_with_sizes(trace).select(*columns)).select(
+    if reads is None:
+        reads = reads_with_sizes(trace)
+    accesses = adds.unionByName(reads.select(*columns)).select(
         "broker",
         "seq",
         "kind",

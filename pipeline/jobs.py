@@ -14,8 +14,10 @@ file systems the cluster's Hadoop has:
   default), whose ``mapInArrow`` function streams the trace (or the ``next_reads``
   parts) itself, once for all its cells, and returns JSON result rows. Only result
   rows reach the driver;
-- DataFrames to keep (``next_reads``, the statistics) are written by their tasks, each
-  task its partition as one Parquet part (:func:`write_frame`).
+- DataFrames to keep (``next_reads``, the read patterns) are written by their tasks,
+  each task its partition as one Parquet part (:func:`write_frame`); a statistic
+  aggregated to a few hundred rows (reuse, working set) is brought to the driver once,
+  which writes it and reports it (:func:`write_small_frame`).
 
 Nothing collects a trace on the driver. The statistics are aggregated on the
 executors to sizes a report can show whole: reuse distances in log2 buckets, the
@@ -479,7 +481,13 @@ def bound_and_references(
     ordered accesses of ``next_reads``: one Spark job whose cells (policy, size) are
     dealt round-robin to as many tasks as the session runs at once (one cell a task when
     it runs more), so that each task has a share of every policy's work and reads the
-    accesses once for all its cells. Returns the bound's rows and the references'."""
+    accesses once for all its cells. Returns the bound's rows and the references', each
+    in the cells' order (policy, then size).
+
+    A task holds the caches of all its cells at once. The cells stay on the executors
+    whatever the trace's size: they are CPU work (libcachesim's calls, the bound's
+    heap), which the tasks share among the cores; on the driver, one core would do it
+    all, and a small trace would save only the job's own cost (a second at most)."""
     cells = [(policy, size) for policy in (BOUND, *policies) for size in sizes]
     count = min(len(cells), parallelism(spark) or len(cells))
     groups = tuple(tuple(cells[start::count]) for start in range(count))

@@ -324,18 +324,21 @@ def described(spark: SparkSession, text: str) -> Iterator[None]:
     except Exception:  # a Connect session has no SparkContext: it raises
         yield
         return
+    before = context.getLocalProperty("spark.job.description")
     context.setJobDescription(f"brokerlab analyze: {text}")
     try:
         yield
     finally:
-        context.setJobDescription(None)  # type: ignore[arg-type]
+        # None removes the property (the JVM takes null)
+        context.setJobDescription(before)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ one task per cell
 
 
 def _results(spark: SparkSession, cells: int, task: Any) -> list[dict[str, Any]]:
-    """``task`` run once per cell index, each cell its own Spark task; its JSON rows."""
+    """``task`` run once per index in ``range(cells)``, each index its own Spark task
+    (a cell, or a group of cells); the JSON rows of them all."""
     if cells == 0:
         return []
     frame = spark.range(cells, numPartitions=cells).mapInArrow(task, _RESULT_DDL)

@@ -13,7 +13,8 @@ be on any file system ``pipeline.trace_io`` reaches (local, ``file://``, ``hdfs:
 - ``references/``: libcachesim's LRU, S3-FIFO, ARC and W-TinyLFU per size, when the
   ``reference`` extra is installed;
 - ``patterns/``, ``reuse/``, ``working_set/``: the trace statistics (see
-  ``pipeline.jobs``), written by the executors;
+  ``pipeline.jobs``): patterns written by the executors, reuse and the working set
+  (aggregated to a few hundred rows at most) by the driver;
 - ``next_reads/``: the accesses with their next reads (the bound's input);
 - ``report.html``: miss-ratio curves, the ranking, the tables.
 
@@ -86,9 +87,13 @@ def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
     meta = read_json(trace_uri, META_FILE)
     settings = trace_settings(meta, trace_uri)
     trace = jobs.load_trace(spark, trace_uri).cache()
+    # the reads with their entries' sizes: the working set's, next_reads' and every
+    # statistic's input, joined once
+    reads = jobs.reads_with_sizes(trace).cache()
     try:
-        summary = _analyze(spark, options, trace, trace_uri, out, meta, settings)
+        summary = _analyze(spark, options, trace, reads, trace_uri, out, meta, settings)
     finally:
+        reads.unpersist()
         trace.unpersist()
     summary["seconds"] = round(time.monotonic() - started, 3)
     from pipeline.report import write_report
@@ -101,13 +106,15 @@ def _analyze(
     spark: SparkSession,
     options: AnalyzeOptions,
     trace: DataFrame,
+    reads: DataFrame,
     trace_uri: str,
     out: str,
     meta: dict[str, Any],
     settings: dict[str, Any],
 ) -> dict[str, Any]:
-    events, last_ns = jobs.trace_extent(trace)
-    working_set = jobs.working_set_bytes(trace)
+    with jobs.described(spark, "trace extent and working set"):
+        extent = jobs.trace_extent(trace, reads)
+    events, last_ns, working_set = extent.events, extent.last_ns, extent.working_set_bytes
     sizes = sorted(set(options.sizes or jobs.default_sizes(working_set)))
     config = CacheConfig(**settings)
     specs = [ReplaySpec(design, size, config) for design in options.designs for size in sizes]
@@ -119,37 +126,44 @@ def _analyze(
     # or the sample would be too small (pipeline/columns.py)
     sample_rate = sample_rate_for(trace_uri, specs, options.sample_rate)
     sweep_started = time.monotonic()
-    rows = jobs.sweep(spark, trace_uri, specs, sample_rate, options.cells_per_task)
+    with jobs.described(spark, f"sweep: {len(specs)} replays (design, size)"):
+        rows = jobs.sweep(spark, trace_uri, specs, sample_rate, options.cells_per_task)
     sweep_seconds = time.monotonic() - sweep_started
-    next_reads = jobs.next_reads(trace, join_uri(out, "next_reads"))
-    bound_rows = jobs.bound(spark, next_reads, sizes)
-    reference_rows: list[dict[str, Any]] = []
-    if reference.available():
-        reference_rows = jobs.references(spark, next_reads, list(reference.POLICIES), sizes)
+    with jobs.described(spark, "next_reads: accesses with their next reads"):
+        next_reads = jobs.next_reads(trace, join_uri(out, "next_reads"), reads)
+    references = reference.available()
+    policies = list(reference.POLICIES) if references else []
+    with jobs.described(spark, f"bound and references at {len(sizes)} sizes"):
+        bound_rows, reference_rows = jobs.bound_and_references(spark, next_reads, sizes, policies)
+    if references:
         write_table(join_uri(out, "references"), result_table(reference_rows))
     write_table(join_uri(out, "sweep"), result_table(rows))
     write_table(join_uri(out, "bound"), result_table(bound_rows))
     window = jobs.window_seconds(last_ns)
-    statistics = jobs.trace_statistics(trace, window)
-    for name, frame in statistics.items():
-        jobs.write_frame(frame, join_uri(out, name))
-    patterns = statistics["patterns"]
-    from pyspark.sql import functions as F
-
-    by_pattern = (
-        patterns.groupBy("pattern")
-        .agg(F.sum("reads").alias("reads"), F.sum("hits").alias("hits"), F.count("*").alias("rows"))
-        .orderBy("pattern")
-    )
-    most_read = patterns.orderBy(F.col("reads").desc(), "topic", "subscription", "pattern")
-    collected = {
-        # the most read (topic, subscription, pattern) rows; every row is in patterns/
-        "patterns": _rows(most_read.limit(REPORT_PATTERN_ROWS)),
-        "patterns_by_kind": _rows(by_pattern),
-        # log2 buckets and at most jobs.WORKING_SET_POINTS windows: small whatever the trace
-        "reuse": _rows(statistics["reuse"].orderBy("events_bucket")),
-        "working_set": _rows(statistics["working_set"].orderBy("second")),
-    }
+    statistics = jobs.trace_statistics(trace, window, reads)
+    # the small statistics, computed once: written from the driver, and the report's
+    with jobs.described(spark, "statistics: reuse"):
+        reuse = jobs.write_small_frame(statistics["reuse"], join_uri(out, "reuse"))
+    with jobs.described(spark, "statistics: working set"):
+        series = jobs.write_small_frame(statistics["working_set"], join_uri(out, "working_set"))
+    # patterns (a row per topic, subscription and pattern: any number) written by the
+    # executors, computed once for the file and the report's summaries
+    patterns = statistics["patterns"].cache()
+    try:
+        with jobs.described(spark, "statistics: read patterns"):
+            jobs.write_frame(patterns, join_uri(out, "patterns"))
+            collected = {
+                # the most read (topic, subscription, pattern) rows; all are in patterns/
+                "patterns": _rows(most_read(patterns).limit(REPORT_PATTERN_ROWS)),
+                "patterns_by_kind": sorted(
+                    _rows(by_pattern(patterns)), key=lambda row: row["pattern"]
+                ),
+                # log2 buckets and at most jobs.WORKING_SET_POINTS windows: small
+                "reuse": _ordered(reuse, "events_bucket"),
+                "working_set": _ordered(series, "second"),
+            }
+    finally:
+        patterns.unpersist()
     return {
         "trace": trace_uri,
         "out": out,
@@ -174,6 +188,27 @@ def _analyze(
 
 def _rows(frame: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict() for row in frame.collect()]
+
+
+def _ordered(table: pa.Table, column: str) -> list[dict[str, Any]]:
+    """``table``'s rows by ``column``, nulls first (as Spark's ascending ``orderBy``)."""
+    return sorted(table.to_pylist(), key=lambda row: (row[column] is not None, row[column]))
+
+
+def by_pattern(patterns: DataFrame) -> DataFrame:
+    """Reads, hits and rows per pattern (three rows at most, in no order)."""
+    from pyspark.sql import functions as F
+
+    return patterns.groupBy("pattern").agg(
+        F.sum("reads").alias("reads"), F.sum("hits").alias("hits"), F.count("*").alias("rows")
+    )
+
+
+def most_read(patterns: DataFrame) -> DataFrame:
+    """The (topic, subscription, pattern) rows, the most read first."""
+    from pyspark.sql import functions as F
+
+    return patterns.orderBy(F.col("reads").desc(), "topic", "subscription", "pattern")
 
 
 def result_table(rows: Sequence[dict[str, Any]]) -> pa.Table:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pipeline.outcome import CacheOutcome
@@ -39,47 +39,97 @@ class BoundResult(CacheOutcome):
         return {**super().as_row(), "design": "belady"}
 
 
-def belady(rows: Iterable[dict[str, Any]], capacity: int) -> BoundResult:
-    """Rows in (``broker``, ``seq``) order with ``kind`` (add, read or restart), ``key``
-    (the entry), ``size`` and ``next_read`` (the seq of the entry's next read, None if
-    never); a row without ``broker`` is broker 0's."""
-    cached: dict[int, tuple[int, int]] = {}  # key -> (next read, size)
-    heap: list[tuple[int, int]] = []  # (-next read, key); stale items skipped
-    used = hits = misses = hit_bytes = miss_bytes = 0
-    broker = None
-    for row in rows:
-        if row.get("broker", 0) != broker or row["kind"] == "restart":
-            # another broker's cache, or this one's again empty
-            broker = row.get("broker", 0)
-            cached.clear()
-            heap.clear()
-            used = 0
-            if row["kind"] == "restart":
-                continue
-        key, size = row["key"], row["size"]
-        if row["kind"] == "read":
+class _Cache:
+    """One capacity's cache of the bound: what it holds, by next read."""
+
+    __slots__ = ("cached", "capacity", "heap", "hit_bytes", "hits", "miss_bytes", "misses", "used")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.cached: dict[int, tuple[int, int]] = {}  # key -> (next read, size)
+        self.heap: list[tuple[int, int]] = []  # (-next read, key); stale items skipped
+        self.used = self.hits = self.misses = self.hit_bytes = self.miss_bytes = 0
+
+    def empty(self) -> None:
+        self.cached.clear()
+        self.heap.clear()
+        self.used = 0
+
+    def access(self, read: bool, key: Any, size: int, upcoming: int | None) -> None:
+        """One access: O(log n) amortized (each pushed item is popped at most once)."""
+        cached = self.cached
+        if read:
             if key in cached:
-                hits += 1
-                hit_bytes += size
+                self.hits += 1
+                self.hit_bytes += size
             else:
-                misses += 1
-                miss_bytes += size
-        upcoming = row["next_read"]
+                self.misses += 1
+                self.miss_bytes += size
         held = cached.pop(key, None)
         if held is not None:
-            used -= held[1]
+            self.used -= held[1]
+        capacity = self.capacity
         if upcoming is None or size > capacity:
-            continue
+            return
         cached[key] = (upcoming, size)
-        used += size
+        self.used += size
+        heap = self.heap
         heapq.heappush(heap, (-upcoming, key))
-        while used > capacity:
+        while self.used > capacity:
             negative, victim = heapq.heappop(heap)
             current = cached.get(victim)
             if current is None or current[0] != -negative:
                 continue  # stale: evicted already, or its next read moved
             del cached[victim]
-            used -= current[1]
-    return BoundResult(
-        size_bytes=capacity, hits=hits, misses=misses, hit_bytes=hit_bytes, miss_bytes=miss_bytes
-    )
+            self.used -= current[1]
+
+    def result(self) -> BoundResult:
+        return BoundResult(
+            size_bytes=self.capacity,
+            hits=self.hits,
+            misses=self.misses,
+            hit_bytes=self.hit_bytes,
+            miss_bytes=self.miss_bytes,
+        )
+
+
+def belady(rows: Iterable[dict[str, Any]], capacity: int) -> BoundResult:
+    """Rows in (``broker``, ``seq``) order with ``kind`` (add, read or restart), ``key``
+    (the entry), ``size`` and ``next_read`` (the seq of the entry's next read, None if
+    never); a row without ``broker`` is broker 0's."""
+    run = BoundRun([capacity])
+    run.feed(rows)
+    return run.results()[0]
+
+
+class BoundRun:
+    """The bound at several capacities in one pass: rows (as :func:`belady` takes them)
+    are fed in order, in as many calls as the caller likes (a batch at a time), each
+    row to every capacity's cache. O(n log n) per capacity."""
+
+    __slots__ = ("_broker", "_caches", "_started")
+
+    def __init__(self, capacities: Sequence[int]) -> None:
+        self._caches = [_Cache(capacity) for capacity in capacities]
+        self._broker: Any = None
+        self._started = False
+
+    def feed(self, rows: Iterable[dict[str, Any]]) -> None:
+        caches = self._caches
+        for row in rows:
+            kind = row["kind"]
+            if not self._started or row.get("broker", 0) != self._broker or kind == "restart":
+                # another broker's cache, or this one's again empty
+                self._started = True
+                self._broker = row.get("broker", 0)
+                for cache in caches:
+                    cache.empty()
+                if kind == "restart":
+                    continue
+            read, key, size, upcoming = kind == "read", row["key"], row["size"], row["next_read"]
+            for cache in caches:
+                cache.access(read, key, size, upcoming)
+
+    def results(self) -> list[BoundResult]:
+        """The counts so far, one result per capacity, in the order given."""
+        return [cache.result() for cache in self._caches]

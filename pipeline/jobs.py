@@ -8,12 +8,16 @@ file systems the cluster's Hadoop has:
 
 - the trace is a DataFrame made by ``mapInArrow`` over the list of its files (listed on
   the driver): each task reads its file with pyarrow;
-- a job whose cells are few (the sweep's (design, size) cells, the bound's sizes, the
-  references' (policy, size)) is ``spark.range(n, numPartitions=n)``: one row, one task
-  per cell, whose ``mapInArrow`` function streams the trace (or the ``next_reads``
-  parts) itself and returns one JSON result row. Only result rows reach the driver;
-- DataFrames to keep (``next_reads``, the statistics) are written by their tasks, each
-  task its partition as one Parquet part (:func:`write_frame`).
+- a job whose cells are few (the sweep's (design, size) cells, the bound's and the
+  references' (policy, size) cells) is ``spark.range(n, numPartitions=n)``: one row,
+  one task per group of cells (as many groups as the session runs tasks at once, by
+  default), whose ``mapInArrow`` function streams the trace (or the ``next_reads``
+  parts) itself, once for all its cells, and returns JSON result rows. Only result
+  rows reach the driver;
+- DataFrames to keep (``next_reads``, the read patterns) are written by their tasks,
+  each task its partition as one Parquet part (:func:`write_frame`); a statistic
+  aggregated to a few hundred rows (reuse, working set) is brought to the driver once,
+  which writes it and reports it (:func:`write_small_frame`).
 
 Nothing collects a trace on the driver. The statistics are aggregated on the
 executors to sizes a report can show whole: reuse distances in log2 buckets, the
@@ -29,6 +33,7 @@ counts; nothing that orders events (``seq`` is per broker) mixes brokers. A brok
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -40,7 +45,8 @@ import pyarrow as pa
 
 from broker.trace.recorder import SCHEMA
 from pipeline import trace_io
-from pipeline.belady import belady
+from pipeline.belady import BoundRun
+from pipeline.reference import ReferenceRun
 from pipeline.replay import ReplaySpec, replay_uri
 
 if TYPE_CHECKING:
@@ -109,14 +115,48 @@ def load_trace(spark: SparkSession, uri: str) -> DataFrame:
     return indexes.mapInArrow(_TraceFiles(uri, files), TRACE_DDL)
 
 
-def trace_extent(trace: DataFrame) -> tuple[int, int]:
-    """The number of rows and the latest ``ts_ns`` of any broker."""
+@dataclasses.dataclass(frozen=True)
+class TraceExtent:
+    #: the trace's rows
+    events: int
+    #: the latest ``ts_ns`` of any broker
+    last_ns: int
+    #: bytes of the distinct entries read by one broker: the largest of the brokers'
+    #: (each broker has a cache of its own, of the sizes swept)
+    working_set_bytes: int
+
+
+def trace_extent(trace: DataFrame, reads: DataFrame | None = None) -> TraceExtent:
+    """The trace's rows, latest time and working set, in one Spark job: the two
+    aggregations as the two rows of one result. ``reads``: the trace's
+    :func:`reads_with_sizes`, if the caller has it (cached)."""
     from pyspark.sql import functions as F
 
-    row = trace.agg(F.count("*").alias("rows"), F.max("ts_ns").alias("last")).first()
-    if row is None:
-        return 0, 0
-    return int(row["rows"]), int(row["last"] or 0)
+    extent = trace.agg(
+        F.lit("extent").alias("what"),
+        F.count("*").alias("first"),
+        F.max("ts_ns").cast("long").alias("second"),
+    )
+    keys = ["broker", "topic", "ledger", "entry"]
+    if reads is None:
+        reads = reads_with_sizes(trace)
+    per_broker = (
+        reads.select(*keys, "size")
+        .dropDuplicates(keys)
+        .groupBy("broker")
+        .agg(F.sum("size").alias("bytes"))
+    )
+    working_set = per_broker.agg(
+        F.lit("working_set").alias("what"),
+        F.max("bytes").cast("long").alias("first"),
+        F.lit(None).cast("long").alias("second"),
+    )
+    found = {row["what"]: row for row in extent.unionByName(working_set).collect()}
+    return TraceExtent(
+        events=int(found["extent"]["first"] or 0),
+        last_ns=int(found["extent"]["second"] or 0),
+        working_set_bytes=int(found["working_set"]["first"] or 0),
+    )
 
 
 def reads_with_sizes(trace: DataFrame) -> DataFrame:
@@ -138,18 +178,6 @@ def reads_with_sizes(trace: DataFrame) -> DataFrame:
     )
 
 
-def working_set_bytes(trace: DataFrame) -> int:
-    """Bytes of the distinct entries read by one broker: the largest of the brokers'
-    (each broker has a cache of its own, of the sizes swept)."""
-    from pyspark.sql import functions as F
-
-    keys = ["broker", "topic", "ledger", "entry"]
-    reads = reads_with_sizes(trace).select(*keys, "size")
-    per_broker = reads.dropDuplicates(keys).groupBy("broker").agg(F.sum("size").alias("bytes"))
-    largest = per_broker.agg(F.max("bytes").alias("bytes")).first()
-    return int(largest["bytes"] or 0) if largest is not None else 0
-
-
 def default_sizes(working_set: int, count: int = 8) -> list[int]:
     """``count`` sizes log-spaced from 1% to 100% of the working set."""
     if working_set <= 0:
@@ -168,7 +196,9 @@ def window_seconds(last_ns: int, points: int = WORKING_SET_POINTS) -> int:
     return max(1, math.ceil(seconds / points))
 
 
-def trace_statistics(trace: DataFrame, window: int = 1) -> dict[str, DataFrame]:
+def trace_statistics(
+    trace: DataFrame, window: int = 1, reads: DataFrame | None = None
+) -> dict[str, DataFrame]:
     """Per topic and subscription: reads by pattern (tailing, catch-up, replay), hits;
     the reuse distribution (events and seconds between reads of an entry, log2 buckets);
     the working set per window of ``window`` seconds (distinct entries and bytes read;
@@ -180,7 +210,8 @@ def trace_statistics(trace: DataFrame, window: int = 1) -> dict[str, DataFrame]:
     adds = trace.where(F.col("kind") == "add").select(
         "broker", "topic", "ledger", "entry", F.col("ts_ns").alias("added_ns")
     )
-    reads = reads_with_sizes(trace)
+    if reads is None:
+        reads = reads_with_sizes(trace)
     joined = reads.join(adds, ["broker", "topic", "ledger", "entry"], "left")
     pattern = (
         F.when(F.col("replay"), F.lit("replay"))
@@ -270,11 +301,44 @@ def write_frame(frame: DataFrame, uri: str, ordered_by: Sequence[str] = ()) -> i
     return sum(int(row["rows"]) for row in counts)
 
 
+def write_small_frame(frame: DataFrame, uri: str) -> pa.Table:
+    """``frame``, small (a statistic aggregated to a size a report shows whole), brought
+    to the driver as Arrow in one Spark job and written there under ``uri`` (emptied
+    first) as :func:`write_frame` would have: its partitions' rows in order, nothing
+    for none. Returns it, for the report: computed once for both."""
+    table = frame.toArrow()
+    if table.num_rows:
+        trace_io.write_table(uri, table)
+    else:
+        trace_io.clear_dir(uri)
+    return table
+
+
+@contextlib.contextmanager
+def described(spark: SparkSession, text: str) -> Iterator[None]:
+    """The Spark jobs the block starts described as ``text`` (in the UI, the event log
+    and the history server), on a classic session; Connect has no SparkContext to tell,
+    and its jobs are left as they are."""
+    try:
+        context = spark.sparkContext
+    except Exception:  # a Connect session has no SparkContext: it raises
+        yield
+        return
+    before = context.getLocalProperty("spark.job.description")
+    context.setJobDescription(f"brokerlab analyze: {text}")
+    try:
+        yield
+    finally:
+        # None removes the property (the JVM takes null)
+        context.setJobDescription(before)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------ one task per cell
 
 
 def _results(spark: SparkSession, cells: int, task: Any) -> list[dict[str, Any]]:
-    """``task`` run once per cell index, each cell its own Spark task; its JSON rows."""
+    """``task`` run once per index in ``range(cells)``, each index its own Spark task
+    (a cell, or a group of cells); the JSON rows of them all."""
     if cells == 0:
         return []
     frame = spark.range(cells, numPartitions=cells).mapInArrow(task, _RESULT_DDL)
@@ -342,7 +406,7 @@ def parallelism(spark: SparkSession) -> int:
         return 0
 
 
-def next_reads(trace: DataFrame, out_uri: str) -> str:
+def next_reads(trace: DataFrame, out_uri: str, reads: DataFrame | None = None) -> str:
     """Write (broker, seq, kind, key, size, next_read) of adds, reads and restarts,
     ordered by (broker, seq), where next_read is the seq of the entry's next read by the
     same broker: the input of the bound and the references, which give each broker a
@@ -353,7 +417,9 @@ def next_reads(trace: DataFrame, out_uri: str) -> str:
 
     columns = ["broker", "seq", "kind", "topic", "ledger", "entry", "size"]
     adds = trace.where(F.col("kind") == "add").select(*columns)
-    accesses = adds.unionByName(reads_with_sizes(trace).select(*columns)).select(
+    if reads is None:
+        reads = reads_with_sizes(trace)
+    accesses = adds.unionByName(reads.select(*columns)).select(
         "broker",
         "seq",
         "kind",
@@ -378,42 +444,59 @@ def next_reads(trace: DataFrame, out_uri: str) -> str:
     return out_uri
 
 
+#: the bound's cells' name among the references' policies (``_CacheTask``)
+BOUND = "belady"
+
+
 @dataclasses.dataclass(frozen=True)
-class _BoundTask:
+class _CacheTask:
+    """``mapInArrow`` function: the cells (policy, size) of the task whose index comes
+    in, in one pass over the ``next_reads`` parts: each batch of rows goes to one run of
+    each policy (:data:`BOUND` or a libcachesim policy), which has a cache per size."""
+
     next_reads_uri: str
-    sizes: tuple[int, ...]
+    groups: tuple[tuple[tuple[str, int], ...], ...]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                rows = trace_io.iter_rows(self.next_reads_uri, "part-")
-                yield _result_batch([belady(rows, self.sizes[index]).as_row()])
+                sizes: dict[str, list[int]] = {}
+                for policy, size in self.groups[index]:
+                    sizes.setdefault(policy, []).append(size)
+                runs = [
+                    BoundRun(mine) if policy == BOUND else ReferenceRun(policy, mine)
+                    for policy, mine in sizes.items()
+                ]
+                for part in trace_io.iter_batches(self.next_reads_uri, "part-"):
+                    rows = part.to_pylist()
+                    for run in runs:
+                        run.feed(rows)
+                yield _result_batch([result.as_row() for run in runs for result in run.results()])
 
 
-def bound(spark: SparkSession, next_reads_uri: str, sizes: Sequence[int]) -> list[dict[str, Any]]:
-    """The bound at every size, one task per size."""
-    return _results(spark, len(sizes), _BoundTask(next_reads_uri, tuple(sizes)))
+def bound_and_references(
+    spark: SparkSession,
+    next_reads_uri: str,
+    sizes: Sequence[int],
+    policies: Sequence[str] = (),
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The bound at every size, and libcachesim's ``policies`` at every size, on the
+    ordered accesses of ``next_reads``: one Spark job whose cells (policy, size) are
+    dealt round-robin to as many tasks as the session runs at once (one cell a task when
+    it runs more), so that each task has a share of every policy's work and reads the
+    accesses once for all its cells. Returns the bound's rows and the references', each
+    in the cells' order (policy, then size).
 
-
-@dataclasses.dataclass(frozen=True)
-class _ReferenceTask:
-    next_reads_uri: str
-    cells: tuple[tuple[str, int], ...]
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pipeline.reference import simulate
-
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                policy, size = self.cells[index]
-                rows = trace_io.iter_rows(self.next_reads_uri, "part-")
-                yield _result_batch([simulate(rows, policy, size).as_row()])
-
-
-def references(
-    spark: SparkSession, next_reads_uri: str, policies: Sequence[str], sizes: Sequence[int]
-) -> list[dict[str, Any]]:
-    """libcachesim's policies at every size, one task per (policy, size), on the same
-    ordered accesses the bound reads."""
-    cells = tuple((policy, size) for policy in policies for size in sizes)
-    return _results(spark, len(cells), _ReferenceTask(next_reads_uri, cells))
+    A task holds the caches of all its cells at once. The cells stay on the executors
+    whatever the trace's size: they are CPU work (libcachesim's calls, the bound's
+    heap), which the tasks share among the cores; on the driver, one core would do it
+    all, and a small trace would save only the job's own cost (a second at most)."""
+    cells = [(policy, size) for policy in (BOUND, *policies) for size in sizes]
+    count = min(len(cells), parallelism(spark) or len(cells))
+    groups = tuple(tuple(cells[start::count]) for start in range(count))
+    rows = _results(spark, len(groups), _CacheTask(next_reads_uri, groups))
+    # in the cells' order: the policies', each one's sizes in the order given
+    position = {cell: index for index, cell in enumerate(cells)}
+    rows.sort(key=lambda row: position[row["design"], row["size_bytes"]])
+    bound_rows = [row for row in rows if row["design"] == BOUND]
+    return bound_rows, [row for row in rows if row["design"] != BOUND]

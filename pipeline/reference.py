@@ -11,7 +11,7 @@ of the full capacity, which starts again empty at each of the broker's restarts.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pipeline.outcome import CacheOutcome
@@ -39,37 +39,84 @@ class ReferenceResult(CacheOutcome):
 def simulate(rows: Iterable[dict[str, Any]], policy: str, capacity: int) -> ReferenceResult:
     """Rows in (``broker``, ``seq``) order with ``kind`` (add, read or restart), ``key``
     and ``size``; a row without ``broker`` is broker 0's."""
-    import libcachesim
+    run = ReferenceRun(policy, [capacity])
+    run.feed(rows)
+    return run.results()[0]
 
-    cache = None
-    broker = None
-    request = libcachesim.Request()
-    hits = misses = hit_bytes = miss_bytes = 0
-    for clock, row in enumerate(rows):
-        if cache is None or row.get("broker", 0) != broker or row["kind"] == "restart":
-            # another broker's cache, or this one's again empty
-            broker = row.get("broker", 0)
-            cache = getattr(libcachesim, policy)(capacity, hashpower=HASHPOWER)
-            if row["kind"] == "restart":
-                continue
-        size = row["size"]
-        request.obj_id = row["key"] & UINT64
-        request.obj_size = size
-        request.clock_time = clock
-        hit = cache.get(request)
-        if row["kind"] != "read":
-            continue
-        if hit:
-            hits += 1
-            hit_bytes += size
-        else:
-            misses += 1
-            miss_bytes += size
-    return ReferenceResult(
-        design=policy,
-        size_bytes=capacity,
-        hits=hits,
-        misses=misses,
-        hit_bytes=hit_bytes,
-        miss_bytes=miss_bytes,
+
+class ReferenceRun:
+    """``policy`` at several capacities in one pass: rows (as :func:`simulate` takes
+    them) are fed in order, in as many calls as the caller likes (a batch at a time),
+    each row to every capacity's cache. Each capacity has a cache and a request of its
+    own, so it counts what a run of that capacity alone counts. O(rows x capacities)
+    calls into libcachesim."""
+
+    __slots__ = (
+        "_broker",
+        "_caches",
+        "_capacities",
+        "_clock",
+        "_counts",
+        "_make",
+        "_requests",
+        "policy",
     )
+
+    def __init__(self, policy: str, capacities: Sequence[int]) -> None:
+        import libcachesim
+
+        self._make = getattr(libcachesim, policy)
+        self.policy = policy
+        self._capacities = list(capacities)
+        self._caches: list[Any] = []
+        self._requests = [libcachesim.Request() for _ in capacities]
+        #: per capacity: hits, misses, hit bytes, miss bytes
+        self._counts = [[0, 0, 0, 0] for _ in capacities]
+        self._broker: Any = None
+        #: the request's time: the row's position in the stream (restarts included)
+        self._clock = 0
+
+    def feed(self, rows: Iterable[dict[str, Any]]) -> None:
+        requests, counts = self._requests, self._counts
+        for row in rows:
+            clock = self._clock
+            self._clock += 1
+            kind = row["kind"]
+            if not self._caches or row.get("broker", 0) != self._broker or kind == "restart":
+                # another broker's caches, or this one's again empty
+                self._broker = row.get("broker", 0)
+                self._caches = [self._make(size, hashpower=HASHPOWER) for size in self._capacities]
+                if kind == "restart":
+                    continue
+            size = row["size"]
+            key = row["key"] & UINT64
+            read = kind == "read"
+            for cache, request, count in zip(self._caches, requests, counts, strict=True):
+                request.obj_id = key
+                request.obj_size = size
+                request.clock_time = clock
+                hit = cache.get(request)
+                if not read:
+                    continue
+                if hit:
+                    count[0] += 1
+                    count[2] += size
+                else:
+                    count[1] += 1
+                    count[3] += size
+
+    def results(self) -> list[ReferenceResult]:
+        """The counts so far, one result per capacity, in the order given."""
+        return [
+            ReferenceResult(
+                design=self.policy,
+                size_bytes=capacity,
+                hits=hits,
+                misses=misses,
+                hit_bytes=hit_bytes,
+                miss_bytes=miss_bytes,
+            )
+            for capacity, (hits, misses, hit_bytes, miss_bytes) in zip(
+                self._capacities, self._counts, strict=True
+            )
+        ]

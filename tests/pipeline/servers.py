@@ -46,12 +46,15 @@ T = TypeVar("T")
 #: cores) and the serial collector (no parallel GC threads)
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: settings of every Spark driver the tests start, none of which changes a result: no
-#: whole-stage code generation (on the tests' tiny data, compiling each query's Java
-#: costs more than it saves), no console progress bars
+#: whole-stage code generation and expressions interpreted rather than compiled
+#: (``codegen.factoryMode``, Spark's own switch for testing both ways alike: on the
+#: tests' tiny data, compiling each query's and expression's Java costs more than it
+#: saves, most of it in a JVM's first analysis), no console progress bars
 SPARK_CONF = {
     "spark.driver.extraJavaOptions": JAVA_OPTIONS,
     "spark.executor.extraJavaOptions": JAVA_OPTIONS,
     "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.ui.showConsoleProgress": "false",
 }
 

@@ -165,7 +165,9 @@ def test_a_long_trace_is_aggregated_on_the_executors_not_cut(
     uri = trace.as_uri()
     assert len(parquet_files(uri, "trace-")) == 1
     frame = jobs.load_trace(spark, uri)
-    assert jobs.trace_extent(frame) == (reads + 1, (reads - 1) * 2_000_000_000)
+    extent = jobs.trace_extent(frame)
+    assert (extent.events, extent.last_ns) == (reads + 1, (reads - 1) * 2_000_000_000)
+    assert extent.working_set_bytes == 100  # one entry of 100 bytes
     width = jobs.window_seconds((reads - 1) * 2_000_000_000)
     assert width == 11
     series = jobs.trace_statistics(frame, width)["working_set"].collect()

@@ -43,7 +43,7 @@ TARGET_SPEEDUP = 10.0
 TARGET_SAMPLE_ERROR_POINTS = 2.0
 SIZE_FACTORS = (0.25, 0.5, 1, 2, 4, 8, 16, 32)
 #: seconds of the recorded run
-RECORD_SECONDS = {"quick": 6, "full": 20}
+RECORD_SECONDS = {"quick": 2, "full": 20}
 PRESET_SECONDS = 10
 
 

@@ -19,6 +19,7 @@ from broker.auth.service import check_config
 from broker.cache.config import CacheConfig
 from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from broker.dispatch.delayed import IN_MEMORY_FACTORY, TRACKER_FACTORIES
+from broker.dispatch.schema_registry import STRATEGIES
 from storage_stub.config import StorageConfig
 from storage_stub.confkeys import Section, key
 from storage_stub.confparse import load_config
@@ -1059,16 +1060,7 @@ class BrokerConfig(BaseModel):
         "are checked by Avro's schema resolution rules; other types only by "
         "ALWAYS_INCOMPATIBLE; a change of type is always refused (but with ALWAYS_COMPATIBLE).",
         origin=PULSAR_SAME,
-        choices=(
-            "ALWAYS_INCOMPATIBLE",
-            "ALWAYS_COMPATIBLE",
-            "BACKWARD",
-            "FORWARD",
-            "FULL",
-            "BACKWARD_TRANSITIVE",
-            "FORWARD_TRANSITIVE",
-            "FULL_TRANSITIVE",
-        ),
+        choices=STRATEGIES,
     )
     isAllowAutoUpdateSchemaEnabled: bool = key(
         True,

@@ -18,6 +18,7 @@ from broker.dispatch.schema_registry import (
     JSON,
     KEY_VALUE,
     PROTOBUF_NATIVE,
+    STRATEGIES,
     STRING,
     SchemaData,
     SchemaRegistry,
@@ -272,3 +273,14 @@ async def test_concurrent_puts_of_one_topic_each_get_a_version() -> None:
     )
     assert sorted(versions) == [1, 2, 3, 4, 5]
     assert [s.version for s in await registry.all_versions("t/ns/c")] == [0, 1, 2, 3, 4, 5]
+
+
+def test_the_http_model_names_the_registrys_strategies() -> None:
+    # the model's Literal spells the strategies out (a type needs them literally): it
+    # must say what the registry and broker.conf accept, plus UNDEFINED
+    from typing import get_args
+
+    from broker.http.models import SchemaCompatibilityStrategy
+
+    literal = get_args(SchemaCompatibilityStrategy)[0]
+    assert get_args(literal) == ("UNDEFINED", *STRATEGIES)

@@ -9,19 +9,10 @@ from __future__ import annotations
 import time
 
 from tests.conftest import LiveBroker, b64, unb64
+from tests.http.test_websocket_delayed import BROKER, MAX_DELAY_MS, now_ms
 
 TOPIC = "public/default/http-delayed"
 PATH = f"/topics/persistent/{TOPIC}"
-MAX_DELAY_MS = 3_600_000
-BROKER = {
-    "isDelayedDeliveryDeliverAtTimeStrict": True,
-    "delayedDeliveryTickTimeMillis": 100,
-    "delayedDeliveryMaxDelayInMillis": MAX_DELAY_MS,
-}
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 async def test_delayed_messages_come_when_due_and_bad_ones_store_nothing(

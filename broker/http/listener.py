@@ -16,20 +16,37 @@ the protocol the listening socket creates: it counts the connection and hands ev
 event to aiohttp's own protocol. A connection over a limit gets a fixed 429 response and
 is closed without reading its request, so a refusal costs no parsing and no handler;
 most HTTP clients read a response sent before their request is complete.
+
+A request aiohttp's parser refuses (an HTTP/1.1 request without ``Host``, a malformed
+head) is answered by :class:`BrokerRequestHandler` as every other error,
+``{"reason", "code"}``, and logged in one line at debug level: a client's mistake costs
+the log nothing (aiohttp's own handler logged a traceback of about 720 bytes for an
+18-byte request and answered plain text).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import orjson
 from aiohttp import StreamReader, web
 from aiohttp.typedefs import Handler, Middleware
+from aiohttp.web_protocol import RequestHandler
 
 from broker.config import BrokerConfig
+from broker.http.errors import error_response
 from broker.limits import ConnectionLimiter, peer_ip
 
-__all__ = ["AdmissionProtocol", "BodyIdleTimeoutError", "LimitedTCPSite", "http_runner"]
+__all__ = [
+    "AdmissionProtocol",
+    "BodyIdleTimeoutError",
+    "BrokerRequestHandler",
+    "LimitedTCPSite",
+    "http_runner",
+]
+
+log = logging.getLogger(__name__)
 
 #: a body's progress is looked at this many times per httpServerIdleTimeout, so it is
 #: cut after between 1 and 1.25 timeouts of silence
@@ -183,6 +200,35 @@ class AdmissionProtocol(asyncio.Protocol):
             self.inner.resume_writing()
 
 
+class BrokerRequestHandler(RequestHandler):
+    """aiohttp's protocol of one connection, whose error answers are the broker's:
+    ``{"reason", "code"}``. A request its parser refused (status 400) is the client's
+    mistake: logged in one line at debug level, no traceback. A handler's exception that
+    escaped the error middleware (status 500) is still logged with its traceback."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status == 500:
+            self.log_exception("Error handling request from %s", request.remote, exc_info=exc)
+            reason = "internal error; see the broker log"
+        else:
+            reason = f"bad HTTP request: {message or exc or status}"
+            log.debug("refused a request from %s: %s", request.remote, reason)
+        if request.writer.output_size > 0:
+            # part of an answer went out already: the connection cannot carry another
+            raise ConnectionError("a response was sent already; cannot send the error")
+        response = error_response(status, reason)
+        response.force_close()
+        return response
+
+
 class LimitedTCPSite(web.TCPSite):
     """aiohttp's TCPSite whose connections go through :class:`AdmissionProtocol`."""
 
@@ -209,11 +255,16 @@ class LimitedTCPSite(web.TCPSite):
         server = self._runner.server
         assert server is not None
         limiter = self.limiter
+        loop = asyncio.get_running_loop()
+        # what server() makes, with the broker's error answers: the runner's keyword
+        # arguments (keep-alive timeout, access log) are the server's
+        handler_options = server._kwargs
 
         def admission() -> AdmissionProtocol:
-            return AdmissionProtocol(server(), limiter)
+            return AdmissionProtocol(
+                BrokerRequestHandler(server, loop=loop, **handler_options), limiter
+            )
 
-        loop = asyncio.get_running_loop()
         listening = await loop.create_server(admission, self._host, self._port)
         self._server = listening
         self._bound_port = listening.sockets[0].getsockname()[1]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import resource
 from http import HTTPStatus
 
 import orjson
@@ -279,9 +280,17 @@ class LimitedTCPSite(web.TCPSite):
     ) -> LimitedTCPSite:
         """The site of ``config``'s address, limits and port (or ``port``: 0, any free
         one)."""
-        limiter = ConnectionLimiter(
-            config.maxHttpServerConnections, config.brokerlabHttpMaxConnectionsPerIp
-        )
+        limit = config.maxHttpServerConnections
+        files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if limit and files != resource.RLIM_INFINITY and files <= limit:
+            # accept() then fails for want of a descriptor before the limit answers 429
+            log.warning(
+                "maxHttpServerConnections is %d but this process may open only %d files "
+                "(ulimit -n): connections beyond that are refused by the kernel, unanswered",
+                limit,
+                files,
+            )
+        limiter = ConnectionLimiter(limit, config.brokerlabHttpMaxConnectionsPerIp)
         port = config.webServicePort if port is None else port
         return cls(runner, config.bindAddress, port, limiter)
 

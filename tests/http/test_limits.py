@@ -13,9 +13,16 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
+from broker.config import load_broker_config
 from broker.http.app import create_app
 from broker.http.listener import LimitedTCPSite, http_runner
-from tests.conftest import Client, make_settings
+from loadgen.bounded import ADMIN_CONCURRENCY
+from loadgen.run import PRODUCE_CONNECTIONS
+from loadgen.runner import _connection_limit
+from loadgen.scenario import load_scenario
+from tests.conftest import CONF, Client, make_settings
 from tests.harness import eventually_async
 
 DEADLINE_S = 30.0
@@ -207,6 +214,29 @@ async def test_the_total_connection_limit_answers_429() -> None:
         assert (status, body["code"]) == (429, "too-many-requests")
         assert "maximum of 1 connections" in body["reason"]
         writer.close()
+
+
+def test_the_default_connection_cap_leaves_room_for_the_many_topics_preset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the HTTP connections the load generator opens for the preset, with no file
+    # descriptor limit to shrink its consumers' pool: that pool, the produce pool and
+    # the admin pool (its concurrency and 8 more, as loadgen.runner sizes it)
+    monkeypatch.setattr(
+        resource, "getrlimit", lambda _: (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    )
+    scenario = load_scenario("many-topics")
+    consumers = (
+        scenario.topics
+        * scenario.partitionsPerTopic
+        * scenario.subscriptionsPerTopic
+        * scenario.consumerPerSubscription
+    )
+    opened = _connection_limit(consumers) + PRODUCE_CONNECTIONS + ADMIN_CONCURRENCY + 8
+    assert opened > 10_000
+    cap = load_broker_config(CONF / "broker.conf").maxHttpServerConnections
+    assert opened < cap, "the default cap would refuse the many-topics preset's connections"
+    assert load_broker_config(None).maxHttpServerConnections == cap  # the key's own default
 
 
 async def test_count_limits_answer_409_naming_the_setting() -> None:

@@ -847,14 +847,16 @@ class BrokerConfig(BaseModel):
         ge=0,
     )
     maxHttpServerConnections: int = key(
-        0,
+        16384,
         LIMITS,
         "Most HTTP connections (WebSocket included); a connection over it is answered 429 "
-        "too-many-requests and closed, its request unread. 0: no limit.",
+        "too-many-requests and closed, its request unread. 0: no limit. The broker needs a "
+        "file descriptor for each (ulimit -n above it, with room for its files).",
         unit="connections",
         origin="Pulsar: same key; its default, 2048, is for its admin web server, while here "
-        "HTTP carries every long-polling consumer (one connection each: the many-topics "
-        "preset holds more than 2,048).",
+        "HTTP carries every long-polling consumer, one connection each: the many-topics "
+        "preset opens up to 10,392 (10,000 consumers and the load generator's 64 spare, 256 "
+        "produce and 72 admin connections), so the default leaves room above that.",
         ge=0,
     )
     brokerlabHttpMaxConnectionsPerIp: int = key(
@@ -872,11 +874,25 @@ class BrokerConfig(BaseModel):
         "An HTTP connection that has not sent a complete request head within this long of "
         "opening, or of its last response, is closed: idle keep-alive connections and "
         "slowloris clients alike (bytes of an incomplete head do not extend it). So is one "
-        "whose request body sends nothing for this long (as Jetty's idle timeout in Pulsar; "
-        "a body that keeps coming is read, however slowly).",
+        "whose request body sends nothing for this long (as Jetty's idle timeout in Pulsar); "
+        "a body that keeps coming too slowly is cut by brokerlabHttpMinRequestDataRate.",
         unit="milliseconds",
         origin=PULSAR_SAME,
         gt=0,
+    )
+    brokerlabHttpMinRequestDataRate: int = key(
+        240,
+        LIMITS,
+        "Slowest a request body may come: one still incomplete that received fewer than "
+        "this many bytes a second over the last httpServerIdleTimeout (looked at every "
+        "quarter of it) is answered 408 request-timeout and its connection closed, nothing "
+        "of it handled. A body trickled a byte at a time cannot hold a connection. 0: no "
+        "minimum (only a body silent for httpServerIdleTimeout is cut).",
+        unit="bytes per second",
+        origin="brokerlab only: Jetty's HttpConfiguration.minRequestDataRate, which Pulsar "
+        "leaves off (0) and does not expose; the default, 240, is ASP.NET Kestrel's "
+        "MinRequestBodyDataRate.",
+        ge=0,
     )
     maxProducersPerTopic: int = key(
         0,

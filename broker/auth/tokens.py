@@ -201,10 +201,33 @@ def create_token(
     return jwt.encode(claims, key, algorithm=algorithm, headers=dict(headers or {}))
 
 
+def expiry_of(claims: Mapping[str, Any]) -> float:
+    """When a token with these claims expires, in epoch seconds, read as PyJWT reads
+    ``exp``: ``int(exp)``, so a number or a string of an integer (``"1700000000"``) is an
+    expiry and a float is cut to its whole seconds; infinity without an ``exp``.
+    AuthenticationError for any other ``exp`` (PyJWT's DecodeError)."""
+    if "exp" not in claims:
+        return math.inf
+    try:
+        seconds = int(claims["exp"])
+    except (ValueError, TypeError, OverflowError):
+        raise AuthenticationError(
+            "invalid token: Expiration Time claim (exp) must be an integer."
+        ) from None
+    try:
+        return float(seconds)
+    except OverflowError:  # later than any float: as good as never
+        return math.inf
+
+
 class AuthenticationProviderToken:
     """Validates tokens and answers their role. A token seen before is answered from a
     small cache (one dict lookup and a time check), so a client that sends its token with
-    every request pays the signature check once. O(1) per cached token."""
+    every request pays the signature check once. O(1) per cached token.
+
+    Expiry is checked here, not by PyJWT, with PyJWT's rule (:func:`expiry_of`; expired
+    once ``exp <= now - clockSkew``) against ``clock`` (``time.time``; a test's own), so
+    the first check and the cached ones agree whatever type ``exp`` has."""
 
     #: the binary protocol's ``auth_method_name`` of this provider
     name = "token"
@@ -216,6 +239,7 @@ class AuthenticationProviderToken:
         "_audience",
         "_audience_claim",
         "_cache",
+        "_clock",
         "_key",
         "_role_claim",
         "_skew_s",
@@ -231,6 +255,7 @@ class AuthenticationProviderToken:
         audience_claim: str | None = None,
         audience: str | None = None,
         clock_skew_s: int = 0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if (secret_key is None) == (public_key_data is None):
             raise BadKeyError("token authentication needs a secret key or a public key, not both")
@@ -250,6 +275,7 @@ class AuthenticationProviderToken:
         self._audience_claim = audience_claim
         self._audience = audience
         self._skew_s = clock_skew_s
+        self._clock = clock
         self._cache: dict[str, tuple[str, float]] = {}
 
     def authenticate(self, token: str) -> str:
@@ -260,10 +286,10 @@ class AuthenticationProviderToken:
     def authenticate_until(self, token: str) -> tuple[str, float]:
         """The role of a valid token and when it expires (its ``exp``, epoch seconds;
         infinity without one). AuthenticationError as ``authenticate``."""
+        now = self._clock()
         cached = self._cache.get(token)
         if cached is not None:
-            role, expires = cached
-            if time.time() < expires + self._skew_s:
+            if now < cached[1] + self._skew_s:
                 return cached
             del self._cache[token]
         if not token.strip():
@@ -274,18 +300,22 @@ class AuthenticationProviderToken:
                 self._key,
                 algorithms=self._algorithms,
                 leeway=self._skew_s,
-                options={"verify_aud": False, "verify_iat": False, "verify_nbf": True},
+                options={
+                    "verify_aud": False,
+                    "verify_exp": False,  # checked below, against self._clock
+                    "verify_iat": False,
+                    "verify_nbf": True,
+                },
             )
-        except jwt.ExpiredSignatureError:
-            raise AuthenticationError("the token has expired") from None
         except jwt.InvalidTokenError as error:
             raise AuthenticationError(f"invalid token: {error}") from None
+        valid_until = expiry_of(claims)
+        if not now < valid_until + self._skew_s:
+            raise AuthenticationError("the token has expired")
         self._check_audience(claims)
         role = self._role(claims)
         if len(self._cache) >= self.CACHE_SIZE:
             self._cache.clear()
-        exp = claims.get("exp")
-        valid_until = float(exp) if isinstance(exp, int | float) else math.inf
         self._cache[token] = (role, valid_until)
         return role, valid_until
 

@@ -25,6 +25,7 @@ ERRORS: dict[int, tuple[str, tuple[type[Exception], ...]]] = {
     403: ("forbidden", (AuthorizationError,)),
     404: ("not-found", (errors.NotFoundError,)),
     405: ("method-not-allowed", (errors.MethodNotAllowedError,)),
+    408: ("request-timeout", ()),
     409: ("conflict", (errors.ConflictError,)),
     412: ("precondition-failed", (errors.PreconditionFailedError,)),
     413: ("too-large", (errors.TooLargeError,)),

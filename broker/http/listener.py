@@ -1,5 +1,6 @@
-"""The HTTP listener's protections: the idle timeout (``httpServerIdleTimeout``) and the
-connection limits (``maxHttpServerConnections``, ``brokerlabHttpMaxConnectionsPerIp``).
+"""The HTTP listener's protections: the idle timeout (``httpServerIdleTimeout``), the
+slowest a request body may come (``brokerlabHttpMinRequestDataRate``) and the connection
+limits (``maxHttpServerConnections``, ``brokerlabHttpMaxConnectionsPerIp``).
 
 aiohttp arms its keep-alive timer when a connection opens and after each response, and
 bytes of a request head still incomplete do not push it back: one timer closes idle
@@ -8,40 +9,64 @@ keep-alive connections and slowloris clients (a head sent a byte at a time) alik
 That timer sleeps while a request is handled, so a request body gets the same timeout
 apart, as Jetty's idle timeout covers Pulsar's body reads: :class:`BodyWatch` cuts the
 connection of a request whose body has received nothing for ``httpServerIdleTimeout``.
-As Jetty's, it is a timeout on silence: a body that keeps coming, however slowly, is
-read to its end.
+Silence alone would let a body trickled a byte now and then hold its connection for
+ever, so the same watch also cuts, with a 408, a body that received fewer than
+``brokerlabHttpMinRequestDataRate`` bytes a second over the last
+``httpServerIdleTimeout`` (Jetty's ``minRequestDataRate``, which Pulsar leaves off).
 
 The limits are checked once per connection, at accept, by :class:`AdmissionProtocol`,
 the protocol the listening socket creates: it counts the connection and hands every
-event to aiohttp's own protocol. A connection over a limit gets a fixed 429 response and
+event to aiohttp's own protocol. A connection over a limit gets a 429 response and
 is closed without reading its request, so a refusal costs no parsing and no handler;
 most HTTP clients read a response sent before their request is complete.
+
+A request aiohttp's parser refuses (an HTTP/1.1 request without ``Host``, a malformed
+head) is answered by :class:`BrokerRequestHandler` as every other error,
+``{"reason", "code"}``, and logged in one line at debug level: a client's mistake costs
+the log nothing (aiohttp's own handler logged a traceback of about 720 bytes for an
+18-byte request and answered plain text).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
+import resource
+from http import HTTPStatus
 
 import orjson
 from aiohttp import StreamReader, web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.typedefs import Handler, Middleware
+from aiohttp.web_protocol import RequestHandler
 
 from broker.config import BrokerConfig
+from broker.http.errors import code_of, error_response
 from broker.limits import ConnectionLimiter, peer_ip
 
-__all__ = ["AdmissionProtocol", "BodyIdleTimeoutError", "LimitedTCPSite", "http_runner"]
+__all__ = [
+    "AdmissionProtocol",
+    "BodyIdleTimeoutError",
+    "BrokerRequestHandler",
+    "LimitedTCPSite",
+    "http_runner",
+]
+
+log = logging.getLogger(__name__)
 
 #: a body's progress is looked at this many times per httpServerIdleTimeout, so it is
-#: cut after between 1 and 1.25 timeouts of silence
+#: cut after between 1 and 1.25 timeouts of silence (or of too slow a trickle)
 BODY_CHECKS_PER_TIMEOUT = 4
 
 
 def http_runner(app: web.Application, config: BrokerConfig) -> web.AppRunner:
-    """The app's runner with httpServerIdleTimeout as aiohttp's keep-alive timeout and
-    as the longest silence of a request body (``app`` must not be running yet: this
-    adds the body's watch to its middlewares)."""
+    """The app's runner with httpServerIdleTimeout as aiohttp's keep-alive timeout, as
+    the longest silence of a request body and as the window its rate is measured over
+    (brokerlabHttpMinRequestDataRate). ``app`` must not be running yet: this adds the
+    body's watch to its middlewares."""
     timeout_s = config.httpServerIdleTimeout / 1000
-    app.middlewares.append(body_idle_timeout(timeout_s))
+    app.middlewares.append(body_watch(timeout_s, config.brokerlabHttpMinRequestDataRate))
     return web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=timeout_s)
 
 
@@ -51,22 +76,45 @@ class BodyIdleTimeoutError(web.RequestPayloadError):
 
 
 class BodyWatch:
-    """Watches the body of one request in hand: once it has received no byte for
-    ``timeout_s`` (looked at every ``timeout_s / BODY_CHECKS_PER_TIMEOUT``), a pending
-    or later read of it raises :class:`BodyIdleTimeoutError` and the connection is
-    closed. One timer per request whose body is incomplete; O(1) per look."""
+    """Watches the body of one request in hand, every ``timeout_s /
+    BODY_CHECKS_PER_TIMEOUT``. Once a full ``timeout_s`` has passed, a body that received
+    nothing over the last ``timeout_s`` is cut silently (Jetty's idle timeout), and one
+    that received fewer than ``min_rate`` bytes a second over it is answered 408 (Jetty's
+    minRequestDataRate): a pending or later read of it raises
+    :class:`BodyIdleTimeoutError` and the connection is closed. One timer per request
+    whose body is incomplete; O(1) per look (the totals of the last looks in a ring)."""
 
-    __slots__ = ("_body", "_handle", "_period_s", "_quiet", "_seen", "_transport")
+    __slots__ = (
+        "_body",
+        "_handle",
+        "_looks",
+        "_min_bytes",
+        "_min_rate",
+        "_period_s",
+        "_totals",
+        "_transport",
+        "_writer",
+    )
 
     def __init__(
-        self, body: StreamReader, transport: asyncio.BaseTransport, timeout_s: float
+        self,
+        body: StreamReader,
+        transport: asyncio.BaseTransport,
+        writer: AbstractStreamWriter,
+        timeout_s: float,
+        min_rate: int,
     ) -> None:
         self._body = body
         self._transport = transport
+        self._writer = writer
         self._period_s = timeout_s / BODY_CHECKS_PER_TIMEOUT
-        #: bytes of the body received at the last look, and looks since that changed
-        self._seen = body.total_bytes
-        self._quiet = 0
+        self._min_rate = min_rate
+        #: bytes a body must receive over a window of timeout_s (1: any byte will do)
+        self._min_bytes = max(1, math.ceil(min_rate * timeout_s))
+        #: the body's bytes received at each of the last looks; the slot of the next
+        #: look holds those of BODY_CHECKS_PER_TIMEOUT looks ago (the start, at first)
+        self._totals = [body.total_bytes] * BODY_CHECKS_PER_TIMEOUT
+        self._looks = 0
         self._handle: asyncio.TimerHandle | None = None
         self._schedule()
 
@@ -79,20 +127,24 @@ class BodyWatch:
         body = self._body
         if body.is_eof():
             return
-        if body.total_bytes != self._seen:
-            self._seen = body.total_bytes
-            self._quiet = 0
-        else:
-            self._quiet += 1
-            if self._quiet >= BODY_CHECKS_PER_TIMEOUT:
-                timeout_ms = round(self._period_s * BODY_CHECKS_PER_TIMEOUT * 1000)
-                body.set_exception(
-                    BodyIdleTimeoutError(
-                        f"the request body sent nothing for {timeout_ms} ms (httpServerIdleTimeout)"
-                    )
+        slot = self._looks % BODY_CHECKS_PER_TIMEOUT
+        received = body.total_bytes - self._totals[slot]
+        self._totals[slot] = body.total_bytes
+        self._looks += 1
+        if self._looks >= BODY_CHECKS_PER_TIMEOUT and received < self._min_bytes:
+            window_ms = round(self._period_s * BODY_CHECKS_PER_TIMEOUT * 1000)
+            if received == 0:
+                reason = f"the request body sent nothing for {window_ms} ms (httpServerIdleTimeout)"
+            else:
+                reason = (
+                    f"the request body sent {received} bytes in {window_ms} ms, slower than "
+                    f"{self._min_rate} bytes a second (brokerlabHttpMinRequestDataRate)"
                 )
-                self._transport.close()
-                return
+                if self._writer.output_size == 0:  # no answer begun: this is the answer
+                    self._transport.write(closing_answer(408, reason))  # type: ignore[attr-defined]
+            body.set_exception(BodyIdleTimeoutError(reason))
+            self._transport.close()  # after what was written
+            return
         self._schedule()
 
     def stop(self) -> None:
@@ -101,7 +153,7 @@ class BodyWatch:
             self._handle = None
 
 
-def body_idle_timeout(timeout_s: float) -> Middleware:
+def body_watch(timeout_s: float, min_rate: int) -> Middleware:
     """A middleware that keeps a :class:`BodyWatch` on each request whose body has not
     all arrived when its handler starts (most bodies come with their head: they cost
     one check)."""
@@ -114,7 +166,7 @@ def body_idle_timeout(timeout_s: float) -> Middleware:
         transport = request.transport
         if transport is None:  # the client has gone already
             return await handler(request)
-        watch = BodyWatch(body, transport, timeout_s)
+        watch = BodyWatch(body, transport, request.writer, timeout_s, min_rate)
         try:
             return await handler(request)
         finally:
@@ -123,15 +175,16 @@ def body_idle_timeout(timeout_s: float) -> Middleware:
     return watch_body
 
 
-def refusal(reason: str) -> bytes:
-    """A complete ``429 too-many-requests`` response that closes the connection."""
-    body = orjson.dumps({"reason": reason, "code": "too-many-requests"})
+def closing_answer(status: int, reason: str) -> bytes:
+    """A complete error response, ``{"reason", "code"}``, that closes the connection:
+    written straight to a transport about to close, when no handler will answer."""
+    body = orjson.dumps({"reason": reason, "code": code_of(status)})
     head = (
-        "HTTP/1.1 429 Too Many Requests\r\n"
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n"
-        "Retry-After: 1\r\n"
-        "Connection: close\r\n\r\n"
+        + ("Retry-After: 1\r\n" if status == 429 else "")
+        + "Connection: close\r\n\r\n"
     )
     return head.encode() + body
 
@@ -152,7 +205,7 @@ class AdmissionProtocol(asyncio.Protocol):
         ip = peer_ip(transport.get_extra_info("peername"))
         refused = self.limiter.admit(ip)
         if refused is not None:
-            transport.write(refusal(f"too many connections: {refused}"))  # type: ignore[attr-defined]
+            transport.write(closing_answer(429, f"too many connections: {refused}"))  # type: ignore[attr-defined]
             transport.close()
             return
         self.ip = ip
@@ -183,6 +236,35 @@ class AdmissionProtocol(asyncio.Protocol):
             self.inner.resume_writing()
 
 
+class BrokerRequestHandler(RequestHandler):
+    """aiohttp's protocol of one connection, whose error answers are the broker's:
+    ``{"reason", "code"}``. A request its parser refused (status 400) is the client's
+    mistake: logged in one line at debug level, no traceback. A handler's exception that
+    escaped the error middleware (status 500) is still logged with its traceback."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status == 500:
+            self.log_exception("Error handling request from %s", request.remote, exc_info=exc)
+            reason = "internal error; see the broker log"
+        else:
+            reason = f"bad HTTP request: {message or exc or status}"
+            log.debug("refused a request from %s: %s", request.remote, reason)
+        if request.writer.output_size > 0:
+            # part of an answer went out already: the connection cannot carry another
+            raise ConnectionError("a response was sent already; cannot send the error")
+        response = error_response(status, reason)
+        response.force_close()
+        return response
+
+
 class LimitedTCPSite(web.TCPSite):
     """aiohttp's TCPSite whose connections go through :class:`AdmissionProtocol`."""
 
@@ -198,9 +280,17 @@ class LimitedTCPSite(web.TCPSite):
     ) -> LimitedTCPSite:
         """The site of ``config``'s address, limits and port (or ``port``: 0, any free
         one)."""
-        limiter = ConnectionLimiter(
-            config.maxHttpServerConnections, config.brokerlabHttpMaxConnectionsPerIp
-        )
+        limit = config.maxHttpServerConnections
+        files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if limit and files != resource.RLIM_INFINITY and files <= limit:
+            # accept() then fails for want of a descriptor before the limit answers 429
+            log.warning(
+                "maxHttpServerConnections is %d but this process may open only %d files "
+                "(ulimit -n): connections beyond that are refused by the kernel, unanswered",
+                limit,
+                files,
+            )
+        limiter = ConnectionLimiter(limit, config.brokerlabHttpMaxConnectionsPerIp)
         port = config.webServicePort if port is None else port
         return cls(runner, config.bindAddress, port, limiter)
 
@@ -209,11 +299,16 @@ class LimitedTCPSite(web.TCPSite):
         server = self._runner.server
         assert server is not None
         limiter = self.limiter
+        loop = asyncio.get_running_loop()
+        # what server() makes, with the broker's error answers: the runner's keyword
+        # arguments (keep-alive timeout, access log) are the server's
+        handler_options = server._kwargs
 
         def admission() -> AdmissionProtocol:
-            return AdmissionProtocol(server(), limiter)
+            return AdmissionProtocol(
+                BrokerRequestHandler(server, loop=loop, **handler_options), limiter
+            )
 
-        loop = asyncio.get_running_loop()
         listening = await loop.create_server(admission, self._host, self._port)
         self._server = listening
         self._bound_port = listening.sockets[0].getsockname()[1]

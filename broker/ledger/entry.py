@@ -566,6 +566,15 @@ def checksum_ok(data: bytes) -> bool:
     return crc32c(memoryview(data)[6:]) == _U32.unpack_from(data, 2)[0]
 
 
+def payload_size(data: bytes) -> int:
+    """Bytes of an entry after its metadata: what a client counts against the broker's
+    maxMessageSize (compressed; a batch's whole body). Its framing is not checked (0 for
+    bytes too short to be an entry). O(1)."""
+    if len(data) < HEAD_SIZE:
+        return 0
+    return len(data) - HEAD_SIZE - _U32.unpack_from(data, 6)[0]
+
+
 def _key(metadata: Any) -> str | None:
     return metadata.partition_key if metadata.HasField("partition_key") else None
 

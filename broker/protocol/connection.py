@@ -57,7 +57,7 @@ from broker.dispatch.schema_registry import (
     version_of,
 )
 from broker.dispatch.service import ConsumerOptions
-from broker.ledger.entry import Entry, checksum_ok, metadata_of
+from broker.ledger.entry import Entry, checksum_ok, metadata_of, payload_size
 from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
 from broker.limits import peer_ip
@@ -294,6 +294,7 @@ class BinaryProducer(ProducerSession):
         connection = self._connection
         if connection.producers.pop(self.producer_id, None) is None:
             return
+        connection.closed_by_broker(self.producer_id)
         command = BaseCommand(type=Type.CLOSE_PRODUCER)
         command.close_producer.producer_id = self.producer_id
         command.close_producer.request_id = connection.next_request_id()
@@ -395,6 +396,10 @@ class Connection(asyncio.Protocol):
         self._auth_check: asyncio.TimerHandle | None = None
         self._protocol_version = 0
         self.producers: dict[int, BinaryProducer] = {}
+        #: producers the broker closed lately, by id: until when (loop time) SENDs the
+        #: client had in flight for them are dropped rather than closing the connection
+        self._closed_producers: dict[int, float] = {}
+        self._max_message_size = server.config.maxMessageSize
         self.consumers: dict[int, BinaryConsumer] = {}
         self.batch_index_acks = server.config.acknowledgmentAtBatchIndexLevelEnabled
         self._buffer = bytearray()
@@ -865,13 +870,34 @@ class Connection(asyncio.Protocol):
         self.write_command(command)
 
     def _send(self, send: Any, entry: bytes) -> None:
+        """A SEND. For a producer this connection does not have ready, the connection is
+        closed, as Pulsar's ServerCnx.handleSend does (apache/pulsar#12780; before, it
+        dropped the SEND); unless the broker closed that producer less than
+        keepAliveIntervalSeconds ago (#19446): the client had the SEND in flight, it is
+        dropped, and resent once the client has the producer back. A payload over
+        maxMessageSize is refused, this message only (SEND_ERROR NotAllowedError).
+        O(1) before the checksum's O(len(entry))."""
         producer = self.producers.get(send.producer_id)
-        if producer is None:
-            self._send_error(send, ServerError.UnknownError, "unknown producer id")
-            return
+        if producer is None or producer.waiting:
+            until = self._closed_producers.get(send.producer_id)
+            if until is not None and self._loop.time() < until:
+                return
+            raise FrameError(f"SEND for producer {send.producer_id}, not ready on this connection")
         if not checksum_ok(entry):
             self._send_error(send, ServerError.ChecksumError, "entry checksum does not match")
             raise FrameError(f"bad checksum on a message of producer {producer.name}")
+        size = payload_size(entry)
+        if size > self._max_message_size:
+            # Pulsar leaves this to its clients and its frame limit (maxMessageSize plus
+            # 10 KiB for headers), so a hand-made SEND a little over it is stored there;
+            # here every payload is held to it, as HTTP and WebSocket payloads are
+            self._send_error(
+                send,
+                ServerError.NotAllowedError,
+                f"Exceed maximum message size: a payload of {size} bytes, over maxMessageSize "
+                f"{self._max_message_size}",
+            )
+            return
         refused = producer.refusal(entry)
         if refused is not None:
             # as Pulsar: this message only, the producer goes on (a C++ client takes any
@@ -889,6 +915,16 @@ class Connection(asyncio.Protocol):
         error.error = code
         error.message = message
         self.write_command(command)
+
+    def closed_by_broker(self, producer_id: int) -> None:
+        """The broker closed producer ``producer_id`` (CLOSE_PRODUCER sent): for
+        keepAliveIntervalSeconds, SENDs for it are dropped, as Pulsar's
+        ``recentlyClosedProducers``. O(closed producers) to forget those past it."""
+        now = self._loop.time()
+        closed = self._closed_producers
+        for stale in [key for key, until in closed.items() if until <= now]:
+            del closed[stale]
+        closed[producer_id] = now + self.server.config.keepAliveIntervalSeconds
 
     def _close_producer(self, request: Any) -> None:
         producer = self.producers.pop(request.producer_id, None)

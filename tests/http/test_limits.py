@@ -1,19 +1,28 @@
 """Limits of the HTTP front end on a real port: idle and slowloris connections are
-closed after httpServerIdleTimeout, connections over a limit are answered 429 and
-closed, and count limits answer 409 naming the setting."""
+closed after httpServerIdleTimeout, a body trickled below brokerlabHttpMinRequestDataRate
+is answered 408 and cut, connections over a limit are answered 429 and closed, and count
+limits answer 409 naming the setting."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import resource
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
+from broker.config import load_broker_config
 from broker.http.app import create_app
 from broker.http.listener import LimitedTCPSite, http_runner
-from tests.conftest import Client, make_settings
+from loadgen.bounded import ADMIN_CONCURRENCY
+from loadgen.run import PRODUCE_CONNECTIONS
+from loadgen.runner import _connection_limit
+from loadgen.scenario import load_scenario
+from tests.conftest import CONF, Client, make_settings
 from tests.harness import eventually_async
 
 DEADLINE_S = 30.0
@@ -103,6 +112,75 @@ async def test_a_request_body_that_stops_coming_is_cut_after_the_idle_timeout() 
         writer.close()
 
 
+def produce_head(topic: str, length: int) -> bytes:
+    return (
+        f"POST /topics/persistent/{topic} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+#: a body must come at 1000 bytes a second at least, measured over each second
+MIN_RATE_1000 = {"httpServerIdleTimeout": 1000, "brokerlabHttpMinRequestDataRate": 1000}
+
+
+def padded_produce_body(size: int) -> bytes:
+    """A produce body of ``size`` bytes (blanks after its JSON) storing one message."""
+    body = b'{"messages": [{"payload": "c3RvcmVk"}]}'
+    return body + b" " * (size - len(body))
+
+
+async def test_a_request_body_trickled_below_the_minimum_rate_is_answered_408_and_cut() -> None:
+    topic = "public/default/trickled-body"
+    body = padded_produce_body(4096)
+    # the trickle sends 20 bytes a second
+    async with limited_broker(**MIN_RATE_1000) as (site, client):
+        await client.produce(topic, ["stored"])
+        reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        writer.write(produce_head(topic, len(body)))
+        sent = 0
+        deadline = time.monotonic() + DEADLINE_S
+        answer = b""
+        while sent < len(body):
+            assert time.monotonic() < deadline, "the trickled body was never cut"
+            try:
+                writer.write(body[sent : sent + 1])  # never silent for a whole look
+                sent += 1
+                answer = await asyncio.wait_for(reader.read(), 0.05)  # the client's pace
+            except TimeoutError:
+                continue
+            except ConnectionError:  # cut between two of its bytes: a reset, not an EOF
+                break
+            break  # the broker answered and closed
+        assert sent < len(body), "the whole trickled body was read"
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+        error = json.loads(answer.partition(b"\r\n\r\n")[2])
+        assert error["code"] == "request-timeout"
+        assert "brokerlabHttpMinRequestDataRate" in error["reason"]
+        await eventually_async(lambda: site.limiter.total == 0, "the cut connection released")
+        assert (await client.stats(topic))["msgInCounter"] == 1  # the cut request stored nothing
+        writer.close()
+
+
+async def test_a_request_body_above_the_minimum_rate_is_read_however_long_it_takes() -> None:
+    topic = "public/default/steady-body"
+    body = padded_produce_body(64 * 1024)
+    # the client sends about 16 times the minimum, for 4 seconds
+    async with limited_broker(**MIN_RATE_1000) as (site, client):
+        reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        writer.write(produce_head(topic, len(body)))
+        answer = b""
+        for start in range(0, len(body), 800):
+            writer.write(body[start : start + 800])
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                answer += await asyncio.wait_for(reader.read(1), 0.05)  # the client's pace
+            assert not reader.at_eof(), "the broker cut a body coming faster than the minimum"
+        answer += await reader.readline()
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+        assert (await client.stats(topic))["msgInCounter"] == 1
+        writer.close()
+
+
 async def test_connections_over_the_per_ip_limit_are_answered_429_and_closed() -> None:
     async with limited_broker(brokerlabHttpMaxConnectionsPerIp=2) as (site, _):
         held = [await asyncio.open_connection("127.0.0.1", site.port) for _ in range(2)]
@@ -136,6 +214,29 @@ async def test_the_total_connection_limit_answers_429() -> None:
         assert (status, body["code"]) == (429, "too-many-requests")
         assert "maximum of 1 connections" in body["reason"]
         writer.close()
+
+
+def test_the_default_connection_cap_leaves_room_for_the_many_topics_preset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the HTTP connections the load generator opens for the preset, with no file
+    # descriptor limit to shrink its consumers' pool: that pool, the produce pool and
+    # the admin pool (its concurrency and 8 more, as loadgen.runner sizes it)
+    monkeypatch.setattr(
+        resource, "getrlimit", lambda _: (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    )
+    scenario = load_scenario("many-topics")
+    consumers = (
+        scenario.topics
+        * scenario.partitionsPerTopic
+        * scenario.subscriptionsPerTopic
+        * scenario.consumerPerSubscription
+    )
+    opened = _connection_limit(consumers) + PRODUCE_CONNECTIONS + ADMIN_CONCURRENCY + 8
+    assert opened > 10_000
+    cap = load_broker_config(CONF / "broker.conf").maxHttpServerConnections
+    assert opened < cap, "the default cap would refuse the many-topics preset's connections"
+    assert load_broker_config(None).maxHttpServerConnections == cap  # the key's own default
 
 
 async def test_count_limits_answer_409_naming_the_setting() -> None:

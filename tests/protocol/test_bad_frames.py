@@ -15,7 +15,13 @@ import pytest
 
 from broker.pulsar_api import BaseCommand, ServerError, Type
 from tests.conftest import ServedBrokerFactory
-from tests.harness import ServedBroker, eventually
+from tests.harness import (
+    ServedBroker,
+    eventually,
+    pulsar_bundle,
+    short,
+    topics_in_distinct_bundles,
+)
 from tests.protocol.raw import (
     RawConnection,
     connect,
@@ -247,4 +253,65 @@ def test_a_send_with_a_wrong_checksum_is_refused_then_its_connection_closed(
     assert "checksum" in close_reason(broker, raw)
     stats = broker.ok("GET", "/admin/v2/persistent/public/default/raw-corrupt/internalStats")
     assert stats["numberOfEntries"] == 0
+    bystander.round_trip()
+
+
+# ---------------------------------------------------------------------- producers
+
+
+def test_a_send_for_a_producer_the_connection_does_not_have_closes_it(
+    broker: ServedBroker, bystander: Bystander, raw: RawConnection
+) -> None:
+    # as Pulsar's ServerCnx: a client that sends for a producer it does not have is
+    # broken, and its messages could be stored out of order; no SEND_ERROR is answered
+    raw.handshake()
+    raw.write(send_frame(send(99, 0), entry(b"nobody's", 0)))
+    assert raw.read_until_closed() == []
+    assert "SEND for producer 99" in close_reason(broker, raw)
+    bystander.round_trip()
+
+
+def test_a_send_in_flight_when_the_broker_closed_its_producer_is_dropped(
+    broker: ServedBroker, bystander: Bystander, raw: RawConnection
+) -> None:
+    # a topic in a bundle of its own, so unloading it leaves the bystander's alone
+    spared = pulsar_bundle("persistent://public/default/bystander")
+    topic = next(
+        t for t in topics_in_distinct_bundles("raw-unloaded") if pulsar_bundle(t) != spared
+    )
+    raw.handshake()
+    raw.write(frame(producer(topic, 5, 1)))
+    raw.expect(Type.PRODUCER_SUCCESS)
+    broker.ok("PUT", f"/admin/v2/namespaces/public/default/{pulsar_bundle(topic)}/unload")
+    assert raw.expect(Type.CLOSE_PRODUCER).close_producer.producer_id == 5
+    # sent before the client saw the CLOSE_PRODUCER, as far as the broker can tell
+    raw.write(send_frame(send(5, 0), entry(b"in flight", 0)))
+    raw.write(frame(ping()))
+    raw.expect(Type.PONG)  # the SEND was dropped unanswered; the connection is open
+    # the client gets its producer back, and its resend is stored
+    raw.write(frame(producer(topic, 5, 2)))
+    raw.expect(Type.PRODUCER_SUCCESS)
+    raw.write(send_frame(send(5, 0), entry(b"in flight", 0)))
+    assert raw.expect(Type.SEND_RECEIPT).send_receipt.sequence_id == 0
+    stats = broker.ok("GET", f"/admin/v2/persistent/{short(topic)}/internalStats")
+    assert stats["numberOfEntries"] == 1
+    bystander.round_trip()
+
+
+def test_a_payload_over_max_message_size_is_refused_and_its_producer_goes_on(
+    broker: ServedBroker, bystander: Bystander, raw: RawConnection
+) -> None:
+    # within the frame limit (maxMessageSize plus 10 KiB), so the frame itself is fine
+    raw.handshake()
+    raw.write(frame(producer("persistent://public/default/raw-oversize", 3, 1)))
+    raw.expect(Type.PRODUCER_SUCCESS)
+    raw.write(send_frame(send(3, 0), entry(b"x" * (MAX_MESSAGE_SIZE + 1), 0)))
+    error = raw.expect(Type.SEND_ERROR).send_error
+    assert (error.producer_id, error.sequence_id) == (3, 0)
+    assert error.error == ServerError.NotAllowedError
+    assert "maxMessageSize" in error.message
+    raw.write(send_frame(send(3, 1), entry(b"x" * MAX_MESSAGE_SIZE, 1)))
+    assert raw.expect(Type.SEND_RECEIPT).send_receipt.sequence_id == 1
+    stats = broker.ok("GET", "/admin/v2/persistent/public/default/raw-oversize/internalStats")
+    assert stats["numberOfEntries"] == 1  # the payload at the limit only
     bystander.round_trip()

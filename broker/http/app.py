@@ -1384,8 +1384,9 @@ async def dashboard(request: web.Request) -> web.Response:
     success=Success(200, "the snapshot object.", DashboardData),
     errors={},
     description="""
-        **Extension.** One snapshot of the counters the dashboard charts (the page computes
-        rates from consecutive snapshots): `{"timeMs", "cache": <the cache stats object>,
+        **Extension.** One snapshot of the counters the dashboard shows (the page draws its
+        header and tables from it, its charts from `GET /dashboard/history`; rates are
+        differences between snapshots): `{"timeMs", "cache": <the cache stats object>,
         "cacheWatermarkBytes", "storage": <the storage stats object>, "messages": {"produced",
         "dispatched", "redelivered"}, "backlog", "topTopics": [{"topic", "backlog", "replay"}],
         "broker", "brokers"}` (counters since start; `topTopics` holds the ten topics with the

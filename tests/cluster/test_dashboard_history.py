@@ -16,7 +16,8 @@ from broker.dispatch.names import TopicName
 from broker.ledger.entry import encode_message
 from simulation import loop as sim
 from simulation.loop import EPOCH_WALL_MS, VirtualClock, VirtualEventLoop
-from tests.harness import make_settings
+from tests.conftest import LiveBroker
+from tests.harness import eventually_async, make_settings
 
 
 def row(time_ms: int, value: int = 0) -> array[int]:
@@ -114,3 +115,30 @@ def test_a_virtual_run_of_hours_has_its_history_from_its_virtual_start() -> None
     counts = [r[column] for r in rows]
     assert counts == sorted(counts), "the totals go on across the restart"
     assert counts[-1] == produced
+
+
+async def test_the_history_route_answers_the_rows_after_a_time_and_refuses_a_bad_one(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker(
+        brokerlabDashboardSampleIntervalMs=100, brokerlabShadowCacheImplementations="legacy"
+    )
+
+    async def rows() -> list[list[int]]:
+        status, body = await client.request("GET", "/dashboard/history")
+        assert status == 200, body
+        return list(body["rows"]) if len(body["rows"]) >= 4 else []
+
+    everything = await eventually_async(rows, "four samples")
+    since = everything[1][0]
+    status, body = await client.request("GET", "/dashboard/history", sinceMs=since)
+    assert status == 200, body
+    assert body["rows"] and all(row[0] > since for row in body["rows"])
+    assert body["rows"][: len(everything) - 2] == everything[2:]
+    assert body["shadows"] == ["legacy"] and body["columns"][-2:] == [
+        "shadow.legacy.hits",
+        "shadow.legacy.misses",
+    ]
+    for bad in ("x", "-1", "1.5"):
+        status, body = await client.request("GET", "/dashboard/history", sinceMs=bad)
+        assert status == 400 and body["code"] == "invalid-request", (bad, body)

@@ -255,6 +255,14 @@ async def open_mid_run(
         table = panels[name]
         assert not table["overflow"], (name, table)
         assert table["cellsRight"] <= table["right"], (name, table)  # hit % not cut off
+    # and it goes on: new samples are added to what it drew
+    drawn = panels["rates"]["points"]
+
+    async def grown() -> bool:
+        state = json.loads(await evaluate(devtools, PAGE_STATE) or "{}")
+        return bool(state["panels"]["rates"]["points"] > drawn)
+
+    await eventually_async(grown, "the page to draw newer samples", DEADLINE_S)
     shot_data = await devtools.call("Page.captureScreenshot", format="png")
     image = base64.b64decode(shot_data["data"])
     assert image.startswith(b"\x89PNG")

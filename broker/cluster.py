@@ -205,9 +205,12 @@ class BrokerNode:
         self._binary_port = self.config.brokerServicePort
         config = self.config
         #: what its dashboard charts, over the whole run (restarts included)
+        recent_ms = config.brokerlabDashboardHistoryMinutes * 60_000
         self.history = SeriesHistory(
-            config.brokerlabDashboardHistoryMinutes * 60_000,
+            recent_ms,
             config.brokerlabDashboardHistoryOlderSamples,
+            # the samples of that time on their grid, should the clock stand still
+            max_recent=recent_ms // config.brokerlabDashboardSampleIntervalMs + 2,
         )
         self.sampler = DashboardSampler(
             self,

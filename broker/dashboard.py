@@ -57,26 +57,35 @@ COLUMNS = (
 
 class SeriesHistory:
     """Rows of integers at increasing times (the first item of a row), the whole run in
-    bounded memory: every row of the last ``recent_ms`` (by the newest row's time), and
-    before that rows at least ``step_ms`` apart, never more than ``max_older`` of them.
+    bounded memory: every row of the last ``recent_ms`` (by the newest row's time; at most
+    ``max_recent`` of them, the bound should time stand still), and before that rows at
+    least ``step_ms`` apart, never more than ``max_older`` of them.
     ``step_ms`` starts at ``older_step_ms`` and doubles whenever the older rows would
     outgrow ``max_older``: they are thinned to rows at least the new step apart, the
     first row (the run's start) always kept.
 
-    Memory: the recent rows (``recent_ms`` / the sampling interval) plus ``max_older``.
+    Memory: the recent rows (``recent_ms`` / the sampling interval, at most ``max_recent``)
+    plus ``max_older``.
     ``add`` is O(1) amortised: a row enters and leaves the recent part once; a thinning
     costs O(max_older) and leaves at most max_older / 2 + 1 rows (rows at least a step
     apart keep at most every other one at twice the step), so the next comes after at
     least max_older / 2 - 1 more rows kept."""
 
-    __slots__ = ("_older", "_recent", "max_older", "recent_ms", "step_ms")
+    __slots__ = ("_older", "_recent", "max_older", "max_recent", "recent_ms", "step_ms")
 
-    def __init__(self, recent_ms: int, max_older: int, older_step_ms: int = OLDER_STEP_MS) -> None:
+    def __init__(
+        self,
+        recent_ms: int,
+        max_older: int,
+        older_step_ms: int = OLDER_STEP_MS,
+        max_recent: int | None = None,
+    ) -> None:
         if max_older < 4:
             raise ValueError("keep at least 4 older rows")
         if older_step_ms <= 0:
             raise ValueError("the older rows' step must be positive")
         self.recent_ms = recent_ms
+        self.max_recent = max(1, max_recent) if max_recent is not None else None
         self.max_older = max_older
         self.step_ms = older_step_ms
         self._recent: deque[array[int]] = deque()
@@ -90,7 +99,8 @@ class SeriesHistory:
         recent = self._recent
         recent.append(row)
         oldest_recent = row[0] - self.recent_ms
-        while len(recent) > 1 and recent[0][0] < oldest_recent:
+        most = self.max_recent or len(recent)
+        while len(recent) > 1 and (recent[0][0] < oldest_recent or len(recent) > most):
             self._keep_older(recent.popleft())
 
     def _keep_older(self, row: array[int]) -> None:
@@ -149,6 +159,9 @@ class SampledBroker(Protocol):
 class DashboardSampler:
     """Samples one broker's dashboard series into ``history`` every ``interval_ms``.
 
+    A row's time is the clock's wall time at the first sample plus the monotonic time
+    since: rows stay in order whatever the wall clock does meanwhile (a step by NTP).
+
     The message totals are the service's, which starts from zero with every incarnation:
     the sampler adds the previous incarnations' last sampled totals, so the columns only
     grow over the run (what an incarnation counted after its last sample is not seen).
@@ -156,6 +169,7 @@ class DashboardSampler:
 
     __slots__ = (
         "_base",
+        "_epoch",
         "_incarnation",
         "_last",
         "_shadows",
@@ -187,6 +201,8 @@ class DashboardSampler:
         self._base = (0, 0)
         self._last = (0, 0)
         self._shadows: tuple[str, ...] | None = None
+        #: (wall ms, monotonic ns) at the first sample
+        self._epoch: tuple[int, int] | None = None
 
     @property
     def shadows(self) -> tuple[str, ...]:
@@ -210,6 +226,14 @@ class DashboardSampler:
             self._last = (service.totals.produced, service.totals.dispatched)
         return self._base[0] + self._last[0], self._base[1] + self._last[1]
 
+    def now_ms(self) -> int:
+        """The time of a sample taken now (see the class)."""
+        clock = self.clock
+        if self._epoch is None:
+            self._epoch = (clock.wall_ms(), clock.monotonic_ns())
+        wall_ms, monotonic_ns = self._epoch
+        return wall_ms + (clock.monotonic_ns() - monotonic_ns) // 1_000_000
+
     def sample(self) -> None:
         """Add a row for now; nothing before the broker's first start."""
         stream = self.broker.cache_stream
@@ -226,7 +250,7 @@ class DashboardSampler:
         row = array(
             "q",
             (
-                self.clock.wall_ms(),
+                self.now_ms(),
                 produced,
                 dispatched,
                 counters.hits,

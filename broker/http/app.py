@@ -1469,12 +1469,14 @@ SINCE_MS = IntQuery("sinceMs", "Only the samples after this time (epoch ms); 0: 
                    0, 0, 0, 0, 0, 0]]}
         ```
 
-        Each row is one sample, its items in `columns` order: the time (epoch ms, the
-        broker's clock), counters since the broker started (messages produced and dispatched
-        over every incarnation, the live cache's hits, misses, joined reads and evictions by
-        reason, storage entries read by tier, the bookie's last-entry cache and floor seeks,
-        the tiered index loads, each shadow's hits and misses) and gauges (cache size, its
-        limit, the watermark a size pass frees down to), all integers. A rate is the
+        Each row is one sample, its items in `columns` order: the time (epoch ms: the broker
+        clock's wall time at the first sample plus its monotonic time since, so rows stay in
+        order if the wall clock is stepped), counters since the broker started (messages
+        produced and dispatched over every incarnation, the live cache's hits, misses, joined
+        reads and evictions by reason, storage entries read by tier, the bookie's last-entry
+        cache and floor seeks, the tiered index loads, each shadow's hits and misses) and
+        gauges (cache size, its limit, the watermark a size pass frees down to), all
+        integers. A rate is the
         difference of a counter between two rows over their time difference.
 
         Retention: every sample of the last `brokerlabDashboardHistoryMinutes` (15 min,

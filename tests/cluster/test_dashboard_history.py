@@ -142,3 +142,43 @@ async def test_the_history_route_answers_the_rows_after_a_time_and_refuses_a_bad
     for bad in ("x", "-1", "1.5"):
         status, body = await client.request("GET", "/dashboard/history", sinceMs=bad)
         assert status == 400 and body["code"] == "invalid-request", (bad, body)
+
+
+class SteppedClock:
+    """A clock whose wall time can be set anywhere (an NTP step), apart from its
+    monotonic time."""
+
+    def __init__(self) -> None:
+        self.wall = 1_800_000_000_000
+        self.mono_ns = 0
+
+    def monotonic_ns(self) -> int:
+        return self.mono_ns
+
+    def wall_ms(self) -> int:
+        return self.wall
+
+
+async def test_samples_stay_in_order_if_the_wall_clock_steps_and_bounded_if_time_stops() -> None:
+    clock = SteppedClock()
+    cluster = Cluster(
+        make_settings(
+            None, brokerlabDashboardHistoryMinutes=1, brokerlabDashboardSampleIntervalMs=1000
+        ),
+        clock,
+    )
+    await cluster.open()
+    node = cluster.nodes[0]
+    try:
+        await node.start()  # the broker alone: the test takes the samples
+        node.sampler.sample()
+        clock.wall -= 3_600_000  # the wall clock steps back an hour
+        clock.mono_ns += 1_000_000_000
+        node.sampler.sample()
+        times = [row[0] for row in node.history.rows()]
+        assert times == [1_800_000_000_000, 1_800_000_001_000]
+        for _ in range(10_000):  # a clock that never moves (a test's manual clock)
+            node.sampler.sample()
+        assert len(node.history) <= 60 + 2 + 1
+    finally:
+        await cluster.close()

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from broker.cache import CacheEventStream, create_stream
 from broker.clock import Clock, EventClock, SystemClock
 from broker.config import BrokerConfig, cache_config, shadow_designs, trace_dir
+from broker.dashboard import DashboardSampler, SeriesHistory
 from broker.dispatch.data_format import check_data_format
 from broker.dispatch.deduplication import DeduplicationConfig
 from broker.dispatch.delayed import BUCKET_FACTORY, DelayedDeliveryConfig
@@ -202,6 +203,23 @@ class BrokerNode:
         self._trace_clock = _CurrentClock(cluster.clock)
         self.trace: TraceRecorder | None = None
         self._binary_port = self.config.brokerServicePort
+        config = self.config
+        #: what its dashboard charts, over the whole run (restarts included)
+        recent_ms = config.brokerlabDashboardHistoryMinutes * 60_000
+        self.history = SeriesHistory(
+            recent_ms,
+            config.brokerlabDashboardHistoryOlderSamples,
+            # the samples of that time on their grid, should the clock stand still
+            max_recent=recent_ms // config.brokerlabDashboardSampleIntervalMs + 2,
+        )
+        self.sampler = DashboardSampler(
+            self,
+            cluster.storage,
+            cluster.clock,
+            config.brokerlabDashboardSampleIntervalMs,
+            self.history,
+            config.managedLedgerCacheEvictionWatermark,
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -211,6 +229,12 @@ class BrokerNode:
         if service is None or self.state != "up":
             raise UnavailableError(f"broker {self.index} is {self.state}; retry")
         return service
+
+    @property
+    def cache_stream(self) -> CacheEventStream | None:
+        """The current (or, while down, the last) incarnation's cache events; None
+        before the first start."""
+        return self._stream
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -447,8 +471,11 @@ class Cluster:
         self.nodes = [BrokerNode(self, index) for index in range(self._brokers)]
 
     async def start(self) -> None:
+        """Start every broker, then their dashboard samplers (which run until close)."""
         for node in self.nodes:
             await node.start()
+        for node in self.nodes:
+            self._tasks.spawn(node.sampler.run(), name=f"dashboard sampler {node.index}")
 
     async def close(self) -> None:
         await self._tasks.close()

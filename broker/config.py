@@ -1125,6 +1125,38 @@ class BrokerConfig(BaseModel):
         origin="brokerlab only (Pulsar has no cap).",
         ge=0,
     )
+    brokerlabDashboardSampleIntervalMs: int = key(
+        1000,
+        STATS,
+        "Period at which each broker samples what its dashboard (GET /dashboard) charts into "
+        "its history (GET /dashboard/history), from its start: a page opened at any time "
+        "draws the run from the beginning. On the broker's clock (virtual time in a virtual "
+        "run).",
+        unit="ms",
+        origin=BROKERLAB_ONLY,
+        ge=100,
+    )
+    brokerlabDashboardHistoryMinutes: int = key(
+        15,
+        STATS,
+        "The dashboard history keeps every sample of the last this many minutes. Before "
+        "that it keeps one sample per 10 s, and at most "
+        "brokerlabDashboardHistoryOlderSamples of them: when they would be more, it keeps "
+        "one per 20 s, then 40 s, and so on (the run's first sample always stays), so the "
+        "whole run fits in bounded memory (about 0.3 KB a sample).",
+        unit="minutes",
+        origin=BROKERLAB_ONLY,
+        ge=0,
+    )
+    brokerlabDashboardHistoryOlderSamples: int = key(
+        600,
+        STATS,
+        "The most samples the dashboard history keeps from before its last "
+        "brokerlabDashboardHistoryMinutes (see there).",
+        unit="samples",
+        origin=BROKERLAB_ONLY,
+        ge=4,
+    )
 
     brokerlabTraceDir: str = key(
         "none",

@@ -84,6 +84,7 @@ from broker.http.schemas import (
     CacheStats,
     ConsumerCreated,
     DashboardData,
+    DashboardHistory,
     FaultSettings,
     OffloadStatus,
     PersistentTopicInternalStats,
@@ -1359,11 +1360,15 @@ TOP_TOPICS = 10
         `GET /dashboard` → the live dashboard page (no external network needed).
 
         **Extension:** `text/html`, one self-contained page (inline script and SVG charts, no
-        external resources) that polls `GET /dashboard/data` every 1.5 s and keeps the last 120
-        points: cache hit % over time (live design and shadows), in/out messages against cache
-        hits and misses, cache size against the limit and the watermark, evictions by reason,
-        storage reads by tier, the bookie's last-entry cache and the tiered index, top topics
-        by backlog.
+        external resources, works offline) that draws the broker's history (`GET
+        /dashboard/history`) from the run's start and polls it and `GET /dashboard/data` every
+        second: cache hit % over time (live design and every shadow), in/out messages against
+        cache hits and misses, cache size against the limit and the watermark, evictions by
+        reason, storage reads by tier, the bookie's last-entry cache and the tiered index, on
+        a time axis from the run's start to now; the cluster's brokers and the top topics by
+        backlog. With `authenticationEnabled`, open it as `/dashboard#token=<token>`: the page
+        keeps the token for the tab (sessionStorage), takes it out of the address bar and
+        sends it as a Bearer token with its data requests.
     """,
 )
 async def dashboard(request: web.Request) -> web.Response:
@@ -1379,8 +1384,9 @@ async def dashboard(request: web.Request) -> web.Response:
     success=Success(200, "the snapshot object.", DashboardData),
     errors={},
     description="""
-        **Extension.** One snapshot of the counters the dashboard charts (the page computes
-        rates from consecutive snapshots): `{"timeMs", "cache": <the cache stats object>,
+        **Extension.** One snapshot of the counters the dashboard shows (the page draws its
+        header and tables from it, its charts from `GET /dashboard/history`; rates are
+        differences between snapshots): `{"timeMs", "cache": <the cache stats object>,
         "cacheWatermarkBytes", "storage": <the storage stats object>, "messages": {"produced",
         "dispatched", "redelivered"}, "backlog", "topTopics": [{"topic", "backlog", "replay"}],
         "broker", "brokers"}` (counters since start; `topTopics` holds the ten topics with the
@@ -1427,6 +1433,80 @@ async def dashboard_data(request: web.Request) -> web.Response:
             ],
             "broker": node.index,
             "brokers": [_broker_summary(other) for other in node.cluster.nodes],
+        }
+    )
+
+
+SINCE_MS = IntQuery("sinceMs", "Only the samples after this time (epoch ms); 0: all.", 0, 0, 2**62)
+
+
+@api.operation(
+    "GET",
+    "/dashboard/history",
+    "getDashboardHistory",
+    tag="broker",
+    summary="the dashboard's series since the run started",
+    query=(SINCE_MS,),
+    success=Success(200, "the history object.", DashboardHistory),
+    down=False,
+    errors={400: "`sinceMs` not an integer or out of range."},
+    description="""
+        **Extension.** What the dashboard charts, sampled by the broker every
+        `brokerlabDashboardSampleIntervalMs` (1000) of its clock since it started (virtual
+        time in a virtual run), restarts included, so a page opened at any time draws the run
+        from its start:
+
+        ```json
+        {"sampleIntervalMs": 1000, "recentMs": 900000, "olderStepMs": 10000,
+         "startMs": 1764410677000, "implementation": "pip430", "shadows": ["legacy"],
+         "columns": ["timeMs", "produced", "dispatched", "hits", "misses", "joined",
+                     "sizeBytes", "maxSizeBytes", "watermarkBytes", "evictedTtl",
+                     "evictedSize", "evictedInvalidated", "bookieEntriesRead",
+                     "tieredEntriesRead", "lastEntryCacheHits", "lastEntryCacheMisses",
+                     "getFloorCalls", "tieredIndexLoads", "shadow.legacy.hits",
+                     "shadow.legacy.misses"],
+         "rows": [[1764410677000, 0, 0, 0, 0, 0, 0, 104857600, 94371840, 0, 0, 0, 0, 0,
+                   0, 0, 0, 0, 0, 0]]}
+        ```
+
+        Each row is one sample, its items in `columns` order: the time (epoch ms: the broker
+        clock's wall time at the first sample plus its monotonic time since, so rows stay in
+        order if the wall clock is stepped), counters since the broker started (messages
+        produced and dispatched over every incarnation, the live cache's hits, misses, joined
+        reads and evictions by reason, storage entries read by tier, the bookie's last-entry
+        cache and floor seeks, the tiered index loads, each shadow's hits and misses) and
+        gauges (cache size, its limit, the watermark a size pass frees down to), all
+        integers. A rate is the
+        difference of a counter between two rows over their time difference.
+
+        Retention: every sample of the last `brokerlabDashboardHistoryMinutes` (15 min,
+        `recentMs`); before that one sample per `olderStepMs` (10 s to start with) and at
+        most `brokerlabDashboardHistoryOlderSamples` (600) of them: when there would be more,
+        the step doubles (20 s, 40 s, ...) and the older samples are thinned to it. The first
+        sample (the run's start) is always kept, so the history covers the whole run in
+        bounded memory. `sinceMs` (**Extension**): only the rows after that time, for a page
+        that has the rest (a page fetches everything now and then, as rows it has may since
+        have been thinned).
+    """,
+)
+async def dashboard_history(request: web.Request) -> web.Response:
+    """This broker's sampled dashboard series, the whole run (thinned beyond its recent
+    part); O(rows returned)."""
+    since_ms = SINCE_MS.read(request)
+    node = request.app[NODE]
+    sampler = node.sampler
+    history = node.history
+    stream = node.cache_stream
+    return _json(
+        {
+            "sampleIntervalMs": sampler.interval_ms,
+            "recentMs": history.recent_ms,
+            "olderStepMs": history.step_ms,
+            "startMs": history.first_time_ms(),
+            "implementation": stream.live.manager.implementation if stream else "",
+            "shadows": list(sampler.shadows),
+            "columns": sampler.columns(),
+            "rows": [row.tolist() for row in history.rows(since_ms or None)],
         }
     )
 

@@ -602,6 +602,36 @@ class DashboardData(BaseModel):
     )
 
 
+class DashboardHistory(BaseModel):
+    """This broker's dashboard series over the whole run: rows of numbers, one per
+    sample, the columns named once (see docs/api.md)."""
+
+    sampleIntervalMs: Count = Field(
+        description="brokerlabDashboardSampleIntervalMs: the period of the samples."
+    )
+    recentMs: Count = Field(
+        description="Every sample of the last this many ms is kept "
+        "(brokerlabDashboardHistoryMinutes)."
+    )
+    olderStepMs: Count = Field(
+        description="Samples before that are kept at least this far apart (it doubles as "
+        "the run grows)."
+    )
+    startMs: Int64 | None = Field(
+        description="The time of the first sample (the run's start), epoch ms; null before it."
+    )
+    implementation: str = Field(description="The live cache design (its hits and misses).")
+    shadows: list[str] = Field(description="The shadow designs, in column order.")
+    columns: list[str] = Field(
+        description="The name of each item of a row: timeMs, counters since the start "
+        "(produced, dispatched, hits, ...), gauges (sizeBytes, maxSizeBytes, "
+        "watermarkBytes), then shadow.{name}.hits and shadow.{name}.misses per shadow."
+    )
+    rows: list[list[Int64]] = Field(
+        description="The samples in time order (after sinceMs when given), each as its columns say."
+    )
+
+
 # --- schemas -----------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from broker.http.schemas import (
     CacheStats,
     ConsumerCreated,
     DashboardData,
+    DashboardHistory,
     Error,
     ErrorCode,
     FaultSettings,
@@ -302,6 +303,9 @@ async def test_broker_stats_dashboard_and_faults_answer_as_their_models(
     assert trace.enabled
     dashboard = conforming(DashboardData, await answer(client, "GET", "/dashboard/data"))
     assert dashboard.topTopics, "the scenario has a loaded topic"
+    history = conforming(DashboardHistory, await answer(client, "GET", "/dashboard/history"))
+    assert history.shadows == ["legacy", "segmented"] and history.rows, history
+    assert all(len(row) == len(history.columns) for row in history.rows), history
     conforming(list[Broker], await answer(client, "GET", "/admin/v2/brokerlab/brokers"))
 
     faults = "/admin/v2/brokerlab/faults"

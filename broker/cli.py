@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import json
 import logging
@@ -16,11 +17,14 @@ from typing import TYPE_CHECKING, Any
 import uvloop
 from aiohttp import web
 
+import broker
 from broker.auth.service import is_loopback_address
 from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from broker.cluster import Cluster, Settings, http_url
 from broker.config import BrokerConfig, load_broker_config, load_storage_config
 from broker.heap import keep_heap_for_serving
+from storage_stub.bookie.api import StorageFaultError
+from storage_stub.bookie.data_dir_lock import DataDirInUseError
 from storage_stub.confparse import ConfigError
 
 if TYPE_CHECKING:
@@ -40,8 +44,21 @@ def _sample_rate(text: str) -> float:
     return rate
 
 
+def version_text() -> str:
+    """``brokerlab --version``: the package's version, the newest Pulsar binary protocol
+    version it speaks, and the Python it runs on."""
+    from broker.pulsar_api import PROTOCOL_VERSION
+
+    python = ".".join(map(str, sys.version_info[:3]))
+    return (
+        f"brokerlab {broker.__version__} (Pulsar binary protocol v{PROTOCOL_VERSION},"
+        f" Python {python})"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brokerlab", description=__doc__)
+    parser.add_argument("--version", action="version", version=version_text())
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the broker")
     serve.add_argument("--host", help="bind address (default: bindAddress of broker.conf)")
@@ -241,6 +258,44 @@ def warn_if_open(config: BrokerConfig) -> None:
         )
 
 
+#: what a bind fails with: the port is taken, privileged, or the address not this machine's
+LISTEN_ERRNOS = frozenset((errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL))
+
+
+class ListenError(Exception):
+    """A listener could not bind: what the user reads instead of a traceback (the
+    address, the setting that chose the port, how to choose another)."""
+
+    @classmethod
+    def of(cls, error: OSError, config: BrokerConfig, index: int, *, binary: bool) -> ListenError:
+        if binary:
+            setting, flag, free = "brokerServicePort", "--broker-port", "-1 = any free, 0 = off"
+            port = config.brokerServicePort
+        else:
+            setting, flag, free = "webServicePort", "--port", "0 = any free"
+            port = config.webServicePort
+        # with --brokers N, broker i listens on the given port + i
+        which = f" of broker {index}, the given port + {index}" if index else ""
+        address = f"{config.bindAddress}:{port}"
+        if error.errno == errno.EADDRINUSE:
+            cause = f"port {port} is already in use ({setting}{which})"
+        elif error.errno == errno.EACCES:
+            cause = f"no permission to listen on port {port} ({setting}{which})"
+        elif error.errno == errno.EADDRNOTAVAIL:
+            return cls(
+                f"brokerlab: cannot listen on {address}: {config.bindAddress} is not an"
+                " address of this machine\n  choose another with --host or bindAddress"
+                " in broker.conf"
+            )
+        else:
+            cause = f"{error.strerror or error} ({setting}{which})"
+        return cls(
+            f"brokerlab: cannot listen on {address}: {cause}\n"
+            f"  stop what uses it, or choose another port: {flag} PORT ({free}),"
+            f" or {setting}=PORT in broker.conf"
+        )
+
+
 async def serve(settings: Settings, brokers: int = 1) -> int:
     """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed),
     and return 0; 1 after the same close if a codec process died.
@@ -261,10 +316,23 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
             runner = http_runner(node_app(node), config)
             await runner.setup()
             runners.append(runner)
-            await LimitedTCPSite.for_config(runner, config).start()
+            try:
+                await LimitedTCPSite.for_config(runner, config).start()
+            except OSError as error:
+                raise ListenError.of(error, config, node.index, binary=False) from None
             port = runner.addresses[0][1]
             node.address.http_url = http_url(config.advertisedAddress, port)
-        await cluster.start()
+        try:
+            await cluster.start()
+        except OSError as error:
+            # the node that failed is the first with a binary port and no listener
+            failed = next(
+                (n for n in cluster.nodes if n.protocol is None and n.config.brokerServicePort),
+                None,
+            )
+            if failed is None or error.errno not in LISTEN_ERRNOS:
+                raise
+            raise ListenError.of(error, failed.config, failed.index, binary=True) from None
         tune_gc_for_serving()
         for node, runner in zip(cluster.nodes, runners, strict=True):
             which = f", broker {node.index}" if brokers > 1 else ""
@@ -354,6 +422,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataFormatError as error:
         print(f"brokerlab: cannot serve {settings.data_dir}: {error}", file=sys.stderr)
         return 2
+    except ListenError as error:
+        print(error, file=sys.stderr)
+        return 1
+    except DataDirInUseError as error:
+        holder = f"process {error.pid}" if error.pid is not None else "another process"
+        print(
+            f"brokerlab: the data directory {error.data_dir} is in use by {holder}"
+            " (another brokerlab serve?)\n"
+            "  stop it, or give this broker a directory of its own: --data-dir DIR",
+            file=sys.stderr,
+        )
+        return 1
+    except StorageFaultError as error:
+        print(f"brokerlab: cannot open {settings.data_dir}: {error.detail}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from broker.cluster import Cluster, Settings, http_url
 from broker.config import BrokerConfig, load_broker_config, load_storage_config
 from broker.heap import keep_heap_for_serving
+from broker.scrape_targets import write_scrape_targets
 from storage_stub.bookie.api import StorageFaultError
 from storage_stub.bookie.data_dir_lock import DataDirInUseError
 from storage_stub.confparse import ConfigError
@@ -310,6 +311,7 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
     await cluster.open()
     runners: list[web.AppRunner] = []
     exit_code = 0
+    targets_written = False
     try:
         for node in cluster.nodes:
             config = node.config
@@ -334,6 +336,18 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
                 raise
             raise ListenError.of(error, failed.config, failed.index, binary=True) from None
         tune_gc_for_serving()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        # before the lines that say it listens: a SIGTERM right after them stops it cleanly
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        data_dir = settings.data_dir
+        if data_dir is not None:
+            urls = [node.address.http_url for node in cluster.nodes]
+            await asyncio.to_thread(
+                write_scrape_targets, data_dir, settings.broker.clusterName, urls
+            )
+            targets_written = True
         for node, runner in zip(cluster.nodes, runners, strict=True):
             which = f", broker {node.index}" if brokers > 1 else ""
             print(
@@ -346,10 +360,6 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
                 print(
                     f"brokerlab binary protocol on {node.protocol.service_url}{suffix}", flush=True
                 )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
         stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
         # a codec process that dies takes the broker down rather than leave it half-alive
         died: list[asyncio.Future[Any]] = [
@@ -366,6 +376,9 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
         else:
             print("brokerlab: shutting down", flush=True)
     finally:
+        if targets_written and settings.data_dir is not None:
+            # Prometheus drops the targets rather than report them down
+            write_scrape_targets(settings.data_dir, settings.broker.clusterName, [])
         for runner in runners:
             await runner.cleanup()
         await cluster.close()

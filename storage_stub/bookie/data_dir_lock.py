@@ -80,6 +80,11 @@ class DataDirLock:
             os.close(self._fd)
             self._fd = None
 
+    def __del__(self) -> None:
+        # a storage dropped unclosed (a failed open, a test's simulated crash) lets go,
+        # as its RocksDB database does when collected
+        self.release()
+
 
 def _read_pid(fd: int) -> int | None:
     try:

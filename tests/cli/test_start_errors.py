@@ -78,19 +78,33 @@ def test_serve_on_a_taken_binary_port_names_the_port_and_the_setting(
     assert "--broker-port PORT" in result.stderr
 
 
+def held_after_a_free_port() -> tuple[socket.socket, int]:
+    """A listening socket on port P + 1, and P, free when looked at."""
+    for _ in range(50):
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        below = holder.getsockname()[1] - 1
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", below))
+            except OSError:
+                holder.close()
+                continue
+        return holder, below
+    raise AssertionError("no free port below a free one")
+
+
 def test_a_second_broker_of_a_cluster_on_a_taken_port_says_which_broker(
-    tmp_path: pathlib.Path, taken_port: int
+    tmp_path: pathlib.Path,
 ) -> None:
-    # broker 1 of --brokers 2 listens on the given port + 1
-    result = serve(
-        tmp_path / "data",
-        "--brokers",
-        "2",
-        "--port",
-        "0",
-        "--broker-port",
-        str(taken_port - 1),
-    )
+    holder, base = held_after_a_free_port()
+    taken_port = base + 1
+    with holder:
+        # broker 1 of --brokers 2 listens on the given port + 1
+        result = serve(
+            tmp_path / "data", "--brokers", "2", "--port", "0", "--broker-port", str(base)
+        )
     assert_told_briefly(result)
     assert f"port {taken_port} is already in use (brokerServicePort of broker 1" in result.stderr
 

@@ -263,12 +263,29 @@ def warn_if_open(config: BrokerConfig) -> None:
 LISTEN_ERRNOS = frozenset((errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL))
 
 
-class ListenError(Exception):
-    """A listener could not bind: what the user reads instead of a traceback (the
-    address, the setting that chose the port, how to choose another)."""
+class StartError(Exception):
+    """Start-up failed in a way the user can fix: what they read instead of a traceback,
+    one or two lines with the cause and the fix."""
 
     @classmethod
-    def of(cls, error: OSError, config: BrokerConfig, index: int, *, binary: bool) -> ListenError:
+    def data_dir(cls, error: StorageFaultError, data_dir: pathlib.Path) -> StartError:
+        """The storage would not open: held by another process (named when its pid is
+        in the lock file), or a fault of the directory itself."""
+        if isinstance(error, DataDirInUseError):
+            holder = f"process {error.pid}" if error.pid is not None else "another process"
+            return cls(
+                f"brokerlab: the data directory {error.data_dir} is in use by {holder}"
+                " (another brokerlab serve?)\n"
+                "  stop it, or give this broker a directory of its own: --data-dir DIR"
+            )
+        return cls(f"brokerlab: cannot open the data directory {data_dir}: {error.detail}")
+
+    @classmethod
+    def listen(
+        cls, error: OSError, config: BrokerConfig, index: int, *, binary: bool
+    ) -> StartError:
+        """A listener could not bind: the address, the setting that chose the port, how
+        to choose another."""
         if binary:
             setting, flag, free = "brokerServicePort", "--broker-port", "-1 = any free, 0 = off"
             port = config.brokerServicePort
@@ -281,7 +298,11 @@ class ListenError(Exception):
         if error.errno == errno.EADDRINUSE:
             cause = f"port {port} is already in use ({setting}{which})"
         elif error.errno == errno.EACCES:
-            cause = f"no permission to listen on port {port} ({setting}{which})"
+            return cls(
+                f"brokerlab: cannot listen on {address}: no permission for port {port}"
+                f" ({setting}{which})\n  choose a port above 1023: {flag} PORT ({free}),"
+                f" or {setting}=PORT in broker.conf"
+            )
         elif error.errno == errno.EADDRNOTAVAIL:
             return cls(
                 f"brokerlab: cannot listen on {address}: {config.bindAddress} is not an"
@@ -297,6 +318,19 @@ class ListenError(Exception):
         )
 
 
+def _write_targets(settings: Settings, http_urls: list[str]) -> bool:
+    """Write the data directory's Prometheus targets; whether it was written (a full or
+    read-only disk, which the broker serves on, only costs the file)."""
+    if settings.data_dir is None:
+        return False
+    try:
+        write_scrape_targets(settings.data_dir, settings.broker.clusterName, http_urls)
+    except OSError as error:
+        log.warning("cannot write the Prometheus targets file: %s", error)
+        return False
+    return True
+
+
 async def serve(settings: Settings, brokers: int = 1) -> int:
     """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed),
     and return 0; 1 after the same close if a codec process died.
@@ -308,7 +342,10 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
     warn_if_open(settings.broker)
     keep_heap_for_serving()
     cluster = Cluster(settings, brokers=brokers)
-    await cluster.open()
+    try:
+        await cluster.open()
+    except StorageFaultError as error:
+        raise StartError.data_dir(error, settings.data_dir or pathlib.Path()) from None
     runners: list[web.AppRunner] = []
     exit_code = 0
     targets_written = False
@@ -321,7 +358,7 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
             try:
                 await LimitedTCPSite.for_config(runner, config).start()
             except OSError as error:
-                raise ListenError.of(error, config, node.index, binary=False) from None
+                raise StartError.listen(error, config, node.index, binary=False) from None
             port = runner.addresses[0][1]
             node.address.http_url = http_url(config.advertisedAddress, port)
         try:
@@ -334,20 +371,15 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
             )
             if failed is None or error.errno not in LISTEN_ERRNOS:
                 raise
-            raise ListenError.of(error, failed.config, failed.index, binary=True) from None
+            raise StartError.listen(error, failed.config, failed.index, binary=True) from None
         tune_gc_for_serving()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         # before the lines that say it listens: a SIGTERM right after them stops it cleanly
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        data_dir = settings.data_dir
-        if data_dir is not None:
-            urls = [node.address.http_url for node in cluster.nodes]
-            await asyncio.to_thread(
-                write_scrape_targets, data_dir, settings.broker.clusterName, urls
-            )
-            targets_written = True
+        urls = [node.address.http_url for node in cluster.nodes]
+        targets_written = await asyncio.to_thread(_write_targets, settings, urls)
         for node, runner in zip(cluster.nodes, runners, strict=True):
             which = f", broker {node.index}" if brokers > 1 else ""
             print(
@@ -376,9 +408,9 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
         else:
             print("brokerlab: shutting down", flush=True)
     finally:
-        if targets_written and settings.data_dir is not None:
+        if targets_written:
             # Prometheus drops the targets rather than report them down
-            write_scrape_targets(settings.data_dir, settings.broker.clusterName, [])
+            _write_targets(settings, [])
         for runner in runners:
             await runner.cleanup()
         await cluster.close()
@@ -435,20 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataFormatError as error:
         print(f"brokerlab: cannot serve {settings.data_dir}: {error}", file=sys.stderr)
         return 2
-    except ListenError as error:
+    except StartError as error:
         print(error, file=sys.stderr)
-        return 1
-    except DataDirInUseError as error:
-        holder = f"process {error.pid}" if error.pid is not None else "another process"
-        print(
-            f"brokerlab: the data directory {error.data_dir} is in use by {holder}"
-            " (another brokerlab serve?)\n"
-            "  stop it, or give this broker a directory of its own: --data-dir DIR",
-            file=sys.stderr,
-        )
-        return 1
-    except StorageFaultError as error:
-        print(f"brokerlab: cannot open {settings.data_dir}: {error.detail}", file=sys.stderr)
         return 1
 
 

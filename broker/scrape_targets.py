@@ -27,5 +27,9 @@ def write_scrape_targets(data_dir: pathlib.Path, cluster: str, http_urls: Sequen
     data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / TARGETS_FILE
     partial = path.with_name(f".{TARGETS_FILE}.{os.getpid()}")
-    partial.write_text(json.dumps(groups, indent=2) + "\n")
-    os.replace(partial, path)
+    try:
+        partial.write_text(json.dumps(groups, indent=2) + "\n")
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)  # a full disk: leave no half-written file
+        raise

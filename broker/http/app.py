@@ -1321,7 +1321,10 @@ async def trace_stats(request: web.Request) -> web.Response:
           `subscription="_other"`), and the gauge
           `brokerlab_metrics_topics_aggregated` says how many they are; so the sums over `topic`
           stay the broker's totals, and a scrape of 50,000 topics is about 0.3 MB (15 MB and
-          200,000 series uncapped).
+          200,000 series uncapped). With `exposeTopicLevelMetricsInPrometheus=false`, as
+          Pulsar then, `pulsar_msg_backlog`, `pulsar_rate_in`, `pulsar_rate_out` and
+          `pulsar_storage_size` are per `namespace` only. Either way `pulsar_topics_count`
+          counts the loaded topics per `namespace`.
 
         #### Inactive topics
 

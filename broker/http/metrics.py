@@ -395,7 +395,18 @@ class BrokerCollector(Collector):
         yield _gauge(
             "brokerlab_replay_queue_messages", "Messages waiting in replay queues.", replay
         )
+        namespaces: dict[str, list[TopicLoad]] = {}
+        for load in loads:
+            namespaces.setdefault(load.namespace, []).append(load)
+        topics_count = GaugeMetricFamily(
+            "pulsar_topics_count", "Topics loaded, per namespace.", labels=["namespace"]
+        )
+        for namespace in sorted(namespaces):
+            topics_count.add_metric([namespace], len(namespaces[namespace]))
+        yield topics_count
         if not self._topic_level:
+            # as Pulsar then: the topic families summed per namespace, with no topic label
+            yield from _namespace_families(namespaces)
             return
         # Pulsar's topic labels (its cluster label comes from prometheus.yml's target)
         topic = ["namespace", "topic"]
@@ -442,3 +453,20 @@ class BrokerCollector(Collector):
             'Topics summed under topic="_other" (beyond brokerlabMetricsMaxTopics).',
             len(rest),
         )
+
+
+def _namespace_families(namespaces: dict[str, list[TopicLoad]]) -> Iterator[Metric]:
+    """The topic families per namespace (exposeTopicLevelMetricsInPrometheus=false).
+    O(topics)."""
+    label = ["namespace"]
+    backlog = GaugeMetricFamily("pulsar_msg_backlog", "Backlog per namespace.", labels=label)
+    rate_in = GaugeMetricFamily("pulsar_rate_in", "Messages per second in.", labels=label)
+    rate_out = GaugeMetricFamily("pulsar_rate_out", "Messages per second out.", labels=label)
+    storage = GaugeMetricFamily("pulsar_storage_size", "Stored bytes.", labels=label)
+    for namespace in sorted(namespaces):
+        group = namespaces[namespace]
+        backlog.add_metric([namespace], sum(load.backlog for load in group))
+        rate_in.add_metric([namespace], sum(load.rate_in for load in group))
+        rate_out.add_metric([namespace], sum(load.rate_out for load in group))
+        storage.add_metric([namespace], sum(load.storage_size for load in group))
+    yield from (backlog, rate_in, rate_out, storage)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import json
 import logging
@@ -16,11 +17,15 @@ from typing import TYPE_CHECKING, Any
 import uvloop
 from aiohttp import web
 
+import broker
 from broker.auth.service import is_loopback_address
 from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
 from broker.cluster import Cluster, Settings, http_url
 from broker.config import BrokerConfig, load_broker_config, load_storage_config
 from broker.heap import keep_heap_for_serving
+from broker.scrape_targets import write_scrape_targets
+from storage_stub.bookie.api import StorageFaultError
+from storage_stub.bookie.data_dir_lock import DataDirInUseError
 from storage_stub.confparse import ConfigError
 
 if TYPE_CHECKING:
@@ -40,8 +45,21 @@ def _sample_rate(text: str) -> float:
     return rate
 
 
+def version_text() -> str:
+    """``brokerlab --version``: the package's version, the newest Pulsar binary protocol
+    version it speaks, and the Python it runs on."""
+    from broker.pulsar_api import PROTOCOL_VERSION
+
+    python = ".".join(map(str, sys.version_info[:3]))
+    return (
+        f"brokerlab {broker.__version__} (Pulsar binary protocol v{PROTOCOL_VERSION},"
+        f" Python {python})"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brokerlab", description=__doc__)
+    parser.add_argument("--version", action="version", version=version_text())
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the broker")
     serve.add_argument("--host", help="bind address (default: bindAddress of broker.conf)")
@@ -241,6 +259,78 @@ def warn_if_open(config: BrokerConfig) -> None:
         )
 
 
+#: what a bind fails with: the port is taken, privileged, or the address not this machine's
+LISTEN_ERRNOS = frozenset((errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL))
+
+
+class StartError(Exception):
+    """Start-up failed in a way the user can fix: what they read instead of a traceback,
+    one or two lines with the cause and the fix."""
+
+    @classmethod
+    def data_dir(cls, error: StorageFaultError, data_dir: pathlib.Path) -> StartError:
+        """The storage would not open: held by another process (named when its pid is
+        in the lock file), or a fault of the directory itself."""
+        if isinstance(error, DataDirInUseError):
+            holder = f"process {error.pid}" if error.pid is not None else "another process"
+            return cls(
+                f"brokerlab: the data directory {error.data_dir} is in use by {holder}"
+                " (another brokerlab serve?)\n"
+                "  stop it, or give this broker a directory of its own: --data-dir DIR"
+            )
+        return cls(f"brokerlab: cannot open the data directory {data_dir}: {error.detail}")
+
+    @classmethod
+    def listen(
+        cls, error: OSError, config: BrokerConfig, index: int, *, binary: bool
+    ) -> StartError:
+        """A listener could not bind: the address, the setting that chose the port, how
+        to choose another."""
+        if binary:
+            setting, flag, free = "brokerServicePort", "--broker-port", "-1 = any free, 0 = off"
+            port = config.brokerServicePort
+        else:
+            setting, flag, free = "webServicePort", "--port", "0 = any free"
+            port = config.webServicePort
+        # with --brokers N, broker i listens on the given port + i
+        which = f" of broker {index}, the given port + {index}" if index else ""
+        address = f"{config.bindAddress}:{port}"
+        if error.errno == errno.EADDRINUSE:
+            cause = f"port {port} is already in use ({setting}{which})"
+        elif error.errno == errno.EACCES:
+            return cls(
+                f"brokerlab: cannot listen on {address}: no permission for port {port}"
+                f" ({setting}{which})\n  choose a port above 1023: {flag} PORT ({free}),"
+                f" or {setting}=PORT in broker.conf"
+            )
+        elif error.errno == errno.EADDRNOTAVAIL:
+            return cls(
+                f"brokerlab: cannot listen on {address}: {config.bindAddress} is not an"
+                " address of this machine\n  choose another with --host or bindAddress"
+                " in broker.conf"
+            )
+        else:
+            cause = f"{error.strerror or error} ({setting}{which})"
+        return cls(
+            f"brokerlab: cannot listen on {address}: {cause}\n"
+            f"  stop what uses it, or choose another port: {flag} PORT ({free}),"
+            f" or {setting}=PORT in broker.conf"
+        )
+
+
+def _write_targets(settings: Settings, http_urls: list[str]) -> bool:
+    """Write the data directory's Prometheus targets; whether it was written (a full or
+    read-only disk, which the broker serves on, only costs the file)."""
+    if settings.data_dir is None:
+        return False
+    try:
+        write_scrape_targets(settings.data_dir, settings.broker.clusterName, http_urls)
+    except OSError as error:
+        log.warning("cannot write the Prometheus targets file: %s", error)
+        return False
+    return True
+
+
 async def serve(settings: Settings, brokers: int = 1) -> int:
     """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed),
     and return 0; 1 after the same close if a codec process died.
@@ -252,20 +342,44 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
     warn_if_open(settings.broker)
     keep_heap_for_serving()
     cluster = Cluster(settings, brokers=brokers)
-    await cluster.open()
+    try:
+        await cluster.open()
+    except StorageFaultError as error:
+        raise StartError.data_dir(error, settings.data_dir or pathlib.Path()) from None
     runners: list[web.AppRunner] = []
     exit_code = 0
+    targets_written = False
     try:
         for node in cluster.nodes:
             config = node.config
             runner = http_runner(node_app(node), config)
             await runner.setup()
             runners.append(runner)
-            await LimitedTCPSite.for_config(runner, config).start()
+            try:
+                await LimitedTCPSite.for_config(runner, config).start()
+            except OSError as error:
+                raise StartError.listen(error, config, node.index, binary=False) from None
             port = runner.addresses[0][1]
             node.address.http_url = http_url(config.advertisedAddress, port)
-        await cluster.start()
+        try:
+            await cluster.start()
+        except OSError as error:
+            # the node that failed is the first with a binary port and no listener
+            failed = next(
+                (n for n in cluster.nodes if n.protocol is None and n.config.brokerServicePort),
+                None,
+            )
+            if failed is None or error.errno not in LISTEN_ERRNOS:
+                raise
+            raise StartError.listen(error, failed.config, failed.index, binary=True) from None
         tune_gc_for_serving()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        # before the lines that say it listens: a SIGTERM right after them stops it cleanly
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        urls = [node.address.http_url for node in cluster.nodes]
+        targets_written = await asyncio.to_thread(_write_targets, settings, urls)
         for node, runner in zip(cluster.nodes, runners, strict=True):
             which = f", broker {node.index}" if brokers > 1 else ""
             print(
@@ -278,10 +392,6 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
                 print(
                     f"brokerlab binary protocol on {node.protocol.service_url}{suffix}", flush=True
                 )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
         stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
         # a codec process that dies takes the broker down rather than leave it half-alive
         died: list[asyncio.Future[Any]] = [
@@ -298,6 +408,9 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
         else:
             print("brokerlab: shutting down", flush=True)
     finally:
+        if targets_written:
+            # Prometheus drops the targets rather than report them down
+            _write_targets(settings, [])
         for runner in runners:
             await runner.cleanup()
         await cluster.close()
@@ -354,6 +467,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataFormatError as error:
         print(f"brokerlab: cannot serve {settings.data_dir}: {error}", file=sys.stderr)
         return 2
+    except StartError as error:
+        print(error, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -82,6 +82,9 @@ def spark_session(
             ) from None
         return SparkSession.builder.remote(where).appName(app_name).getOrCreate()
     master = where
+    missing = java_missing(os.environ)
+    if missing is not None:
+        raise SparkMissing(missing)
     # a master was chosen: a SPARK_REMOTE in the environment would make PySpark refuse it
     os.environ.pop("SPARK_REMOTE", None)
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -98,6 +101,21 @@ def spark_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def java_missing(environ: Mapping[str, str]) -> str | None:
+    """Why a classic session cannot start its driver's JVM, or None if it can: PySpark
+    runs ``$JAVA_HOME/bin/java`` when JAVA_HOME is set, else ``java`` on PATH (without
+    one it ends in a gateway traceback). Spark 4 needs Java 17 or newer."""
+    fix = "install Java 17 (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+    java_home = environ.get("JAVA_HOME")
+    if java_home:
+        if os.access(pathlib.Path(java_home, "bin", "java"), os.X_OK):
+            return None
+        return f"JAVA_HOME={java_home} has no bin/java: {fix} to a Java 17 installation"
+    if shutil.which("java", path=environ.get("PATH")) is not None:
+        return None
+    return f"Spark needs Java, and there is no java on PATH and no JAVA_HOME: {fix}"
 
 
 def session_target(

@@ -867,6 +867,7 @@ class BrokerService:
                 rate_out += sum(consumer.msg_out.rate for consumer in subscription.consumers)
             loads.append(
                 TopicLoad(str(topic.name), backlog, replay, topic.msg_in.rate, rate_out,
-                          topic.ledger.total_size())
+                          topic.ledger.total_size(),
+                          f"{topic.name.tenant}/{topic.name.namespace}")
             )  # fmt: skip
         return loads

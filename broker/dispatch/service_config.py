@@ -90,6 +90,8 @@ class TopicLoad:
     rate_in: float
     rate_out: float
     storage_size: int
+    #: ``tenant/namespace``, Pulsar's ``namespace`` label on topic metrics
+    namespace: str
 
 
 @dataclass(slots=True)

@@ -1300,7 +1300,8 @@ async def trace_stats(request: web.Request) -> web.Response:
         - Dispatch: `brokerlab_messages_produced_total`, `brokerlab_messages_dispatched_total`,
           `brokerlab_messages_redelivered_total`, gauges `brokerlab_backlog_messages`,
           `brokerlab_replay_queue_messages`; histograms `brokerlab_produce_latency_seconds` and
-          `brokerlab_dispatch_latency_seconds` (publishTime to the poll that returns a message).
+          `brokerlab_dispatch_latency_seconds` (publishTime to the poll that returns a message),
+          buckets from 0.5 ms to an hour (a catch-up read's latency is minutes).
         - Codec processes (only with `httpCodecProcesses` above 0, or -1 on a machine of three
           or more cores): `brokerlab_http_codec_requests_total` by `outcome`, `encoded` (the
           produce body's entries came from a codec process) or `refused` (the process would not
@@ -1310,15 +1311,21 @@ async def trace_stats(request: web.Request) -> web.Response:
           in use, not with the topics loaded), gauge `brokerlab_upkeep_active_topics` (topics
           each round visits now), `brokerlab_inactive_topics_deleted_total` and
           `brokerlab_inactive_topics_unloaded_total` (see [Inactive topics](#inactive-topics)).
-        - With `exposeTopicLevelMetricsInPrometheus=true` (the default, as in Pulsar), per topic:
+        - With `exposeTopicLevelMetricsInPrometheus=true` (the default, as in Pulsar), per topic
+          and labelled as Pulsar labels them (`namespace`: `tenant/namespace`; `topic`: the full
+          name; Pulsar's `cluster` comes from the scrape target, see conf/prometheus.yml):
           `pulsar_msg_backlog`, `pulsar_rate_in`, `pulsar_rate_out`, `pulsar_storage_size`, and
           `brokerlab_replay_queue_messages_by_subscription` (also by `subscription`), for at most
           `brokerlabMetricsMaxTopics` topics (default 1000; brokerlab only): those with the
-          largest backlogs (ties: the larger storage size). The other topics are summed into one
-          series per family labelled `topic="_other"` (and `subscription="_other"`), and the gauge
+          largest backlogs (ties: the larger storage size). The other topics are summed, per
+          namespace, into one series per family labelled `topic="_other"` (and
+          `subscription="_other"`), and the gauge
           `brokerlab_metrics_topics_aggregated` says how many they are; so the sums over `topic`
           stay the broker's totals, and a scrape of 50,000 topics is about 0.3 MB (15 MB and
-          200,000 series uncapped).
+          200,000 series uncapped). With `exposeTopicLevelMetricsInPrometheus=false`, as
+          Pulsar then, `pulsar_msg_backlog`, `pulsar_rate_in`, `pulsar_rate_out` and
+          `pulsar_storage_size` are per `namespace` only. Either way `pulsar_topics_count`
+          counts the loaded topics per `namespace`.
 
         #### Inactive topics
 

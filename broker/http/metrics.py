@@ -4,9 +4,11 @@ A collector reads them at scrape time, so nothing is added to hot paths except t
 latency histograms. Pulsar-compatible ``pulsar_ml_cache_*`` gauges carry the rates of
 the last stats period (``statsUpdateFrequencyInSecs``); ``brokerlab_*`` counters carry
 totals since start, by design (live cache and shadows), reason and storage tier.
-Topic-labelled series appear only with ``exposeTopicLevelMetricsInPrometheus``, for at
-most ``brokerlabMetricsMaxTopics`` topics (the largest backlogs); the others are summed
-under ``topic="_other"``, so a scrape's size is bounded whatever the topic count.
+Topic-labelled series appear only with ``exposeTopicLevelMetricsInPrometheus``, labelled
+as Pulsar labels them (``namespace`` ``tenant/ns``, ``topic`` the full name), for at most
+``brokerlabMetricsMaxTopics`` topics (the largest backlogs); the others are summed per
+namespace under ``topic="_other"``, so a scrape's size is bounded by the cap plus the
+namespaces, whatever the topic count.
 Every series carries a ``broker`` label, the broker's index in its cluster (0 alone), so
 the brokers of a cluster scraped together stay apart.
 """
@@ -31,14 +33,19 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from broker.cluster import BrokerNode
     from broker.dispatch.service import BrokerService
+    from broker.dispatch.service_config import TopicLoad
     from broker.http.codec import CodecPool
     from storage_stub.bookie import Storage
 
 #: the ``topic`` label of the series that sum the topics beyond brokerlabMetricsMaxTopics
 OTHER_TOPICS = "_other"
 
+#: up to an hour, as the load generator's latencies (HdrHistograms up to an hour): a
+#: catch-up read of a backlog minutes old is a publish-to-delivery latency of minutes,
+#: and with 30 s the top bucket a p99 beyond it read 30.0 (histogram_quantile's cap)
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
 )  # fmt: skip
 
 
@@ -388,9 +395,21 @@ class BrokerCollector(Collector):
         yield _gauge(
             "brokerlab_replay_queue_messages", "Messages waiting in replay queues.", replay
         )
+        namespaces: dict[str, list[TopicLoad]] = {}
+        for load in loads:
+            namespaces.setdefault(load.namespace, []).append(load)
+        topics_count = GaugeMetricFamily(
+            "pulsar_topics_count", "Topics loaded, per namespace.", labels=["namespace"]
+        )
+        for namespace in sorted(namespaces):
+            topics_count.add_metric([namespace], len(namespaces[namespace]))
+        yield topics_count
         if not self._topic_level:
+            # as Pulsar then: the topic families summed per namespace, with no topic label
+            yield from _namespace_families(namespaces)
             return
-        topic = ["topic"]
+        # Pulsar's topic labels (its cluster label comes from prometheus.yml's target)
+        topic = ["namespace", "topic"]
         t_backlog = GaugeMetricFamily("pulsar_msg_backlog", "Backlog per topic.", labels=topic)
         t_rate_in = GaugeMetricFamily("pulsar_rate_in", "Messages per second in.", labels=topic)
         t_rate_out = GaugeMetricFamily("pulsar_rate_out", "Messages per second out.", labels=topic)
@@ -398,7 +417,7 @@ class BrokerCollector(Collector):
         t_replay = GaugeMetricFamily(
             "brokerlab_replay_queue_messages_by_subscription",
             "Messages waiting in a replay queue.",
-            labels=["topic", "subscription"],
+            labels=[*topic, "subscription"],
         )
         cap = self._node.config.brokerlabMetricsMaxTopics
         shown, rest = loads, []
@@ -406,22 +425,27 @@ class BrokerCollector(Collector):
             ranked = sorted(loads, key=lambda load: (load.backlog, load.storage_size), reverse=True)
             shown, rest = ranked[:cap], ranked[cap:]
         for load in shown:
-            label = [load.topic]
+            label = [load.namespace, load.topic]
             t_backlog.add_metric(label, load.backlog)
             t_rate_in.add_metric(label, load.rate_in)
             t_rate_out.add_metric(label, load.rate_out)
             t_storage.add_metric(label, load.storage_size)
             for name, waiting in load.replay_by_subscription.items():
-                t_replay.add_metric([load.topic, name], waiting)
-        if rest:
-            other = [OTHER_TOPICS]
-            t_backlog.add_metric(other, sum(load.backlog for load in rest))
-            t_rate_in.add_metric(other, sum(load.rate_in for load in rest))
-            t_rate_out.add_metric(other, sum(load.rate_out for load in rest))
-            t_storage.add_metric(other, sum(load.storage_size for load in rest))
+                t_replay.add_metric([*label, name], waiting)
+        # the rest summed per namespace, so sums by namespace stay whole
+        by_namespace: dict[str, list[TopicLoad]] = {}
+        for load in rest:
+            by_namespace.setdefault(load.namespace, []).append(load)
+        for namespace in sorted(by_namespace):
+            group = by_namespace[namespace]
+            other = [namespace, OTHER_TOPICS]
+            t_backlog.add_metric(other, sum(load.backlog for load in group))
+            t_rate_in.add_metric(other, sum(load.rate_in for load in group))
+            t_rate_out.add_metric(other, sum(load.rate_out for load in group))
+            t_storage.add_metric(other, sum(load.storage_size for load in group))
             t_replay.add_metric(
-                [OTHER_TOPICS, OTHER_TOPICS],
-                sum(sum(load.replay_by_subscription.values()) for load in rest),
+                [*other, OTHER_TOPICS],
+                sum(sum(load.replay_by_subscription.values()) for load in group),
             )
         yield from (t_backlog, t_rate_in, t_rate_out, t_storage, t_replay)
         yield _gauge(
@@ -429,3 +453,20 @@ class BrokerCollector(Collector):
             'Topics summed under topic="_other" (beyond brokerlabMetricsMaxTopics).',
             len(rest),
         )
+
+
+def _namespace_families(namespaces: dict[str, list[TopicLoad]]) -> Iterator[Metric]:
+    """The topic families per namespace (exposeTopicLevelMetricsInPrometheus=false).
+    O(topics)."""
+    label = ["namespace"]
+    backlog = GaugeMetricFamily("pulsar_msg_backlog", "Backlog per namespace.", labels=label)
+    rate_in = GaugeMetricFamily("pulsar_rate_in", "Messages per second in.", labels=label)
+    rate_out = GaugeMetricFamily("pulsar_rate_out", "Messages per second out.", labels=label)
+    storage = GaugeMetricFamily("pulsar_storage_size", "Stored bytes.", labels=label)
+    for namespace in sorted(namespaces):
+        group = namespaces[namespace]
+        backlog.add_metric([namespace], sum(load.backlog for load in group))
+        rate_in.add_metric([namespace], sum(load.rate_in for load in group))
+        rate_out.add_metric([namespace], sum(load.rate_out for load in group))
+        storage.add_metric([namespace], sum(load.storage_size for load in group))
+    yield from (backlog, rate_in, rate_out, storage)

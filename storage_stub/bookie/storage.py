@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from storage_stub.bookie.api import OPERATIONS, Bookie, MetadataStore
 from storage_stub.bookie.counters import OpCounters
+from storage_stub.bookie.data_dir_lock import DataDirLock
 from storage_stub.bookie.disk import DiskBookie
 from storage_stub.bookie.disk_monitor import UsageProbe
 from storage_stub.bookie.faults import FaultInjector
@@ -172,12 +173,18 @@ async def open_storage(
     else:
         if data_dir is None:
             raise ValueError("storageMode=disk needs a data directory")
-        metadata_db = await asyncio.to_thread(
-            RocksDatabase,
-            data_dir / "metadata",
-            name="metadata",
-            allow_read_only=config.readOnlyModeEnabled,
-        )
+        # taken first, so a second broker on the directory is told who holds it
+        lock = await asyncio.to_thread(DataDirLock.acquire, data_dir)
+        try:
+            metadata_db = await asyncio.to_thread(
+                RocksDatabase,
+                data_dir / "metadata",
+                name="metadata",
+                allow_read_only=config.readOnlyModeEnabled,
+            )
+        except BaseException:
+            lock.release()
+            raise
         # one writer for the metadata database: the bookie's ledger records and the
         # store's records written together share one fsync
         metadata_writer = (
@@ -196,6 +203,7 @@ async def open_storage(
             if metadata_writer is not None:
                 await metadata_writer.close()
             metadata_db.close()
+            lock.release()
             raise
         rocks_metadata = RocksMetadataStore(
             metadata_db, sync=metadata_writer is not None, writer=metadata_writer
@@ -205,6 +213,7 @@ async def open_storage(
             if metadata_writer is not None:
                 await metadata_writer.close()
             metadata_db.close(flush=not disk_bookie.disk_full())
+            lock.release()
 
         bookie, metadata = disk_bookie, rocks_metadata
         read_cache = disk_bookie.read_cache

@@ -85,3 +85,41 @@ async def test_thousands_of_topics_give_a_bounded_scrape() -> None:
     finally:
         await client.close()
         await runner.cleanup()
+
+
+async def test_topic_series_carry_pulsars_namespace_label_and_other_is_per_namespace(
+    live_broker: LiveBroker,
+) -> None:
+    """As Pulsar labels them (cluster, namespace, topic: cluster from prometheus.yml), so
+    ``sum by (namespace)`` works, and stays whole with topics beyond the cap."""
+    client = await live_broker(brokerlabMetricsMaxTopics=2)
+    status, _ = await client.request("PUT", "/admin/v2/namespaces/public/second")
+    assert status == 204
+    backlogs = {"default/a": 5, "default/b": 1, "second/c": 4, "second/d": 2, "second/e": 3}
+    for name, backlog in backlogs.items():
+        topic = f"public/{name}"
+        await client.request("PUT", f"/admin/v2/persistent/{topic}/subscription/s")
+        await client.produce(topic, [f"m{i}" for i in range(backlog)])
+
+    status, text = await client.request("GET", "/metrics")
+    assert status == 200
+    found = {
+        (sample.labels["namespace"], sample.labels["topic"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "pulsar_msg_backlog"
+    }
+    assert found == {
+        ("public/default", "persistent://public/default/a"): 5,
+        ("public/second", "persistent://public/second/c"): 4,
+        ("public/default", "_other"): 1,
+        ("public/second", "_other"): 2 + 3,
+    }
+    replay = [
+        sample.labels
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "brokerlab_replay_queue_messages_by_subscription"
+    ]
+    assert {"namespace": "public/second", "topic": "persistent://public/second/c",
+            "subscription": "s", "broker": "0"} in replay  # fmt: skip

@@ -116,12 +116,31 @@ async def test_size_evictions_are_counted_by_reason(live_broker: LiveBroker) -> 
     await client.receive(consumer, 1, 0)
 
 
-async def test_topic_series_only_when_exposed(live_broker: LiveBroker) -> None:
+async def test_topic_series_only_when_exposed_else_per_namespace_as_pulsar(
+    live_broker: LiveBroker,
+) -> None:
     client = await live_broker(exposeTopicLevelMetricsInPrometheus=False)
-    await client.produce(TOPIC, ["a"])
-    names = {name for name, _ in await scrape(client)}
-    assert "pulsar_msg_backlog" not in names and "pulsar_rate_in" not in names
-    assert "brokerlab_backlog_messages" in names
+    await client.request("PUT", f"/admin/v2/persistent/{TOPIC}/subscription/s")
+    await client.request("PUT", "/admin/v2/persistent/public/default/other/subscription/s")
+    await client.produce(TOPIC, ["a", "b"])
+    await client.produce("public/default/other", ["c"])
+    samples = await scrape(client)
+    assert not [key for key in samples if "topic" in dict(key[1])]
+    namespace = {"namespace": "public/default"}
+    assert value(samples, "pulsar_msg_backlog", **namespace) == 3
+    assert value(samples, "pulsar_topics_count", **namespace) == 2
+    assert value(samples, "pulsar_storage_size", **namespace) > 0
+    assert value(samples, "brokerlab_backlog_messages") == 3
+
+
+async def test_with_topic_series_the_namespaces_count_their_topics(
+    live_broker: LiveBroker,
+) -> None:
+    client = await live_broker(brokerlabMetricsMaxTopics=1)
+    for name in ("a", "b", "c"):
+        await client.produce(f"public/default/{name}", ["x"])
+    samples = await scrape(client)
+    assert value(samples, "pulsar_topics_count", namespace="public/default") == 3
 
 
 async def test_a_poll_observes_the_dispatch_latency_of_every_message_it_returns(

@@ -660,7 +660,6 @@ async def receive(request: web.Request) -> web.Response:
     messages = []
     delivered_ms = clock.wall_ms()
     observe = request.app[METRICS].dispatch_latency.observe
-    subscription = consumer.subscription
     # each run of messages with one publish time is observed at once: same latency
     run_time = run_length = 0
     for delivery in deliveries:
@@ -668,12 +667,7 @@ async def receive(request: web.Request) -> web.Response:
         try:
             decoded, batch_size = consumer.unacked_messages(entry)
         except EntryFormatError as error:
-            log.warning(
-                "entry %s of %s is unreadable over HTTP: %s",
-                entry.position,
-                subscription.topic.name,
-                error,
-            )
+            await consumer.unreadable(entry, error)
             continue
         position = str(entry.position)
         for message in decoded:

@@ -877,7 +877,9 @@ class Connection(asyncio.Protocol):
             self._send_error(send, ServerError.ChecksumError, "entry checksum does not match")
             raise FrameError(f"bad checksum on a message of producer {producer.name}")
         try:
-            messages = check_entry(entry, send.num_messages)
+            # num_messages, where the client says it, must agree with the metadata
+            claimed = send.num_messages if send.HasField("num_messages") else None
+            messages = check_entry(entry, claimed)
         except CorruptEntryError as error:
             # this message only, nothing stored; the code Pulsar's broker answers a SEND
             # whose metadata it refuses with (an unencrypted message on a topic that

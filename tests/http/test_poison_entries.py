@@ -163,3 +163,24 @@ async def test_what_http_and_websocket_producers_store_passes_the_produce_check(
     entries = await ledger.read_entries(ledger.first_position(), 1000, "")
     counts = [check_entry(stored.data) for stored in entries]
     assert sum(counts) == 2 + 301 + 120
+
+
+async def test_a_reset_by_time_and_an_expiry_search_past_poison_entries(
+    broker: tuple[Client, BrokerService],
+) -> None:
+    """Finding a position by publish time reads entries' metadata: one it cannot read
+    counts as not published earlier (Pulsar's message finder), never a 500."""
+    client, service = broker
+    topic = new_topic("poison-seek")
+    admin = f"/admin/v2/persistent/{topic}/subscription/s"
+    await store_directly(service, topic)
+    status, body = await client.request("PUT", admin, messageId="latest")
+    assert status == 204, body
+    # the good messages' publish time: the reset goes back to the first of them
+    status, body = await client.request("POST", f"{admin}/resetcursor/1700000000000")
+    assert status == 204, body
+    consumer = await client.subscribe(topic, "s")
+    got = await client.receive_until(consumer, len(GOOD))
+    assert [unb64(m["payload"]) for m in got] == GOOD
+    status, body = await client.request("POST", f"{admin}/expireMessages/1")
+    assert status == 204, body

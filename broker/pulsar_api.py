@@ -64,6 +64,9 @@ _SCHEMA: dict[str, list[tuple[int, str, str, str, Any]]] = {
         (9, "uncompressed_size", "opt", "uint32", 0),
         (11, "num_messages_in_batch", "opt", "int32", 1),
         (12, "event_time", "opt", "uint64", 0),
+        # 13: encryption_keys (not read); an encrypted message carries its IV here
+        (14, "encryption_algo", "opt", "string", None),
+        (15, "encryption_param", "opt", "bytes", None),
         (16, "schema_version", "opt", "bytes", None),
         (17, "partition_key_b64_encoded", "opt", "bool", False),
         (18, "ordering_key", "opt", "bytes", None),

@@ -21,8 +21,8 @@ from broker.clock import Clock
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.delayed import DelayedDeliveryConfig, DelayedDeliveryTracker
 from broker.dispatch.stats import RateCounter
-from broker.ledger.entry import Entry, deliver_at_of
-from broker.ledger.errors import ReadsThrottled
+from broker.ledger.entry import Entry, EntryFormatError, check_entry, deliver_at_of
+from broker.ledger.errors import ManagedLedgerError, ReadsThrottled
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
 from broker.tasks import TaskOwner
@@ -191,7 +191,7 @@ class Dispatcher(ABC):
                     self._dropped(entry)  # acknowledged while the read was in flight
                 else:
                     fresh.append(entry)
-            self._send(self._hold_delayed(fresh) if self._track else fresh)
+            self._send(self._screened(fresh))
             return True
         if delayed is not None and delayed.should_pause():
             return False
@@ -200,8 +200,83 @@ class Dispatcher(ABC):
         entries = await cursor.read_entries(budget)
         if not entries:
             return False
-        self._send(self._hold_delayed(entries) if self._track else entries)
+        self._send(self._screened(entries))
         return True
+
+    def _screened(self, entries: list[Entry]) -> list[Entry]:
+        """What of ``entries`` to hand over now: not those that cannot be trusted
+        (:meth:`_discard`), nor delayed ones not due (:meth:`_hold_delayed`).
+        O(entries + consumers) plus one metadata parse of each entry not parsed before:
+        its message count is kept on the entry, and its metadata too when a consumer
+        here has polled (the hand-over to such a consumer keeps it, see
+        ``Consumer.deliver``), so that the entry is not parsed twice."""
+        keep = False
+        for consumer in self.consumers:
+            if consumer.polled:
+                keep = True
+                break
+        untrusted = False
+        for entry in entries:
+            if keep:
+                entry.keep_metadata()
+            if not entry.trusted:
+                untrusted = True
+        if untrusted:
+            entries = self._discard(entries)
+        return self._hold_delayed(entries) if self._track else entries
+
+    def _discard(self, entries: list[Entry]) -> list[Entry]:
+        """The trusted ones of ``entries``. The others (metadata that does not parse, a
+        batch header counting at most 0 messages or more than the entry holds) are
+        acknowledged for this subscription, logged and let go, as Pulsar's dispatcher
+        does with an entry whose metadata it cannot read
+        (``AbstractBaseDispatcher.filterEntriesForConsumer``: acknowledged individually,
+        never sent): no consumer is handed what its client could not read, the
+        subscription goes on past it, and the ack is made durable in the background.
+        **Difference from Pulsar**: Pulsar delivers an entry whose metadata parses
+        whatever its batch count says (its Java client then discards the batch with a
+        ``BatchDeSerializeError`` ack); brokerlab's HTTP and WebSocket consumers and its
+        permits, which count a batch's messages, need that count true first. O(entries)."""
+        kept: list[Entry] = []
+        bad: list[Position] = []
+        for entry in entries:
+            if entry.trusted:
+                kept.append(entry)
+                continue
+            position = entry.position
+            bad.append(position)
+            self._dropped(entry)
+            try:
+                check_entry(entry.data)
+                reason = "unreadable"
+            except EntryFormatError as error:
+                reason = str(error)
+            log.warning(
+                "subscription %s: entry %s cannot be trusted, acknowledged and skipped: %s",
+                self.subscription.name,
+                position,
+                reason,
+            )
+        counts = self.subscription.redelivery_counts
+        for position in bad:
+            counts.pop(position, None)
+        self.cursor.acknowledge(bad)
+        self._owner.spawn(self._persist_discarded(bad), name=f"discard {self.subscription.name}")
+        return kept
+
+    async def _persist_discarded(self, positions: list[Position]) -> None:
+        """Make the acknowledgement of discarded entries durable. A failed write is
+        logged (the cursor takes the ack back; the entries are discarded again when
+        read again)."""
+        try:
+            await self.cursor.persist()
+        except (BookieError, ManagedLedgerError, OSError) as error:
+            log.warning(
+                "subscription %s: ack of %d discarded entries not made durable: %s",
+                self.subscription.name,
+                len(positions),
+                error,
+            )
 
     def _hold_delayed(self, entries: list[Entry]) -> list[Entry]:
         """The entries to send now: those with a deliver-at time not yet due go to the

@@ -13,6 +13,12 @@ class InvalidRequestError(BrokerError):
     """The request is malformed or names something badly; nothing changed."""
 
 
+class CorruptEntryError(InvalidRequestError):
+    """An entry a producer built whose metadata or batch cannot be trusted (it does not
+    parse, or its batch header counts messages the entry does not hold): nothing is
+    stored. Binary protocol: SEND_ERROR MetadataError; HTTP: 400."""
+
+
 class NotFoundError(BrokerError):
     """What the request names (topic, subscription, consumer...) does not exist."""
 

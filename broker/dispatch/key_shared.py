@@ -209,9 +209,7 @@ class KeySharedDispatcher(SharedDispatcher):
                     for position in chosen:
                         self._wait_in_replay(position, slots[position])
                     raise
-                if self._track:
-                    entries = self._hold_delayed(entries)
-                self._send_keyed(entries, from_replay=True)
+                self._send_keyed(self._screened(entries), from_replay=True)
                 return True
         if delayed is not None and delayed.should_pause():
             return False
@@ -222,7 +220,7 @@ class KeySharedDispatcher(SharedDispatcher):
         entries = await self.cursor.read_entries(budget)
         if not entries:
             return False
-        self._send_keyed(self._hold_delayed(entries) if self._track else entries, False)
+        self._send_keyed(self._screened(entries), False)
         return True
 
     def _choose_from_replay(self, capacity: dict[Consumer, int], budget: int) -> list[Position]:

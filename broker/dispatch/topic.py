@@ -18,11 +18,22 @@ from broker.dispatch.errors import (
 from broker.dispatch.names import TopicName
 from broker.dispatch.stats import BrokerTotals, PublisherStats, RateCounter, iso_time
 from broker.dispatch.subscription import Subscription
-from broker.ledger.entry import publish_time_of
+from broker.ledger.entry import EntryFormatError, publish_time_of
 from broker.ledger.managed_cursor import SYSTEM_CURSORS, ManagedCursor
 from broker.ledger.managed_ledger import ManagedLedger
 from broker.ledger.position import Position
 from storage_stub.bookie.api import total_size
+
+
+def _published_from(data: bytes, timestamp_ms: int) -> bool:
+    """Whether the entry was published at or after ``timestamp_ms``; True for one whose
+    metadata does not parse, as Pulsar's message finder takes an entry it cannot read
+    for one not published earlier (a poison entry neither fails the search nor moves
+    it). O(metadata size)."""
+    try:
+        return publish_time_of(data) >= timestamp_ms
+    except EntryFormatError:
+        return True
 
 
 class Producer(Protocol):
@@ -213,13 +224,13 @@ class PersistentTopic:
         searched = [(info.ledger_id, info.entries) for info in ledger.ledgers if info.entries]
         for ledger_id, entries in searched:
             last = await ledger.read_entries(Position(ledger_id, entries - 1), 1, "")
-            if publish_time_of(last[0].data) < timestamp_ms:
+            if not _published_from(last[0].data, timestamp_ms):
                 continue
             low, high = 0, entries - 1  # the answer is in low..high
             while low < high:
                 middle = (low + high) // 2
                 probe = await ledger.read_entries(Position(ledger_id, middle), 1, "")
-                if publish_time_of(probe[0].data) >= timestamp_ms:
+                if _published_from(probe[0].data, timestamp_ms):
                     high = middle
                 else:
                     low = middle + 1

@@ -632,7 +632,11 @@ TIMEOUT_MS = IntQuery("timeoutMs", "Longest wait; 0 answers at once.", 1000, 0, 
         messages of different Pulsar producers can: with a codec process, see
         `httpCodecProcesses`, a small request can overtake a large one), `eventTime` (0 when not set),
         `redeliveryCount` (integer ≥ 0). A poll only drains the receiver queue; storage faults
-        delay dispatch but never fail a poll.
+        delay dispatch but never fail a poll. An entry that cannot be trusted (stored past the
+        produce checks: metadata that does not parse, an impossible batch count, a batch whose
+        messages do not decode) is acknowledged for the subscription and left out, as Pulsar's
+        dispatcher and client discard it; the messages around it come as ever (see
+        docs/broker.md, Pulsar's binary protocol).
 
         Batched entries (**Extension**): the receiver queue holds entries, so `maxMessages`
         counts entries: a batch is delivered whole and a poll can return more messages than
@@ -661,7 +665,6 @@ async def receive(request: web.Request) -> web.Response:
     messages = []
     delivered_ms = clock.wall_ms()
     observe = request.app[METRICS].dispatch_latency.observe
-    subscription = consumer.subscription
     # each run of messages with one publish time is observed at once: same latency
     run_time = run_length = 0
     for delivery in deliveries:
@@ -669,12 +672,7 @@ async def receive(request: web.Request) -> web.Response:
         try:
             decoded, batch_size = consumer.unacked_messages(entry)
         except EntryFormatError as error:
-            log.warning(
-                "entry %s of %s is unreadable over HTTP: %s",
-                entry.position,
-                subscription.topic.name,
-                error,
-            )
+            await consumer.unreadable(entry, error)
             continue
         position = str(entry.position)
         for message in decoded:

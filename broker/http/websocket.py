@@ -608,12 +608,9 @@ class WebSocketConsumer(ConsumerSession):
         try:
             decoded, batch_size = self.unacked_messages(entry, skip)
         except EntryFormatError as error:
-            log.warning(
-                "entry %s of %s is unreadable over WebSocket: %s",
-                position,
-                self.subscription.topic.name,
-                error,
-            )
+            self._entry_done(position)
+            if self._acks is not None:
+                self._acks.add(self.unreadable(entry, error))
             return None
         if not decoded:
             # nothing left to send of it (skipped by a reader's start, compacted out)

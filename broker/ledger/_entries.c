@@ -642,7 +642,93 @@ crc32c_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLong(crc);
 }
 
+/*
+ * Walking a batch (the produce path's check of what a client sent, entry.py's
+ * check_entry): each message is "size (u32) | SingleMessageMetadata | payload". Most
+ * clients write the metadata of a message with no key, properties or event time as
+ * "18 varint" (payload_size) and "40 varint" (sequence_id), in that order; such a
+ * message is walked here, and the first one of any other kind (or one running past the
+ * entry) stops the walk, for entry.py to parse with protobuf and judge.
+ */
+
+/* The varint at p (at most max_len bytes, before end): its value in *value and its
+ * length, or 0 if it is not a whole varint within those bounds. */
+static size_t
+read_varint(const unsigned char *p, const unsigned char *end, size_t max_len, uint64_t *value)
+{
+    uint64_t result = 0;
+    for (size_t i = 0; i < max_len && p + i < end; i++) {
+        result |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+        if (p[i] < 0x80) {
+            *value = result;
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(walk_plain_batch_doc,
+             "walk_plain_batch(data: bytes, offset: int, count: int, /) -> tuple[int, int]\n\n"
+             "Walk at most count batch messages of data from offset while each one's\n"
+             "SingleMessageMetadata is plain (payload_size, then sequence_id, nothing else)\n"
+             "and its payload ends within data: (messages walked, offset after them).");
+
+static PyObject *
+walk_plain_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyBytes_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "walk_plain_batch(data: bytes, offset: int, count: int)");
+        return NULL;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[2]);
+    if ((offset == -1 || count == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    if (offset < 0 || offset > size || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "offset or count out of range");
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    const unsigned char *end = data + size;
+    const unsigned char *p = data + offset;
+    Py_ssize_t walked = 0;
+    while (walked < count && end - p >= 4) {
+        uint32_t meta_size = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+                             ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+        const unsigned char *meta = p + 4;
+        if ((uint64_t)meta_size > (uint64_t)(end - meta) || meta_size < 2 || meta[0] != 0x18) {
+            break;
+        }
+        const unsigned char *meta_end = meta + meta_size;
+        uint64_t payload_size = 0;
+        uint64_t sequence_id = 0;
+        size_t n = read_varint(meta + 1, meta_end, 5, &payload_size);
+        if (n == 0 || payload_size > 0x7fffffff) {
+            break;
+        }
+        const unsigned char *q = meta + 1 + n;
+        if (q >= meta_end || q[0] != 0x40) {
+            break;
+        }
+        n = read_varint(q + 1, meta_end, 10, &sequence_id);
+        if (n == 0 || q + 1 + n != meta_end || (n == 10 && q[10] > 1)) {
+            break;
+        }
+        if (payload_size > (uint64_t)(end - meta_end)) {
+            break;
+        }
+        p = meta_end + payload_size;
+        walked++;
+    }
+    return Py_BuildValue("(nn)", walked, (Py_ssize_t)(p - data));
+}
+
 static PyMethodDef methods[] = {
+    {"walk_plain_batch", (PyCFunction)(void (*)(void))walk_plain_batch, METH_FASTCALL,
+     walk_plain_batch_doc},
     {"encode_rows", (PyCFunction)(void (*)(void))encode_rows, METH_FASTCALL, encode_rows_doc},
     {"encode_rows_b64", (PyCFunction)(void (*)(void))encode_rows_b64, METH_FASTCALL,
      encode_rows_b64_doc},

@@ -32,6 +32,7 @@ from broker.dispatch.errors import (
     BrokerError,
     ConflictError,
     ConsumerLimitError,
+    CorruptEntryError,
     IncompatibleSchemaError,
     InvalidRequestError,
     InvalidSchemaError,
@@ -83,6 +84,7 @@ from broker.pulsar_api import (
 from broker.session.acks import mask_of, words_of
 from broker.session.consumer import PushConsumer
 from broker.session.message_ids import Start, start_of
+from broker.session.payload import check_entry
 from broker.session.producer import SHARED, ProducerSession, Sent, access_of
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
@@ -147,6 +149,8 @@ def server_error(error: BaseException) -> int:
         return ServerError.ConsumerBusy
     if isinstance(error, NotFoundError):
         return ServerError.TopicNotFound
+    if isinstance(error, CorruptEntryError):
+        return ServerError.MetadataError
     if isinstance(error, InvalidRequestError):
         return ServerError.InvalidTopicName
     if isinstance(error, NotImplementedYetError | TooLargeError):
@@ -898,6 +902,16 @@ class Connection(asyncio.Protocol):
                 f"{self._max_message_size}",
             )
             return
+        try:
+            # num_messages, where the client says it, must agree with the metadata
+            claimed = send.num_messages if send.HasField("num_messages") else None
+            messages = check_entry(entry, claimed)
+        except CorruptEntryError as error:
+            # this message only, nothing stored; the code Pulsar's broker answers a SEND
+            # whose metadata it refuses with (an unencrypted message on a topic that
+            # requires encryption)
+            self._send_error(send, ServerError.MetadataError, str(error))
+            return
         refused = producer.refusal(entry)
         if refused is not None:
             # as Pulsar: this message only, the producer goes on (a C++ client takes any
@@ -905,7 +919,7 @@ class Connection(asyncio.Protocol):
             self._send_error(send, ServerError.NotAllowedError, refused)
             return
         highest = send.highest_sequence_id or send.sequence_id
-        producer.send(send.sequence_id, highest, send.num_messages, entry, send.is_chunk)
+        producer.send(send.sequence_id, highest, messages, entry, send.is_chunk)
 
     def _send_error(self, send: Any, code: int, message: str) -> None:
         command = BaseCommand(type=Type.SEND_ERROR)

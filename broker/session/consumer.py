@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from broker.dispatch.consumer import NOT_RECEIVED, Consumer
 from broker.dispatch.errors import BrokerError, PreconditionFailedError, SubscriptionFencedError
 from broker.dispatch.subscription import Subscription, in_order
-from broker.ledger.entry import Entry, Message
+from broker.ledger.entry import Entry, EntryFormatError, Message, UnsupportedCompressionError
 from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
 from broker.session.acks import unacked_after
@@ -77,6 +77,37 @@ class ConsumerSession(Consumer):
             m for m in decoded if (unacked >> m.batch_index) & 1 and m.batch_index > after_index
         ]
         return kept, size
+
+    async def unreadable(self, entry: Entry, error: EntryFormatError) -> None:
+        """The messages of ``entry``, handed to this session, do not decode
+        (:meth:`unacked_messages` raised ``error``): logged, and acknowledged when the
+        entry is corrupt (a batch whose messages are not what its header says, a ZLIB
+        payload that does not inflate), as Pulsar's client discards a corrupt message
+        (an ack carrying a ``validation_error``, which Pulsar's broker applies as any
+        ack): the subscription goes on past it, and the client's other messages come.
+        Returns once the ack is durable; a failed write is logged, not raised (the
+        entry stays pending, and is discarded again when delivered again). An entry in
+        a compression the broker does not decompress is not corrupt (a Pulsar client
+        reads it): it is only logged, and stays pending for this consumer. O(1)."""
+        position = entry.position
+        topic = self.subscription.topic.name
+        if isinstance(error, UnsupportedCompressionError):
+            log.warning("entry %s of %s is unreadable here: %s", position, topic, error)
+            return
+        log.warning(
+            "entry %s of %s is corrupt, acknowledged for subscription %s and skipped: %s",
+            position,
+            topic,
+            self.subscription.name,
+            error,
+        )
+        durable = self.acknowledge_sets([position], [], False)
+        if durable is None:
+            return
+        try:
+            await durable
+        except (BrokerError, BookieError, ManagedLedgerError, OSError) as failure:
+            log.warning("ack of corrupt entry %s not made durable: %s", position, failure)
 
     def received(self, position: Position) -> bool:
         """Whether the client has the entry (not still in the broker's receiver queue,

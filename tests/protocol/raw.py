@@ -11,7 +11,7 @@ from typing import Any
 
 from crc32c import crc32c
 
-from broker.pulsar_api import BaseCommand, MessageMetadata, Type
+from broker.pulsar_api import BaseCommand, MessageMetadata, SingleMessageMetadata, Type
 
 #: a deadline on every read of the raw socket, not a wait
 READ_DEADLINE_S = 20.0
@@ -38,6 +38,48 @@ def entry(payload: bytes, sequence_id: int, corrupt_checksum: bool = False) -> b
     size = struct.pack(">I", len(metadata))
     checksum = crc32c(size + metadata + payload) ^ (1 if corrupt_checksum else 0)
     return struct.pack(">HI", 0x0E01, checksum) + size + metadata + payload
+
+
+def framed(metadata: bytes, payload: bytes) -> bytes:
+    """An entry of exactly these metadata bytes and payload, its checksum right."""
+    size = struct.pack(">I", len(metadata))
+    return struct.pack(">HI", 0x0E01, crc32c(size + metadata + payload)) + size + metadata + payload
+
+
+def _batch_metadata(sequence_id: int, count: int) -> bytes:
+    return MessageMetadata(
+        producer_name="raw",
+        sequence_id=sequence_id,
+        publish_time=int(time.time() * 1000),
+        num_messages_in_batch=count,
+    ).SerializeToString()
+
+
+def _batch_message(payload: bytes, sequence_id: int) -> bytes:
+    single = SingleMessageMetadata(payload_size=len(payload), sequence_id=sequence_id)
+    encoded = single.SerializeToString()
+    return struct.pack(">I", len(encoded)) + encoded + payload
+
+
+# Poison entries: the checksum is right, what it covers cannot be trusted.
+
+
+def lying_batch(payload: bytes, sequence_id: int, count: int) -> bytes:
+    """A batch holding one message whose header says it holds ``count`` (2**31 - 1,
+    0, -1: what no entry of its size can hold)."""
+    return framed(_batch_metadata(sequence_id, count), _batch_message(payload, sequence_id))
+
+
+def unparsable_metadata(payload: bytes) -> bytes:
+    """An entry whose MessageMetadata does not parse (a field's length runs past it)."""
+    return framed(b"\x0a\xff\xff\xff\x0f", payload)
+
+
+def broken_batch_message(payload: bytes, sequence_id: int) -> bytes:
+    """A batch of two messages (its header plausible for its size) whose second one's
+    SingleMessageMetadata does not parse."""
+    body = _batch_message(payload, sequence_id) + struct.pack(">I", 3) + b"\xff\xff\xff"
+    return framed(_batch_metadata(sequence_id, 2), body + bytes(16))
 
 
 def connect() -> Any:

@@ -92,7 +92,8 @@ class ConsumerSession(Consumer):
     The dispatcher reads :attr:`available_permits`: the front end's permits
     (:meth:`client_permits`, in entries), none while the ``writable`` gate is closed,
     and no more entries than fit, at the average entry size seen, in what is left of
-    ``max_unwritten_bytes`` (at least one while any room is left)."""
+    ``max_unwritten_bytes`` (at least one while any room is left; one until the first
+    entry has told how large they are)."""
 
     __slots__ = ("_entry_bytes", "max_unwritten_bytes", "writable")
 
@@ -126,7 +127,9 @@ class ConsumerSession(Consumer):
             if room <= 0:
                 return 0
             average = self._entry_bytes
-            if average > 0 and room < permits * average:
+            if average == 0:
+                return 1  # the first entry tells how large they are
+            if room < permits * average:
                 return max(int(room / average), 1)
         return permits
 

@@ -23,11 +23,13 @@ import json
 import os
 import socket
 import struct
+import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
 import pulsar
+import pytest
 
 from broker.pulsar_api import BaseCommand, Type
 from tests.conftest import ServedBrokerFactory
@@ -97,7 +99,9 @@ def check_bounded(broker: ServedBroker, topic: str, settle: Callable[[], None]) 
     the broker once all is stored (whatever was to be dispatched by then has been)."""
     pid = broker.process.pid  # type: ignore[union-attr]
     before = rss_mib(pid)
+    started = time.monotonic()
     peak = produce_watching(broker, topic)
+    print(f"{TOTAL_MIB} MiB produced in {time.monotonic() - started:.1f} s")
     settle()
     peak = max(peak, rss_mib(pid))
     print(f"broker RSS before {before:.0f} MiB, peak {peak:.0f} MiB (+{peak - before:.0f})")
@@ -136,8 +140,17 @@ def read_message(connection: raw.RawConnection) -> tuple[Any, bytes]:
         return command, entry[10 + metadata_size :]
 
 
-def test_binary_consumer_that_does_not_read(served_broker: ServedBrokerFactory) -> None:
-    broker = served_broker()
+@pytest.mark.parametrize(
+    "sets",
+    [{}, {"maxUnwrittenBytesPerConsumer": 0}],
+    ids=["default", "water-marks-only"],
+)
+def test_binary_consumer_that_does_not_read(
+    served_broker: ServedBrokerFactory, sets: dict[str, object]
+) -> None:
+    # water-marks-only: without the byte bound, the connection's writability alone stops
+    # dispatch (after one read batch, dispatcherMaxReadBatchSize entries, at most)
+    broker = served_broker(**sets)
     topic = "persistent://" + new_topic("stalled-binary")
     connection = raw.RawConnection(broker.service_urls[0])
     try:

@@ -318,6 +318,8 @@ class BinaryConsumer(PushConsumer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # the connection buffers what the client has not taken: bounded in bytes
+        self.max_unwritten_bytes = self.subscription.config.max_unwritten_bytes_per_consumer
         self.client_id = 0
         self._connection: Connection | None = None
         self._active: bool | None = None

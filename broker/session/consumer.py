@@ -405,6 +405,9 @@ class PushConsumer(ConsumerSession):
         self.permits = 0
         self._avg_batch = 1.0
         self.polls = 1
+        # what is sent is out of the broker at once: no bytes to bound (a front end that
+        # buffers what it sends, as the binary connection, sets the bound again)
+        self.max_unwritten_bytes = 0
 
     def client_permits(self) -> int:
         """The permits in entries. O(1)."""
@@ -420,8 +423,8 @@ class PushConsumer(ConsumerSession):
         self.wake_dispatcher()
 
     def unwritten_bytes(self) -> int:
-        """What the front end still buffers for the client (:meth:`send` writes each
-        entry out at once): nothing here. O(1)."""
+        """What the front end still buffers for the client: nothing here (:meth:`send`
+        hands each entry over at once). O(1)."""
         return 0
 
     def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:

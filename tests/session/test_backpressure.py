@@ -51,6 +51,7 @@ class BufferingPushConsumer(PushConsumer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.max_unwritten_bytes = self.subscription.config.max_unwritten_bytes_per_consumer
         self.sent: list[Position] = []
         self.buffered = 0
 
@@ -144,3 +145,14 @@ async def test_no_byte_bound_with_zero(service: BrokerService) -> None:
     consumer.buffered = 1 << 40
     consumer.grant(5)
     assert consumer.available_permits == 5
+
+
+async def test_a_push_session_that_buffers_nothing_has_no_byte_bound(
+    bounded: BrokerService,
+) -> None:
+    # a simulated client, say: what it is sent leaves the broker at once
+    consumer = await bounded.create_consumer(
+        TOPIC, "s", ConsumerOptions(initial_position="Earliest"), PushConsumer
+    )
+    assert isinstance(consumer, PushConsumer)
+    assert consumer.max_unwritten_bytes == 0

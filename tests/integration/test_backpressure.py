@@ -174,7 +174,9 @@ def test_binary_consumer_that_does_not_read(
         check_bounded(broker, topic, lambda: stats_of(broker, topic))
 
         connection.sock.settimeout(READ_DEADLINE_S)
+        started = time.monotonic()
         received = [index_of(read_message(connection)[1]) for _ in range(MESSAGES)]
+        print(f"received over the binary protocol in {time.monotonic() - started:.1f} s")
         assert received == list(range(MESSAGES))
     finally:
         connection.close()
@@ -260,11 +262,13 @@ def test_websocket_consumer_that_does_not_read(served_broker: ServedBrokerFactor
         check_bounded(broker, topic, lambda: stats_of(broker, topic))
 
         received = []
+        started = time.monotonic()
         for _ in range(MESSAGES):
             message = json.loads(session.read_text())
             received.append(index_of(base64.b64decode(message["payload"])))
             # push mode keeps at most receiverQueueSize messages unacknowledged
             session.send_text(json.dumps({"messageId": message["messageId"]}))
+        print(f"received over WebSocket in {time.monotonic() - started:.1f} s")
         assert received == list(range(MESSAGES))
     finally:
         session.close()
@@ -284,6 +288,7 @@ def test_http_consumer_that_does_not_poll(served_broker: ServedBrokerFactory) ->
     check_bounded(broker, topic, lambda: stats_of(broker, topic))
 
     received: list[int] = []
+    started = time.monotonic()
     while len(received) < MESSAGES:
         poll = f"/consumers/{consumer}/messages?maxMessages=1000&timeoutMs=5000"
         answer = http_request(broker.http_url, "GET", poll)
@@ -293,4 +298,5 @@ def test_http_consumer_that_does_not_poll(served_broker: ServedBrokerFactory) ->
         received += [index_of(base64.b64decode(m["payload"])) for m in messages]
         ids = [m["messageId"] for m in messages]
         broker.ok("POST", f"/consumers/{consumer}/ack", {"messageIds": ids})
+    print(f"received over HTTP in {time.monotonic() - started:.1f} s")
     assert received == list(range(MESSAGES))

@@ -128,6 +128,12 @@ class Consumer:
 
     @property
     def available_permits(self) -> int:
+        """Entries the dispatcher may hand over now (a session also holds back for its
+        client's sake: ``broker.session.consumer``). O(1)."""
+        return self.client_permits()
+
+    def client_permits(self) -> int:
+        """Free places in the receiver queue (the stats' ``availablePermits``). O(1)."""
         return self.receiver_queue_size - len(self.queue)
 
     def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:

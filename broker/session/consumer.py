@@ -89,8 +89,9 @@ class ConsumerSession(Consumer):
     docstring says plus the subscription's own work; none allocates per message
     handed over.
 
-    The dispatcher reads :attr:`available_permits`: the front end's permits
-    (:meth:`client_permits`, in entries), none while the ``writable`` gate is closed,
+    The dispatcher reads :attr:`available_permits`: the client's permits
+    (:meth:`client_permits`, in entries: the receiver queue's free places, or the front
+    end's own count), none while the ``writable`` gate is closed,
     and no more entries than fit, at the average entry size seen, in what is left of
     ``max_unwritten_bytes`` (at least one while any room is left; one until the first
     entry has told how large they are)."""
@@ -132,11 +133,6 @@ class ConsumerSession(Consumer):
             if room < permits * average:
                 return max(int(room / average), 1)
         return permits
-
-    def client_permits(self) -> int:
-        """Entries the client has room for: the receiver queue's free places (the
-        front end's own count where it has one). O(1)."""
-        return self.receiver_queue_size - len(self.queue)
 
     def unwritten_bytes(self) -> int:
         """Bytes handed to this consumer that the broker still holds, not yet written

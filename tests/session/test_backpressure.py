@@ -156,3 +156,24 @@ async def test_a_push_session_that_buffers_nothing_has_no_byte_bound(
     )
     assert isinstance(consumer, PushConsumer)
     assert consumer.max_unwritten_bytes == 0
+
+
+async def test_shared_gives_an_unwritable_consumers_share_to_the_others(
+    service: BrokerService,
+) -> None:
+    options = ConsumerOptions(initial_position="Earliest", subscription_type="Shared")
+    stalled = await service.create_consumer(TOPIC, "s", options, BufferingPushConsumer)
+    reading = await service.create_consumer(TOPIC, "s", options, BufferingPushConsumer)
+    assert isinstance(stalled, BufferingPushConsumer)
+    assert isinstance(reading, BufferingPushConsumer)
+    stalled.grant(1000)
+    reading.grant(1000)
+    stalled.set_writable(False)
+    positions = await publish(service, *(entry_data(i) for i in range(10)))
+    await until(lambda: len(reading.sent) == 10, "everything sent to the one that reads")
+    assert reading.sent == positions and stalled.sent == []
+
+    stalled.set_writable(True)  # round robin again
+    more = await publish(service, *(entry_data(i) for i in range(10, 14)))
+    await until(lambda: len(reading.sent) + len(stalled.sent) == 14, "the rest sent")
+    assert stalled.sent and sorted(reading.sent[10:] + stalled.sent) == more

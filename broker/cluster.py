@@ -88,6 +88,7 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
             max_read_batch_size=config.dispatcherMaxReadBatchSize,
             max_unacked_per_consumer=config.maxUnackedMessagesPerConsumer or 2**62,
             max_unacked_per_subscription=config.maxUnackedMessagesPerSubscription or 2**62,
+            max_unwritten_bytes_per_consumer=config.maxUnwrittenBytesPerConsumer,
             key_shared_look_ahead_per_consumer=config.keySharedLookAheadMsgInReplayThresholdPerConsumer,
             key_shared_look_ahead_per_subscription=(
                 config.keySharedLookAheadMsgInReplayThresholdPerSubscription

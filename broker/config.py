@@ -338,6 +338,29 @@ class BrokerConfig(BaseModel):
         origin=PULSAR_SAME,
         gt=0,
     )
+    pulsarChannelWriteBufferHighWaterMark: int = key(
+        65536,
+        BINARY,
+        "A binary connection whose unsent output (what its client has not read yet) grows "
+        "past this many bytes stops being dispatched to: its consumers get no more messages "
+        "until the output falls below pulsarChannelWriteBufferLowWaterMark (Netty's channel "
+        "writability, which Pulsar's dispatchers consult).",
+        unit="bytes",
+        origin="Pulsar: same key and default (PIP-434; before it, Netty's default, the "
+        "same). Pulsar's Shared and Key_Shared dispatchers do not always honour it (they "
+        "may go on one entry at a time, apache/pulsar#24926); brokerlab hands an unwritable "
+        "connection's consumers nothing, for every subscription type, until it drains.",
+        gt=0,
+    )
+    pulsarChannelWriteBufferLowWaterMark: int = key(
+        32768,
+        BINARY,
+        "Unsent output of a binary connection below which its consumers are dispatched to "
+        "again, once the high water mark had stopped them.",
+        unit="bytes",
+        origin="Pulsar: same key and default (PIP-434).",
+        ge=0,
+    )
     acknowledgmentAtBatchIndexLevelEnabled: bool = key(
         False,
         BINARY,
@@ -740,6 +763,20 @@ class BrokerConfig(BaseModel):
         "while it has this many unacknowledged messages; 0 = no limit.",
         unit="messages",
         origin="Pulsar: same key and default (4 x per consumer).",
+        ge=0,
+    )
+    maxUnwrittenBytesPerConsumer: int = key(
+        4194304,
+        DISPATCH,
+        "Every subscription type and front end: a consumer gets no more entries while the "
+        "broker holds this many bytes handed to it and not yet written to its client (an "
+        "HTTP or WebSocket consumer's receiver queue, a binary connection's unsent output); "
+        "the dispatcher reads about the room left (in entries of the consumer's average "
+        "size, at least one). What a client that stops reading costs the broker: about this "
+        "plus one entry per consumer. 0 = no limit.",
+        unit="bytes",
+        origin="brokerlab only: Pulsar bounds this per connection by its channel's write "
+        "buffer water marks and per read by dispatcherMaxReadSizeBytes (5 MB).",
         ge=0,
     )
     keySharedLookAheadMsgInReplayThresholdPerConsumer: int = key(
@@ -1213,6 +1250,17 @@ class BrokerConfig(BaseModel):
                     f"unknown: {', '.join(repr(name) for name in unknown)}"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _water_marks_in_order(self) -> BrokerConfig:
+        if self.pulsarChannelWriteBufferLowWaterMark > self.pulsarChannelWriteBufferHighWaterMark:
+            raise ValueError(
+                "pulsarChannelWriteBufferLowWaterMark "
+                f"({self.pulsarChannelWriteBufferLowWaterMark}) must not be above "
+                "pulsarChannelWriteBufferHighWaterMark "
+                f"({self.pulsarChannelWriteBufferHighWaterMark}), as Netty requires"
+            )
+        return self
 
     @model_validator(mode="after")
     def _security_fits_together(self) -> BrokerConfig:

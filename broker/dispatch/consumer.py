@@ -128,6 +128,12 @@ class Consumer:
 
     @property
     def available_permits(self) -> int:
+        """Entries the dispatcher may hand over now (a session also holds back for its
+        client's sake: ``broker.session.consumer``). O(1)."""
+        return self.client_permits()
+
+    def client_permits(self) -> int:
+        """Free places in the receiver queue (the stats' ``availablePermits``). O(1)."""
         return self.receiver_queue_size - len(self.queue)
 
     def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
@@ -137,12 +143,12 @@ class Consumer:
         polled: its poll reads the messages with ``Entry.decoded_messages``)."""
         position = entry.position
         self._released(self.subscription.name, position.ledger_id, position.entry_id)
+        # messages, as msgInCounter counts them (first: a queue that counts messages then
+        # finds the count on the entry, not decoded a second time)
+        messages = entry.keep_metadata() if self.polled else entry.messages
         self.queue.append(Delivery(entry, redelivery_count))
         self.pending[entry.position] = NOT_RECEIVED
-        # messages, as msgInCounter counts them
-        self.count_out(
-            entry, entry.keep_metadata() if self.polled else entry.messages, redelivery_count
-        )
+        self.count_out(entry, messages, redelivery_count)
         self._available.set()
 
     def count_out(self, entry: Entry, messages: int, redelivery_count: int) -> None:

@@ -40,6 +40,9 @@ class DispatchConfig:
     max_read_batch_size: int = 100
     max_unacked_per_consumer: int = 50000
     max_unacked_per_subscription: int = 200000
+    #: maxUnwrittenBytesPerConsumer: bytes a session holds for its client before it takes
+    #: no more (0: no limit); the session applies it (``broker.session.consumer``)
+    max_unwritten_bytes_per_consumer: int = 4 * 1024 * 1024
     #: Key_Shared: stop reading new entries while this much waits in the replay queue
     key_shared_look_ahead_per_consumer: int = 4000
     key_shared_look_ahead_per_subscription: int = 40000

@@ -272,7 +272,7 @@ class PersistentTopic:
                 consumers.append(
                     {
                         "consumerName": consumer.name,
-                        "availablePermits": consumer.available_permits,
+                        "availablePermits": consumer.client_permits(),
                         "unackedMessages": len(consumer.pending),
                         "msgRateOut": consumer.msg_out.rate,
                         "msgThroughputOut": consumer.bytes_out.rate,

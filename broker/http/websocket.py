@@ -380,32 +380,6 @@ class _AckWriter:
 # ---------------------------------------------------------------------- consumer
 
 
-class _ReceiverQueue(deque[Delivery]):
-    """A consumer's receiver queue that counts the messages it holds (a batched entry
-    holds several), so that permits are messages as in Pulsar, and the moving average
-    of messages per entry, to turn permits into entries. O(1) per operation."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages = 0
-        self.average = 1.0
-
-    def append(self, delivery: Delivery) -> None:
-        super().append(delivery)
-        messages = delivery.entry.messages
-        self.messages += messages
-        self.average += (messages - self.average) * 0.1
-
-    def popleft(self) -> Delivery:
-        delivery = super().popleft()
-        self.messages -= delivery.entry.messages
-        return delivery
-
-    def clear(self) -> None:
-        super().clear()
-        self.messages = 0
-
-
 class _Outgoing:
     """The entry being sent: its messages not yet written to the socket."""
 
@@ -437,7 +411,6 @@ class WebSocketConsumer(ConsumerSession):
         "_partition",
         "_permits",
         "_reader",
-        "_receiver_queue",
         "_sent",
         "_skip",
         "_unacked_sent",
@@ -448,7 +421,6 @@ class WebSocketConsumer(ConsumerSession):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.queue = self._receiver_queue = _ReceiverQueue()
         self._current: _Outgoing | None = None
         #: (entry, batch indexes) sent and neither acked nor negatively acked (push mode)
         self._sent: dict[Position, set[int]] = {}
@@ -490,15 +462,23 @@ class WebSocketConsumer(ConsumerSession):
 
     # ------------------------------------------------------------------ dispatch side
 
-    @property
-    def available_permits(self) -> int:
+    def client_permits(self) -> int:
+        """The receiver queue's free permits (messages, with the entry being sent) in
+        entries. O(1)."""
         current = self._current
-        queue = self._receiver_queue
+        queue = self.queue
         held = queue.messages + (len(current.messages) if current is not None else 0)
         permits = max(self.receiver_queue_size, 1) - held
         if permits <= 0:
             return 0
         return max(int(permits / queue.average), 1)
+
+    def unwritten_bytes(self) -> int:
+        """The receiver queue's bytes and the entry being sent (the socket's own buffer
+        is bounded by aiohttp: a send waits while its transport is paused). O(1)."""
+        current = self._current
+        held = self.queue.bytes
+        return held if current is None else held + len(current.delivery.entry.data)
 
     def take_unacked(self) -> tuple[list[Position], set[Position]]:
         taken = super().take_unacked()

@@ -7,6 +7,15 @@ order and a failure fails everything after it, which the client then resends in
 order: nothing lost, nothing stored twice); MESSAGE frames are written by the
 dispatcher's call to :meth:`BinaryConsumer.deliver`, the stored entry as it is.
 
+Write backpressure, as Pulsar's channel writability: a connection whose output not yet
+taken by its client (queued in this turn plus the transport's buffer) passes
+``pulsarChannelWriteBufferHighWaterMark`` is unwritable, and its consumers' sessions are
+told (:meth:`~broker.session.consumer.ConsumerSession.set_writable`): the dispatcher
+hands them nothing until the transport has drained below
+``pulsarChannelWriteBufferLowWaterMark``. What one dispatch round may add before the gate
+closes is bounded by ``maxUnwrittenBytesPerConsumer`` (the session counts this
+connection's unsent output as its own).
+
 A write outlives its connection: if the client goes while it is on its way to disk, it
 is stored without a receipt, and a client that resends it stores it again (at least
 once, as Pulsar without deduplication); on a topic that deduplicates, the resend is
@@ -314,6 +323,8 @@ class BinaryConsumer(PushConsumer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # the connection buffers what the client has not taken: bounded in bytes
+        self.max_unwritten_bytes = self.subscription.config.max_unwritten_bytes_per_consumer
         self.client_id = 0
         self._connection: Connection | None = None
         self._active: bool | None = None
@@ -323,6 +334,13 @@ class BinaryConsumer(PushConsumer):
     def bind(self, connection: Connection, client_id: int) -> None:
         self._connection = connection
         self.client_id = client_id
+        self.set_writable(connection.writable)
+
+    def unwritten_bytes(self) -> int:
+        """The connection's output its client has not taken yet (shared by the
+        connection's consumers). O(1)."""
+        connection = self._connection
+        return 0 if connection is None else connection.unsent_bytes()
 
     def send(self, entry: Entry, redelivery_count: int) -> None:
         """Write the entry to the client as a MESSAGE frame, with what is left of a
@@ -414,7 +432,22 @@ class Connection(asyncio.Protocol):
         self._ping_sent = False
         self._keepalive: asyncio.TimerHandle | None = None
         self._out: list[bytes] = []
+        #: bytes in ``_out``
+        self._out_bytes = 0
         self._flush_scheduled = False
+        #: the output's water marks; the high one kept below maxUnwrittenBytesPerConsumer,
+        #: so that a consumer with no room left always waits for the gate to open
+        config = server.config
+        high = config.pulsarChannelWriteBufferHighWaterMark
+        if config.maxUnwrittenBytesPerConsumer:
+            high = max(min(high, config.maxUnwrittenBytesPerConsumer - 1), 1)
+        self._high_water = high
+        self._low_water = min(config.pulsarChannelWriteBufferLowWaterMark, high)
+        #: the output is below the high water mark (or has drained below the low one
+        #: since): its consumers may be dispatched to
+        self.writable = True
+        #: the transport said its buffer passed the high water mark (pause_writing)
+        self._transport_paused = False
         self._loop = asyncio.get_running_loop()
         self._handlers: dict[int, Callable[[Any], None]] = {
             Type.CONNECT: self._connect,
@@ -458,6 +491,7 @@ class Connection(asyncio.Protocol):
             return
         self.counted_ip = ip
         self.server.connections.add(self)
+        transport.set_write_buffer_limits(high=self._high_water, low=self._low_water)  # type: ignore[attr-defined]
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
@@ -540,27 +574,64 @@ class Connection(asyncio.Protocol):
         one per frame). O(1)."""
         if self.closed:
             return
-        self._out.append(command_frame(command))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+        frame = command_frame(command)
+        self._out.append(frame)
+        self._queued(len(frame))
 
     def write_payload(self, command: Any, entry: bytes) -> None:
         """Queue a MESSAGE frame: its head, then the stored entry as it is (no copy)."""
         if self.closed:
             return
         out = self._out
-        out.append(payload_frame_head(command, len(entry)))
+        head = payload_frame_head(command, len(entry))
+        out.append(head)
         out.append(entry)
+        self._queued(len(head) + len(entry))
+
+    def _queued(self, size: int) -> None:
+        """``size`` more bytes wait in ``_out``: past the high water mark the connection
+        is unwritable (as a Netty channel counts what is written and not yet flushed).
+        O(1)."""
+        self._out_bytes += size
+        if self.writable and self.unsent_bytes() > self._high_water:
+            self._set_writable(False)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
+    def unsent_bytes(self) -> int:
+        """Output its client has not taken yet: queued in this turn, and in the
+        transport's buffer. O(1)."""
+        transport = self.transport
+        buffered = 0 if transport is None else transport.get_write_buffer_size()
+        return self._out_bytes + buffered
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         out, self._out = self._out, []
+        self._out_bytes = 0
         if out and not self.closed and self.transport is not None:
-            self.transport.writelines(out)
+            self.transport.writelines(out)  # pause_writing, at once, if over the mark
+        if not self.writable and not self._transport_paused and not self.closed:
+            self._set_writable(True)  # the transport took it without passing the mark
+
+    def pause_writing(self) -> None:
+        """The transport's buffer passed the high water mark: the client is not
+        reading (as fast as it is sent to)."""
+        self._transport_paused = True
+        self._set_writable(False)
+
+    def resume_writing(self) -> None:
+        """The transport's buffer drained below the low water mark."""
+        self._transport_paused = False
+        if not self._out_bytes:
+            self._set_writable(True)  # else the flush due this turn decides
+
+    def _set_writable(self, writable: bool) -> None:
+        """Open or close the gate of every consumer of this connection. O(consumers)."""
+        self.writable = writable
+        for consumer in self.consumers.values():
+            consumer.set_writable(writable)
 
     def _schedule_keepalive(self) -> None:
         interval = self.server.config.keepAliveIntervalSeconds

@@ -12,6 +12,14 @@ dispatch consumer's ``deliver`` hands entries over into it, with the cache's
 protocol, the virtual-time clients): the client grants permits (messages) and each
 entry is written out as it is handed over, through :meth:`PushConsumer.send`.
 
+Backpressure in bytes, the same for every front end: a session holds at most
+``maxUnwrittenBytesPerConsumer`` bytes handed to it and not yet written to its client
+(:meth:`ConsumerSession.unwritten_bytes`: the receiver queue, or what a front end says
+it still buffers), and a front end whose client stops reading closes the session's
+``writable`` gate (:meth:`ConsumerSession.set_writable`, as Pulsar's dispatchers consult
+the channel's writability); the dispatcher sees both through ``available_permits`` and
+is woken when the gate opens again.
+
 Messages are named by ``(entry position, batch index)``; batch index -1
 (``WHOLE_ENTRY``) names the entry. A batch-index ack needs the batch's size: the
 session records it on the subscription (``Subscription.batch_sizes``) when it gives the
@@ -21,10 +29,11 @@ client the batch's messages, in :meth:`ConsumerSession.unacked_messages`.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from broker.dispatch.consumer import NOT_RECEIVED, Consumer
+from broker.dispatch.consumer import NOT_RECEIVED, Consumer, Delivery
 from broker.dispatch.errors import BrokerError, PreconditionFailedError, SubscriptionFencedError
 from broker.dispatch.subscription import Subscription, in_order
 from broker.ledger.entry import Entry, EntryFormatError, Message, UnsupportedCompressionError
@@ -43,15 +52,116 @@ log = logging.getLogger(__name__)
 MessageRef = tuple[Position, int]
 
 
+class ReceiverQueue(deque[Delivery]):
+    """A receiver queue that counts the messages (a batched entry holds several) and
+    the bytes it holds, and the moving average of messages per entry, so that permits
+    are messages as in Pulsar and the bytes held are known. O(1) per operation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages = 0
+        self.bytes = 0
+        self.average = 1.0
+
+    def append(self, delivery: Delivery) -> None:
+        super().append(delivery)
+        entry = delivery.entry
+        messages = entry.messages
+        self.messages += messages
+        self.bytes += len(entry.data)
+        self.average += (messages - self.average) * 0.1
+
+    def popleft(self) -> Delivery:
+        delivery = super().popleft()
+        entry = delivery.entry
+        self.messages -= entry.messages
+        self.bytes -= len(entry.data)
+        return delivery
+
+    def clear(self) -> None:
+        super().clear()
+        self.messages = 0
+        self.bytes = 0
+
+
 class ConsumerSession(Consumer):
     """A client's consumer on a subscription. Every operation costs what its
     docstring says plus the subscription's own work; none allocates per message
-    handed over."""
+    handed over.
 
-    __slots__ = ()
+    The dispatcher reads :attr:`available_permits`: the client's permits
+    (:meth:`client_permits`, in entries: the receiver queue's free places, or the front
+    end's own count), none while the ``writable`` gate is closed,
+    and no more entries than fit, at the average entry size seen, in what is left of
+    ``max_unwritten_bytes`` (at least one while any room is left; one until the first
+    entry has told how large they are)."""
+
+    __slots__ = ("_entry_bytes", "max_unwritten_bytes", "writable")
 
     #: the whole subscription (the dispatch consumer reads only a narrow view of it)
     subscription: Subscription
+    queue: ReceiverQueue
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.queue = ReceiverQueue()
+        #: the front end can take more (its client reads what it is sent)
+        self.writable = True
+        #: maxUnwrittenBytesPerConsumer (0: no limit)
+        self.max_unwritten_bytes = self.subscription.config.max_unwritten_bytes_per_consumer
+        #: moving average of the size of the entries handed over (0: none yet)
+        self._entry_bytes = 0.0
+
+    # ------------------------------------------------------------------ backpressure
+
+    @property
+    def available_permits(self) -> int:
+        """Entries the dispatcher may hand over now. O(1)."""
+        if not self.writable:
+            return 0
+        permits = self.client_permits()
+        if permits <= 0:
+            return 0
+        limit = self.max_unwritten_bytes
+        if limit:
+            room = limit - self.unwritten_bytes()
+            if room <= 0:
+                return 0
+            average = self._entry_bytes
+            if average == 0:
+                return 1  # the first entry tells how large they are
+            if room < permits * average:
+                return max(int(room / average), 1)
+        return permits
+
+    def unwritten_bytes(self) -> int:
+        """Bytes handed to this consumer that the broker still holds, not yet written
+        to the client: its receiver queue's (a front end that buffers elsewhere adds
+        that). O(1)."""
+        return self.queue.bytes
+
+    def set_writable(self, writable: bool) -> None:
+        """The front end's client reads again (True) or has stopped reading (False):
+        the dispatcher hands this consumer nothing while it is False, and is woken
+        when it turns True. O(1)."""
+        if writable == self.writable:
+            return
+        self.writable = writable
+        if writable:
+            self.wake_dispatcher()
+
+    def wake_dispatcher(self) -> None:
+        """Room was made (bytes written, the gate opened): dispatch may go on. O(1)."""
+        dispatcher = self.subscription.dispatcher
+        if dispatcher is not None:
+            dispatcher.wake()
+
+    def count_out(self, entry: Entry, messages: int, redelivery_count: int) -> None:
+        """As the dispatch consumer's, and the average entry size. O(1)."""
+        super().count_out(entry, messages, redelivery_count)
+        size = len(entry.data)
+        average = self._entry_bytes
+        self._entry_bytes = size if average == 0 else average + (size - average) * 0.1
 
     # ------------------------------------------------------------------ what the client sees
 
@@ -322,9 +432,11 @@ class PushConsumer(ConsumerSession):
         self.permits = 0
         self._avg_batch = 1.0
         self.polls = 1
+        # what is sent is out of the broker at once: no bytes to bound (a front end that
+        # buffers what it sends, as the binary connection, sets the bound again)
+        self.max_unwritten_bytes = 0
 
-    @property
-    def available_permits(self) -> int:
+    def client_permits(self) -> int:
         """The permits in entries. O(1)."""
         permits = self.permits
         if permits <= 0:
@@ -335,9 +447,12 @@ class PushConsumer(ConsumerSession):
     def grant(self, permits: int) -> None:
         """The client has room for ``permits`` more messages: the dispatcher may send."""
         self.permits += permits
-        dispatcher = self.subscription.dispatcher
-        if dispatcher is not None:
-            dispatcher.wake()
+        self.wake_dispatcher()
+
+    def unwritten_bytes(self) -> int:
+        """What the front end still buffers for the client: nothing here (:meth:`send`
+        hands each entry over at once). O(1)."""
+        return 0
 
     def deliver(self, entry: Entry, redelivery_count: int, now_ns: int) -> None:
         """Hand the entry over: the read the cache expected has happened (``released``),

@@ -314,3 +314,17 @@ def test_config_error_can_carry_a_plain_message() -> None:
     error = ConfigError("conf/broker.conf: not a file")
 
     assert (str(error), error.issues) == ("conf/broker.conf: not a file", ())
+
+
+def test_write_water_marks_must_be_in_order() -> None:
+    # Netty refuses a low water mark above the high one; so does the broker, at start
+    message = config_error(
+        None,
+        {
+            "pulsarChannelWriteBufferHighWaterMark": "1000",
+            "pulsarChannelWriteBufferLowWaterMark": "2000",
+        },
+    )
+    assert "pulsarChannelWriteBufferLowWaterMark" in message
+    equal = load_broker_config(None, {"pulsarChannelWriteBufferLowWaterMark": "65536"})
+    assert equal.pulsarChannelWriteBufferLowWaterMark == 65536  # equal marks are allowed

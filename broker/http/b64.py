@@ -20,6 +20,12 @@ import pybase64
 # of the 0.6 us a 1 KiB payload took.
 
 
+#: standard base64 with padding, as binascii.b2a_base64 writes it, about 5x faster for
+#: a 1 KiB payload (SIMD): 6% of the broker's CPU under produce+consume went to encoding
+#: (HTTP), 30% while a WebSocket consumer drained with binascii's
+encode_base64 = pybase64.b64encode_as_string
+
+
 def decode_base64_strict(text: str) -> bytes:
     """Decode ``text``; binascii.Error or ValueError where binascii's strict mode raises.
     O(len(text)); invalid input pays for both decoders."""

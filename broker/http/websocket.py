@@ -57,7 +57,7 @@ from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.dispatch.subscription import SUBSCRIPTION_TYPES
 from broker.http.app_state import CLOCK, METRICS, SETTINGS, client_address, topic_service
-from broker.http.b64 import decode_base64_strict
+from broker.http.b64 import decode_base64_strict, encode_base64
 from broker.http.contract import ChoiceQuery, FlagQuery, IntQuery
 from broker.ledger.entry import (
     BatchItem,
@@ -141,8 +141,7 @@ async def _close_sessions(app: web.Application) -> None:
 # ---------------------------------------------------------------------- formats
 
 
-def _b64(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
+_b64 = encode_base64
 
 
 def iso_time(epoch_ms: int) -> str:

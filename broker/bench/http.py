@@ -280,6 +280,10 @@ def broker_server(
     # round measures the same path (produce+consume rows cache anyway: they have a
     # reader).
     argv += ["--set", "managedLedgerContinueCachingAddedEntriesAfterLastActiveCursorLeavesMillis=0"]
+    # the bench's consumers poll only in the rows that consume: on a loaded machine the
+    # produce-only rows before them outlasted consumerIdleTimeoutMs (30 s), and the
+    # broker closed them (404 at their first poll)
+    argv += ["--set", "consumerIdleTimeoutMs=3600000"]
     if trace_dir is not None:
         argv += ["--set", f"brokerlabTraceDir={trace_dir}"]
     argv += ["--data-dir", str(data_dir)]

@@ -1,13 +1,18 @@
-"""Owned background tasks: every task has an owner that cancels and awaits it."""
+"""Owned background tasks: every task has an owner that cancels and awaits it; and
+waits that any number of tasks share (:func:`join`, :class:`FifoLock`), each O(1) to
+join and to leave."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class TaskOwner:
@@ -49,3 +54,117 @@ class TaskOwner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# ---------------------------------------------------------------------- shared waits
+#
+# ``asyncio.shield(future)`` adds one done callback per waiter to ``future`` and, when a
+# waiter is cancelled, removes it again by scanning the future's whole callback list:
+# n waiters cancelled at once (a client that sent 32k PRODUCER commands for a topic
+# still loading, then hung up) cost O(n^2) with the loop held. ``asyncio.Lock`` is the
+# same: a cancelled waiter is removed from the middle of its deque. The two below keep
+# joining and leaving O(1).
+
+
+class _Fanout:
+    """The one done callback a shared future gets, whatever the number of its waiters:
+    it settles every waiter still waiting. Waiters are a dict (an insertion-ordered
+    set), so a waiter that leaves is removed in O(1)."""
+
+    __slots__ = ("waiters",)
+
+    def __init__(self) -> None:
+        self.waiters: dict[asyncio.Future[Any], None] = {}
+
+    def __call__(self, inner: asyncio.Future[Any]) -> None:
+        """O(waiters), once."""
+        _fanouts.pop(inner, None)
+        waiters, self.waiters = self.waiters, {}
+        if inner.cancelled():
+            for waiter in waiters:
+                waiter.cancel()
+            return
+        error = inner.exception()
+        for waiter in waiters:
+            if waiter.done():
+                continue
+            if error is not None:
+                waiter.set_exception(error)
+            else:
+                waiter.set_result(inner.result())
+
+
+#: the fan-out of each shared future that has waiters (an entry lives while one waits)
+_fanouts: dict[asyncio.Future[Any], _Fanout] = {}
+
+
+async def join(inner: asyncio.Future[T]) -> T:
+    """Wait for ``inner`` without cancelling it when the waiter is cancelled (as
+    ``asyncio.shield``), in O(1) to join and O(1) to leave, however many wait: ``inner``
+    carries one callback for all its waiters. Raises what ``inner`` raises."""
+    if inner.done():
+        return inner.result()
+    fanout = _fanouts.get(inner)
+    if fanout is None:
+        fanout = _fanouts[inner] = _Fanout()
+        inner.add_done_callback(fanout)
+    waiter: asyncio.Future[T] = inner.get_loop().create_future()
+    waiters = fanout.waiters
+    waiters[waiter] = None
+    try:
+        return await waiter
+    finally:
+        if waiters.pop(waiter, 0) is None and not waiters and not inner.done():
+            # the last waiter left: ``inner`` carries nothing of ours (its callbacks are
+            # ours and its owner's, so this removal is O(1))
+            inner.remove_done_callback(fanout)
+            _fanouts.pop(inner, None)
+
+
+class FifoLock:
+    """A first-come first-served lock whose waiters join and leave in O(1) (amortized):
+    a waiter cancelled stays in the queue, done, and is skipped when its turn comes,
+    where ``asyncio.Lock`` would search its queue for it. The lock passes from holder
+    to the next waiter directly, so no newcomer overtakes the queue."""
+
+    __slots__ = ("_locked", "_waiters")
+
+    def __init__(self) -> None:
+        self._locked = False
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def locked(self) -> bool:
+        return self._locked
+
+    async def acquire(self) -> None:
+        """O(1)."""
+        if not self._locked:
+            self._locked = True
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed the lock, then cancelled before it ran: pass it on
+            raise
+
+    def release(self) -> None:
+        """Hand the lock to the next waiter still waiting. O(1) amortized (each
+        cancelled waiter is skipped once)."""
+        if not self._locked:
+            raise RuntimeError("FifoLock is not acquired")
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # it holds the lock now
+                return
+        self._locked = False
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()

@@ -31,6 +31,7 @@ from broker.ledger.errors import ManagedLedgerError
 from broker.ledger.metadata_keys import cursor_key_prefix
 from broker.ledger.position import Position
 from broker.ledger.range_set import PositionRangeSet
+from broker.tasks import join
 from storage_stub.bookie.api import BookieError, MetadataStore
 
 #: the cursor of Pulsar's message deduplication (``PersistentTopic.DEDUPLICATION_CURSOR_NAME``):
@@ -282,10 +283,10 @@ class ManagedCursor:
             return
         write = self._write
         if write is not None and self._write_version >= wanted:
-            await asyncio.shield(write)
+            await join(write)
             return
         if self._next_write is not None:
-            await asyncio.shield(self._next_write)
+            await join(self._next_write)
             return
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._next_write = mine

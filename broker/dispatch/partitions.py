@@ -33,6 +33,7 @@ from broker.dispatch.errors import (
 from broker.dispatch.names import TopicName
 from broker.dispatch.schema_registry import drop_schemas
 from broker.ledger.metadata_keys import metadata_key
+from broker.tasks import FifoLock
 from storage_stub.bookie.api import MetadataStore
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ class PartitionedTopics:
         self._mirror: dict[TopicName, PartitionedMetadata] | None = None
         self._mirror_lock = asyncio.Lock()
         #: creations, updates and deletes, one at a time
-        self._admin_lock = asyncio.Lock()
+        self._admin_lock = FifoLock()
 
     # ------------------------------------------------------------------ reading
 

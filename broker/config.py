@@ -846,6 +846,31 @@ class BrokerConfig(BaseModel):
         origin=PULSAR_SAME,
         ge=0,
     )
+    brokerlabMaxPendingRequestsPerConnection: int = key(
+        5000,
+        LIMITS,
+        "Most requests of one binary-protocol connection waiting for their answer "
+        "(PRODUCER, SUBSCRIBE, PARTITIONED_METADATA, SEEK, schema and other requests, "
+        "acks being made durable): a connection that sends one more is closed, its "
+        "requests cancelled, and nothing of it served. A flood of requests cannot hold "
+        "the broker; a client keeps far fewer in flight (Pulsar's clients at most "
+        "5,000 lookups per connection; brokerlab's load generator opens 64 producers or "
+        "subscriptions at a time).",
+        unit="requests; 0 = no limit",
+        origin="brokerlab only (Pulsar has no such bound; its clients bound their own "
+        "pending lookups).",
+        ge=0,
+    )
+    maxConcurrentLookupRequest: int = key(
+        50000,
+        LIMITS,
+        "Most lookup requests (PARTITIONED_METADATA; LOOKUP is answered at once here) "
+        "being answered at once on the binary protocol, all connections together; one "
+        "more is answered TooManyRequests, and the client retries it.",
+        unit="requests",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
     maxHttpServerConnections: int = key(
         0,
         LIMITS,

@@ -519,8 +519,19 @@ class Connection(asyncio.Protocol):
             self._release(consumer)
         self.server.spawn(self._tasks.close(), f"close connection {self.peer}")
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> bool:
+        """Run a request's work; a connection with brokerlabMaxPendingRequestsPerConnection
+        requests pending already is closed instead (its requests cancelled; False): a
+        client flooding requests is not served. O(1)."""
+        limit = self.server.config.brokerlabMaxPendingRequestsPerConnection
+        if self.closed or (limit and len(self._tasks) >= limit):
+            coro.close()
+            self.abort(
+                f"more than {limit} requests pending (brokerlabMaxPendingRequestsPerConnection)"
+            )
+            return False
         self._tasks.spawn(coro, name=name)
+        return True
 
     def next_request_id(self) -> int:
         return next(self._request_ids)
@@ -607,7 +618,8 @@ class Connection(asyncio.Protocol):
             except (BrokerError, BookieError, ManagedLedgerError, OSError) as error:
                 self._error(request_id, server_error(error), str(error))
 
-        self.spawn(run(), name)
+        if not self.spawn(run(), name):
+            work.close()
 
     def _error(self, request_id: int, code: int, message: str) -> None:
         command = BaseCommand(type=Type.ERROR)
@@ -769,15 +781,25 @@ class Connection(asyncio.Protocol):
         self.write_command(command)
 
     def _partitioned_metadata(self, request: Any) -> None:
+        server = self.server
+        if server.lookups >= server.config.maxConcurrentLookupRequest:
+            # Pulsar's answer past maxConcurrentLookupRequest; the client retries
+            command = BaseCommand(type=Type.PARTITIONED_METADATA_RESPONSE)
+            response = command.partitionMetadataResponse
+            response.request_id = request.request_id
+            response.response = PARTITIONS_FAILED
+            response.error = ServerError.TooManyRequests
+            response.message = "Failed due to too many pending lookup requests"
+            self.write_command(command)
+            return
+
         async def answer() -> None:
             command = BaseCommand(type=Type.PARTITIONED_METADATA_RESPONSE)
             response = command.partitionMetadataResponse
             response.request_id = request.request_id
             try:
                 name = topic_name(request.topic)
-                partitions = await self.server.partitions(
-                    name, request.metadata_auto_creation_enabled
-                )
+                partitions = await server.partitions(name, request.metadata_auto_creation_enabled)
             except (BrokerError, BookieError, OSError) as error:
                 response.response = PARTITIONS_FAILED
                 response.error = server_error(error)
@@ -785,9 +807,13 @@ class Connection(asyncio.Protocol):
             else:
                 response.response = PARTITIONS_SUCCESS
                 response.partitions = partitions
+            finally:
+                server.lookups -= 1
             self.write_command(command)
 
-        self.spawn(answer(), "partitioned metadata")
+        server.lookups += 1
+        if not self.spawn(answer(), "partitioned metadata"):
+            server.lookups -= 1
 
     # ------------------------------------------------------------------ produce
 

@@ -104,6 +104,7 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
             auto_topic_creation_type=config.allowAutoTopicCreationType,
             default_num_partitions=config.defaultNumPartitions,
             max_num_partitions=config.maxNumPartitionsPerPartitionedTopic,
+            partitions_ceiling=config.brokerlabMaxPartitionsCeiling,
             max_topics_per_namespace=config.maxTopicsPerNamespace,
         ),
         cluster_name=config.clusterName,

@@ -428,6 +428,19 @@ class BrokerConfig(BaseModel):
         ge=0,
     )
 
+    brokerlabMaxPartitionsCeiling: int = key(
+        100000,
+        PRODUCE,
+        "Most partitions a partitioned topic may have when maxNumPartitionsPerPartitionedTopic "
+        "is 0 (no limit): creating or updating one past it is refused (400) as past that "
+        "key. A guard: every admin walk over a topic's partitions (unload, clear backlog, "
+        "delete, topic lists) is proportional to the count, and yields to other requests "
+        "as it goes.",
+        unit="partitions",
+        origin="brokerlab only (Pulsar has no ceiling with maxNumPartitionsPerPartitionedTopic=0).",
+        gt=0,
+    )
+
     brokerDeduplicationEnabled: bool = key(
         False,
         DEDUPLICATION,

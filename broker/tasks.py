@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -16,6 +16,8 @@ T = TypeVar("T")
 
 #: tasks a close cancels in one turn of the event loop
 CANCEL_BATCH = 256
+#: items a :func:`cooperative` loop handles between two yields to the event loop
+COOPERATIVE_BATCH = 512
 
 
 class TaskOwner:
@@ -181,3 +183,13 @@ class FifoLock:
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.release()
+
+
+async def cooperative(items: Iterable[T], batch: int = COOPERATIVE_BATCH) -> AsyncIterator[T]:
+    """``items``, yielding to the event loop every ``batch`` of them: a loop over a
+    count a client chose (a topic's partitions) whose awaits may all complete at once
+    (nothing to unload, nothing to read) never holds the loop for the whole count."""
+    for index, item in enumerate(items, 1):
+        yield item
+        if not index % batch:
+            await asyncio.sleep(0)

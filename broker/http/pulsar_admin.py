@@ -58,6 +58,7 @@ from broker.http.schemas import (
 )
 from broker.ledger.entry import EntryFormatError, metadata_of
 from broker.ledger.position import Position
+from broker.tasks import cooperative
 
 api = RouteTable()
 routes = api.routes
@@ -786,7 +787,9 @@ async def unload_topic(request: web.Request) -> web.Response:
     count = await service.partitions.get(name)
     if count:
         # each partition at its owner (the partitions of a topic may be on any broker)
-        for index in range(count):
+        # yielding as it goes: most partitions are not loaded, and their unload is done
+        # without an await that waits
+        async for index in cooperative(range(count)):
             partition = partition_name(name, index)
             await cluster.service_for(partition).unload_topic(partition)
     elif await service.partitions.exists(name):

@@ -482,7 +482,11 @@ class ManagedCursor:
     def nth_unacknowledged(self, n: int) -> Position | None:
         """The ``n``-th (from 1) confirmed entry after the mark-delete position that is
         not acknowledged whole (Pulsar's ``getNthEntry`` excluding individually deleted
-        entries); None when fewer remain. O(n + deleted ranges crossed)."""
+        entries); None when fewer remain. O(min(n, backlog) + deleted ranges crossed): a
+        count past the backlog (a client may ask for 2^31 - 1) is answered from the
+        backlog's size."""
+        if n > self.backlog():
+            return None
         ledger = self.ledger
         deleted = self.individually_deleted
         position = self.mark_delete_position

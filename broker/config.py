@@ -429,13 +429,14 @@ class BrokerConfig(BaseModel):
     )
 
     brokerlabMaxPartitionsCeiling: int = key(
-        100000,
+        10000,
         PRODUCE,
         "Most partitions a partitioned topic may have when maxNumPartitionsPerPartitionedTopic "
         "is 0 (no limit): creating or updating one past it is refused (400) as past that "
         "key. A guard: every admin walk over a topic's partitions (unload, clear backlog, "
-        "delete, topic lists) is proportional to the count, and yields to other requests "
-        "as it goes.",
+        "delete, topic lists) is proportional to the count and yields to other requests as "
+        "it goes, but one that loads every partition (a subscription created on all of "
+        "them) loads that many topics; 10,000 is the many-topics preset's topic count.",
         unit="partitions",
         origin="brokerlab only (Pulsar has no ceiling with maxNumPartitionsPerPartitionedTopic=0).",
         gt=0,

@@ -82,7 +82,7 @@ class PartitionsConfig:
     #: maxNumPartitionsPerPartitionedTopic; 0: no limit
     max_num_partitions: int = 0
     #: brokerlabMaxPartitionsCeiling: the limit when max_num_partitions is 0
-    partitions_ceiling: int = 100_000
+    partitions_ceiling: int = 10_000
     #: maxTopicsPerNamespace: topics of a namespace, each partition of a partitioned
     #: topic one of them; 0: no limit
     max_topics_per_namespace: int = 0

@@ -1,8 +1,9 @@
 """A partitioned topic's partition count is the client's to choose; no count holds the
 broker. Past maxNumPartitionsPerPartitionedTopic (0 by default, as Pulsar: no limit)
-brokerlabMaxPartitionsCeiling refuses it with ``{"reason", "code"}``, changing nothing;
-up to it, the routes that walk every partition (unload here) yield to other requests as
-they go: health probes are answered while a 100,000-partition topic unloads."""
+brokerlabMaxPartitionsCeiling (10,000) refuses it with ``{"reason", "code"}``, changing
+nothing; up to it, the routes that walk every partition (unload here) yield to other
+requests as they go: health probes are answered while a 100,000-partition topic (under a
+ceiling raised to that) unloads."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from tests.conftest import Client, LiveBroker
 from tests.harness import new_topic
 
 HUGE = 1_000_000
-#: the default brokerlabMaxPartitionsCeiling: the largest count a default broker takes
+#: brokerlabMaxPartitionsCeiling of the unload test's broker (ten times the default):
+#: enough partitions that their unload yields some 200 times
 CEILING = 100_000
 HEALTH = "/admin/v2/brokers/health"
 
@@ -47,7 +49,7 @@ async def test_a_huge_partition_count_is_refused_and_changes_nothing(
 async def test_health_probes_are_answered_while_every_partition_unloads(
     shared_broker: LiveBroker,
 ) -> None:
-    client = await shared_broker()
+    client = await shared_broker(brokerlabMaxPartitionsCeiling=CEILING)
     topic = new_topic("wide")
     assert (await client.request("PUT", admin(topic, "/partitions"), json=CEILING))[0] == 204
 

@@ -121,7 +121,9 @@ PARTITIONS_BODY = JsonBody[int](PartitionCount, "The number of partitions.")
     },
     description="""
         Body: the number of partitions as a JSON number (`3`), as Pulsar takes it: an integer
-        ≥ 1 and at most `maxNumPartitionsPerPartitionedTopic` (when not 0).
+        ≥ 1 and at most `maxNumPartitionsPerPartitionedTopic`, or, while that is 0 (Pulsar:
+        no limit), at most `brokerlabMaxPartitionsCeiling` (10,000; brokerlab only: the
+        routes that walk every partition stay bounded).
     """,
 )
 async def create_partitioned_topic(request: web.Request) -> web.Response:
@@ -146,7 +148,8 @@ FORCE_UPDATE_PARTITIONS = FlagQuery("force", "Accepted; no effect.")
     success=Success(204, "the partitioned topic has that many partitions."),
     errors={
         400: "bad topic name; a body that is not a JSON integer; a count below 1 or over "
-        "`maxNumPartitionsPerPartitionedTopic`; `force` not `true` or `false`.",
+        "`maxNumPartitionsPerPartitionedTopic` (while 0, `brokerlabMaxPartitionsCeiling`); "
+        "`force` not `true` or `false`.",
         409: "not a partitioned topic; fewer partitions than it has.",
         413: "body over `maxHttpRequestBodyBytes`.",
         503: "storage fault or timeout. If it came after the new count was stored, the count "

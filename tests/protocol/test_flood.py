@@ -20,7 +20,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from broker.pulsar_api import BaseCommand, Type
+from broker.pulsar_api import BaseCommand, ServerError, Type
 from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, new_topic, persistent
 from tests.protocol.raw import RawConnection, frame, ping, producer
@@ -120,3 +120,35 @@ def test_a_flood_then_a_hang_up_leaves_other_clients_served(
     finally:
         client.close()
     broker.ok("GET", "/admin/v2/brokers/health")
+
+
+def partitioned_metadata(topic: str, request_id: int) -> Any:
+    command = BaseCommand(type=Type.PARTITIONED_METADATA)
+    command.partitionMetadata.topic = topic
+    command.partitionMetadata.request_id = request_id
+    return command
+
+
+def test_lookups_past_max_concurrent_lookup_request_are_answered_too_many_requests(
+    served_broker: ServedBrokerFactory,
+) -> None:
+    """As Pulsar's lookup semaphore: one lookup more than maxConcurrentLookupRequest in
+    flight is refused at once with TooManyRequests; once the first is answered, the next
+    one is served."""
+    broker = served_broker(maxConcurrentLookupRequest=1)
+    raw = RawConnection(broker.service_url)
+    try:
+        raw.handshake()
+        slow_reads = {"operation": "metadataGet", "delayMs": 1000}  # the first stays in flight
+        broker.ok("PUT", "/admin/v2/brokerlab/faults", slow_reads)
+        topic = persistent(new_topic("looked-up"))
+        raw.write(frame(partitioned_metadata(topic, 1)) + frame(partitioned_metadata(topic, 2)))
+        first = raw.expect(Type.PARTITIONED_METADATA_RESPONSE).partitionMetadataResponse
+        second = raw.expect(Type.PARTITIONED_METADATA_RESPONSE).partitionMetadataResponse
+        assert (first.request_id, first.error) == (2, ServerError.TooManyRequests)
+        assert second.request_id == 1 and not second.HasField("error")
+        raw.write(frame(partitioned_metadata(topic, 3)))
+        third = raw.expect(Type.PARTITIONED_METADATA_RESPONSE).partitionMetadataResponse
+        assert third.request_id == 3 and not third.HasField("error")
+    finally:
+        raw.close()

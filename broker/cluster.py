@@ -119,6 +119,7 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
         max_consumers_per_topic=config.maxConsumersPerTopic,
         max_consumers_per_subscription=config.maxConsumersPerSubscription,
         max_subscriptions_per_topic=config.maxSubscriptionsPerTopic,
+        max_concurrent_topic_loads=config.maxConcurrentTopicLoadRequest,
         max_reads_in_flight_bytes=config.managedLedgerMaxReadsInFlightSizeInMB * 1024 * 1024,
         reads_in_flight_timeout_ms=config.managedLedgerMaxReadsInFlightPermitsAcquireTimeoutMillis,
         reads_in_flight_queue_size=config.managedLedgerMaxReadsInFlightPermitsAcquireQueueSize,

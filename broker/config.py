@@ -885,6 +885,16 @@ class BrokerConfig(BaseModel):
         origin=PULSAR_SAME,
         gt=0,
     )
+    maxConcurrentTopicLoadRequest: int = key(
+        5000,
+        LIMITS,
+        "Most topic loads under way at once (reading a topic's ledgers and cursors from "
+        "storage); more wait their turn, first come first served, as in Pulsar. Requests "
+        "for a topic being loaded join its load and take no turn of their own.",
+        unit="loads",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
     maxHttpServerConnections: int = key(
         0,
         LIMITS,

@@ -1,5 +1,5 @@
 """Owned background tasks: every task has an owner that cancels and awaits it; and
-waits that any number of tasks share (:func:`join`, :class:`FifoLock`), each O(1) to
+waits that any number of tasks share (:func:`join`, :class:`FifoSemaphore`), each O(1) to
 join and to leave."""
 
 from __future__ import annotations
@@ -136,25 +136,27 @@ async def join(inner: asyncio.Future[T]) -> T:
             _fanouts.pop(inner, None)
 
 
-class FifoLock:
-    """A first-come first-served lock whose waiters join and leave in O(1) (amortized):
-    a waiter cancelled stays in the queue, done, and is skipped when its turn comes,
-    where ``asyncio.Lock`` would search its queue for it. The lock passes from holder
-    to the next waiter directly, so no newcomer overtakes the queue."""
+class FifoSemaphore:
+    """A first-come first-served semaphore of ``value`` slots whose waiters join and leave
+    in O(1) (amortized): a waiter cancelled stays in the queue, done, and is skipped
+    when its turn comes, where ``asyncio.Semaphore`` would search its queue for it. A
+    slot passes from its holder to the next waiter directly, so no newcomer overtakes
+    the queue."""
 
-    __slots__ = ("_locked", "_waiters")
+    __slots__ = ("_free", "_waiters")
 
-    def __init__(self) -> None:
-        self._locked = False
+    def __init__(self, value: int) -> None:
+        self._free = value
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     def locked(self) -> bool:
-        return self._locked
+        """No slot is free."""
+        return self._free == 0
 
     async def acquire(self) -> None:
         """O(1)."""
-        if not self._locked:
-            self._locked = True
+        if self._free:
+            self._free -= 1
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
@@ -162,27 +164,39 @@ class FifoLock:
             await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
-                self.release()  # handed the lock, then cancelled before it ran: pass it on
+                self.release()  # handed a slot, then cancelled before it ran: pass it on
             raise
 
     def release(self) -> None:
-        """Hand the lock to the next waiter still waiting. O(1) amortized (each
-        cancelled waiter is skipped once)."""
-        if not self._locked:
-            raise RuntimeError("FifoLock is not acquired")
+        """Hand the slot to the next waiter still waiting, or free it. O(1) amortized
+        (each cancelled waiter is skipped once)."""
         waiters = self._waiters
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)  # it holds the lock now
+                waiter.set_result(None)  # the slot is its now
                 return
-        self._locked = False
+        self._free += 1
 
     async def __aenter__(self) -> None:
         await self.acquire()
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.release()
+
+
+class FifoLock(FifoSemaphore):
+    """A :class:`FifoSemaphore` of one slot."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(1)
+
+    def release(self) -> None:
+        if self._free:
+            raise RuntimeError("FifoLock is not acquired")
+        super().release()
 
 
 async def cooperative(items: Iterable[T], batch: int = COOPERATIVE_BATCH) -> AsyncIterator[T]:

@@ -13,7 +13,7 @@ from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
 from broker.clock import ManualClock
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService, ServiceConfig
-from broker.tasks import FifoLock, _fanouts, join
+from broker.tasks import FifoLock, FifoSemaphore, _fanouts, join
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 
 
@@ -102,9 +102,15 @@ class GatedMetadata(InMemoryMetadataStore):
     def __init__(self) -> None:
         super().__init__()
         self.gate = asyncio.Event()
+        #: reads waiting at the gate
+        self.waiting = 0
 
     async def get(self, key: str) -> bytes | None:
-        await self.gate.wait()
+        self.waiting += 1
+        try:
+            await self.gate.wait()
+        finally:
+            self.waiting -= 1
         return await super().get(key)
 
 
@@ -126,4 +132,40 @@ async def test_cancelled_topic_waiters_leave_the_load_alone() -> None:
     topic = await loader
     assert service.topics[name] is topic
     assert await service.get_topic(name, create=False) is topic
+    await service.close()
+
+
+async def test_a_semaphore_hands_its_slots_out_in_order_past_who_left() -> None:
+    slots = FifoSemaphore(2)
+    await slots.acquire()
+    await slots.acquire()
+    assert slots.locked()
+    waiters = [asyncio.ensure_future(slots.acquire()) for _ in range(3)]
+    await asyncio.sleep(0)
+    waiters[0].cancel()
+    slots.release()
+    await asyncio.sleep(0)
+    assert [w.done() and not w.cancelled() for w in waiters] == [False, True, False]
+    slots.release()
+    await waiters[2]
+    slots.release()
+    slots.release()
+    assert not slots.locked()
+
+
+async def test_topic_loads_past_max_concurrent_topic_load_request_wait_their_turn() -> None:
+    """maxConcurrentTopicLoadRequest=2: of three topics loading, two read storage at
+    once; the third waits for a slot, and all three load."""
+    metadata = GatedMetadata()
+    cache = create_stream(DEFAULT_DESIGN, CacheConfig(max_size_bytes=0), ManualClock())
+    config = ServiceConfig(max_concurrent_topic_loads=2)
+    service = BrokerService(config, InMemoryBookie(), metadata, cache, ManualClock())
+    names = [TopicName.parse(f"persistent://public/default/slot-{i}") for i in range(3)]
+    loads = [asyncio.ensure_future(service.get_topic(name, create=True)) for name in names]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert metadata.waiting == 2
+    metadata.gate.set()
+    topics = await asyncio.gather(*loads)
+    assert [topic.name for topic in topics] == names
     await service.close()

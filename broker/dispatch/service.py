@@ -44,7 +44,7 @@ from broker.ledger.managed_ledger import LedgerInfo, ManagedLedger, metadata_key
 from broker.ledger.offload import TieredStorage
 from broker.ledger.position import Position
 from broker.ledger.read_limiter import ReadLimiter
-from broker.tasks import TaskOwner, join
+from broker.tasks import FifoSemaphore, TaskOwner, join
 from storage_stub.bookie.api import Bookie, BookieError, MetadataStore
 
 if TYPE_CHECKING:
@@ -120,6 +120,8 @@ class BrokerService:
         self.topics: dict[TopicName, PersistentTopic] = {}
         self.consumers: dict[str, Consumer] = {}
         self._loading: dict[TopicName, asyncio.Future[PersistentTopic]] = {}
+        #: maxConcurrentTopicLoadRequest: the loads under way at once
+        self._load_slots = FifoSemaphore(config.max_concurrent_topic_loads)
         #: topics being unloaded or deleted: a load waits, so two ledgers never coexist
         self._closing: dict[TopicName, asyncio.Future[None]] = {}
         self._owner = TaskOwner("broker service")
@@ -345,7 +347,8 @@ class BrokerService:
         self._loading[name] = future
         try:
             may_create = await self.partitions.may_create(name, create or explicit)
-            topic = await self._load(name, may_create or explicit)
+            async with self._load_slots:
+                topic = await self._load(name, may_create or explicit)
             future.set_result(topic)
             return topic
         except BaseException as error:

@@ -400,6 +400,8 @@ class Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self._max_frame = server.max_frame
         self._tasks = TaskOwner("pulsar connection")
+        #: acks being made durable (not requests: not bounded by the pending requests)
+        self._acks = TaskOwner("pulsar connection acks")
         self._request_ids = itertools.count(1 << 40)
         self._heard = True
         self._ping_sent = False
@@ -518,6 +520,7 @@ class Connection(asyncio.Protocol):
         for consumer in consumers:
             self._release(consumer)
         self.server.spawn(self._tasks.close(), f"close connection {self.peer}")
+        self.server.spawn(self._acks.close(), f"close connection acks {self.peer}")
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> bool:
         """Run a request's work; a connection with brokerlabMaxPendingRequestsPerConnection
@@ -1030,7 +1033,9 @@ class Connection(asyncio.Protocol):
             if receipt:
                 self._ack_response(ack, None, "")
 
-        self.spawn(acknowledge(), "ack")
+        if not self.closed:
+            # not a request: a client may ack faster than cursor writes complete
+            self._acks.spawn(acknowledge(), name="ack")
 
     def _ack_response(self, ack: Any, code: int | None, message: str) -> None:
         command = BaseCommand(type=Type.ACK_RESPONSE)

@@ -152,3 +152,27 @@ def test_lookups_past_max_concurrent_lookup_request_are_answered_too_many_reques
         assert third.request_id == 3 and not third.HasField("error")
     finally:
         raw.close()
+
+
+def test_a_connection_past_its_pending_requests_is_closed_and_others_are_not(
+    served_broker: ServedBrokerFactory,
+) -> None:
+    """brokerlabMaxPendingRequestsPerConnection=3: a fourth request while three wait
+    for a loading topic closes that connection, unanswered; a connection with three
+    pending stays."""
+    broker = served_broker(brokerlabMaxPendingRequestsPerConnection=3)
+    slow_reads = {"operation": "metadataGet", "delayMs": 60_000}
+    broker.ok("PUT", "/admin/v2/brokerlab/faults", slow_reads)
+    topic = persistent(new_topic("pending"))
+    within, past = RawConnection(broker.service_url), RawConnection(broker.service_url)
+    try:
+        within.handshake()
+        past.handshake()
+        within.write(b"".join(frame(producer(topic, i, i)) for i in range(3)))
+        past.write(b"".join(frame(producer(topic, i, i)) for i in range(4)))
+        assert past.read_until_closed() == []
+        within.write(frame(ping()))
+        within.expect(Type.PONG)
+    finally:
+        within.close()
+        past.close()

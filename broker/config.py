@@ -864,8 +864,9 @@ class BrokerConfig(BaseModel):
         5000,
         LIMITS,
         "Most requests of one binary-protocol connection waiting for their answer "
-        "(PRODUCER, SUBSCRIBE, PARTITIONED_METADATA, SEEK, schema and other requests, "
-        "acks being made durable): a connection that sends one more is closed, its "
+        "(PRODUCER, SUBSCRIBE, PARTITIONED_METADATA, SEEK, schema and other requests; "
+        "not acks, which a client may send faster than cursor writes complete): a "
+        "connection that sends one more is closed, its "
         "requests cancelled, and nothing of it served. A flood of requests cannot hold "
         "the broker; a client keeps far fewer in flight (Pulsar's clients at most "
         "5,000 lookups per connection; brokerlab's load generator opens 64 producers or "

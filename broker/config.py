@@ -451,6 +451,20 @@ class BrokerConfig(BaseModel):
         ge=0,
     )
 
+    brokerlabMaxPartitionsCeiling: int = key(
+        10000,
+        PRODUCE,
+        "Most partitions a partitioned topic may have when maxNumPartitionsPerPartitionedTopic "
+        "is 0 (no limit): creating or updating one past it is refused (400) as past that "
+        "key. A guard: every admin walk over a topic's partitions (unload, clear backlog, "
+        "delete, topic lists) is proportional to the count and yields to other requests as "
+        "it goes, but one that loads every partition (a subscription created on all of "
+        "them) loads that many topics; 10,000 is the many-topics preset's topic count.",
+        unit="partitions",
+        origin="brokerlab only (Pulsar has no ceiling with maxNumPartitionsPerPartitionedTopic=0).",
+        gt=0,
+    )
+
     brokerDeduplicationEnabled: bool = key(
         False,
         DEDUPLICATION,
@@ -882,6 +896,42 @@ class BrokerConfig(BaseModel):
         unit="connections; 0 = no limit",
         origin=PULSAR_SAME,
         ge=0,
+    )
+    brokerlabMaxPendingRequestsPerConnection: int = key(
+        5000,
+        LIMITS,
+        "Most requests of one binary-protocol connection waiting for their answer "
+        "(PRODUCER, SUBSCRIBE, PARTITIONED_METADATA, SEEK, schema and other requests; "
+        "not acks, which a client may send faster than cursor writes complete): a "
+        "connection that sends one more is closed, its "
+        "requests cancelled, and nothing of it served. A flood of requests cannot hold "
+        "the broker; a client keeps far fewer in flight (Pulsar's clients at most "
+        "5,000 lookups per connection; brokerlab's load generator opens 64 producers or "
+        "subscriptions at a time).",
+        unit="requests; 0 = no limit",
+        origin="brokerlab only (Pulsar has no such bound; its clients bound their own "
+        "pending lookups).",
+        ge=0,
+    )
+    maxConcurrentLookupRequest: int = key(
+        50000,
+        LIMITS,
+        "Most lookup requests (PARTITIONED_METADATA; LOOKUP is answered at once here) "
+        "being answered at once on the binary protocol, all connections together; one "
+        "more is answered TooManyRequests, and the client retries it.",
+        unit="requests",
+        origin=PULSAR_SAME,
+        gt=0,
+    )
+    maxConcurrentTopicLoadRequest: int = key(
+        5000,
+        LIMITS,
+        "Most topic loads under way at once (reading a topic's ledgers and cursors from "
+        "storage); more wait their turn, first come first served, as in Pulsar. Requests "
+        "for a topic being loaded join its load and take no turn of their own.",
+        unit="loads",
+        origin=PULSAR_SAME,
+        gt=0,
     )
     maxHttpServerConnections: int = key(
         16384,

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -33,6 +34,7 @@ from broker.dispatch.errors import (
 from broker.dispatch.names import TopicName
 from broker.dispatch.schema_registry import drop_schemas
 from broker.ledger.metadata_keys import metadata_key
+from broker.tasks import FifoLock, cooperative
 from storage_stub.bookie.api import MetadataStore
 
 if TYPE_CHECKING:
@@ -65,6 +67,11 @@ def partition_name(name: TopicName, index: int) -> TopicName:
     return TopicName.of(name.tenant, name.namespace, f"{name.local_name}{PARTITION_SUFFIX}{index}")
 
 
+def _partition_names(name: TopicName, count: int) -> Iterator[TopicName]:
+    """The partitions of ``name`` in order, made one at a time."""
+    return (partition_name(name, index) for index in range(count))
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionsConfig:
     #: allowAutoTopicCreationType: what a client's partitioned-metadata request for a
@@ -74,6 +81,8 @@ class PartitionsConfig:
     default_num_partitions: int = 1
     #: maxNumPartitionsPerPartitionedTopic; 0: no limit
     max_num_partitions: int = 0
+    #: brokerlabMaxPartitionsCeiling: the limit when max_num_partitions is 0
+    partitions_ceiling: int = 10_000
     #: maxTopicsPerNamespace: topics of a namespace, each partition of a partitioned
     #: topic one of them; 0: no limit
     max_topics_per_namespace: int = 0
@@ -123,7 +132,7 @@ class PartitionedTopics:
         self._mirror: dict[TopicName, PartitionedMetadata] | None = None
         self._mirror_lock = asyncio.Lock()
         #: creations, updates and deletes, one at a time
-        self._admin_lock = asyncio.Lock()
+        self._admin_lock = FifoLock()
 
     # ------------------------------------------------------------------ reading
 
@@ -318,7 +327,7 @@ class PartitionedTopics:
             raise NotFoundError(f"partitioned topic {name} not found")
         return [
             await self._owner.get_topic(partition_name(name, index), create=True)
-            for index in range(record.partitions)
+            async for index in cooperative(range(record.partitions))
         ]
 
     # ------------------------------------------------------------------ changes
@@ -343,6 +352,12 @@ class PartitionedTopics:
         if limit and partitions > limit:
             raise InvalidRequestError(
                 f"{partitions} partitions is over maxNumPartitionsPerPartitionedTopic ({limit})"
+            )
+        ceiling = self.config.partitions_ceiling
+        if not limit and partitions > ceiling:
+            raise InvalidRequestError(
+                f"{partitions} partitions is over brokerlabMaxPartitionsCeiling ({ceiling}), "
+                "the limit while maxNumPartitionsPerPartitionedTopic is 0"
             )
         try:
             partition_name(name, partitions - 1)
@@ -402,7 +417,7 @@ class PartitionedTopics:
             subscriptions = list(first.subscriptions)
             if not subscriptions:
                 return
-            for index in range(record.partitions, partitions):
+            async for index in cooperative(range(record.partitions, partitions)):
                 topic = await self._owner.get_topic(partition_name(name, index), create=True)
                 for subscription in subscriptions:
                     await topic.get_or_create_subscription(subscription, "earliest")
@@ -417,9 +432,9 @@ class PartitionedTopics:
             record = (await self._records()).get(name)
             if record is None:
                 raise NotFoundError(f"partitioned topic {name} not found")
-            partitions = [partition_name(name, index) for index in range(record.partitions)]
+            count = record.partitions
             if not force:
-                for partition in partitions:
+                async for partition in cooperative(_partition_names(name, count)):
                     topic = self._owner.topics.get(partition)
                     if topic is not None and any(s.consumers for s in topic.subscriptions.values()):
                         raise PreconditionFailedError(
@@ -427,7 +442,7 @@ class PartitionedTopics:
                         )
             if not record.deleted:
                 await self._write(name, PartitionedMetadata(record.partitions, deleted=True))
-            for partition in partitions:
+            async for partition in cooperative(_partition_names(name, count)):
                 if not await self.exists(partition):
                     continue
                 with contextlib.suppress(NotFoundError):  # deleted meanwhile

@@ -31,7 +31,6 @@ as Pulsar serializes them in its schema storage.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
@@ -45,6 +44,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from broker.dispatch import avro
 from broker.dispatch.errors import IncompatibleSchemaError, InvalidSchemaError
 from broker.dispatch.names import TopicName
+from broker.tasks import FifoLock
 from storage_stub.bookie.api import MetadataStore
 
 SCHEMA_PREFIX = "schema/"
@@ -447,14 +447,14 @@ class SchemaRegistry:
         self._metadata = metadata
         #: schema id -> (its lock, how many calls hold or wait for it); an entry lives
         #: only while a put or delete of that id is under way
-        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._locks: dict[str, tuple[FifoLock, list[int]]] = {}
 
     @contextlib.asynccontextmanager
     async def _exclusive(self, schema: str) -> AsyncIterator[None]:
         """One put or delete of ``schema`` at a time. O(1)."""
         entry = self._locks.get(schema)
         if entry is None:
-            entry = self._locks[schema] = (asyncio.Lock(), [0])
+            entry = self._locks[schema] = (FifoLock(), [0])
         lock, users = entry
         users[0] += 1
         try:

@@ -44,7 +44,7 @@ from broker.ledger.managed_ledger import LedgerInfo, ManagedLedger, metadata_key
 from broker.ledger.offload import TieredStorage
 from broker.ledger.position import Position
 from broker.ledger.read_limiter import ReadLimiter
-from broker.tasks import TaskOwner
+from broker.tasks import FifoSemaphore, TaskOwner, join
 from storage_stub.bookie.api import Bookie, BookieError, MetadataStore
 
 if TYPE_CHECKING:
@@ -120,6 +120,8 @@ class BrokerService:
         self.topics: dict[TopicName, PersistentTopic] = {}
         self.consumers: dict[str, Consumer] = {}
         self._loading: dict[TopicName, asyncio.Future[PersistentTopic]] = {}
+        #: maxConcurrentTopicLoadRequest: the loads under way at once
+        self._load_slots = FifoSemaphore(config.max_concurrent_topic_loads)
         #: topics being unloaded or deleted: a load waits, so two ledgers never coexist
         self._closing: dict[TopicName, asyncio.Future[None]] = {}
         self._owner = TaskOwner("broker service")
@@ -326,23 +328,27 @@ class BrokerService:
     ) -> PersistentTopic:
         """The loaded topic, loading it from storage if it exists. NotFoundError when it
         does not exist and ``create`` is false (or auto-creation is off). ``explicit``:
-        an admin creating it, whatever allowAutoTopicCreation says."""
+        an admin creating it, whatever allowAutoTopicCreation says. O(1) to join a load
+        under way and O(1) to leave it (a caller cancelled)."""
         topic = self.topics.get(name)
         if topic is not None:
             return topic
+        # joined, not shielded: a flood of requests for a topic still loading, then a
+        # disconnect that cancels them all, costs O(1) per request (broker.tasks.join)
         while (closing := self._closing.get(name)) is not None:
-            await asyncio.shield(closing)
+            await join(closing)
         topic = self.topics.get(name)
         if topic is not None:
             return topic
         loading = self._loading.get(name)
         if loading is not None:
-            return await asyncio.shield(loading)
+            return await join(loading)
         future: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name] = future
         try:
             may_create = await self.partitions.may_create(name, create or explicit)
-            topic = await self._load(name, may_create or explicit)
+            async with self._load_slots:
+                topic = await self._load(name, may_create or explicit)
             future.set_result(topic)
             return topic
         except BaseException as error:
@@ -526,7 +532,7 @@ class BrokerService:
     async def _closing_topic(self, name: TopicName) -> AsyncIterator[None]:
         """Mark ``name`` as closing until the block ends; loads of it wait."""
         while (closing := self._closing.get(name)) is not None:
-            await asyncio.shield(closing)
+            await join(closing)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._closing[name] = future
         try:

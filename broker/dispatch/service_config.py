@@ -55,6 +55,8 @@ class ServiceConfig:
     max_consumers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
     max_subscriptions_per_topic: int = 0
+    #: maxConcurrentTopicLoadRequest: topic loads under way at once; more wait their turn
+    max_concurrent_topic_loads: int = 5000
     #: managedLedgerMaxReadsInFlightSizeInMB in bytes (0: no limit), and its permits'
     #: acquire timeout and queue size
     max_reads_in_flight_bytes: int = 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -22,6 +21,7 @@ from broker.ledger.entry import EntryFormatError, publish_time_of
 from broker.ledger.managed_cursor import SYSTEM_CURSORS, ManagedCursor
 from broker.ledger.managed_ledger import ManagedLedger
 from broker.ledger.position import Position
+from broker.tasks import FifoLock
 from storage_stub.bookie.api import total_size
 
 
@@ -88,7 +88,9 @@ class PersistentTopic:
         #: not counted among ``producers`` (as in Pulsar) but told when the topic goes;
         #: stats' ``waitingPublishers``
         self.waiting_producers: dict[Producer, None] = {}
-        self._admin_lock = asyncio.Lock()
+        #: FIFO, O(1) for a waiter to leave: a SUBSCRIBE flood then a disconnect
+        #: cancels every waiter at once
+        self._admin_lock = FifoLock()
 
     async def publish(
         self,

@@ -41,6 +41,7 @@ from broker.http.contract import (
 from broker.ledger.entry import HEAD_SIZE, metadata_of
 from broker.ledger.entry import Entry as LedgerEntry
 from broker.pulsar_api import COMPRESSION_NONE, COMPRESSION_ZLIB
+from broker.tasks import cooperative
 
 api = RouteTable()
 routes = api.routes
@@ -420,7 +421,7 @@ async def _clear_namespace(request: web.Request, subscription: str | None) -> we
         record = await service.partitions.metadata(partitioned)
         count = record.partitions if record is not None else 0
         names += [partition_name(partitioned, index) for index in range(count)]
-    for name in dict.fromkeys(names):
+    async for name in cooperative(dict.fromkeys(names)):
         try:
             topic = await cluster.service_for(name).get_topic(name, create=False)
         except NotFoundError:

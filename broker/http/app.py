@@ -66,7 +66,7 @@ from broker.http.contract import (
     Success,
 )
 from broker.http.errors import error_middleware
-from broker.http.metrics import BrokerMetrics, CodecCollector
+from broker.http.metrics import BrokerMetrics, CodecCollector, watch_loop_lag
 from broker.http.models import (
     CONSUMER_DEFAULTS,
     AckRequest,
@@ -99,6 +99,7 @@ from broker.ledger.entry import (
     EntryFormatError,
 )
 from broker.session.consumer import ConsumerSession
+from broker.tasks import TaskOwner
 from storage_stub.bookie import Storage
 from storage_stub.bookie.faults import FaultInjector
 from storage_stub.tiered.api import OBJECT_OPERATIONS
@@ -151,6 +152,17 @@ async def _codec_context(app: web.Application) -> AsyncIterator[None]:
         await pool.close()
 
 
+async def _loop_lag_context(app: web.Application) -> AsyncIterator[None]:
+    """The event-loop lag watcher (``brokerlab_event_loop_lag_seconds``), owned by the
+    app: started with it, cancelled and awaited when it closes."""
+    owner = TaskOwner("event loop lag")
+    owner.spawn(watch_loop_lag(app[METRICS].loop_lag), name="event loop lag")
+    try:
+        yield
+    finally:
+        await owner.close()
+
+
 def _new_app(settings: Settings, clock: Clock) -> web.Application:
     # security first: it adds CORS headers to every answer, errors included
     app = web.Application(
@@ -180,6 +192,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> web.Applicatio
     app = _new_app(settings, clock or SystemClock())
     app.cleanup_ctx.append(_one_broker_context)
     app.cleanup_ctx.append(_codec_context)
+    app.cleanup_ctx.append(_loop_lag_context)
     _add_routes(app, settings)
     return app
 
@@ -189,6 +202,7 @@ def node_app(node: BrokerNode) -> web.Application:
     app = _new_app(node.settings, node.cluster.clock)
     _attach(app, node)
     app.cleanup_ctx.append(_codec_context)
+    app.cleanup_ctx.append(_loop_lag_context)
     _add_routes(app, node.settings)
     return app
 
@@ -1298,6 +1312,8 @@ async def trace_stats(request: web.Request) -> web.Response:
           `brokerlab_replay_queue_messages`; histograms `brokerlab_produce_latency_seconds` and
           `brokerlab_dispatch_latency_seconds` (publishTime to the poll that returns a message),
           buckets from 0.5 ms to an hour (a catch-up read's latency is minutes).
+        - Event loop: histogram `brokerlab_event_loop_lag_seconds`, how late the loop ran a
+          timer due every 0.1 s (the longest anything waited behind work holding the loop).
         - Codec processes (only with `httpCodecProcesses` above 0, or -1 on a machine of three
           or more cores): `brokerlab_http_codec_requests_total` by `outcome`, `encoded` (the
           produce body's entries came from a codec process) or `refused` (the process would not

@@ -58,6 +58,7 @@ from broker.http.schemas import (
 )
 from broker.ledger.entry import EntryFormatError, metadata_of
 from broker.ledger.position import Position
+from broker.tasks import cooperative
 
 api = RouteTable()
 routes = api.routes
@@ -120,7 +121,9 @@ PARTITIONS_BODY = JsonBody[int](PartitionCount, "The number of partitions.")
     },
     description="""
         Body: the number of partitions as a JSON number (`3`), as Pulsar takes it: an integer
-        ≥ 1 and at most `maxNumPartitionsPerPartitionedTopic` (when not 0).
+        ≥ 1 and at most `maxNumPartitionsPerPartitionedTopic`, or, while that is 0 (Pulsar:
+        no limit), at most `brokerlabMaxPartitionsCeiling` (10,000; brokerlab only: the
+        routes that walk every partition stay bounded).
     """,
 )
 async def create_partitioned_topic(request: web.Request) -> web.Response:
@@ -145,7 +148,8 @@ FORCE_UPDATE_PARTITIONS = FlagQuery("force", "Accepted; no effect.")
     success=Success(204, "the partitioned topic has that many partitions."),
     errors={
         400: "bad topic name; a body that is not a JSON integer; a count below 1 or over "
-        "`maxNumPartitionsPerPartitionedTopic`; `force` not `true` or `false`.",
+        "`maxNumPartitionsPerPartitionedTopic` (while 0, `brokerlabMaxPartitionsCeiling`); "
+        "`force` not `true` or `false`.",
         409: "not a partitioned topic; fewer partitions than it has.",
         413: "body over `maxHttpRequestBodyBytes`.",
         503: "storage fault or timeout. If it came after the new count was stored, the count "
@@ -786,7 +790,9 @@ async def unload_topic(request: web.Request) -> web.Response:
     count = await service.partitions.get(name)
     if count:
         # each partition at its owner (the partitions of a topic may be on any broker)
-        for index in range(count):
+        # yielding as it goes: most partitions are not loaded, and their unload is done
+        # without an await that waits
+        async for index in cooperative(range(count)):
             partition = partition_name(name, index)
             await cluster.service_for(partition).unload_topic(partition)
     elif await service.partitions.exists(name):

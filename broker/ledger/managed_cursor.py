@@ -31,6 +31,7 @@ from broker.ledger.errors import ManagedLedgerError
 from broker.ledger.metadata_keys import cursor_key_prefix
 from broker.ledger.position import Position
 from broker.ledger.range_set import PositionRangeSet
+from broker.tasks import join
 from storage_stub.bookie.api import BookieError, MetadataStore
 
 #: the cursor of Pulsar's message deduplication (``PersistentTopic.DEDUPLICATION_CURSOR_NAME``):
@@ -282,10 +283,10 @@ class ManagedCursor:
             return
         write = self._write
         if write is not None and self._write_version >= wanted:
-            await asyncio.shield(write)
+            await join(write)
             return
         if self._next_write is not None:
-            await asyncio.shield(self._next_write)
+            await join(self._next_write)
             return
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._next_write = mine
@@ -481,7 +482,11 @@ class ManagedCursor:
     def nth_unacknowledged(self, n: int) -> Position | None:
         """The ``n``-th (from 1) confirmed entry after the mark-delete position that is
         not acknowledged whole (Pulsar's ``getNthEntry`` excluding individually deleted
-        entries); None when fewer remain. O(n + deleted ranges crossed)."""
+        entries); None when fewer remain. O(min(n, backlog) + deleted ranges crossed): a
+        count past the backlog (a client may ask for 2^31 - 1) is answered from the
+        backlog's size."""
+        if n > self.backlog():
+            return None
         ledger = self.ledger
         deleted = self.individually_deleted
         position = self.mark_delete_position

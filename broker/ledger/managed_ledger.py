@@ -32,7 +32,7 @@ from broker.ledger.offload import TieredStorage, offset_of, stream_id_of
 from broker.ledger.pending_reads import PendingRead, PendingReads
 from broker.ledger.position import Position
 from broker.ledger.read_limiter import ReadLimiter, TooManyReads, estimated_read_size
-from broker.tasks import TaskOwner
+from broker.tasks import TaskOwner, join
 from storage_stub.bookie.api import Bookie, BookieError, MetadataStore, total_size, when_done
 
 log = logging.getLogger(__name__)
@@ -251,7 +251,7 @@ class ManagedLedger:
             return
         self._closed = True
         if self._rollover is not None:
-            await asyncio.shield(self._rollover)
+            await join(self._rollover)
         await self._drained.wait()
         await self._tasks.close()
         # a cursor write in flight (an ack being made durable) ends before the topic is
@@ -339,7 +339,7 @@ class ManagedLedger:
         """
         while True:
             if self._rollover is not None:
-                await asyncio.shield(self._rollover)
+                await join(self._rollover)
                 continue
             if self._closed:
                 raise ManagedLedgerError(f"managed ledger {self.name} is closed")
@@ -497,7 +497,7 @@ class ManagedLedger:
         rollover = self._rollover
         if rollover is not None:
             with contextlib.suppress(BookieError):
-                await asyncio.shield(rollover)
+                await join(rollover)
             return
         info = self._current
         if info is not None and not self._closed and self._is_full(info):
@@ -505,7 +505,7 @@ class ManagedLedger:
 
     async def _roll_over(self) -> None:
         if self._rollover is not None:
-            await asyncio.shield(self._rollover)
+            await join(self._rollover)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._rollover = future
@@ -763,7 +763,7 @@ class ManagedLedger:
             parts += self.pending_reads.covering(ledger_id, joined_first, joined_last)
         fetched: dict[int, Entry] = {entry.position.entry_id: entry for entry in served}
         for part_first, part_last, pending in parts:
-            datas = await asyncio.shield(pending.future)
+            datas = await join(pending.future)
             offset = part_first - pending.first
             for entry_id in range(part_first, part_last + 1):
                 fetched[entry_id] = entry(Position(ledger_id, entry_id), datas[offset])

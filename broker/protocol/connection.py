@@ -427,6 +427,8 @@ class Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self._max_frame = server.max_frame
         self._tasks = TaskOwner("pulsar connection")
+        #: acks being made durable (not requests: not bounded by the pending requests)
+        self._acks = TaskOwner("pulsar connection acks")
         self._request_ids = itertools.count(1 << 40)
         self._heard = True
         self._ping_sent = False
@@ -561,9 +563,21 @@ class Connection(asyncio.Protocol):
         for consumer in consumers:
             self._release(consumer)
         self.server.spawn(self._tasks.close(), f"close connection {self.peer}")
+        self.server.spawn(self._acks.close(), f"close connection acks {self.peer}")
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> bool:
+        """Run a request's work; a connection with brokerlabMaxPendingRequestsPerConnection
+        requests pending already is closed instead (its requests cancelled; False): a
+        client flooding requests is not served. O(1)."""
+        limit = self.server.config.brokerlabMaxPendingRequestsPerConnection
+        if self.closed or (limit and len(self._tasks) >= limit):
+            coro.close()
+            self.abort(
+                f"more than {limit} requests pending (brokerlabMaxPendingRequestsPerConnection)"
+            )
+            return False
         self._tasks.spawn(coro, name=name)
+        return True
 
     def next_request_id(self) -> int:
         return next(self._request_ids)
@@ -687,7 +701,8 @@ class Connection(asyncio.Protocol):
             except (BrokerError, BookieError, ManagedLedgerError, OSError) as error:
                 self._error(request_id, server_error(error), str(error))
 
-        self.spawn(run(), name)
+        if not self.spawn(run(), name):
+            work.close()
 
     def _error(self, request_id: int, code: int, message: str) -> None:
         command = BaseCommand(type=Type.ERROR)
@@ -849,15 +864,25 @@ class Connection(asyncio.Protocol):
         self.write_command(command)
 
     def _partitioned_metadata(self, request: Any) -> None:
+        server = self.server
+        if server.lookups >= server.config.maxConcurrentLookupRequest:
+            # Pulsar's answer past maxConcurrentLookupRequest; the client retries
+            command = BaseCommand(type=Type.PARTITIONED_METADATA_RESPONSE)
+            response = command.partitionMetadataResponse
+            response.request_id = request.request_id
+            response.response = PARTITIONS_FAILED
+            response.error = ServerError.TooManyRequests
+            response.message = "Failed due to too many pending lookup requests"
+            self.write_command(command)
+            return
+
         async def answer() -> None:
             command = BaseCommand(type=Type.PARTITIONED_METADATA_RESPONSE)
             response = command.partitionMetadataResponse
             response.request_id = request.request_id
             try:
                 name = topic_name(request.topic)
-                partitions = await self.server.partitions(
-                    name, request.metadata_auto_creation_enabled
-                )
+                partitions = await server.partitions(name, request.metadata_auto_creation_enabled)
             except (BrokerError, BookieError, OSError) as error:
                 response.response = PARTITIONS_FAILED
                 response.error = server_error(error)
@@ -865,9 +890,13 @@ class Connection(asyncio.Protocol):
             else:
                 response.response = PARTITIONS_SUCCESS
                 response.partitions = partitions
+            finally:
+                server.lookups -= 1
             self.write_command(command)
 
-        self.spawn(answer(), "partitioned metadata")
+        server.lookups += 1
+        if not self.spawn(answer(), "partitioned metadata"):
+            server.lookups -= 1
 
     # ------------------------------------------------------------------ produce
 
@@ -1125,7 +1154,9 @@ class Connection(asyncio.Protocol):
             if receipt:
                 self._ack_response(ack, None, "")
 
-        self.spawn(acknowledge(), "ack")
+        if not self.closed:
+            # not a request: a client may ack faster than cursor writes complete
+            self._acks.spawn(acknowledge(), name="ack")
 
     def _ack_response(self, ack: Any, code: int | None, message: str) -> None:
         command = BaseCommand(type=Type.ACK_RESPONSE)

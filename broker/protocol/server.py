@@ -52,6 +52,9 @@ class ProtocolServer:
         self.limiter = ConnectionLimiter(
             config.brokerMaxConnections, config.brokerMaxConnectionsPerIp
         )
+        #: PARTITIONED_METADATA requests being answered, all connections together
+        #: (maxConcurrentLookupRequest)
+        self.lookups = 0
         #: what LOOKUP answers: this broker's pulsar:// URL, known once listening
         self.service_url = ""
         self.port = 0

@@ -2,7 +2,10 @@
 ``brokerlab serve`` process with requests generated from the document: valid ones and,
 as its negative mode makes them, invalid ones. The broker may refuse anything, but it
 never answers a 5xx other than a documented 503, and each answer has the status codes
-and the body the document gives the operation.
+and the body the document gives the operation. No request holds the broker: each is
+answered within ANSWER_BOUND_S, and a health probe after each operation's examples
+(during the run, and after its last) is answered within it too (a partition count the
+fuzzer chose once held the loop for good while every request still answered 2xx).
 
 The run is bounded (a few examples per operation, derandomized) so it fits the suite.
 """
@@ -22,12 +25,17 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 
 from broker.http.app import contract
 from broker.http.openapi import openapi_spec
+from tests.harness import http_request
 from tests.protocol.conftest import ServedBroker
 
 #: each operation, in each mode, gets its own derandomized run: breadth over operations
 #: finds what depth per operation finds (a 500 on an optional field of produce was found
 #: with 5, 8, 10 and 20 examples alike), at a third of the time of 20
 EXAMPLES_PER_OPERATION = 8
+#: every request, fuzzed or probe, is answered within this (a responsiveness bound, not
+#: a speed claim: a request that holds the loop is not answered at all)
+ANSWER_BOUND_S = 15.0
+HEALTH = "/admin/v2/brokers/health"
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +51,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedBroker]:
 @pytest.fixture(scope="module")
 def fuzz_schema(served: ServedBroker) -> Any:
     schema = schemathesis.openapi.from_dict(served.http("GET", "/openapi.json"))
-    schema.config.update(base_url=served.http_url, request_timeout=40)
+    schema.config.update(base_url=served.http_url, request_timeout=ANSWER_BOUND_S)
     return schema
 
 
@@ -98,3 +106,6 @@ def test_every_operation_answers_as_documented_and_never_fails_inside(
         )
 
     answers_as_documented()
+    # whatever the examples left running, the broker still answers
+    health = http_request(served.http_url, "GET", HEALTH, timeout=ANSWER_BOUND_S)
+    assert health.status == 200, health

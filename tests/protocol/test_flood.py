@@ -1,0 +1,179 @@
+"""A command flood cannot stall the broker: one connection sends FLOOD PRODUCER (or
+SUBSCRIBE) commands for a topic still loading, then hangs up; meanwhile another client
+of the same broker (the official one) keeps producing and consuming, every operation
+answered within RESPONSIVE_S.
+
+Before the fix, every request waiting for the topic's load was shielded, and the
+hang-up cancelled them all, each scanning every other's callback: 32k requests held
+the loop for minutes (the issue measured 45 s for 32k; here, on a busy 2-core machine,
+the other client's worst send and receive took 133 s; 0.3 s after the fix).
+A delay injected into the metadata store's reads keeps the flooded topic's load under
+way while the flood arrives. The load is another connection's: cancelling the request
+that started it fails the load, and every waiter with it at once (before the fix too)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pulsar
+import pytest
+
+from broker.pulsar_api import BaseCommand, ServerError, Type
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker, new_topic, persistent
+from tests.protocol.raw import RawConnection, frame, ping, producer
+
+pytestmark = pytest.mark.slow
+
+#: commands of one flood: past brokerlabMaxPendingRequestsPerConnection, so the broker
+#: closes the connection itself, and enough that the old quadratic cancel took minutes
+FLOOD = 32_000
+#: the bound on every operation of the other client while the flood is handled; a
+#: responsiveness bound, not a speed claim: the old code missed it by minutes
+RESPONSIVE_S = 5.0
+#: how long the other client keeps probing after the flood's connection closed
+PROBE_S = 4.0
+#: a metadata read takes this long: the flooded topic's load stays under way while the
+#: flood arrives (the bystander, loaded before, reads no metadata)
+METADATA_GET_DELAY_MS = 20_000
+
+
+def subscribe(topic: str, consumer_id: int, request_id: int) -> Any:
+    command = BaseCommand(type=Type.SUBSCRIBE)
+    command.subscribe.topic = topic
+    command.subscribe.subscription = "flood"
+    command.subscribe.subType = 1  # Shared
+    command.subscribe.consumer_id = consumer_id
+    command.subscribe.request_id = request_id
+    return command
+
+
+@pytest.fixture
+def broker(served_broker: ServedBrokerFactory) -> ServedBroker:
+    """A broker of its own per flood: one flood's aftermath never meets the next."""
+    return served_broker()
+
+
+@contextlib.contextmanager
+def flood_then_hang_up(
+    broker: ServedBroker, command: Callable[[str, int, int], Any]
+) -> Iterator[None]:
+    """One connection asks for a topic nobody used yet (its load starts, and stays under
+    way); another sends FLOOD commands for it, then a PING, and once the broker has
+    answered that (so it has read every command before it) or closed the connection,
+    hangs up. The first stays for the block."""
+    topic = persistent(new_topic("flooded"))
+    loader = RawConnection(broker.service_url)
+    try:
+        loader.handshake()
+        loader.write(frame(command(topic, 0, 0)))
+        frames = b"".join(frame(command(topic, i, i)) for i in range(FLOOD)) + frame(ping())
+        flooder = RawConnection(broker.service_url)
+        try:
+            flooder.handshake()
+            with contextlib.suppress(OSError):  # the broker closed it first: past its bound
+                flooder.write(frames)
+                while (answer := flooder.read()) is not None and answer.type != Type.PONG:
+                    pass
+        finally:
+            flooder.close()
+        yield
+    finally:
+        loader.close()
+
+
+def probe(producer_: pulsar.Producer, consumer: pulsar.Consumer, until: float) -> int:
+    """Produce and receive one message at a time until ``until``; every send and
+    every receive must be answered within RESPONSIVE_S (the producer's send timeout,
+    the receive's). Returns the round trips made."""
+    rounds = 0
+    while time.monotonic() < until or rounds < 3:
+        payload = f"probe-{rounds}".encode()
+        producer_.send(payload)  # raises pulsar.Timeout past the bound
+        message = consumer.receive(timeout_millis=int(RESPONSIVE_S * 1000))
+        assert message.data() == payload
+        consumer.acknowledge(message)
+        rounds += 1
+    return rounds
+
+
+@pytest.mark.parametrize("command", [producer, subscribe], ids=["PRODUCER", "SUBSCRIBE"])
+def test_a_flood_then_a_hang_up_leaves_other_clients_served(
+    broker: ServedBroker, command: Callable[[str, int, int], Any]
+) -> None:
+    # the bystander's topic, producer and consumer are ready before the flood (creating
+    # them takes several slow metadata operations)
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=int(RESPONSIVE_S))
+    try:
+        topic = persistent(new_topic("bystander"))
+        producer_ = client.create_producer(
+            topic, send_timeout_millis=int(RESPONSIVE_S * 1000), batching_enabled=False
+        )
+        consumer = client.subscribe(topic, "probe", consumer_type=pulsar.ConsumerType.Shared)
+        probe(producer_, consumer, 0)
+        fault = {"operation": "metadataGet", "delayMs": METADATA_GET_DELAY_MS}
+        broker.ok("PUT", "/admin/v2/brokerlab/faults", fault)
+        with flood_then_hang_up(broker, command):
+            assert probe(producer_, consumer, time.monotonic() + PROBE_S) >= 3
+    finally:
+        client.close()
+    broker.ok("GET", "/admin/v2/brokers/health")
+
+
+def partitioned_metadata(topic: str, request_id: int) -> Any:
+    command = BaseCommand(type=Type.PARTITIONED_METADATA)
+    command.partitionMetadata.topic = topic
+    command.partitionMetadata.request_id = request_id
+    return command
+
+
+def test_lookups_past_max_concurrent_lookup_request_are_answered_too_many_requests(
+    served_broker: ServedBrokerFactory,
+) -> None:
+    """As Pulsar's lookup semaphore: one lookup more than maxConcurrentLookupRequest in
+    flight is refused at once with TooManyRequests; once the first is answered, the next
+    one is served."""
+    broker = served_broker(maxConcurrentLookupRequest=1)
+    raw = RawConnection(broker.service_url)
+    try:
+        raw.handshake()
+        slow_reads = {"operation": "metadataGet", "delayMs": 1000}  # the first stays in flight
+        broker.ok("PUT", "/admin/v2/brokerlab/faults", slow_reads)
+        topic = persistent(new_topic("looked-up"))
+        raw.write(frame(partitioned_metadata(topic, 1)) + frame(partitioned_metadata(topic, 2)))
+        first = raw.expect(Type.PARTITIONED_METADATA_RESPONSE).partitionMetadataResponse
+        second = raw.expect(Type.PARTITIONED_METADATA_RESPONSE).partitionMetadataResponse
+        assert (first.request_id, first.error) == (2, ServerError.TooManyRequests)
+        assert second.request_id == 1 and not second.HasField("error")
+        raw.write(frame(partitioned_metadata(topic, 3)))
+        third = raw.expect(Type.PARTITIONED_METADATA_RESPONSE).partitionMetadataResponse
+        assert third.request_id == 3 and not third.HasField("error")
+    finally:
+        raw.close()
+
+
+def test_a_connection_past_its_pending_requests_is_closed_and_others_are_not(
+    served_broker: ServedBrokerFactory,
+) -> None:
+    """brokerlabMaxPendingRequestsPerConnection=3: a fourth request while three wait
+    for a loading topic closes that connection, unanswered; a connection with three
+    pending stays."""
+    broker = served_broker(brokerlabMaxPendingRequestsPerConnection=3)
+    slow_reads = {"operation": "metadataGet", "delayMs": 60_000}
+    broker.ok("PUT", "/admin/v2/brokerlab/faults", slow_reads)
+    topic = persistent(new_topic("pending"))
+    within, past = RawConnection(broker.service_url), RawConnection(broker.service_url)
+    try:
+        within.handshake()
+        past.handshake()
+        within.write(b"".join(frame(producer(topic, i, i)) for i in range(3)))
+        past.write(b"".join(frame(producer(topic, i, i)) for i in range(4)))
+        assert past.read_until_closed() == []
+        within.write(frame(ping()))
+        within.expect(Type.PONG)
+    finally:
+        within.close()
+        past.close()

@@ -12,7 +12,16 @@ in a preallocated log, and one index key. By ``syncMode``:
 
 - ``always``: the add's own commit: write, fsync the entry log, WAL-synced index write;
 - ``batch``: group commit: adds gathered for up to ``journalMaxGroupWaitMSec`` (or
-  ``journalBufferedWritesThreshold`` bytes) share one fsync and one synced index batch;
+  ``journalBufferedWritesThreshold`` bytes) share one fsync and one synced index batch,
+  pipelined as BookKeeper's journal and force-write threads are: group N+1 is gathered
+  and written to the entry log (the write stage) while group N's fsync and synced index
+  write run on the writer thread (the sync stage). At most one sync is out and one group
+  is being written; a group's sync starts once the previous one has ended, and its adds
+  are acknowledged (and readable) only after it. A failed sync fails its group, the group
+  written behind it (its frames stay in the log, never indexed) and every add queued,
+  and gives the ids back, as a failed commit did before; the bookie goes on (read-only
+  only where the failure says the disk is full or a database failed). BookKeeper stops
+  its journal, and the bookie with it, on a force-write failure instead;
 - ``none``: nothing fsynced (survives a process kill, not a power loss).
 
 With ``dbStorage_directIOEntryLogger`` (the default) every mode goes through the group
@@ -33,8 +42,11 @@ written, fsynced and indexed in one hop.
 An entry is indexed only after its frame is written (and durable, in always/batch), and
 an add returns only after its index write, so reads (which go through the index) see
 every acknowledged entry, and after a crash the index is the truth of what was
-acknowledged; the entry logs only lose a torn tail. Groups commit one at a time in
-submission order, so acknowledgements follow entry ids.
+acknowledged; the entry logs only lose a torn tail. Groups are acknowledged one at a time
+in submission order, so acknowledgements follow entry ids. While a sync is out the next
+group's write may roll the entry log: the files to fsync are taken on the loop when a
+sync starts (the new log and its directory entry go with the group that first wrote
+there), and rolled logs stay open, so a sync never meets a closed descriptor.
 
 A full disk makes the bookie read-only, not broken (see disk_monitor): its
 DiskUsageMonitor checks the file system every ``diskCheckInterval`` and right after a

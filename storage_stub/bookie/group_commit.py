@@ -196,7 +196,7 @@ class GroupCommitter(Generic[T, R]):
             await self._commit([entry[0] for entry in taken])
         except BaseException as error:
             # An earlier group's sync ends first, acknowledged or failed on its own.
-            await self._outlast_sync()
+            await self._outlast_sync_holding(taken)
             self._writing = None
             if self._doom is not None:
                 self._fail(taken, self._doom)  # its failure was told already
@@ -209,7 +209,7 @@ class GroupCommitter(Generic[T, R]):
             self._writing = None
             self._acknowledge(taken)
             return
-        await self._outlast_sync()
+        await self._outlast_sync_holding(taken)
         self._writing = None
         if self._doom is not None:
             self._fail(taken, self._doom)
@@ -242,6 +242,16 @@ class GroupCommitter(Generic[T, R]):
             if not syncing.done():
                 await asyncio.wait((syncing,))
             self._syncing = None
+
+    async def _outlast_sync_holding(self, taken: list[_Pending[T, R]]) -> None:
+        """``_outlast_sync`` for a written group: if the committer is cancelled meanwhile
+        (a cancelled ``close``), the group fails, as pending items do."""
+        try:
+            await self._outlast_sync()
+        except BaseException:
+            self._writing = None
+            self._fail(taken, StorageFaultError("addEntries", "group commit stopped"))
+            raise
 
     def _acknowledge(self, taken: list[_Pending[T, R]]) -> None:
         self.groups_committed += 1

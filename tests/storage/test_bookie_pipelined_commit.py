@@ -197,6 +197,26 @@ async def test_close_waits_for_the_sync_in_flight() -> None:
         committer.submit("late", 1, "late")
 
 
+async def test_a_cancelled_close_fails_the_written_group_and_waits_out_the_sync() -> None:
+    stages = Stages()
+    committer = pipelined(stages)
+    a = committer.submit("a", 1, "a")
+    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
+    b = committer.submit("b", 1, "b")
+    await eventually_async(lambda: stages.written == [["a"], ["b"]], "b written during a's sync")
+    closing = asyncio.ensure_future(committer.close())
+    await settle()
+    closing.cancel()
+    await settle()
+    # b was written but will never be synced: it fails at once; a's sync is still out
+    assert isinstance(b.exception(), StorageFaultError)
+    assert not closing.done()  # the cancelled close still waits for the sync in flight
+    stages.syncs["a"].set_result(None)
+    with pytest.raises(asyncio.CancelledError):
+        await deadline(closing)
+    assert a.result() == "a"
+
+
 # ---------------------------------------------------------------------- the disk bookie
 
 

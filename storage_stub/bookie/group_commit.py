@@ -14,7 +14,11 @@ group N syncs, group N+1 is gathered and written, so a group costs the loop the 
 of the two stages, not their sum. Bounds: at most one sync in flight and one group being
 written (or written and waiting for the sync ahead of it); a group's sync starts only
 once the previous group's sync has ended, so syncs run in group order, and a group is
-acknowledged only after its own sync, hence after every earlier group's.
+acknowledged only after its own sync, hence after every earlier group's. While the sync
+ahead of it is out, the written group takes in what arrives, in writes of up to
+``max_bytes``, so a slow fsync makes the next one cover more (what it holds is bounded by
+what callers have submitted and not yet been answered for). Per group: one ``commit``
+call per write (one, unless a sync was out), one ``sync`` call, one task, O(items).
 
 If a stage fails, every item of its group, every item of a group written behind it and
 every item still pending fails with the same exception: later items may build on the
@@ -194,6 +198,13 @@ class GroupCommitter(Generic[T, R]):
         self._doom = None
         try:
             await self._commit([entry[0] for entry in taken])
+            while self._sync is not None and self._pending and not self._sync_done():
+                # The sync ahead is still out: what arrived meanwhile is written now and
+                # joins this group (BookKeeper's journal likewise writes on while an
+                # fsync is out, and the next fsync covers all it wrote).
+                more = self._take_group()
+                taken += more
+                await self._commit([entry[0] for entry in more])
         except BaseException as error:
             # An earlier group's sync ends first, acknowledged or failed on its own.
             await self._outlast_sync_holding(taken)
@@ -234,6 +245,9 @@ class GroupCommitter(Generic[T, R]):
                 raise
             return
         self._acknowledge(taken)
+
+    def _sync_done(self) -> bool:
+        return self._syncing is None or self._syncing.done()
 
     async def _outlast_sync(self) -> None:
         """Wait until the sync in flight (if any) has ended; not cancelled with a caller."""

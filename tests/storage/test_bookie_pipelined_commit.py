@@ -116,6 +116,31 @@ async def test_the_next_group_is_written_while_a_sync_is_out_and_acks_keep_group
     await committer.close()
 
 
+async def test_what_arrives_while_a_sync_is_out_is_written_and_joins_the_next_sync() -> None:
+    stages = Stages()
+    committer = pipelined(stages)  # one item a write: groups of one when no sync is out
+    a = committer.submit("a", 1, "a")
+    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
+    stages.held_writes["b"] = asyncio.Event()
+    b = committer.submit("b", 1, "b")
+    await eventually_async(lambda: stages.writing == ["a", "b"], "b's write to start")
+    c = committer.submit("c", 1, "c")
+    d = committer.submit("d", 1, "d")
+    stages.held_writes["b"].set()
+    # a's sync is still out: c and d are written behind b, one write each, and wait
+    await eventually_async(lambda: stages.writing == ["a", "b", "c", "d"], "c and d written")
+    await settle()
+    assert stages.synced == [["a"]] and not any(f.done() for f in (a, b, c, d))
+    stages.syncs["a"].set_result(None)
+    await eventually_async(lambda: len(stages.synced) == 2, "the next sync to start")
+    assert stages.synced[1] == ["b", "c", "d"]  # one sync for all three
+    assert await deadline(a) == "a" and not b.done()
+    stages.syncs["b"].set_result(None)
+    assert await deadline(asyncio.gather(b, c, d)) == ["b", "c", "d"]
+    assert (committer.groups_committed, committer.items_committed) == (2, 4)
+    await committer.close()
+
+
 async def test_a_failed_sync_fails_its_group_the_group_written_behind_it_and_the_queue() -> None:
     stages = Stages()
     committer = pipelined(stages)

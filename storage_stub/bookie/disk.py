@@ -16,12 +16,13 @@ in a preallocated log, and one index key. By ``syncMode``:
   pipelined as BookKeeper's journal and force-write threads are: group N+1 is gathered
   and written to the entry log (the write stage) while group N's fsync and synced index
   write run on the writer thread (the sync stage); what arrives meanwhile is written too
-  and joins group N+1. At most one sync is out and one group is being written; a group's sync starts once the previous one has ended, and its adds
-  are acknowledged (and readable) only after it. A failed sync fails its group, the group
-  written behind it (its frames stay in the log, never indexed) and every add queued,
-  and gives the ids back, as a failed commit did before; the bookie goes on (read-only
-  only where the failure says the disk is full or a database failed). BookKeeper stops
-  its journal, and the bookie with it, on a force-write failure instead;
+  and joins group N+1. At most one sync is out and one group is being written; a
+  group's sync starts once the previous one has ended, and its adds are acknowledged
+  (and readable) only after it. A failed sync fails its group, the group written behind
+  it (its frames stay in the log, never indexed) and every add queued, and gives the ids
+  back, as a failed commit did before; the bookie goes on (read-only only where the
+  failure says the disk is full or a database failed). BookKeeper stops its journal,
+  and the bookie with it, on a force-write failure instead;
 - ``none``: nothing fsynced (survives a process kill, not a power loss).
 
 With ``dbStorage_directIOEntryLogger`` (the default) every mode goes through the group

@@ -181,18 +181,7 @@ class GroupCommitter(Generic[T, R]):
             pass
 
     def _take_group(self) -> list[_Pending[T, R]]:
-        """The oldest pending items: all of them (up to ``max_items``), or, pipelined,
-        as many as fill ``max_bytes`` (at least one), so the next write starts while the
-        rest is still arriving, as BookKeeper's journal flushes once its buffered bytes
-        pass ``journalBufferedWritesThreshold``. O(items taken)."""
         limit = len(self._pending) if self._max_items is None else self._max_items
-        if self._sync is not None:
-            size = 0
-            for index, entry in enumerate(self._pending[:limit]):
-                size += entry[1]
-                if size >= self._max_bytes:
-                    limit = index + 1
-                    break
         taken = self._pending[:limit]
         del self._pending[:limit]
         self._pending_bytes -= sum(entry[1] for entry in taken)

@@ -12,7 +12,17 @@ in a preallocated log, and one index key. By ``syncMode``:
 
 - ``always``: the add's own commit: write, fsync the entry log, WAL-synced index write;
 - ``batch``: group commit: adds gathered for up to ``journalMaxGroupWaitMSec`` (or
-  ``journalBufferedWritesThreshold`` bytes) share one fsync and one synced index batch;
+  ``journalBufferedWritesThreshold`` bytes) share one fsync and one synced index batch,
+  pipelined as BookKeeper's journal and force-write threads are: group N+1 is gathered
+  and written to the entry log (the write stage) while group N's fsync and synced index
+  write run on the writer thread (the sync stage); what arrives meanwhile is written too
+  and joins group N+1. At most one sync is out and one group is being written; a
+  group's sync starts once the previous one has ended, and its adds are acknowledged
+  (and readable) only after it. A failed sync fails its group, the group written behind
+  it (its frames stay in the log, never indexed) and every add queued, and gives the ids
+  back, as a failed commit did before; the bookie goes on (read-only only where the
+  failure says the disk is full or a database failed). BookKeeper stops its journal,
+  and the bookie with it, on a force-write failure instead;
 - ``none``: nothing fsynced (survives a process kill, not a power loss).
 
 With ``dbStorage_directIOEntryLogger`` (the default) every mode goes through the group
@@ -33,8 +43,11 @@ written, fsynced and indexed in one hop.
 An entry is indexed only after its frame is written (and durable, in always/batch), and
 an add returns only after its index write, so reads (which go through the index) see
 every acknowledged entry, and after a crash the index is the truth of what was
-acknowledged; the entry logs only lose a torn tail. Groups commit one at a time in
-submission order, so acknowledgements follow entry ids.
+acknowledged; the entry logs only lose a torn tail. Groups are acknowledged one at a time
+in submission order, so acknowledgements follow entry ids. While a sync is out the next
+group's write may roll the entry log: the files to fsync are taken on the loop when a
+sync starts (the new log and its directory entry go with the group that first wrote
+there), and rolled logs stay open, so a sync never meets a closed descriptor.
 
 A full disk makes the bookie read-only, not broken (see disk_monitor): its
 DiskUsageMonitor checks the file system every ``diskCheckInterval`` and right after a
@@ -55,7 +68,7 @@ import functools
 import logging
 import pathlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -106,11 +119,13 @@ class _DiskLedger:
 
 
 class _PendingAdd:
-    __slots__ = ("frame", "ledger")
+    __slots__ = ("frame", "ledger", "location")
 
     def __init__(self, ledger: _DiskLedger, frame: Frame) -> None:
         self.ledger = ledger
         self.frame = frame
+        #: where the frame was written (set by the pipelined write stage)
+        self.location: FrameLocation | None = None
 
 
 class DiskBookie:
@@ -137,6 +152,7 @@ class DiskBookie:
         "_ledger_index",
         "_ledgers",
         "_log",
+        "_log_executor",
         "_metadata_db",
         "_metadata_writer",
         "_monitor",
@@ -186,6 +202,14 @@ class DiskBookie:
             else None
         )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bookie-writer")
+        #: where entry log writes run when not on the compiled writer thread: in batch,
+        #: a thread of their own, so a group is written while the one before it syncs
+        #: on the writer thread; else the writer thread
+        self._log_executor = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="bookie-log-writer")
+            if config.syncMode == "batch"
+            else self._executor
+        )
         # The writer thread writes the location index (the metadata database has its
         # GroupedSyncWriter's thread): a reopen holds it off.
         index.database.writers.append(self._executor)
@@ -201,18 +225,25 @@ class DiskBookie:
                 max_wait_s=0.0,
                 max_bytes=config.journalBufferedWritesThreshold,
                 max_items=1,
+                on_failure=self._group_failed,
             )
         elif config.syncMode == "batch":
+            # pipelined: group N+1 is written while group N is fsynced and indexed
             self._committer = GroupCommitter(
-                self._commit,
+                self._write_stage,
                 max_wait_s=config.journalMaxGroupWaitMSec / 1000.0,
                 max_bytes=config.journalBufferedWritesThreshold,
+                sync=self._start_sync,
+                on_failure=self._group_failed,
             )
         elif log.direct_io:
             # none with direct I/O: no fsync to share, so no wait to gather a group; what
             # arrives while a write is out goes out with the next one.
             self._committer = GroupCommitter(
-                self._commit, max_wait_s=0.0, max_bytes=config.journalBufferedWritesThreshold
+                self._commit,
+                max_wait_s=0.0,
+                max_bytes=config.journalBufferedWritesThreshold,
+                on_failure=self._group_failed,
             )
 
     @classmethod
@@ -452,31 +483,94 @@ class DiskBookie:
         self._index.add_frames(written, sync=False)
 
     async def _execute(self, write: DirectWrite) -> None:
-        await self._in_writer(write.execute)
+        await asyncio.get_running_loop().run_in_executor(self._log_executor, write.execute)
 
     async def _commit(self, group: list[_PendingAdd]) -> None:
-        """Commit a group (one writer-thread hop, or the direct I/O path); then confirm
-        its adds."""
-        try:
-            if self._log.direct_io:
-                await self._commit_direct(group)
-            else:
-                await self._in_writer(functools.partial(self._write_group, group))
-        except BaseException as error:
-            # The group fails and so does every add queued behind it: ids go back to
-            # the last confirmed entry of each ledger.
-            for ledger in self._ledgers.values():
-                ledger.next_entry_id = ledger.metadata.last_entry_id + 1
-            if isinstance(error, StorageFaultError):
-                raise self._failed("addEntries", error) from None
-            if isinstance(error, Exception) and not isinstance(error, BookieError):
-                raise StorageFaultError("addEntries", f"commit failed: {error}") from error
-            raise
+        """always, none: commit a group (one writer-thread hop, or the direct I/O path);
+        then confirm its adds. On failure the committer calls ``_group_failed``."""
+        if self._log.direct_io:
+            await self._commit_direct(group)
+        else:
+            await self._in_writer(functools.partial(self._write_group, group))
+        self._confirm(group)
+
+    @staticmethod
+    def _confirm(group: list[_PendingAdd]) -> None:
+        """The group is durable (as its sync mode asks): its adds become readable."""
         for add in group:
             metadata = add.ledger.metadata
             frame = add.frame
             metadata.last_entry_id = frame.first_entry_id + frame.count - 1
             metadata.length += frame.payload_bytes
+
+    def _group_failed(self, error: Exception) -> Exception:
+        """A group failed, and with it every add written or queued behind it (the
+        committer calls this with no earlier group unresolved): ids go back to the last
+        confirmed entry of each ledger. O(open ledgers). Returns what the adds raise."""
+        for ledger in self._ledgers.values():
+            ledger.next_entry_id = ledger.metadata.last_entry_id + 1
+        if isinstance(error, StorageFaultError):
+            return self._failed("addEntries", error)
+        if not isinstance(error, BookieError):
+            failure = StorageFaultError("addEntries", f"commit failed: {error}")
+            failure.__cause__ = error
+            return failure
+        return error
+
+    # -- batch: the pipelined group commit -------------------------------------------------
+
+    async def _write_stage(self, group: list[_PendingAdd]) -> None:
+        """batch, stage 1: write the group's frames to the entry log (direct I/O: on the
+        compiled writer thread; else on the log writer thread), not yet durable. It may
+        run while the previous group syncs on the writer thread: the two touch no common
+        state but the log file, which each thread reaches by its own calls. Cost on the
+        loop: planning the direct write, one wakeup."""
+        frames = [add.frame for add in group]
+        entry_log = self._log
+        if entry_log.direct_io:
+            writer = self._writer
+            if writer is not None:
+                locations = await entry_log.write_direct_group(frames, writer.write, copy=False)
+            else:
+                locations = await entry_log.write_direct_group(frames, self._execute)
+        else:
+            locations = await asyncio.get_running_loop().run_in_executor(
+                self._log_executor, entry_log.write_group, frames
+            )
+        for add, location in zip(group, locations, strict=True):
+            add.location = location
+
+    def _start_sync(self, group: list[_PendingAdd]) -> Awaitable[None]:
+        """batch, stage 2, called on the loop once the group is written and the sync
+        before it has ended: take the entry log files written since the last sync now
+        (before the next group's write, which may roll the log), and return the sync:
+        fsync them, then the group's WAL-synced index write, on the writer thread; then
+        confirm the group's adds. O(group) on the loop."""
+        fds = self._log.take_unsynced()
+        written: list[tuple[Frame, FrameLocation]] = []
+        for add in group:
+            assert add.location is not None
+            written.append((add.frame, add.location))
+        return self._sync_stage(group, fds, written)
+
+    async def _sync_stage(
+        self, group: list[_PendingAdd], fds: list[int], written: list[tuple[Frame, FrameLocation]]
+    ) -> None:
+        try:
+            await self._in_writer(functools.partial(self._force_and_index, fds, written))
+        except BaseException:
+            self._log.restore_unsynced(fds)  # due again with the next sync
+            raise
+        self._confirm(group)
+
+    def _force_and_index(self, fds: list[int], written: list[tuple[Frame, FrameLocation]]) -> None:
+        """Writer thread: fsync ``fds``, then index ``written`` with a WAL-synced write,
+        so the index never names a frame that is not durable."""
+        try:
+            self._log.fsync_all(fds)
+        except OSError as error:
+            raise os_fault("addEntries", "entry log fsync", error) from None
+        self._index.add_frames(written, sync=True)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         ledger = self._ledger(ledger_id, "readEntries")
@@ -618,6 +712,8 @@ class DiskBookie:
                     await self._writer.close()  # after the committer: nothing is left to write
             finally:
                 self._executor.shutdown(wait=True)
+                if self._log_executor is not self._executor:
+                    self._log_executor.shutdown(wait=True)
                 if self._executor in self._index.database.writers:
                     self._index.database.writers.remove(self._executor)
                 if self._metadata_db.on_write_failure == self._database_failed:

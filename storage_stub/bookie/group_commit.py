@@ -2,14 +2,34 @@
 
 Callers ``submit`` an item and await the returned future; one owned task takes the
 pending items as a group once the oldest has waited ``max_wait_s`` or the group holds
-``max_bytes``, runs the commit function once for the group, then resolves every future
-with the value its caller gave (the bookie's: the add's last entry id, so the future is
-the add's own and its callbacks run one loop round sooner than behind a second future).
-Groups commit one at a time, in submission order.
+``max_bytes``, commits the group, then resolves every future with the value its caller
+gave (the bookie's: the add's last entry id, so the future is the add's own and its
+callbacks run one loop round sooner than behind a second future). Groups are acknowledged
+one at a time, in submission order.
 
-If a commit fails, every item of its group *and every item still pending* fails with the
-same exception: later items may build on the failed ones (entry ids follow each other),
-so none of them may be acknowledged.
+A commit has one stage (``commit``: write and sync the group, then it is done) or two
+(``commit`` writes it, ``sync`` makes it durable). With two the committer pipelines, as
+BookKeeper's journal does with its journal thread and its force-write thread: while
+group N syncs, group N+1 is gathered and written, so a group costs the loop the longer
+of the two stages, not their sum. Bounds: at most one sync in flight and one group being
+written (or written and waiting for the sync ahead of it); a group's sync starts only
+once the previous group's sync has ended, so syncs run in group order, and a group is
+acknowledged only after its own sync, hence after every earlier group's. While the sync
+ahead of it is out, the written group takes in what arrives, in writes of up to
+``max_bytes``, so a slow fsync makes the next one cover more (what it holds is bounded by
+what callers have submitted and not yet been answered for). Per group: one ``commit``
+call per write (one, unless a sync was out), one ``sync`` call, one task, O(items).
+
+If a stage fails, every item of its group, every item of a group written behind it and
+every item still pending fails with the same exception: later items may build on the
+failed ones (entry ids follow each other), so none of them may be acknowledged.
+``on_failure`` (the bookie: give entry ids back) is called once, in the same step as
+those futures fail, with nothing of an earlier group still unresolved, and returns the
+exception the callers get. A write that fails while the previous group syncs waits for
+that sync to end first (its group is acknowledged or failed on its own account).
+Unlike BookKeeper, whose force-write thread stops the journal on an fsync failure (the
+bookie goes down), the committer keeps going: what comes after the failure is committed
+normally (the bookie turns read-only where the failure calls for it).
 """
 
 from __future__ import annotations
@@ -23,25 +43,41 @@ from storage_stub.bookie.api import StorageFaultError
 T = TypeVar("T")
 R = TypeVar("R")
 
+#: (item, size, future, submitted at loop time, value)
+_Pending = tuple[T, int, asyncio.Future[R], float, R]
+
+
+def _as_exception(error: BaseException) -> Exception:
+    return (
+        error
+        if isinstance(error, Exception)
+        else StorageFaultError("addEntries", "group commit stopped")
+    )
+
 
 class GroupCommitter(Generic[T, R]):
-    """``submit`` is O(1); each group costs one call of ``commit``.
+    """``submit`` is O(1); each group costs one call of ``commit`` (and of ``sync``).
 
     ``max_items=1`` commits every item alone (no gathering), ``max_wait_s=0`` takes
-    whatever is pending as soon as the previous group is done.
+    whatever is pending as soon as the previous group is written.
     """
 
     __slots__ = (
         "_closing",
         "_commit",
+        "_doom",
         "_full",
         "_max_bytes",
         "_max_items",
         "_max_wait_s",
+        "_on_failure",
         "_pending",
         "_pending_bytes",
+        "_sync",
+        "_syncing",
         "_task",
         "_wake",
+        "_writing",
         "groups_committed",
         "items_committed",
     )
@@ -53,18 +89,33 @@ class GroupCommitter(Generic[T, R]):
         max_wait_s: float,
         max_bytes: int,
         max_items: int | None = None,
+        sync: Callable[[list[T]], Awaitable[None]] | None = None,
+        on_failure: Callable[[Exception], Exception] | None = None,
     ) -> None:
+        """``commit(group)``: the group's write (and, without ``sync``, its sync).
+        ``sync(group)``: called on the loop once the group is written and the previous
+        sync has ended; what it does before returning its awaitable (the bookie: take
+        the files to fsync) happens before the next group's write starts; the group is
+        acknowledged once the awaitable is done. ``on_failure(error)``: see the module."""
         self._commit = commit
+        self._sync = sync
+        self._on_failure = on_failure
         self._max_wait_s = max_wait_s
         self._max_bytes = max_bytes
         self._max_items = max_items
         #: (item, size, future, submitted at loop time, value), oldest first.
-        self._pending: list[tuple[T, int, asyncio.Future[R], float, R]] = []
+        self._pending: list[_Pending[T, R]] = []
         self._pending_bytes = 0
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        #: the sync of the last group handed to ``sync``, until it has ended
+        self._syncing: asyncio.Task[None] | None = None
+        #: the group in its write stage (or written, waiting for the sync ahead of it)
+        self._writing: list[_Pending[T, R]] | None = None
+        #: why ``_writing`` must fail once written: a sync ahead of it failed
+        self._doom: Exception | None = None
         self.groups_committed = 0
         self.items_committed = 0
 
@@ -78,6 +129,11 @@ class GroupCommitter(Generic[T, R]):
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether a group is written while the one before it syncs."""
+        return self._sync is not None
 
     def submit(self, item: T, size: int, value: R) -> asyncio.Future[R]:
         """Queue ``item`` (``size`` bytes) for the next group; the future resolves to
@@ -102,12 +158,14 @@ class GroupCommitter(Generic[T, R]):
             while True:
                 if not self._pending:
                     if self._closing:
+                        await self._outlast_sync()
                         return
                     self._wake.clear()
                     await self._wake.wait()
                     continue
                 await self._gather()
-                await self._commit_next_group()
+                if self._pending:  # a failed sync may have failed them meanwhile
+                    await self._commit_next_group()
         finally:
             # Only reached with items pending when cancelled: nobody will commit them.
             self._fail_pending(StorageFaultError("addEntries", "group commit stopped"))
@@ -122,7 +180,7 @@ class GroupCommitter(Generic[T, R]):
         except TimeoutError:
             pass
 
-    async def _commit_next_group(self) -> None:
+    def _take_group(self) -> list[_Pending[T, R]]:
         limit = len(self._pending) if self._max_items is None else self._max_items
         taken = self._pending[:limit]
         del self._pending[:limit]
@@ -132,39 +190,115 @@ class GroupCommitter(Generic[T, R]):
             or (self._max_items is not None and len(self._pending) >= self._max_items)
         ):
             self._full.clear()
+        return taken
+
+    async def _commit_next_group(self) -> None:
+        taken = self._take_group()
+        self._writing = taken
+        self._doom = None
         try:
             await self._commit([entry[0] for entry in taken])
+            while self._sync is not None and self._pending and not self._sync_done():
+                # The sync ahead is still out: what arrived meanwhile is written now and
+                # joins this group (BookKeeper's journal likewise writes on while an
+                # fsync is out, and the next fsync covers all it wrote).
+                more = self._take_group()
+                taken += more
+                await self._commit([entry[0] for entry in more])
         except BaseException as error:
-            failure = (
-                error
-                if isinstance(error, Exception)
-                else StorageFaultError("addEntries", "group commit stopped")
-            )
-            for entry in taken:
-                if not entry[2].done():
-                    entry[2].set_exception(failure)
-            self._fail_pending(failure)
+            # An earlier group's sync ends first, acknowledged or failed on its own.
+            await self._outlast_sync_holding(taken)
+            self._writing = None
+            if self._doom is not None:
+                self._fail(taken, self._doom)  # its failure was told already
+            else:
+                self._fail_behind(taken, _as_exception(error))
             if isinstance(error, Exception):
                 return
             raise
+        if self._sync is None:
+            self._writing = None
+            self._acknowledge(taken)
+            return
+        await self._outlast_sync_holding(taken)
+        self._writing = None
+        if self._doom is not None:
+            self._fail(taken, self._doom)
+            return
+        try:
+            syncing = self._sync([entry[0] for entry in taken])
+        except Exception as error:
+            self._fail_behind(taken, error)
+            return
+        self._syncing = asyncio.get_running_loop().create_task(
+            self._sync_group(taken, syncing), name="bookie-group-sync"
+        )
+
+    async def _sync_group(self, taken: list[_Pending[T, R]], syncing: Awaitable[None]) -> None:
+        try:
+            await syncing
+        except BaseException as error:
+            failure = self._fail_behind(taken, _as_exception(error))
+            if self._writing is not None:
+                self._doom = failure
+            if not isinstance(error, Exception):
+                raise
+            return
+        self._acknowledge(taken)
+
+    def _sync_done(self) -> bool:
+        return self._syncing is None or self._syncing.done()
+
+    async def _outlast_sync(self) -> None:
+        """Wait until the sync in flight (if any) has ended; not cancelled with a caller."""
+        syncing = self._syncing
+        if syncing is not None:
+            if not syncing.done():
+                await asyncio.wait((syncing,))
+            self._syncing = None
+
+    async def _outlast_sync_holding(self, taken: list[_Pending[T, R]]) -> None:
+        """``_outlast_sync`` for a written group: if the committer is cancelled meanwhile
+        (a cancelled ``close``), the group fails, as pending items do."""
+        try:
+            await self._outlast_sync()
+        except BaseException:
+            self._writing = None
+            self._fail(taken, StorageFaultError("addEntries", "group commit stopped"))
+            raise
+
+    def _acknowledge(self, taken: list[_Pending[T, R]]) -> None:
         self.groups_committed += 1
         self.items_committed += len(taken)
         for entry in taken:
             if not entry[2].done():
                 entry[2].set_result(entry[4])
 
+    def _fail_behind(self, taken: list[_Pending[T, R]], error: Exception) -> Exception:
+        """Fail ``taken`` and everything pending (one step, with ``on_failure``)."""
+        failure = error if self._on_failure is None else self._on_failure(error)
+        self._fail(taken, failure)
+        self._fail_pending(failure)
+        return failure
+
+    @staticmethod
+    def _fail(taken: list[_Pending[T, R]], error: BaseException) -> None:
+        for entry in taken:
+            if not entry[2].done():
+                entry[2].set_exception(error)
+
     def _fail_pending(self, error: BaseException) -> None:
         pending = self._pending
         self._pending = []
         self._pending_bytes = 0
         self._full.clear()
-        for entry in pending:
-            if not entry[2].done():
-                entry[2].set_exception(error)
+        self._fail(pending, error)
 
     async def close(self) -> None:
-        """Commit what is pending, then stop the task and wait for it. If this wait is
-        cancelled, the task is cancelled too (pending items fail) and awaited."""
+        """Commit what is pending, then stop the task and wait for it (and for the last
+        sync). If this wait is cancelled, the task is cancelled too (pending items fail)
+        and awaited, and so is the sync in flight (a thread that cannot be stopped: at
+        most one group's sync)."""
         self._closing = True
         self._wake.set()
         self._full.set()
@@ -176,4 +310,6 @@ class GroupCommitter(Generic[T, R]):
         except asyncio.CancelledError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            if self._syncing is not None:
+                await asyncio.gather(self._syncing, return_exceptions=True)
             raise

@@ -170,7 +170,10 @@ def test_a_rows_round_ratios_pair_it_with_its_ceiling_round_by_round() -> None:
     assert by_key["produce_none"]["round_ratios"] == [0.5, 0.75]
     assert by_key["produce_none"]["ratio"] == round(200 / 300, 4)
     assert by_key[http.CEILING]["round_ratios"] == [1.0, 1.0]
-    assert "0.50-0.75" in http.format_table(result)
+    table = http.format_table(result)
+    assert "0.50-0.75" in table
+    # the fsynced mode's headline has its own line, against the same target
+    assert "produce / produce ceiling (syncMode=batch): 0.67 (meets the target 0.60" in table
 
 
 def test_server_cpu_counts_the_servers_children() -> None:

@@ -161,14 +161,17 @@ def _plot_hit_ratios(
     recorded) the shadow's ratio over the whole run as a flat dashed line. The y axis
     runs a little past 100% so that a ratio of 100% is a line, not the frame."""
     live = (results.get("broker") or {}).get("implementation") or "live design"
-    ax.plot(time, _series(results, "hitRatio", scale=100), label=f"{live} (live)", **style)
+    # the live line wide, the shadows thin over it: one at the same ratio hides neither
+    ax.plot(
+        time, _series(results, "hitRatio", scale=100), label=f"{live} (live)", linewidth=3, **style
+    )
     per_interval = results.get("shadowHitRatio") or {}
     whole_run = (results.get("cache") or {}).get("shadows") or {}
     for name in [*per_interval, *(n for n in whole_run if n not in per_interval)]:
         if name in per_interval:
             values = _floats(per_interval[name][: len(time)], 100)
             values += [math.nan] * (len(time) - len(values))
-            ax.plot(time, values, label=f"{name} (shadow)", linewidth=1, **style)
+            ax.plot(time, values, label=f"{name} (shadow)", linewidth=1, zorder=3, **style)
             continue
         ratio = (whole_run[name] or {}).get("hitRatio")
         if ratio is not None and time:
@@ -177,6 +180,7 @@ def _plot_hit_ratios(
                 [ratio * 100] * 2,
                 linestyle="--",
                 linewidth=1,
+                zorder=3,
                 label=f"{name} (shadow, whole run)",
             )
     ax.set_ylim(-HIT_RATIO_MARGIN, 100 + HIT_RATIO_MARGIN)

@@ -33,6 +33,8 @@ HIT_RATIO_SIZE = (10.0, 4.0)
 COMPARE_SIZE = (16.0, 4.5)
 #: room (percentage points) above 100% and below 0% on the hit-ratio axis
 HIT_RATIO_MARGIN = 4
+#: the shadows' lines on hit-ratio.png, in turn (the live design's is solid and wide)
+SHADOW_LINESTYLES = ("-", (0, (6, 3)), (0, (2, 2)), "-.")
 LATENCY_LINES = (
     ("50pct", "p50"),
     ("95pct", "p95"),
@@ -167,19 +169,30 @@ def _plot_hit_ratios(
     )
     per_interval = results.get("shadowHitRatio") or {}
     whole_run = (results.get("cache") or {}).get("shadows") or {}
-    for name in [*per_interval, *(n for n in whole_run if n not in per_interval)]:
+    names = [*per_interval, *(n for n in whole_run if n not in per_interval)]
+    for index, name in enumerate(names):
         if name in per_interval:
             values = _floats(per_interval[name][: len(time)], 100)
             values += [math.nan] * (len(time) - len(values))
-            ax.plot(time, values, label=f"{name} (shadow)", linewidth=1, zorder=3, **style)
+            # shadows at the same ratio overlap: a dash pattern each shows them all
+            dashes = SHADOW_LINESTYLES[index % len(SHADOW_LINESTYLES)]
+            ax.plot(
+                time,
+                values,
+                label=f"{name} (shadow)",
+                linewidth=1.5,
+                linestyle=dashes,
+                zorder=3,
+                **style,
+            )
             continue
         ratio = (whole_run[name] or {}).get("hitRatio")
         if ratio is not None and time:
             ax.plot(
                 [time[0], time[-1]],
                 [ratio * 100] * 2,
-                linestyle="--",
-                linewidth=1,
+                linestyle=":",
+                linewidth=1.5,
                 zorder=3,
                 label=f"{name} (shadow, whole run)",
             )

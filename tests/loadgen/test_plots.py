@@ -238,6 +238,9 @@ def test_hit_ratio_shows_100_percent_and_every_shadow_over_time(
     low, high = ax.get_ylim()
     assert high > 100 and low < 0
     assert list(ax.get_yticks()) == [0, 20, 40, 60, 80, 100]
+    # two shadows at the same ratio would hide one another in one line style
+    shadows = [line for line in ax.get_lines() if "(shadow)" in str(line.get_label())]
+    assert len({str(line.get_linestyle()) for line in shadows}) == 2
     legend = ax.get_legend()
     assert legend is not None
     assert [text.get_text() for text in legend.get_texts()] == list(lines)

@@ -31,6 +31,10 @@ RATES_SIZE = (10.0, 5.0)
 LATENCY_SIZE = (10.0, 8.0)
 HIT_RATIO_SIZE = (10.0, 4.0)
 COMPARE_SIZE = (16.0, 4.5)
+#: room (percentage points) above 100% and below 0% on the hit-ratio axis
+HIT_RATIO_MARGIN = 4
+#: the shadows' lines on hit-ratio.png, in turn (the live design's is solid and wide)
+SHADOW_LINESTYLES = ("-", (0, (6, 3)), (0, (2, 2)), "-.")
 LATENCY_LINES = (
     ("50pct", "p50"),
     ("95pct", "p95"),
@@ -146,13 +150,58 @@ def plot_run(results: dict[str, Any], out_dir: pathlib.Path) -> list[pathlib.Pat
             _mark_events(ax, events)
 
     with _figure(paths[2], HIT_RATIO_SIZE) as (_, (ax,)):
-        ax.plot(time, _series(results, "hitRatio", scale=100), label="hit ratio", **style)
-        ax.set_ylim(0, 100)
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel("hit ratio (%)")
-        ax.set_title(_title(results, "broker cache hit ratio per interval"))
+        _plot_hit_ratios(ax, results, time, style)
         _mark_events(ax, events)
     return paths
+
+
+def _plot_hit_ratios(
+    ax: Axes, results: dict[str, Any], time: list[float], style: dict[str, Any]
+) -> None:
+    """The live design's hit ratio per interval and each shadow's beside it: per interval
+    where the results carry ``shadowHitRatio``, else (results written before it was
+    recorded) the shadow's ratio over the whole run as a flat dashed line. The y axis
+    runs a little past 100% so that a ratio of 100% is a line, not the frame."""
+    live = (results.get("broker") or {}).get("implementation") or "live design"
+    # the live line wide, the shadows thin over it: one at the same ratio hides neither
+    ax.plot(
+        time, _series(results, "hitRatio", scale=100), label=f"{live} (live)", linewidth=3, **style
+    )
+    per_interval = results.get("shadowHitRatio") or {}
+    whole_run = (results.get("cache") or {}).get("shadows") or {}
+    names = [*per_interval, *(n for n in whole_run if n not in per_interval)]
+    for index, name in enumerate(names):
+        if name in per_interval:
+            values = _floats(per_interval[name][: len(time)], 100)
+            values += [math.nan] * (len(time) - len(values))
+            # shadows at the same ratio overlap: a dash pattern each shows them all
+            dashes = SHADOW_LINESTYLES[index % len(SHADOW_LINESTYLES)]
+            ax.plot(
+                time,
+                values,
+                label=f"{name} (shadow)",
+                linewidth=1.5,
+                linestyle=dashes,
+                zorder=3,
+                **style,
+            )
+            continue
+        ratio = (whole_run[name] or {}).get("hitRatio")
+        if ratio is not None and time:
+            ax.plot(
+                [time[0], time[-1]],
+                [ratio * 100] * 2,
+                linestyle=":",
+                linewidth=1.5,
+                zorder=3,
+                label=f"{name} (shadow, whole run)",
+            )
+    ax.set_ylim(-HIT_RATIO_MARGIN, 100 + HIT_RATIO_MARGIN)
+    ax.set_yticks(range(0, 101, 20))
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("hit ratio (%)")
+    ax.set_title(_title(results, "cache hit ratio per interval, live and shadow designs"))
+    ax.legend(loc="lower left", fontsize=8)
 
 
 def _storage(results: dict[str, Any], tier: str, name: str) -> float:

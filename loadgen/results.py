@@ -16,6 +16,9 @@ Shape (``version`` 1):
   reads), and for ``publishLatency`` and ``endToEndLatency`` the suffixes ``Avg``,
   ``50pct``, ``75pct``, ``95pct``, ``99pct``, ``999pct``, ``Max`` (milliseconds; ``null``
   in an interval with no messages);
+- ``shadowHitRatio``: for each shadow design, its hit ratio over each interval, as long
+  as ``time`` (``null`` without reads, or before the shadow appeared); empty without
+  shadows (absent from results written before it was recorded);
 - aggregates over the whole run: ``aggregatedPublishLatency*`` and
   ``aggregatedEndToEndLatency*`` with the same suffixes;
 - ``totals``: messages and bytes published and consumed, errors, redeliveries, messages
@@ -131,6 +134,7 @@ def build_results(
     overrides: dict[str, Any],
     service_url: str | None = None,
     stats_error: str | None = None,
+    shadow_series: dict[str, list[float | None]] | None = None,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {
         "version": VERSION,
@@ -151,6 +155,9 @@ def build_results(
     }
     for name in SERIES:
         results[name] = list(series.get(name, []))
+    results["shadowHitRatio"] = {
+        name: list(values) for name, values in (shadow_series or {}).items()
+    }
     for prefix, summary in (("PublishLatency", publish), ("EndToEndLatency", end_to_end)):
         for suffix in LATENCY_SUFFIXES:
             results[f"aggregated{prefix}{suffix}"] = summary[suffix[0].lower() + suffix[1:]]
@@ -219,6 +226,11 @@ def validate_results(results: dict[str, Any]) -> list[str]:
             problems.append(f"{name} has a value that is not a non-negative number")
     if any(value is not None and not 0 <= value <= 1 for value in results["hitRatio"]):
         problems.append("hitRatio has a value outside [0, 1]")
+    for name, values in (results.get("shadowHitRatio") or {}).items():
+        if len(values) != length:
+            problems.append(f"shadowHitRatio.{name} has {len(values)} values, time has {length}")
+        if any(value is not None and not 0 <= value <= 1 for value in values):
+            problems.append(f"shadowHitRatio.{name} has a value outside [0, 1]")
     for prefix in ("aggregatedPublishLatency", "aggregatedEndToEndLatency"):
         values = [results[prefix + suffix] for suffix in LATENCY_SUFFIXES[1:]]
         present = [value for value in values if value is not None]

@@ -11,6 +11,8 @@ from loadgen.progress import ProgressDisplay
 from loadgen.recorder import CounterDeltas, flatten
 from loadgen.run import Run
 
+_SHADOW = "shadows."
+
 
 class Sampler:
     """Every interval: rates, backlog, latency percentiles and the broker's hit ratio."""
@@ -28,6 +30,9 @@ class Sampler:
         self.last_cache: dict[str, Any] = {}
         self.last_storage: dict[str, Any] = {}
         self.counted: dict[str, Any] = {}
+        #: each shadow design's hit ratio per interval, as long as ``series["time"]``
+        #: (``None`` in an interval without reads, or before the shadow appeared)
+        self.shadow_hit_ratio: dict[str, list[float | None]] = {}
 
     def _append(self, name: str, value: Any) -> None:
         self.series.setdefault(name, []).append(value)
@@ -51,6 +56,25 @@ class Sampler:
         self.storage.observe(flatten(storage))
         return self.cache.observe(flatten(cache))
 
+    def _append_shadows(self, delta: dict[str, float] | None) -> None:
+        """Each shadow's hit ratio over the interval, from its counters' growth
+        (``shadows.<design>.hits`` and ``.misses`` in the flattened cache stats)."""
+        intervals = len(self.series["time"])
+        names = [
+            key[len(_SHADOW) : -len(".hits")]
+            for key in delta or ()
+            if key.startswith(_SHADOW) and key.endswith(".hits")
+        ]
+        for name in names:
+            self.shadow_hit_ratio.setdefault(name, [None] * (intervals - 1))
+        for name, ratios in self.shadow_hit_ratio.items():
+            ratio = None
+            if delta is not None:
+                hits = delta.get(f"{_SHADOW}{name}.hits", 0)
+                reads = hits + delta.get(f"{_SHADOW}{name}.misses", 0)
+                ratio = round(hits / reads, 4) if reads else None
+            ratios.append(ratio)
+
     async def sample(self, elapsed_s: float, duration_s: float) -> None:
         run = self.run
         counters = run.counters
@@ -73,6 +97,7 @@ class Sampler:
             reads = delta.get("hits", 0) + delta.get("misses", 0)
             hit_ratio = round(delta.get("hits", 0) / reads, 4) if reads else None
         self._append("hitRatio", hit_ratio)
+        self._append_shadows(delta)
         for prefix, latency in (
             ("publishLatency", run.publish),
             ("endToEndLatency", run.end_to_end),

@@ -46,8 +46,16 @@ def fake_results(scenario: str, overrides: Mapping[str, object], seed: int = 2) 
         "broker": {"implementation": design, "overrides": dict(overrides)},
         "time": [1.0, 2.0],
         "hitRatio": [ratio, ratio],
-        "cache": {"hitRatio": ratio, "byteHitRatio": ratio, "evictionCpuSeconds": 0.001},
+        "cache": {
+            "hitRatio": ratio,
+            "byteHitRatio": ratio,
+            "consumedHitRatio": ratio - 0.05,
+            "evictionCpuSeconds": 0.001,
+        },
         "storage": {"bookie": {"readRequests": 1, "entriesRead": 2, "bytesRead": 3}},
+        "totals": {"publishedMessages": 1_234_567, "consumedMessages": 2_469_134},
+        "aggregatedPublishLatency99pct": 4.5,
+        "aggregatedEndToEndLatency99pct": 1234.25,
         "events": [],
     }
 
@@ -271,3 +279,69 @@ def test_a_virtual_comparison_whose_variants_published_differently_fails(
     assert "did not publish the same messages (seed 2: pip430 1,000, segmented 900)" in err
     report = (tmp_path / "compare.md").read_text()
     assert "Verdict: none: the variants did not publish the same messages" in report
+
+
+@pytest.mark.usefixtures("no_plots", "runs")
+def test_the_terminal_gets_a_table_that_fits_100_columns_and_compare_md_the_markdown(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = "legacy,legacy-markdelete,legacy-backlog,pip430"
+    assert compare(tmp_path, "--implementations", names) == 0
+    out = capsys.readouterr().out
+    # the table, then the ranking and the verdict, each a line of prose
+    table = out.split("hit ratio ranking:")[0]
+    lines = table.splitlines()
+    assert max(len(line) for line in lines) <= 100, out
+    # no markdown table: no row between pipes, no --- separator
+    assert not any(line.lstrip().startswith("|") for line in lines), out
+    assert "| --- |" not in out and "---|" not in out
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.split()}
+    # each variant's hit ratio, consumed hit ratio, published messages, entries read from
+    # storage, eviction CPU and p99 latencies, in whole, on its own line
+    for name in names.split(","):
+        ratio = RATIOS[name]
+        assert rows[name] == [
+            f"{ratio:.1%}",
+            f"{ratio - 0.05:.1%}",
+            "1,234,567",
+            "2",
+            "0.001",
+            "4.50",
+            "1,234.25",
+        ], out
+    report = (tmp_path / "compare.md").read_text()
+    assert "| implementation | hit ratio | consumed hit ratio |" in report
+    assert "| --- | --- |" in report
+    for name in names.split(","):
+        assert f"| {name} | {RATIOS[name]:.1%} |" in report
+
+
+def test_the_terminal_table_of_several_seeds_gives_means_and_intervals() -> None:
+    from rich.console import Console
+
+    from loadgen.cli import _compare_table
+    from loadgen.verdict import summarize_variant
+
+    names = ("pip430-expected-off", "pip430-extendttl", "pip430-markdelete", "pip430-pr12258")
+    by_variant = {}
+    for index, name in enumerate(names):
+        runs = []
+        for seed in (1, 2, 3):
+            run = fake_results("s", {"managedLedgerCacheImplementation": "pip430"}, seed)
+            run["cache"]["hitRatio"] = 0.5 + index / 10 + seed / 100
+            run["storage"]["bookie"]["entriesRead"] = 10_000_000 + seed * 100_000
+            runs.append(run)
+        by_variant[name] = runs
+    summaries = [summarize_variant(name, runs) for name, runs in by_variant.items()]
+    console = Console(width=100, record=True)
+    console.print(_compare_table(summaries, [runs[0] for runs in by_variant.values()], 3))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100, text
+    assert "…" not in text
+    first = next(index for index, line in enumerate(lines) if line.startswith(names[0]))
+    # the mean on the variant's line, the 95% interval's half width below it
+    assert lines[first].split()[1:2] == ["52.0%"]
+    assert lines[first].split()[4] == "10,200,000"
+    assert lines[first + 1].split() == ["±2.5", "±248,434"]
+    assert "95% CI" in text

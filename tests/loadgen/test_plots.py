@@ -9,6 +9,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import pytest
+from matplotlib.figure import Figure
 
 from loadgen.plots import comparison_table, human_bytes, plot_comparison, plot_run
 
@@ -189,3 +190,69 @@ def test_comparison_table_has_one_row_per_run_in_order() -> None:
 )
 def test_human_bytes(count: float, text: str) -> None:
     assert human_bytes(count) == text
+
+
+@pytest.fixture
+def saved(monkeypatch: pytest.MonkeyPatch) -> dict[str, Figure]:
+    """Every figure plot_run saves, by file name, to look at what it drew."""
+    figures: dict[str, Figure] = {}
+    original = Figure.savefig
+
+    def record(fig: Figure, path: Any, **kwargs: Any) -> None:
+        figures[pathlib.Path(path).name] = fig
+        original(fig, path, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    return figures
+
+
+def lines_by_label(fig: Figure) -> dict[str, list[float]]:
+    (ax,) = fig.axes
+    return {
+        str(line.get_label()): [float(y) for y in line.get_ydata()]
+        for line in ax.get_lines()
+        if not str(line.get_label()).startswith("_")
+    }
+
+
+def test_hit_ratio_shows_100_percent_and_every_shadow_over_time(
+    tmp_path: pathlib.Path, saved: dict[str, Figure]
+) -> None:
+    results = make_results(6)
+    results["hitRatio"] = [1.0] * 6
+    results["cache"]["shadows"] = {"legacy": {"hitRatio": 0.5}, "segmented": {"hitRatio": 0.7}}
+    results["shadowHitRatio"] = {
+        "legacy": [None, 0.25, 0.5, 0.5, 0.75, 1.0],
+        "segmented": [0.7] * 6,
+    }
+    plot_run(results, tmp_path)
+    fig = saved["hit-ratio.png"]
+    lines = lines_by_label(fig)
+    assert lines["lru (live)"] == [100.0] * 6
+    assert lines["legacy (shadow)"][1:] == [25.0, 50.0, 50.0, 75.0, 100.0]
+    assert math.isnan(lines["legacy (shadow)"][0])
+    assert lines["segmented (shadow)"] == [70.0] * 6
+    assert set(lines) == {"lru (live)", "legacy (shadow)", "segmented (shadow)"}
+    (ax,) = fig.axes
+    # a line at 100% is inside the frame, and the ticks still read 0 to 100
+    low, high = ax.get_ylim()
+    assert high > 100 and low < 0
+    assert list(ax.get_yticks()) == [0, 20, 40, 60, 80, 100]
+    # two shadows at the same ratio would hide one another in one line style
+    shadows = [line for line in ax.get_lines() if "(shadow)" in str(line.get_label())]
+    assert len({str(line.get_linestyle()) for line in shadows}) == 2
+    legend = ax.get_legend()
+    assert legend is not None
+    assert [text.get_text() for text in legend.get_texts()] == list(lines)
+
+
+def test_hit_ratio_draws_a_shadows_whole_run_ratio_from_older_results(
+    tmp_path: pathlib.Path, saved: dict[str, Figure]
+) -> None:
+    """Results written before per-interval shadow ratios were recorded carry only each
+    shadow's totals: its ratio over the whole run is drawn across the run."""
+    results = make_results(4)
+    results.pop("shadowHitRatio", None)
+    plot_run(results, tmp_path)
+    lines = lines_by_label(saved["hit-ratio.png"])
+    assert lines["lfu (shadow, whole run)"] == [50.0, 50.0]

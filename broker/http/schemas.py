@@ -71,6 +71,7 @@ ErrorCode = Literal[
     "not-implemented",
     "not-owner",
     "precondition-failed",
+    "request-timeout",
     "too-large",
     "too-many-requests",
     "unauthorized",

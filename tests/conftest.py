@@ -68,6 +68,25 @@ from tests.harness import (
     url_of,
 )
 
+#: the fixtures of tests that use a test process's Spark JVMs (the session, the
+#: standalone cluster, the Connect server: tests/pipeline/servers.py), the pipeline's
+#: tests' and tests/simulation/test_spark_sweep.py's
+SPARK_FIXTURES = frozenset(
+    {"spark", "local_run", "local_tables", "cluster", "connect_url", "local_master"}
+)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Under xdist, the tests that use the Spark JVMs in one group: with ``--dist
+    loadgroup`` one worker runs them all and starts each JVM (and records and analyzes
+    the shared trace) once, rather than every worker its own. Marked as each item is
+    collected: xdist reads the mark in its own ``pytest_collection_modifyitems``, which
+    ran before a conftest's (tryfirst or not), so a mark added there named no group and
+    the Spark tests were spread over both workers, each starting its own JVMs."""
+    if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 __all__ = [
     "CONF",
     "ROOT",

@@ -31,25 +31,6 @@ DESIGNS = ("pip430", "legacy")
 TABLES = ("sweep", "bound", "references", "patterns", "reuse", "working_set")
 
 
-#: the fixtures of tests that use this test process's Spark JVMs (the session, the
-#: cluster, the Connect server): the pipeline's and tests/simulation/test_spark_sweep.py's
-SPARK_FIXTURES = frozenset(
-    {"spark", "local_run", "local_tables", "cluster", "connect_url", "local_master"}
-)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, the tests that use the Spark JVMs in one group: with ``--dist
-    loadgroup`` one worker runs them all and starts each JVM once, rather than every
-    worker its own (the JVMs are most of these tests' time)."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("spark"))
-
-
 @pytest.fixture(scope="session")
 def spark(request: pytest.FixtureRequest) -> Any:
     return shared_session(request.config)

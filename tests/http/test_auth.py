@@ -187,6 +187,9 @@ async def test_a_consumer_belongs_to_the_role_that_made_it(live_broker: LiveBrok
         ("blank", "Bearer "),
         ("not a Bearer token", f"Basic {base64.b64encode(b'alice:pw').decode()}"),
     ],
+    # named by what is wrong, not by the token: the tokens are made at collection time
+    # (their exp, a fresh key), and xdist's workers must collect the same ids
+    ids=["expired", "another-key", "not-a-token", "blank", "basic"],
 )
 async def test_an_expired_or_badly_signed_token_answers_401(
     live_broker: LiveBroker, what: str, authorization: str

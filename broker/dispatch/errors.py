@@ -19,6 +19,12 @@ class CorruptEntryError(InvalidRequestError):
     stored. Binary protocol: SEND_ERROR MetadataError; HTTP: 400."""
 
 
+class StoredEntryError(BrokerError):
+    """An entry already stored whose metadata does not parse, asked for by a route that
+    must read it (admin peek): Pulsar's admin answers such an entry's IOException as a
+    500 with its message. HTTP: 500 ``internal-error``, no traceback logged."""
+
+
 class NotFoundError(BrokerError):
     """What the request names (topic, subscription, consumer...) does not exist."""
 

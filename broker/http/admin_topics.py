@@ -19,6 +19,7 @@ from broker.dispatch.errors import (
     MethodNotAllowedError,
     NotFoundError,
     NotImplementedYetError,
+    StoredEntryError,
 )
 from broker.dispatch.names import TopicName, check_name_part
 from broker.dispatch.partitions import partition_name
@@ -38,7 +39,7 @@ from broker.http.contract import (
     RouteTable,
     Success,
 )
-from broker.ledger.entry import HEAD_SIZE, metadata_of
+from broker.ledger.entry import HEAD_SIZE, EntryFormatError, metadata_of
 from broker.ledger.entry import Entry as LedgerEntry
 from broker.pulsar_api import COMPRESSION_NONE, COMPRESSION_ZLIB
 from broker.tasks import cooperative
@@ -161,7 +162,10 @@ def peek_response(entry: LedgerEntry) -> web.Response:
     """The entry as Pulsar's peek answers it: its payload (decompressed; a batch's
     messages in their batch framing) and the metadata as ``X-Pulsar-*`` headers."""
     data = entry.data
-    metadata = metadata_of(data)
+    try:
+        metadata = metadata_of(data)
+    except EntryFormatError as error:
+        raise StoredEntryError(f"entry {entry.position} cannot be read: {error}") from None
     start = HEAD_SIZE + int.from_bytes(data[6:HEAD_SIZE], "big")
     payload = data[start:]
     headers: dict[str, str] = {"X-Pulsar-Message-ID": str(entry.position)}
@@ -235,6 +239,7 @@ def _b64(raw: bytes) -> str:
         400: "bad topic or subscription name; `messagePosition` not an integer from 1.",
         404: "unknown topic or subscription; the backlog holds fewer entries.",
         405: "the name is a partitioned topic's (peek a partition).",
+        500: "the entry's metadata does not parse (as Pulsar's, the reason says so).",
         501: "the entry is compressed with LZ4, ZSTD or SNAPPY (brokerlab decompresses ZLIB).",
         503: "storage fault or timeout reading the entry.",
     },

@@ -32,7 +32,7 @@ ERRORS: dict[int, tuple[str, tuple[type[Exception], ...]]] = {
     415: ("unsupported-media-type", ()),
     422: ("invalid-schema", (errors.InvalidSchemaError,)),
     429: ("too-many-requests", ()),
-    500: ("internal-error", ()),
+    500: ("internal-error", (errors.StoredEntryError,)),
     501: ("not-implemented", (errors.NotImplementedYetError,)),
     503: ("unavailable", (errors.UnavailableError,)),
 }

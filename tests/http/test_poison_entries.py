@@ -184,3 +184,26 @@ async def test_a_reset_by_time_and_an_expiry_search_past_poison_entries(
     assert [unb64(m["payload"]) for m in got] == GOOD
     status, body = await client.request("POST", f"{admin}/expireMessages/1")
     assert status == 204, body
+
+
+async def test_peeking_an_entry_whose_metadata_does_not_parse_says_so(
+    broker: tuple[Client, BrokerService], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pulsar's admin answers an entry it cannot parse with a 500 carrying the parser's
+    message; brokerlab answers the same status with ``{"reason", "code"}`` naming the
+    entry, logs no traceback, and peeks the good entries around it as usual."""
+    client, service = broker
+    topic = new_topic("poison-peek")
+    await store_directly(service, topic)
+    peek = f"/admin/v2/persistent/{topic}/subscription/s/position"
+    status, body = await client.request(
+        "PUT", f"/admin/v2/persistent/{topic}/subscription/s", messageId="earliest"
+    )
+    assert status == 204, body
+    status, body = await client.request("GET", f"{peek}/4")  # STORED[3]: unparsable
+    assert status == 500, body
+    assert body["code"] == "internal-error"
+    assert "cannot be read" in body["reason"] and "metadata" in body["reason"]
+    assert not [record for record in caplog.records if record.exc_info]
+    status, body = await client.request("GET", f"{peek}/3")
+    assert status == 200 and body == "between", body

@@ -933,6 +933,29 @@ class BrokerConfig(BaseModel):
         origin=PULSAR_SAME,
         gt=0,
     )
+    maxPendingPublishRequestsPerConnection: int = key(
+        1000,
+        LIMITS,
+        "Most SENDs of one binary connection waiting for their receipt: at this many the "
+        "broker stops reading the connection, and reads it again once half of them are "
+        "answered (the client's sends wait in its socket). 0: no limit.",
+        unit="messages",
+        origin="Pulsar: same key and default (ServerCnx's pending send requests).",
+        ge=0,
+    )
+    maxMessagePublishBufferSizeInMB: int = key(
+        64,
+        LIMITS,
+        "Bytes of SENT entries waiting for their receipt, all binary connections together: "
+        "past it the broker stops reading every binary connection, and reads them again "
+        "once it is down to half. 0: no limit.",
+        unit="MiB",
+        origin="Pulsar: same key; its default is half the JVM's direct memory, at least 64, "
+        "divided among its IO threads (each thread's connections paused together); "
+        "brokerlab has one event loop, so the whole budget is its, and the default is "
+        "Pulsar's floor.",
+        ge=0,
+    )
     maxHttpServerConnections: int = key(
         16384,
         LIMITS,

@@ -77,6 +77,7 @@ from broker.protocol.frames import (
     parse_command,
     payload_frame_head,
 )
+from broker.protocol.throttle import PENDING_SENDS
 from broker.pulsar_api import (
     ACCESS_MODES,
     ACK_CUMULATIVE,
@@ -227,33 +228,41 @@ class BinaryProducer(ProducerSession):
         try:
             while self._queue and not connection.closed:
                 group, self._queue = self._queue, []
-                if self._failed:
-                    self._fail(group, ServerError.PersistenceError, "an earlier send failed")
-                    continue
                 try:
-                    first, verdicts = await self.publish_sequenced(group)
-                except (BookieError, ManagedLedgerError, BrokerError, OSError) as error:
-                    # nothing of this group is stored; the ones queued behind it must not
-                    # be either: the client resends all of them, in order
-                    self._failed = True
-                    self._fail(group, server_error(error), f"{type(error).__name__}: {error}")
-                    continue
-                ledger_id, entry_id = first
-                if verdicts is not None:
-                    self._answer_deduplicated(group, verdicts, ledger_id, entry_id)
-                    continue
-                write = connection.write_command
-                for offset, (sequence_id, highest, _, _, _) in enumerate(group):
-                    command = BaseCommand(type=Type.SEND_RECEIPT)
-                    receipt = command.send_receipt
-                    receipt.producer_id = self.producer_id
-                    receipt.sequence_id = sequence_id
-                    receipt.highest_sequence_id = highest
-                    receipt.message_id.ledgerId = ledger_id
-                    receipt.message_id.entryId = entry_id + offset
-                    write(command)
+                    await self._write_group(group)
+                finally:
+                    # answered (or the connection went): no longer held for the client
+                    connection.sends_done(group)
         finally:
             self._writing = False
+
+    async def _write_group(self, group: list[Sent]) -> None:
+        """Store one group of sends and answer each of them."""
+        if self._failed:
+            self._fail(group, ServerError.PersistenceError, "an earlier send failed")
+            return
+        try:
+            first, verdicts = await self.publish_sequenced(group)
+        except (BookieError, ManagedLedgerError, BrokerError, OSError) as error:
+            # nothing of this group is stored; the ones queued behind it must not be
+            # either: the client resends all of them, in order
+            self._failed = True
+            self._fail(group, server_error(error), f"{type(error).__name__}: {error}")
+            return
+        ledger_id, entry_id = first
+        if verdicts is not None:
+            self._answer_deduplicated(group, verdicts, ledger_id, entry_id)
+            return
+        write = self._connection.write_command
+        for offset, (sequence_id, highest, _, _, _) in enumerate(group):
+            command = BaseCommand(type=Type.SEND_RECEIPT)
+            receipt = command.send_receipt
+            receipt.producer_id = self.producer_id
+            receipt.sequence_id = sequence_id
+            receipt.highest_sequence_id = highest
+            receipt.message_id.ledgerId = ledger_id
+            receipt.message_id.entryId = entry_id + offset
+            write(command)
 
     def _answer_deduplicated(
         self, group: list[Sent], verdicts: list[int], ledger_id: int, entry_id: int
@@ -450,6 +459,12 @@ class Connection(asyncio.Protocol):
         self.writable = True
         #: the transport said its buffer passed the high water mark (pause_writing)
         self._transport_paused = False
+        #: why reads are off (broker.protocol.throttle's reasons, or-ed; 0: reading)
+        self._throttled = 0
+        #: SENDs accepted and not answered yet, and their bytes
+        self._pending_sends = 0
+        self._pending_send_bytes = 0
+        self._max_pending_sends = config.maxPendingPublishRequestsPerConnection
         self._loop = asyncio.get_running_loop()
         self._handlers: dict[int, Callable[[Any], None]] = {
             Type.CONNECT: self._connect,
@@ -493,6 +508,7 @@ class Connection(asyncio.Protocol):
             return
         self.counted_ip = ip
         self.server.connections.add(self)
+        self.server.publish_buffer.join(self)
         transport.set_write_buffer_limits(high=self._high_water, low=self._low_water)  # type: ignore[attr-defined]
         self._schedule_keepalive()
 
@@ -552,6 +568,10 @@ class Connection(asyncio.Protocol):
                 self._out = []
             self.transport.close()
         self.server.connections.discard(self)
+        publish_buffer = self.server.publish_buffer
+        publish_buffer.leave(self)
+        publish_buffer.remove(self._pending_send_bytes)  # nobody will answer them now
+        self._pending_send_bytes = self._pending_sends = 0
         if self.counted_ip is not None:
             self.server.limiter.release(self.counted_ip)
             self.counted_ip = None
@@ -647,6 +667,42 @@ class Connection(asyncio.Protocol):
         for consumer in self.consumers.values():
             consumer.set_writable(writable)
 
+    def throttle(self, reason: int, on: bool) -> None:
+        """Turn ``reason`` (broker.protocol.throttle) on or off: reads stop when the
+        first reason comes and start again when the last goes. O(1)."""
+        before = self._throttled
+        after = before | reason if on else before & ~reason
+        self._throttled = after
+        transport = self.transport
+        if self.closed or transport is None or bool(before) == bool(after):
+            return
+        if after:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
+    def _send_accepted(self, size: int) -> None:
+        """A SEND of ``size`` bytes is queued for storage. O(1)."""
+        self._pending_sends += 1
+        self._pending_send_bytes += size
+        self.server.publish_buffer.add(size)
+        if self._pending_sends == self._max_pending_sends:
+            self.throttle(PENDING_SENDS, True)
+
+    def sends_done(self, group: list[Sent]) -> None:
+        """``group``'s SENDs are answered: their count and bytes are released (nothing,
+        once the connection is closed: closing released them all). O(len(group))."""
+        if self.closed:
+            return
+        size = 0
+        for sent in group:
+            size += len(sent[3])
+        self._pending_sends -= len(group)
+        self._pending_send_bytes -= size
+        self.server.publish_buffer.remove(size)
+        if self._throttled & PENDING_SENDS and self._pending_sends <= self._max_pending_sends // 2:
+            self.throttle(PENDING_SENDS, False)
+
     def _schedule_keepalive(self) -> None:
         interval = self.server.config.keepAliveIntervalSeconds
         self._keepalive = asyncio.get_running_loop().call_later(interval, self._check_alive)
@@ -660,8 +716,10 @@ class Connection(asyncio.Protocol):
             self._heard = False
             self._ping_sent = False
         elif self._ping_sent:
-            self.abort("no answer to keep-alive PING")
-            return
+            if not self._throttled:
+                self.abort("no answer to keep-alive PING")
+                return
+            # as Pulsar: while its reads are off, the PONG may be unread, not missing
         else:
             self._ping_sent = True
             self.write_command(BaseCommand(type=Type.PING))
@@ -1019,6 +1077,7 @@ class Connection(asyncio.Protocol):
             self._send_error(send, ServerError.NotAllowedError, refused)
             return
         highest = send.highest_sequence_id or send.sequence_id
+        self._send_accepted(len(entry))
         producer.send(send.sequence_id, highest, messages, entry, send.is_chunk)
 
     def _send_error(self, send: Any, code: int, message: str) -> None:

@@ -20,6 +20,7 @@ from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
 from broker.limits import ConnectionLimiter
 from broker.protocol.frames import FRAME_PADDING
+from broker.protocol.throttle import PublishBuffer
 from broker.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ class ProtocolServer:
         self.limiter = ConnectionLimiter(
             config.brokerMaxConnections, config.brokerMaxConnectionsPerIp
         )
+        #: unanswered SEND bytes of every connection (maxMessagePublishBufferSizeInMB)
+        self.publish_buffer = PublishBuffer(config.maxMessagePublishBufferSizeInMB << 20)
         #: PARTITIONED_METADATA requests being answered, all connections together
         #: (maxConcurrentLookupRequest)
         self.lookups = 0

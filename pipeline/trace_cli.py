@@ -81,5 +81,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "csv":
         print(f"libCacheSim: cachesim {args.out} csv lru 1mb {_CSV_OPTIONS}")
     else:
-        print(f"libCacheSim: cachesim {args.out} oracleGeneral lru 1mb")
+        print(f"libCacheSim: cachesim {args.out} oracleGeneral lru,belady 1mb")
+        if "oraclegeneral" not in args.out.name.lower():
+            print(
+                "note: cachesim runs Belady only on a file whose name contains "
+                "'oracleGeneral' (e.g. reads.oracleGeneral.bin)"
+            )
     return 0

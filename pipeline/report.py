@@ -25,6 +25,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
+from broker.cache import DESIGNS
+
 
 def _mib(value: float) -> str:
     return f"{value / 1048576:,.2f} MiB"
@@ -67,7 +69,7 @@ class Chart:
     xlog: bool = False
     ylim: tuple[float, float] | None = None
     xticks: list[tuple[float, str]] | None = None
-    size: tuple[float, float] = (8.0, 4.5)
+    size: tuple[float, float] = (10.0, 5.0)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -102,7 +104,11 @@ def miss_ratio_chart(summary: dict[str, Any], field: str) -> Chart:
     label = "miss ratio" if field == "miss_ratio" else "byte miss ratio"
     series = []
     sweep = [row for row in summary["sweep"] if not row["live"]]
-    for number, design in enumerate(sorted({row["design"] for row in sweep})):
+    designs = sorted({row["design"] for row in sweep})
+    # a design keeps its colour and marker from report to report: by registry order
+    order = [*DESIGNS, *(design for design in designs if design not in DESIGNS)]
+    for design in designs:
+        number = order.index(design)
         points = sorted((row["size_bytes"], _miss(row, field)) for row in sweep
                         if row["design"] == design)  # fmt: skip
         series.append(
@@ -182,7 +188,7 @@ def reuse_chart(summary: dict[str, Any]) -> Chart | None:
             )
         ],
         xticks=[(float(b), f"{b:,}") for b in buckets],
-        size=(8.0, 3.5),
+        size=(10.0, 3.5),
     )
 
 
@@ -207,7 +213,7 @@ def working_set_chart(summary: dict[str, Any]) -> Chart | None:
                 width=float(window),
             )
         ],
-        size=(8.0, 3.5),
+        size=(10.0, 3.5),
     )
 
 

@@ -13,6 +13,10 @@ _CSV_OPTIONS = (
 )
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def _broker(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"a broker index (0, 1, ...): {text!r}")
@@ -70,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     left_out = []
     if reads.unsized:
-        left_out.append(f"{reads.unsized:,} reads of entries of no known size left out")
+        left_out.append(f"{_count(reads.unsized, 'read')} of entries of no known size left out")
     if reads.restarts:
-        left_out.append(f"{reads.restarts:,} restarts not marked (the cache carries on)")
+        left_out.append(f"{_count(reads.restarts, 'restart')} not marked (the cache carries on)")
     note = f" ({'; '.join(left_out)})" if left_out else ""
     print(
         f"{len(reads.requests):,} requests, {len(reads.entries):,} objects of broker "

@@ -10,12 +10,15 @@ import pathlib
 import random
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from broker.cache import CacheConfig, create_stream
 from broker.cli import main as brokerlab
 from broker.clock import EventClock, ManualClock
-from broker.trace.recorder import TraceRecorder, read_trace, trace_meta
+from broker.trace.recorder import SCHEMA, TraceRecorder, read_trace, trace_meta
 from pipeline import reference
 from pipeline.export import ORACLE_GENERAL, next_access_vtimes, read_requests
 
@@ -86,8 +89,6 @@ def trace_reads(directory: pathlib.Path, broker: int = 0) -> list[dict[str, Any]
 
 
 def test_next_access_is_the_one_based_position_of_the_next_request() -> None:
-    import numpy as np
-
     got = next_access_vtimes(np.array([7, 8, 7, 9, 7, 8], dtype=np.uint64))
     assert got.tolist() == [3, 6, 5, -1, -1, -1]
     assert ORACLE_GENERAL.itemsize == 24  # libCacheSim's packed record
@@ -221,3 +222,51 @@ def test_bad_input_is_one_line_and_exit_code_2(
     captured = capsys.readouterr()
     assert message in captured.err and "Traceback" not in captured.err
     assert len(captured.err.splitlines()) == 1 and captured.out == ""
+
+
+def _rows(*rows: tuple[str, int | None, int | None, bool | None]) -> pa.Table:
+    """A trace file's rows of (kind, entry, size, hit), one topic and ledger, a second
+    apart."""
+    full = []
+    for seq, (kind, entry, size, hit) in enumerate(rows):
+        row: dict[str, Any] = dict.fromkeys(SCHEMA.names)
+        topic = None if kind == "restart" else TOPICS[0]
+        row.update(broker=0, seq=seq, ts_ns=seq * 1_000_000_000, kind=kind, topic=topic,
+                   ledger=None if entry is None else 7, entry=entry, last_entry=entry,
+                   size=size, hit=hit)  # fmt: skip
+        full.append(row)
+    return pa.Table.from_pylist(full, schema=SCHEMA)
+
+
+def test_reads_of_no_known_size_are_left_out_and_restarts_counted(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Entries stored before the recorder started: read (missed, no size), two filled
+    from storage, one storage read failed; the broker restarts; the filled ones are read
+    again (hits, with their sizes)."""
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    table = _rows(
+        ("load", None, None, None),
+        ("read", 0, None, False),
+        ("read", 1, None, False),
+        ("read", 2, None, False),
+        ("fill", 0, 300, None),
+        ("fill", 1, 400, None),
+        ("fill_failed", 2, None, None),
+        ("restart", None, None, None),
+        ("read", 1, 400, True),
+        ("read", 0, 300, True),
+    )
+    pq.write_table(table, trace / "trace-b0-000001.parquet")
+    out = tmp_path / "reads.oracleGeneral.bin"
+    assert brokerlab(["trace", "export", str(trace), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "4 requests, 3 objects" in printed
+    assert "1 read of entries of no known size left out" in printed
+    assert "1 restart not marked" in printed and "note:" not in printed
+    records = np.fromfile(out, dtype=ORACLE_GENERAL)
+    assert records["obj_id"].tolist() == [1, 2, 2, 1]
+    assert records["obj_size"].tolist() == [300, 400, 400, 300]
+    assert records["clock_time"].tolist() == [1, 2, 8, 9]
+    assert records["next_access_vtime"].tolist() == [4, 3, -1, -1]

@@ -37,6 +37,7 @@ Cost: O(n) time for n trace rows, memory O(reads + entries), one pass over the f
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import pathlib
 from array import array
@@ -88,6 +89,12 @@ def read_requests(trace: str, broker: int | None = None) -> ExportedReads:
         brokers = trace_io.trace_brokers(uri)
     except FileNotFoundError:
         raise ExportError(f"{trace}: no such directory") from None
+    except NotADirectoryError:
+        raise ExportError(f"{trace}: not a directory (give the trace's directory)") from None
+    except OSError as error:
+        if error.errno == errno.ENOTDIR:
+            raise ExportError(f"{trace}: not a directory (give the trace's directory)") from None
+        raise
     if not brokers:
         raise ExportError(f"{trace}: no trace files (trace-b<broker>-<n>.parquet) in it")
     if broker is None:
@@ -190,6 +197,8 @@ def export_trace(
     :data:`FORMATS`); returns what was written. Raises ExportError or OSError."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+    if not out.parent.is_dir():
+        raise ExportError(f"cannot write {out}: no directory {out.parent}")
     reads = read_requests(trace, broker)
     (write_oracle_general if fmt == "oracleGeneral" else write_csv)(reads, out)
     return reads

@@ -208,6 +208,7 @@ def test_a_trace_of_two_brokers_exports_the_one_asked_for(
     [
         (["--out", "x.bin"], "no such directory"),
         (["--format", "parquet", "--out", "x.bin"], "unknown format 'parquet'"),
+        (["--out", "x.bin", "--broker", "1"], "no such directory"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(
@@ -222,6 +223,19 @@ def test_bad_input_is_one_line_and_exit_code_2(
     captured = capsys.readouterr()
     assert message in captured.err and "Traceback" not in captured.err
     assert len(captured.err.splitlines()) == 1 and captured.out == ""
+
+
+def test_a_file_for_a_directory_and_a_missing_output_directory_are_one_line(
+    tmp_path: pathlib.Path, trace: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("not a trace")
+    assert brokerlab(["trace", "export", str(tmp_path / "file"), "--out", "x.bin"]) == 2
+    assert capsys.readouterr().err.endswith("file: not a directory (give the trace's directory)\n")
+    missing = tmp_path / "no" / "x.bin"
+    assert brokerlab(["trace", "export", str(trace), "--out", str(missing)]) == 2
+    error = capsys.readouterr().err
+    assert f"cannot write {missing}: no directory {missing.parent}" in error
+    assert len(error.splitlines()) == 1
 
 
 def _rows(*rows: tuple[str, int | None, int | None, bool | None]) -> pa.Table:

@@ -467,6 +467,8 @@ the bytes read that came from storage. Lower is better.</p>
     }
 <h2>References (libcachesim)</h2>
 {_references(summary)}
+<p>Any other libCacheSim policy runs on the same reads after <code>brokerlab trace export
+TRACE_DIR --out reads.oracleGeneral.bin</code> (docs/pipeline.md).</p>
 <h2>Read patterns by subscription</h2>
 {_patterns(summary)}
 <h2>Reuse distance (events between reads of an entry, log2 buckets)</h2>

@@ -16,6 +16,7 @@ import html
 import io
 import json
 import pathlib
+import re
 from typing import Any
 
 import matplotlib
@@ -273,6 +274,11 @@ def render_chart(chart: Chart) -> str:
             plt.close(drawn)
     svg = buffer.getvalue()
     svg = svg[svg.index("<svg") :]  # inline: no XML declaration or doctype
+    # one page holds several SVGs: each one's ids (and what refers to them) get its name
+    prefix = f"{chart.name}-"
+    svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}{m[1]}"', svg)
+    svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}{m[1]})", svg)
+    svg = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{prefix}{m[1]}"', svg)
     data = json.dumps(chart.as_json()).replace("</", "<\\/")
     return (
         f'<figure class="chart" id="{chart.name}">{svg}'

@@ -129,6 +129,13 @@ def test_the_curves_are_miss_ratio_against_cache_size_with_every_policy(page: st
     assert "hit ratio" not in curves and "mean hit ratio" in page
 
 
+def test_the_page_s_svg_ids_are_unique_and_every_reference_resolves(page: str) -> None:
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids)) > 100
+    references = re.findall(r"url\(#([^)]+)\)", page) + re.findall(r'href="#([^"]+)"', page)
+    assert references and set(references) <= set(ids)
+
+
 def test_every_line_has_a_colour_and_a_style_of_its_own(page: str) -> None:
     for name in ("miss-ratio", "byte-miss-ratio"):
         lines = _charts(page)[name]["series"]

@@ -142,6 +142,9 @@ def _parser() -> argparse.ArgumentParser:
     from pipeline.cli import add_command
 
     add_command(commands)
+    from pipeline.trace_cli import add_command as add_trace_command
+
+    add_trace_command(commands)
     return parser
 
 
@@ -426,6 +429,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pipeline.cli import run
 
         return run(args)
+    if getattr(args, "trace_export", False):
+        from pipeline.trace_cli import run as run_trace
+
+        return run_trace(args)
     if getattr(args, "handler", None):
         from loadgen.cli import run_command
 

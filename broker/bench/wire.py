@@ -135,6 +135,8 @@ class BenchConfig:
     messages_per_row: int  # measured messages per server x batching, over all rounds
     rounds: int  # rows run interleaved, one slice of messages per round
     clients: int  # client processes a slice, each on a topic of its own, run together
+    #: how long the servers' CPU is read while all of them idle, before the rows
+    idle_window_s: float = 2.0
     message_bytes: int = 1024
     max_pending_messages: int = 1000  # the Python client's default
     receiver_queue_size: int = 1000  # the Python client's default
@@ -147,7 +149,7 @@ class BenchConfig:
         return base + (1 if round_index < extra else 0)
 
 
-QUICK = BenchConfig(messages_per_row=2000, rounds=1, clients=2)
+QUICK = BenchConfig(messages_per_row=2000, rounds=1, clients=2, idle_window_s=1.0)
 FULL = BenchConfig(messages_per_row=60_000, rounds=3, clients=4)
 
 
@@ -408,6 +410,22 @@ class Mark:
         )
 
 
+async def idle_cpu_cores(servers: dict[str, WireServer], window_s: float) -> dict[str, float]:
+    """Each running server's CPU over ``window_s`` while none has work, in cores: what it
+    spends whatever its load (brokerlab's cache eviction timer, every
+    managedLedgerCacheEvictionIntervalMs as in Pulsar, and its other timers)."""
+    running = {key: server for key, server in servers.items() if server.pid is not None}
+    before = {key: Mark.now(server) for key, server in running.items()}
+    await asyncio.sleep(window_s)
+    after = {key: Mark.now(server) for key, server in running.items()}
+    idle: dict[str, float] = {}
+    for key in running:
+        spent = _delta(before[key].server_cpu, after[key].server_cpu)
+        if spent is not None:
+            idle[key] = max(spent, 0.0) / (after[key].wall - before[key].wall)
+    return idle
+
+
 def _delta(before: float | None, after: float | None) -> float | None:
     return None if before is None or after is None else after - before
 
@@ -611,7 +629,7 @@ class Row:
             return "cores"
         return "latency"
 
-    def report(self, cpu_count: int) -> dict[str, Any]:
+    def report(self, cpu_count: int, idle_cores: float | None = None) -> dict[str, Any]:
         measured = self.error is None and self.produce_s > 0 and self.consume_s > 0
 
         def per_s(count: int | None, seconds: float) -> float | None:
@@ -626,6 +644,11 @@ class Row:
             return round(sum(value or 0.0 for value in cpu_s) / self.messages * 1e6, 3)
 
         ours = self.server != "reference"  # brokerlab's main thread is its event loop
+        net: float | None = None
+        total = per_million(self.server_cpu_produce_s, self.server_cpu_consume_s)
+        if total is not None and idle_cores is not None:
+            idle_s = idle_cores * (self.produce_s + self.consume_s)
+            net = round(total - idle_s / self.messages * 1e6, 3)
         return {
             "row": self.key,
             "server": self.server,
@@ -650,6 +673,7 @@ class Row:
             "server_cpu_s_per_million": per_million(
                 self.server_cpu_produce_s, self.server_cpu_consume_s
             ),
+            "server_cpu_s_per_million_net_of_idle": net,
             "server_cpu_s_per_million_produce": per_million(self.server_cpu_produce_s),
             "server_cpu_s_per_million_consume": per_million(self.server_cpu_consume_s),
             "server_cpu_cores_produce": cores(self.server_cpu_produce_s, self.produce_s),
@@ -716,6 +740,10 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
                 for row in rows.values():
                     if row.server == key:
                         row.error = error
+        idle = await idle_cpu_cores(
+            {key: server for key, server in servers.items() if server.process is not None},
+            config.idle_window_s,
+        )
         for round_index in range(config.rounds):
             count = config.messages_in_round(round_index)
             if count == 0:
@@ -731,7 +759,7 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
                 for row in rows.values():
                     if row.server == key and row.error is None:
                         row.error = f"{server.label}: exited with code {server.process.returncode}"
-        return _report(config, list(rows.values()), servers, reference)
+        return _report(config, list(rows.values()), servers, reference, idle)
     finally:
         await session.close()
         await asyncio.gather(*(server.stop() for server in servers.values()))
@@ -792,9 +820,10 @@ def _report(
     rows: list[Row],
     servers: dict[str, WireServer],
     reference: ReferenceServer,
+    idle: dict[str, float],
 ) -> dict[str, Any]:
     cpu_count = os.cpu_count() or 0
-    reports = [row.report(cpu_count) for row in rows]
+    reports = [row.report(cpu_count, idle.get(row.server)) for row in rows]
     by_key = {(report["server"], report["batching"]): report for report in reports}
     ratios: dict[str, dict[str, float | None]] = {}
     for batching in (True, False):
@@ -814,6 +843,13 @@ def _report(
         mode: _ratio(
             by_key[("brokerlab", batching)]["server_cpu_s_per_million"],
             by_key[("reference", batching)]["server_cpu_s_per_million"],
+        )
+        for mode, batching in (("batched", True), ("unbatched", False))
+    }
+    cpu_ratios_net = {
+        mode: _ratio(
+            by_key[("brokerlab", batching)]["server_cpu_s_per_million_net_of_idle"],
+            by_key[("reference", batching)]["server_cpu_s_per_million_net_of_idle"],
         )
         for mode, batching in (("batched", True), ("unbatched", False))
     }
@@ -854,6 +890,8 @@ def _report(
         "target_ratio": TARGET_RATIO,
         "meets_target": meets,
         "cpu_per_message_ratios": cpu_ratios,
+        "cpu_per_message_ratios_net_of_idle": cpu_ratios_net,
+        "idle_cpu_cores": {key: round(cores, 4) for key, cores in idle.items()},
         "cpu_target_ratio": CPU_TARGET_RATIO,
         "meets_cpu_target": (
             all(ratio <= CPU_TARGET_RATIO for ratio in cpu_known)
@@ -932,6 +970,7 @@ def format_table(result: dict[str, Any]) -> str:
         "server",
         "batching",
         "server CPU s/M msg",
+        "net of idle",
         "server cores p/c",
         "loop p/c",
         "clients",
@@ -973,6 +1012,7 @@ def format_table(result: dict[str, Any]) -> str:
                 row["label"],
                 batching,
                 _cell(row["server_cpu_s_per_million"], ".2f"),
+                _cell(row["server_cpu_s_per_million_net_of_idle"], ".2f"),
                 pair("server_cpu_cores"),
                 pair("server_loop_cores"),
                 str(row["clients"]),
@@ -1014,6 +1054,14 @@ def format_table(result: dict[str, Any]) -> str:
         out.append(
             f"broker CPU per message, brokerlab / pulsar-lite ({mode}): {_cell(ratio, '.2f')}"
         )
+    idle = result["idle_cpu_cores"]
+    net = result["cpu_per_message_ratios_net_of_idle"]
+    out.append(
+        "  the same net of each server's idle CPU (brokerlab "
+        f"{_cell(idle.get('brokerlab'), '.3f')} cores, pulsar-lite "
+        f"{_cell(idle.get('reference'), '.3f')} cores with no work): batched "
+        f"{_cell(net['batched'], '.2f')}, unbatched {_cell(net['unbatched'], '.2f')}"
+    )
     if result["meets_cpu_target"] is not None:
         verdict = "meets" if result["meets_cpu_target"] else "ABOVE"
         out.append(
@@ -1025,7 +1073,8 @@ def format_table(result: dict[str, Any]) -> str:
         "msg/s = distinct messages / phase time (all clients together); entries/s = broker "
         "entries / phase time; dups = messages delivered more than once.",
         "server CPU s/M msg = the server's CPU seconds (all its threads and child processes) "
-        "over produce and consume, per million messages; cores = CPU over a phase's time: "
+        "over produce and consume, per million messages; net of idle = less what the server "
+        "spends with no work over the same time; cores = CPU over a phase's time: "
         "server; loop = brokerlab's event loop thread; client = all client processes; busiest "
         "client = the busiest client process over its own phase time, and its Python thread; "
         "machine = every core's busy time, other processes' included.",

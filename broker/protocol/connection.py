@@ -72,10 +72,11 @@ from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
 from broker.limits import peer_ip
 from broker.protocol.frames import (
+    U32,
     FrameError,
     command_frame,
-    parse_command,
     payload_frame_head,
+    split_frame,
 )
 from broker.pulsar_api import (
     ACCESS_MODES,
@@ -424,7 +425,10 @@ class Connection(asyncio.Protocol):
         self._max_message_size = server.config.maxMessageSize
         self.consumers: dict[int, BinaryConsumer] = {}
         self.batch_index_acks = server.config.acknowledgmentAtBatchIndexLevelEnabled
+        #: the start of a frame cut at the end of what arrived, waiting for the rest
         self._buffer = bytearray()
+        #: how many bytes ``_buffer`` must hold before its frame is parsed again
+        self._needed = 0
         self._max_frame = server.max_frame
         self._tasks = TaskOwner("pulsar connection")
         #: acks being made durable (not requests: not bounded by the pending requests)
@@ -497,27 +501,32 @@ class Connection(asyncio.Protocol):
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
-        """Parse every complete frame in the buffer. O(bytes received)."""
+        """Parse every complete frame received. O(bytes received): the frames of a
+        chunk are parsed out of it where they lie, each entry copied once; only a frame
+        cut at the chunk's end waits in ``_buffer``, and it is not parsed again until
+        the bytes it needs are there."""
         self._heard = True
         buffer = self._buffer
-        buffer += data
+        if buffer:
+            buffer += data
+            if len(buffer) < self._needed:
+                return  # a large frame still arriving
+            data = bytes(buffer)
+            buffer.clear()
+        view = memoryview(data)
+        length = len(data)
         offset = 0
         try:
-            while len(buffer) - offset >= 4:
-                total = int.from_bytes(buffer[offset : offset + 4], "big")
+            while length - offset >= 4:
+                total = U32.unpack_from(data, offset)[0]
                 if total > self._max_frame:
                     raise FrameError(f"frame of {total} bytes is over the limit {self._max_frame}")
                 if total < 4:
                     raise FrameError(f"frame size {total} is too small for a command")
                 end = offset + 4 + total
-                if end > len(buffer):
+                if end > length:
                     break
-                frame = memoryview(buffer)[offset + 4 : end]
-                try:
-                    command, rest = parse_command(frame)
-                    payload = bytes(frame[rest:]) if rest < total else b""
-                finally:
-                    frame.release()
+                command, payload = split_frame(data, view, offset + 4, end)
                 offset = end
                 self._handle(command, payload)
                 if self.closed:
@@ -525,8 +534,15 @@ class Connection(asyncio.Protocol):
         except FrameError as error:
             self.abort(str(error))
             return
-        if offset:
-            del buffer[:offset]
+        finally:
+            view.release()
+        if offset < length:
+            buffer += data[offset:]
+            # what the cut frame needs in all: its size, once its 4 bytes are there
+            head = length - offset >= 4
+            self._needed = 4 + U32.unpack_from(data, offset)[0] if head else 4
+        else:
+            self._needed = 0
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown()

@@ -243,15 +243,19 @@ class BinaryProducer(ProducerSession):
                 if verdicts is not None:
                     self._answer_deduplicated(group, verdicts, ledger_id, entry_id)
                     continue
+                # one command for the group's receipts, its fields set and serialized
+                # for each in turn (write_command serializes at once): building a
+                # command per receipt cost about 1.6 us more each
                 write = connection.write_command
+                command = BaseCommand(type=Type.SEND_RECEIPT)
+                receipt = command.send_receipt
+                receipt.producer_id = self.producer_id
+                message_id = receipt.message_id
+                message_id.ledgerId = ledger_id
                 for offset, (sequence_id, highest, _, _, _) in enumerate(group):
-                    command = BaseCommand(type=Type.SEND_RECEIPT)
-                    receipt = command.send_receipt
-                    receipt.producer_id = self.producer_id
                     receipt.sequence_id = sequence_id
                     receipt.highest_sequence_id = highest
-                    receipt.message_id.ledgerId = ledger_id
-                    receipt.message_id.entryId = entry_id + offset
+                    message_id.entryId = entry_id + offset
                     write(command)
         finally:
             self._writing = False
@@ -346,23 +350,35 @@ class BinaryConsumer(PushConsumer):
     def send(self, entry: Entry, redelivery_count: int) -> None:
         """Write the entry to the client as a MESSAGE frame, with what is left of a
         partly acked batch. O(len(entry)) in the kernel's copy; the Python work is the
-        command (about 2 us)."""
+        command (about 1 us reusing the connection's, 2.5 building one)."""
         connection = self._connection
         if connection is None or connection.closed:
             return
         position = entry.position
-        command = BaseCommand(type=Type.MESSAGE)
-        message = command.message
-        message.consumer_id = self.client_id
-        message.message_id.ledgerId = position.ledger_id
-        message.message_id.entryId = position.entry_id
-        if redelivery_count:
-            message.redelivery_count = redelivery_count
+        remaining = None
         ack_sets = self.subscription.ack_sets
         if ack_sets and connection.batch_index_acks:
             remaining = ack_sets.get(position)
+        if redelivery_count or remaining is not None:
+            command = BaseCommand(type=Type.MESSAGE)
+            message = command.message
+            message.consumer_id = self.client_id
+            message.message_id.ledgerId = position.ledger_id
+            message.message_id.entryId = position.entry_id
+            if redelivery_count:
+                message.redelivery_count = redelivery_count
             if remaining is not None:
                 message.ack_set.extend(words_of(remaining))
+            connection.write_payload(command, entry.data)
+            return
+        # the usual MESSAGE (no redelivery count, no ack set): the connection's one
+        # command, its ids set and serialized at once, about 1.4 us less than a new one
+        command = connection.message_command
+        message = command.message
+        message.consumer_id = self.client_id
+        message_id = message.message_id
+        message_id.ledgerId = position.ledger_id
+        message_id.entryId = position.entry_id
         connection.write_payload(command, entry.data)
 
     def detached(self) -> None:
@@ -438,6 +454,9 @@ class Connection(asyncio.Protocol):
         self._ping_sent = False
         self._keepalive: asyncio.TimerHandle | None = None
         self._out: list[bytes] = []
+        #: a MESSAGE command reused by BinaryConsumer.send: only its consumer and message
+        #: ids are ever set, and write_payload serializes it before it is set again
+        self.message_command = BaseCommand(type=Type.MESSAGE)
         #: bytes in ``_out``
         self._out_bytes = 0
         self._flush_scheduled = False

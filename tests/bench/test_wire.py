@@ -199,3 +199,51 @@ async def test_brokerlab_is_ready_once_it_printed_its_http_and_binary_protocol_l
         assert server.url == "http://127.0.0.1:8080"
     finally:
         await server.stop()
+
+
+def _figures(specs: list[wire.ClientSpec]) -> dict[str, Any]:
+    spent = {"wall_s": 0.5, "cpu_s": 0.1, "thread_cpu_s": 0.05}
+    figures: dict[str, Any] = {"messages": sum(spec.messages for spec in specs)}
+    figures["received"] = figures["messages"]
+    for phase in ("produce", "consume"):
+        figures[f"{phase}_s"] = 0.5
+        for kind in ("server_cpu", "loop_cpu", "machine_busy"):
+            figures[f"{kind}_{phase}_s"] = 0.2
+    figures["clients"] = [{"produce": spent, "consume": spent} for _ in specs]
+    return figures
+
+
+@pytest.mark.parametrize("reference", [True, False])
+async def test_a_failed_slice_is_run_again_once_on_pulsar_lite_only(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, reference: bool
+) -> None:
+    topics: list[list[str]] = []
+
+    async def fails_once(_server: Any, specs: list[wire.ClientSpec], what: str) -> dict[str, Any]:
+        topics.append([spec.topic for spec in specs])
+        if len(topics) == 1:
+            raise wire.BenchError(f"{what}: client exited with code 1\nconsumer stalled")
+        return _figures(specs)
+
+    async def no_count(*_args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(wire, "run_clients", fails_once)
+    monkeypatch.setattr(wire, "reference_entries_written", no_count)
+    monkeypatch.setattr(wire, "brokerlab_entries", no_count)
+    server: wire.WireServer
+    if reference:
+        server = wire.ReferenceServer(tmp_path / "pulsar-lite", tmp_path)
+    else:
+        server = BrokerlabServer(tmp_path)
+    row = wire.Row("reference" if reference else "brokerlab", batching=True)
+    await wire._run_slice(None, wire.QUICK, server, row, 0, 10)  # type: ignore[arg-type]
+    if reference:  # run again on fresh topics; the retry is reported, the row measured
+        assert len(topics) == 2 and not set(topics[0]) & set(topics[1])
+        assert row.error is None and row.messages == 10
+        assert row.retries == ["round 0: consumer stalled"]
+        assert row.report(2)["retries"] == row.retries
+    else:  # brokerlab's failure is reported, never hidden by a second try
+        assert len(topics) == 1
+        assert row.error is not None and "consumer stalled" in row.error
+        assert row.retries == []

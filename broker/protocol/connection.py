@@ -520,21 +520,37 @@ class Connection(asyncio.Protocol):
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
-        """Parse every complete frame received. O(bytes received): the frames of a
-        chunk are parsed out of it where they lie, each entry copied once; only a frame
-        cut at the chunk's end waits in ``_buffer``, and it is not parsed again until
-        the bytes it needs are there."""
+        """Parse every complete frame received. O(bytes received), each byte copied
+        once into an entry, and once more for a frame cut at the end of a chunk: the
+        frames of a chunk are parsed out of it where they lie; only the cut one waits in
+        ``_buffer``, not parsed again until the bytes it needs are there."""
         self._heard = True
         buffer = self._buffer
+        offset = 0
         if buffer:
-            buffer += data
-            if len(buffer) < self._needed:
-                return  # a large frame still arriving
-            data = bytes(buffer)
-            buffer.clear()
+            needed = self._needed
+            if len(buffer) + len(data) < needed:
+                buffer += data
+                return  # the cut frame still arriving
+            if needed <= 4:  # its size was cut: join what there is (a few bytes, rare)
+                buffer += data
+                data = bytes(buffer)
+                buffer.clear()
+            else:  # the cut frame's rest is here: that frame from the buffer, then on
+                offset = needed - len(buffer)
+                buffer += memoryview(data)[:offset]
+                try:
+                    with memoryview(buffer) as whole:
+                        command, payload = split_frame(buffer, whole, 4, needed)
+                except FrameError as error:
+                    self.abort(str(error))
+                    return
+                buffer.clear()
+                self._handle(command, payload)
+                if self.closed:
+                    return
         view = memoryview(data)
         length = len(data)
-        offset = 0
         try:
             while length - offset >= 4:
                 total = U32.unpack_from(data, offset)[0]
@@ -550,18 +566,17 @@ class Connection(asyncio.Protocol):
                 self._handle(command, payload)
                 if self.closed:
                     return
+            if offset < length:
+                buffer += view[offset:]
+                # what the cut frame needs in all: its size, once its 4 bytes are there
+                head = length - offset >= 4
+                self._needed = 4 + U32.unpack_from(data, offset)[0] if head else 4
+            else:
+                self._needed = 0
         except FrameError as error:
             self.abort(str(error))
-            return
         finally:
             view.release()
-        if offset < length:
-            buffer += data[offset:]
-            # what the cut frame needs in all: its size, once its 4 bytes are there
-            head = length - offset >= 4
-            self._needed = 4 + U32.unpack_from(data, offset)[0] if head else 4
-        else:
-            self._needed = 0
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown()

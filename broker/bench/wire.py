@@ -105,8 +105,9 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -130,6 +131,7 @@ from broker.bench.wire_client import (
     ClientSpec,
 )
 
+T = TypeVar("T")
 HOST = "127.0.0.1"
 #: the line ``brokerlab serve`` prints once its binary protocol server listens
 BINARY_READY_PREFIX = "brokerlab binary protocol on "
@@ -509,6 +511,19 @@ class ClientProcess:
         await self.process.wait()
 
 
+async def _all(steps: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Every step's result, in order; the first failure cancels the others (a client that
+    failed ends the slice: the others are not waited for) and is raised."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 async def run_clients(server: WireServer, specs: list[ClientSpec], what: str) -> dict[str, Any]:
     """One row slice: ``specs`` in client processes of their own, their produce phases
     started together and their consume phases together; the slice's figures.
@@ -519,14 +534,14 @@ async def run_clients(server: WireServer, specs: list[ClientSpec], what: str) ->
     clients = [ClientProcess(spec, f"{what}, client {n}") for n, spec in enumerate(specs)]
     try:
         async with asyncio.timeout(CLIENT_DEADLINE_S):
-            await asyncio.gather(*(client.start() for client in clients))
-            await asyncio.gather(*(client.expect(READY_LINE) for client in clients))
+            await _all(client.start() for client in clients)
+            await _all(client.expect(READY_LINE) for client in clients)
             marks = [Mark.now(server)]
-            await asyncio.gather(*(client.go() for client in clients))
-            await asyncio.gather(*(client.expect(PRODUCED_PREFIX) for client in clients))
+            await _all(client.go() for client in clients)
+            await _all(client.expect(PRODUCED_PREFIX) for client in clients)
             marks.append(Mark.now(server))
-            await asyncio.gather(*(client.go() for client in clients))
-            results = await asyncio.gather(*(client.expect(RESULT_PREFIX) for client in clients))
+            await _all(client.go() for client in clients)
+            results = await _all(client.expect(RESULT_PREFIX) for client in clients)
             marks.append(Mark.now(server))
     except TimeoutError:
         raise BenchError(f"{what}: clients not done after {CLIENT_DEADLINE_S:.0f} s") from None

@@ -247,3 +247,37 @@ async def test_a_failed_slice_is_run_again_once_on_pulsar_lite_only(
         assert len(topics) == 1
         assert row.error is not None and "consumer stalled" in row.error
         assert row.retries == []
+
+
+async def test_a_client_that_fails_ends_the_slice_and_its_fellow_clients(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failing client's reason is raised, and the other client process (still trying
+    to reach a server that is not there) is stopped rather than waited for."""
+    started: list[wire.ClientProcess] = []
+    start = wire.ClientProcess.start
+
+    async def recorded(self: wire.ClientProcess) -> None:
+        started.append(self)
+        await start(self)
+
+    monkeypatch.setattr(wire.ClientProcess, "start", recorded)
+    common = {
+        "service_url": "pulsar://127.0.0.1:1",  # nothing listens there
+        "topic": "persistent://public/default/t",
+        "batching": False,
+        "messages": 10,
+        "max_pending_messages": 10,
+        "receiver_queue_size": 10,
+        "subscription_type": "Shared",
+    }
+    specs = [
+        wire.ClientSpec(message_bytes=4, **common),  # fails at once: below 8 bytes
+        wire.ClientSpec(message_bytes=1024, **common),
+    ]
+    server = wire.ReferenceServer(tmp_path / "pulsar-lite", tmp_path)
+    with pytest.raises(wire.BenchError, match="8-byte sequence number"):
+        await wire.run_clients(server, specs, "test")
+    assert len(started) == 2
+    for client in started:
+        assert client.process is not None and client.process.returncode is not None

@@ -542,11 +542,11 @@ class Connection(asyncio.Protocol):
                 try:
                     with memoryview(buffer) as whole:
                         command, payload = split_frame(buffer, whole, 4, needed)
+                    buffer.clear()
+                    self._handle(command, payload)
                 except FrameError as error:
                     self.abort(str(error))
                     return
-                buffer.clear()
-                self._handle(command, payload)
                 if self.closed:
                     return
         view = memoryview(data)

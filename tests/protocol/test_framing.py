@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from broker.protocol.connection import Connection
-from broker.protocol.frames import command_frame, payload_frame_head
+from broker.protocol.frames import FrameError, command_frame, payload_frame_head
 from broker.pulsar_api import BaseCommand, Type
 
 MAX_FRAME = 64 * 1024
@@ -42,9 +42,13 @@ class Framing:
         connection._heard = False
         self.handled: list[tuple[int, int | None, bytes]] = []
         self.aborted: list[str] = []
+        #: sequence ids of SENDs whose handling breaks the protocol
+        self.refused: set[int] = set()
 
         def handle(command: Any, payload: bytes) -> None:
             sequence = command.send.sequence_id if command.type == Type.SEND else None
+            if sequence in self.refused:  # as the connection refuses a bad SEND
+                raise FrameError(f"SEND {sequence} refused")
             self.handled.append((command.type, sequence, payload))
 
         def abort(reason: str) -> None:
@@ -121,3 +125,18 @@ def test_bad_framing_closes_the_connection_with_its_reason(frame: bytes, reason:
     framing.feed(_ping() + frame + _ping(), [len(_ping()) + 2])
     assert len(framing.aborted) == 1 and framing.aborted[0].startswith(reason)
     assert [kind for kind, _, _ in framing.handled] == [Type.PING]  # nothing after it
+
+
+@pytest.mark.parametrize("cut_inside", [False, True])
+def test_a_frame_whose_handling_breaks_the_protocol_closes_the_connection(
+    cut_inside: bool,
+) -> None:
+    """Also when the frame arrived in two pieces (it is then handled from the buffer)."""
+    frames = [_send(n, b"\x0e\x01" + bytes(500)) for n in range(3)]
+    data = b"".join(frames)
+    framing = Framing()
+    framing.refused = {1}
+    start = len(frames[0])
+    framing.feed(data, [start + 200] if cut_inside else [start])
+    assert framing.aborted == ["SEND 1 refused"]
+    assert [sequence for _, sequence, _ in framing.handled] == [0]  # nothing after it

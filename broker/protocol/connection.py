@@ -72,10 +72,11 @@ from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
 from broker.limits import peer_ip
 from broker.protocol.frames import (
+    U32,
     FrameError,
     command_frame,
-    parse_command,
     payload_frame_head,
+    split_frame,
 )
 from broker.protocol.throttle import PENDING_SENDS
 from broker.pulsar_api import (
@@ -253,15 +254,19 @@ class BinaryProducer(ProducerSession):
         if verdicts is not None:
             self._answer_deduplicated(group, verdicts, ledger_id, entry_id)
             return
+        # one command for the group's receipts, its fields set and serialized for each
+        # in turn (write_command serializes at once): building a command per receipt
+        # cost about 1.6 us more each
         write = self._connection.write_command
+        command = BaseCommand(type=Type.SEND_RECEIPT)
+        receipt = command.send_receipt
+        receipt.producer_id = self.producer_id
+        message_id = receipt.message_id
+        message_id.ledgerId = ledger_id
         for offset, (sequence_id, highest, _, _, _) in enumerate(group):
-            command = BaseCommand(type=Type.SEND_RECEIPT)
-            receipt = command.send_receipt
-            receipt.producer_id = self.producer_id
             receipt.sequence_id = sequence_id
             receipt.highest_sequence_id = highest
-            receipt.message_id.ledgerId = ledger_id
-            receipt.message_id.entryId = entry_id + offset
+            message_id.entryId = entry_id + offset
             write(command)
 
     def _answer_deduplicated(
@@ -354,23 +359,35 @@ class BinaryConsumer(PushConsumer):
     def send(self, entry: Entry, redelivery_count: int) -> None:
         """Write the entry to the client as a MESSAGE frame, with what is left of a
         partly acked batch. O(len(entry)) in the kernel's copy; the Python work is the
-        command (about 2 us)."""
+        command (about 1 us reusing the connection's, 2.5 building one)."""
         connection = self._connection
         if connection is None or connection.closed:
             return
         position = entry.position
-        command = BaseCommand(type=Type.MESSAGE)
-        message = command.message
-        message.consumer_id = self.client_id
-        message.message_id.ledgerId = position.ledger_id
-        message.message_id.entryId = position.entry_id
-        if redelivery_count:
-            message.redelivery_count = redelivery_count
+        remaining = None
         ack_sets = self.subscription.ack_sets
         if ack_sets and connection.batch_index_acks:
             remaining = ack_sets.get(position)
+        if redelivery_count or remaining is not None:
+            command = BaseCommand(type=Type.MESSAGE)
+            message = command.message
+            message.consumer_id = self.client_id
+            message.message_id.ledgerId = position.ledger_id
+            message.message_id.entryId = position.entry_id
+            if redelivery_count:
+                message.redelivery_count = redelivery_count
             if remaining is not None:
                 message.ack_set.extend(words_of(remaining))
+            connection.write_payload(command, entry.data)
+            return
+        # the usual MESSAGE (no redelivery count, no ack set): the connection's one
+        # command, its ids set and serialized at once, about 1.4 us less than a new one
+        command = connection.message_command
+        message = command.message
+        message.consumer_id = self.client_id
+        message_id = message.message_id
+        message_id.ledgerId = position.ledger_id
+        message_id.entryId = position.entry_id
         connection.write_payload(command, entry.data)
 
     def detached(self) -> None:
@@ -433,7 +450,10 @@ class Connection(asyncio.Protocol):
         self._max_message_size = server.config.maxMessageSize
         self.consumers: dict[int, BinaryConsumer] = {}
         self.batch_index_acks = server.config.acknowledgmentAtBatchIndexLevelEnabled
+        #: the start of a frame cut at the end of what arrived, waiting for the rest
         self._buffer = bytearray()
+        #: how many bytes ``_buffer`` must hold before its frame is parsed again
+        self._needed = 0
         self._max_frame = server.max_frame
         self._tasks = TaskOwner("pulsar connection")
         #: acks being made durable (not requests: not bounded by the pending requests)
@@ -443,6 +463,9 @@ class Connection(asyncio.Protocol):
         self._ping_sent = False
         self._keepalive: asyncio.TimerHandle | None = None
         self._out: list[bytes] = []
+        #: a MESSAGE command reused by BinaryConsumer.send: only its consumer and message
+        #: ids are ever set, and write_payload serializes it before it is set again
+        self.message_command = BaseCommand(type=Type.MESSAGE)
         #: bytes in ``_out``
         self._out_bytes = 0
         self._flush_scheduled = False
@@ -513,36 +536,63 @@ class Connection(asyncio.Protocol):
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
-        """Parse every complete frame in the buffer. O(bytes received)."""
+        """Parse every complete frame received. O(bytes received), each byte copied
+        once into an entry, and once more for a frame cut at the end of a chunk: the
+        frames of a chunk are parsed out of it where they lie; only the cut one waits in
+        ``_buffer``, not parsed again until the bytes it needs are there."""
         self._heard = True
         buffer = self._buffer
-        buffer += data
         offset = 0
+        if buffer:
+            needed = self._needed
+            if len(buffer) + len(data) < needed:
+                buffer += data
+                return  # the cut frame still arriving
+            if needed <= 4:  # its size was cut: join what there is (a few bytes, rare)
+                buffer += data
+                data = bytes(buffer)
+                buffer.clear()
+            else:  # the cut frame's rest is here: that frame from the buffer, then on
+                offset = needed - len(buffer)
+                buffer += memoryview(data)[:offset]
+                try:
+                    with memoryview(buffer) as whole:
+                        command, payload = split_frame(buffer, whole, 4, needed)
+                    buffer.clear()
+                    self._handle(command, payload)
+                except FrameError as error:
+                    self.abort(str(error))
+                    return
+                if self.closed:
+                    return
+        view = memoryview(data)
+        length = len(data)
         try:
-            while len(buffer) - offset >= 4:
-                total = int.from_bytes(buffer[offset : offset + 4], "big")
+            while length - offset >= 4:
+                total = U32.unpack_from(data, offset)[0]
                 if total > self._max_frame:
                     raise FrameError(f"frame of {total} bytes is over the limit {self._max_frame}")
                 if total < 4:
                     raise FrameError(f"frame size {total} is too small for a command")
                 end = offset + 4 + total
-                if end > len(buffer):
+                if end > length:
                     break
-                frame = memoryview(buffer)[offset + 4 : end]
-                try:
-                    command, rest = parse_command(frame)
-                    payload = bytes(frame[rest:]) if rest < total else b""
-                finally:
-                    frame.release()
+                command, payload = split_frame(data, view, offset + 4, end)
                 offset = end
                 self._handle(command, payload)
                 if self.closed:
                     return
+            if offset < length:
+                buffer += view[offset:]
+                # what the cut frame needs in all: its size, once its 4 bytes are there
+                head = length - offset >= 4
+                self._needed = 4 + U32.unpack_from(data, offset)[0] if head else 4
+            else:
+                self._needed = 0
         except FrameError as error:
             self.abort(str(error))
-            return
-        if offset:
-            del buffer[:offset]
+        finally:
+            view.release()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown()

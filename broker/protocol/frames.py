@@ -36,6 +36,32 @@ def payload_frame_head(command: Any, entry_size: int) -> bytes:
     return SIZES.pack(len(body) + 4 + entry_size, len(body)) + body
 
 
+def split_frame(
+    data: bytes | bytearray, view: memoryview, offset: int, end: int
+) -> tuple[Any, bytes]:
+    """The BaseCommand and the entry (b"" for none) of the frame whose bytes after its
+    total size are ``data[offset:end]`` (``view`` is a memoryview of ``data``). The
+    command parses from the view, the entry is one copy out of ``data`` (bytes, also
+    out of a bytearray): no intermediate slices. FrameError, with parse_command's
+    reasons, if it does not parse. O(frame size)."""
+    if end - offset < 4:
+        raise FrameError("frame shorter than its command size")
+    size = U32.unpack_from(data, offset)[0]
+    start = offset + 4
+    command_end = start + size
+    if command_end > end:
+        raise FrameError(f"command size {size} runs past the frame ({end - offset} bytes)")
+    try:
+        command = BaseCommand.FromString(view[start:command_end])
+    except Exception as error:  # protobuf DecodeError, or a required field missing
+        raise FrameError(f"command does not parse: {error}") from None
+    if command_end == end:
+        return command, b""
+    if type(data) is bytes:
+        return command, data[command_end:end]
+    return command, bytes(view[command_end:end])
+
+
 def parse_command(frame: memoryview) -> tuple[Any, int]:
     """The BaseCommand at the start of ``frame`` (which starts after the total size) and
     where the rest (the entry of a SEND) begins. FrameError if it does not parse."""

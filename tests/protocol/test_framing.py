@@ -1,0 +1,142 @@
+"""``Connection.data_received`` splits what arrives into frames however the bytes are cut:
+every command with its entry, in order, once; a frame cut anywhere (inside its size, its
+command or its entry) waits for the rest; bad framing closes the connection with its
+reason. A unit test of the framing alone (the commands' handling is stubbed), so it can
+try many cuts; tests/protocol/test_bad_frames.py does the same against a served broker.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from broker.protocol.connection import Connection
+from broker.protocol.frames import FrameError, command_frame, payload_frame_head
+from broker.pulsar_api import BaseCommand, Type
+
+MAX_FRAME = 64 * 1024
+
+
+def _send(sequence_id: int, entry: bytes) -> bytes:
+    command = BaseCommand(type=Type.SEND)
+    command.send.producer_id = 7
+    command.send.sequence_id = sequence_id
+    return payload_frame_head(command, len(entry)) + entry
+
+
+def _ping() -> bytes:
+    return command_frame(BaseCommand(type=Type.PING))
+
+
+class Framing:
+    """A Connection with only what ``data_received`` touches; records what it handles."""
+
+    def __init__(self) -> None:
+        connection = Connection.__new__(Connection)
+        connection._buffer = bytearray()
+        connection._needed = 0
+        connection._max_frame = MAX_FRAME
+        connection.closed = False
+        connection._heard = False
+        self.handled: list[tuple[int, int | None, bytes]] = []
+        self.aborted: list[str] = []
+        #: sequence ids of SENDs whose handling breaks the protocol
+        self.refused: set[int] = set()
+
+        def handle(command: Any, payload: bytes) -> None:
+            sequence = command.send.sequence_id if command.type == Type.SEND else None
+            if sequence in self.refused:  # as the connection refuses a bad SEND
+                raise FrameError(f"SEND {sequence} refused")
+            self.handled.append((command.type, sequence, payload))
+
+        def abort(reason: str) -> None:
+            self.aborted.append(reason)
+            connection.closed = True
+
+        connection._handle = handle  # type: ignore[method-assign]
+        connection.abort = abort  # type: ignore[method-assign]
+        self.connection = connection
+
+    def feed(self, data: bytes, cuts: list[int]) -> None:
+        start = 0
+        for cut in [*sorted(cuts), len(data)]:
+            self.connection.data_received(data[start:cut])
+            start = cut
+
+
+def _stream(rng: random.Random) -> tuple[bytes, list[tuple[int, int | None, bytes]]]:
+    frames, expected = [], []
+    for sequence in range(40):
+        if sequence % 7 == 3:
+            frames.append(_ping())
+            expected.append((Type.PING, None, b""))
+            continue
+        entry = b"\x0e\x01" + rng.randbytes(rng.choice((0, 1, 5, 300, 5000, 40_000)))
+        frames.append(_send(sequence, entry))
+        expected.append((Type.SEND, sequence, entry))
+    return b"".join(frames), expected
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_frame_is_handled_once_in_order_however_the_bytes_are_cut(seed: int) -> None:
+    rng = random.Random(seed)
+    data, expected = _stream(rng)
+    cuts = rng.sample(range(1, len(data)), k=rng.choice((1, 10, 100, 1000)))
+    framing = Framing()
+    framing.feed(data, cuts)
+    assert framing.aborted == []
+    assert framing.handled == expected
+    assert not framing.connection._buffer  # nothing left over
+
+
+def test_bytes_one_at_a_time_give_every_frame() -> None:
+    entries = [b"\x0e\x01" + bytes([sequence]) * sequence for sequence in range(30)]
+    data = b"".join(_send(sequence, entry) for sequence, entry in enumerate(entries))
+    framing = Framing()
+    framing.feed(data, list(range(1, len(data))))
+    assert framing.aborted == []
+    assert framing.handled == [(Type.SEND, n, entry) for n, entry in enumerate(entries)]
+
+
+def test_a_frame_over_the_limit_closes_the_connection_as_soon_as_its_size_arrives() -> None:
+    framing = Framing()
+    oversize = (MAX_FRAME + 1).to_bytes(4, "big")
+    framing.feed(_ping() + oversize[:2], [])
+    assert framing.aborted == [] and [kind for kind, _, _ in framing.handled] == [Type.PING]
+    framing.connection.data_received(oversize[2:])  # the rest of its size: now it is known
+    assert framing.aborted == [f"frame of {MAX_FRAME + 1} bytes is over the limit {MAX_FRAME}"]
+
+
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        ((3).to_bytes(4, "big") + b"\x00\x00\x00", "frame size 3 is too small for a command"),
+        (
+            (8).to_bytes(4, "big") + (100).to_bytes(4, "big") + b"\x08\x12\x00\x00",
+            "command size 100 runs past the frame",
+        ),
+        ((6).to_bytes(4, "big") + (2).to_bytes(4, "big") + b"\xff\xff", "command does not parse"),
+    ],
+)
+def test_bad_framing_closes_the_connection_with_its_reason(frame: bytes, reason: str) -> None:
+    framing = Framing()
+    framing.feed(_ping() + frame + _ping(), [len(_ping()) + 2])
+    assert len(framing.aborted) == 1 and framing.aborted[0].startswith(reason)
+    assert [kind for kind, _, _ in framing.handled] == [Type.PING]  # nothing after it
+
+
+@pytest.mark.parametrize("cut_inside", [False, True])
+def test_a_frame_whose_handling_breaks_the_protocol_closes_the_connection(
+    cut_inside: bool,
+) -> None:
+    """Also when the frame arrived in two pieces (it is then handled from the buffer)."""
+    frames = [_send(n, b"\x0e\x01" + bytes(500)) for n in range(3)]
+    data = b"".join(frames)
+    framing = Framing()
+    framing.refused = {1}
+    start = len(frames[0])
+    framing.feed(data, [start + 200] if cut_inside else [start])
+    assert framing.aborted == ["SEND 1 refused"]
+    assert [sequence for _, sequence, _ in framing.handled] == [0]  # nothing after it

@@ -1565,7 +1565,7 @@ def _broker_summary(node: BrokerNode) -> dict[str, Any]:
         | field | type | meaning |
         |---|---|---|
         | `index` | integer | the broker's index |
-        | `state` | string | `up` (serving), `stopping` (a graceful restart unloading its bundles), `down` (stopped; also before its first start), `restarting` (down for the restart's `downtimeMs`, then starting) |
+        | `state` | string | `up` (serving), `stopping` (a graceful restart unloading its bundles one by one; those not yet unloaded still serve their loaded topics), `down` (stopped; also before its first start), `restarting` (down for the restart's `downtimeMs`, then starting) |
         | `httpUrl` | string | its HTTP service, `http://{advertisedAddress}:{port}`; `""` until known |
         | `serviceUrl` | string | its binary protocol, `pulsar://...`; `""` when the protocol is off (or before it first listens) |
         | `incarnation` | integer | its starts so far: 1 after the first, + 1 per restart |
@@ -1614,8 +1614,12 @@ DOWNTIME_MS = IntQuery(
         | `downtimeMs` | integer | 0 | 0..3600000: how long it stays down (state `restarting`) before it starts again |
 
         The restarted broker starts with an empty cache; its cache counters continue (see
-        `GET /admin/v2/broker-stats/cache`). Its HTTP service stays up meanwhile, answering 503
-        on the routes that need the broker (see [Conventions](#conventions)).
+        `GET /admin/v2/broker-stats/cache`). Its HTTP service stays up meanwhile. While a
+        graceful restart unloads its bundles (state `stopping`) it goes on serving the topics
+        it has loaded whose bundle's turn has not come, as Pulsar's graceful shutdown does; it
+        loads no topic and answers 503 for a bundle in its unload. Once it is down (state
+        `restarting`), it answers 503 on the routes that need the broker (see
+        [Conventions](#conventions)).
 
         Asked of another broker, the answer comes once the restarted broker is up again: 200
         with its object as `GET /admin/v2/brokerlab/brokers` lists it. Asked of the broker

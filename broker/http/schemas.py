@@ -527,7 +527,8 @@ class Broker(BaseModel):
 
     index: Count = Field(description="Its index in the cluster.")
     state: Literal["up", "stopping", "down", "restarting"] = Field(
-        description="up: serving; stopping: a graceful restart unloading its bundles; down: "
+        description="up: serving; stopping: a graceful restart unloading its bundles one by "
+        "one (those not yet unloaded still serve their loaded topics); down: "
         "stopped (before its first start too); restarting: down for the restart's downtime, "
         "then starting."
     )

@@ -82,6 +82,7 @@ from broker.http.produce_encoding import encode_body, publish_results
 from broker.http.schemas import (
     Broker,
     CacheStats,
+    ClusterStats,
     ConsumerCreated,
     DashboardData,
     DashboardHistory,
@@ -1235,6 +1236,38 @@ async def cache_stats(request: web.Request) -> web.Response:
 async def storage_stats(request: web.Request) -> web.Response:
     storage = request.app[STORAGE]
     return _json({"bookie": storage.stats(), "tiered": storage.tiered.stats()})
+
+
+@api.operation(
+    "GET",
+    "/admin/v2/brokerlab/stats",
+    "getClusterStats",
+    tag="cluster",
+    summary="every broker's cache stats and the storage stats, of one instant",
+    success=Success(200, "the cluster stats object.", ClusterStats),
+    down=False,
+    errors={503: "a broker of the cluster has not started yet."},
+    description="""
+        `GET /admin/v2/brokerlab/stats` → `{"cache": [<cache stats of broker 0>, ...],
+        "storage": <storage stats>}`: what `GET /admin/v2/broker-stats/cache` answers at each
+        broker, in index order, and what `GET /admin/v2/broker-stats/storage` answers, read
+        at one instant (one step of the brokers' event loop). Any broker answers, up or not.
+
+        **Extension.** Read together, the brokers' `misses` add up to the storage's entries
+        read (`bookie.entriesRead` + `tiered.entriesRead`) whatever reads are in flight:
+        a storage read's entries count in both at once. The separate routes are read at
+        different moments (one request each), between which reads complete; the load
+        generator's samples use this route.
+    """,
+)
+async def cluster_stats(request: web.Request) -> web.Response:
+    """Every broker's cache stats and the storage's, with no await in between."""
+    cluster = request.app[NODE].cluster
+    cache = [node.cache_stats() for node in cluster.nodes]
+    storage = request.app[STORAGE]
+    return _json(
+        {"cache": cache, "storage": {"bookie": storage.stats(), "tiered": storage.tiered.stats()}}
+    )
 
 
 @api.operation(

@@ -468,6 +468,16 @@ class StorageStats(BaseModel):
     tiered: TieredStats
 
 
+class ClusterStats(BaseModel):
+    """Every broker's cache counters and the storage's, read together."""
+
+    cache: list[CacheStats] = Field(
+        description="Each broker's cache stats, as `GET /admin/v2/broker-stats/cache` at that "
+        "broker answers them, in index order."
+    )
+    storage: StorageStats
+
+
 class TraceStats(BaseModel):
     """The access trace recorder (brokerlabTraceDir)."""
 

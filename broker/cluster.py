@@ -227,9 +227,13 @@ class BrokerNode:
     # ------------------------------------------------------------------ state
 
     def running_service(self) -> BrokerService:
-        """The service, or UnavailableError while the broker is down or stopping."""
+        """The service, or UnavailableError while the broker is down. A broker stopping
+        gracefully still serves the topics of the bundles it has not unloaded yet (as
+        Pulsar's graceful shutdown unloads bundle by bundle, the others serving until
+        their turn); it loads no topic (ServiceNotReady) and a bundle in its unload
+        answers ServiceNotReady (the client looks the topic up again)."""
         service = self.service
-        if service is None or self.state != "up":
+        if service is None or self.state not in ("up", "stopping"):
             raise UnavailableError(f"broker {self.index} is {self.state}; retry")
         return service
 
@@ -357,8 +361,13 @@ class BrokerNode:
             await service.kill()
             self.cluster.expire_session(self.index)
         else:
+            # bundle by bundle, as Pulsar's unloadNamespaceBundlesGracefully: the bundles
+            # not yet at their turn go on serving (a broker that refused them all at once
+            # stopped every client of its topics for the whole stop, seconds on a busy
+            # machine, with nowhere else to go: their bundles were still its own)
             self.state = "stopping"
             for bundle in ownership.bundles_of(self.index):
+                ownership.begin_unload(bundle)
                 try:
                     await service.unload_bundle(bundle)
                 finally:

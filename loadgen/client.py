@@ -296,6 +296,20 @@ class BrokerClient:
         result: dict[str, Any] = await self._json("GET", "/admin/v2/broker-stats/storage")
         return result
 
+    async def stats(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The cache stats of every broker summed and the storage stats, of one instant
+        (``GET /admin/v2/brokerlab/stats``): the caches' misses then equal the storage's
+        entries read even while reads complete. From a broker without that route (404),
+        the two separate answers, which reads completing between them may set apart."""
+        try:
+            result = await self._json("GET", "/admin/v2/brokerlab/stats")
+        except BrokerError as error:
+            if error.status != 404:
+                raise
+            cache, storage = await asyncio.gather(self.cache_stats(), self.storage_stats())
+            return cache, storage
+        return sum_stats(result["cache"]), result["storage"]
+
     async def trace_stats(self) -> dict[str, Any]:
         """The trace recorder's stats, of every broker of a cluster summed (each broker
         records its own files): events and drops of the whole trace."""

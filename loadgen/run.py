@@ -124,6 +124,10 @@ class Admin(Protocol):
 
     async def storage_stats(self) -> dict[str, Any]: ...
 
+    async def stats(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The cache stats (every broker's, summed) and the storage stats, read at one
+        instant: the caches' misses equal the storage's entries read."""
+
     async def trace_stats(self) -> dict[str, Any]: ...
 
 

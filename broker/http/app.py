@@ -82,6 +82,7 @@ from broker.http.produce_encoding import encode_body, publish_results
 from broker.http.schemas import (
     Broker,
     CacheStats,
+    ClusterStats,
     ConsumerCreated,
     DashboardData,
     DashboardHistory,
@@ -1239,6 +1240,38 @@ async def storage_stats(request: web.Request) -> web.Response:
 
 @api.operation(
     "GET",
+    "/admin/v2/brokerlab/stats",
+    "getClusterStats",
+    tag="cluster",
+    summary="every broker's cache stats and the storage stats, of one instant",
+    success=Success(200, "the cluster stats object.", ClusterStats),
+    down=False,
+    errors={503: "a broker of the cluster has not started yet."},
+    description="""
+        `GET /admin/v2/brokerlab/stats` → `{"cache": [<cache stats of broker 0>, ...],
+        "storage": <storage stats>}`: what `GET /admin/v2/broker-stats/cache` answers at each
+        broker, in index order, and what `GET /admin/v2/broker-stats/storage` answers, read
+        at one instant (one step of the brokers' event loop). Any broker answers, up or not.
+
+        **Extension.** Read together, the brokers' `misses` add up to the storage's entries
+        read (`bookie.entriesRead` + `tiered.entriesRead`) whatever reads are in flight:
+        a storage read's entries count in both at once. The separate routes are read at
+        different moments (one request each), between which reads complete; the load
+        generator's samples use this route.
+    """,
+)
+async def cluster_stats(request: web.Request) -> web.Response:
+    """Every broker's cache stats and the storage's, with no await in between."""
+    cluster = request.app[NODE].cluster
+    cache = [node.cache_stats() for node in cluster.nodes]
+    storage = request.app[STORAGE]
+    return _json(
+        {"cache": cache, "storage": {"bookie": storage.stats(), "tiered": storage.tiered.stats()}}
+    )
+
+
+@api.operation(
+    "GET",
     "/admin/v2/broker-stats/trace",
     "getTraceStats",
     tag="broker",
@@ -1565,7 +1598,7 @@ def _broker_summary(node: BrokerNode) -> dict[str, Any]:
         | field | type | meaning |
         |---|---|---|
         | `index` | integer | the broker's index |
-        | `state` | string | `up` (serving), `stopping` (a graceful restart unloading its bundles), `down` (stopped; also before its first start), `restarting` (down for the restart's `downtimeMs`, then starting) |
+        | `state` | string | `up` (serving), `stopping` (a graceful restart unloading its bundles one by one; those not yet unloaded still serve their loaded topics), `down` (stopped; also before its first start), `restarting` (down for the restart's `downtimeMs`, then starting) |
         | `httpUrl` | string | its HTTP service, `http://{advertisedAddress}:{port}`; `""` until known |
         | `serviceUrl` | string | its binary protocol, `pulsar://...`; `""` when the protocol is off (or before it first listens) |
         | `incarnation` | integer | its starts so far: 1 after the first, + 1 per restart |
@@ -1614,8 +1647,12 @@ DOWNTIME_MS = IntQuery(
         | `downtimeMs` | integer | 0 | 0..3600000: how long it stays down (state `restarting`) before it starts again |
 
         The restarted broker starts with an empty cache; its cache counters continue (see
-        `GET /admin/v2/broker-stats/cache`). Its HTTP service stays up meanwhile, answering 503
-        on the routes that need the broker (see [Conventions](#conventions)).
+        `GET /admin/v2/broker-stats/cache`). Its HTTP service stays up meanwhile. While a
+        graceful restart unloads its bundles (state `stopping`) it goes on serving the topics
+        it has loaded whose bundle's turn has not come, as Pulsar's graceful shutdown does; it
+        loads no topic and answers 503 for a bundle in its unload. Once it is down (state
+        `restarting`), it answers 503 on the routes that need the broker (see
+        [Conventions](#conventions)).
 
         Asked of another broker, the answer comes once the restarted broker is up again: 200
         with its object as `GET /admin/v2/brokerlab/brokers` lists it. Asked of the broker

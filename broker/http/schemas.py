@@ -468,6 +468,16 @@ class StorageStats(BaseModel):
     tiered: TieredStats
 
 
+class ClusterStats(BaseModel):
+    """Every broker's cache counters and the storage's, read together."""
+
+    cache: list[CacheStats] = Field(
+        description="Each broker's cache stats, as `GET /admin/v2/broker-stats/cache` at that "
+        "broker answers them, in index order."
+    )
+    storage: StorageStats
+
+
 class TraceStats(BaseModel):
     """The access trace recorder (brokerlabTraceDir)."""
 
@@ -527,7 +537,8 @@ class Broker(BaseModel):
 
     index: Count = Field(description="Its index in the cluster.")
     state: Literal["up", "stopping", "down", "restarting"] = Field(
-        description="up: serving; stopping: a graceful restart unloading its bundles; down: "
+        description="up: serving; stopping: a graceful restart unloading its bundles one by "
+        "one (those not yet unloaded still serve their loaded topics); down: "
         "stopped (before its first start too); restarting: down for the restart's downtime, "
         "then starting."
     )

@@ -53,7 +53,9 @@ class PendingReads:
     def start(self, ledger_id: int, first: int, last: int) -> PendingRead:
         """Read ``first..last`` from storage in a task owned by the ledger; when it ends
         (read, failed, or cancelled before or while reading) the events hear of it
-        first, then the waiters."""
+        first, then the waiters. Entries read are ``filled`` in the very loop step in
+        which storage returned (and counted) them, so the cache's misses and storage's
+        entries read never differ when looked at together."""
         pending = PendingRead(first, last, asyncio.get_running_loop().create_future())
         task = self._owner.spawn(
             self._run(ledger_id, first, last), name=f"read {ledger_id}:{first}-{last}"
@@ -81,11 +83,16 @@ class PendingReads:
         )
 
     async def _run(self, ledger_id: int, first: int, last: int) -> list[bytes] | Exception:
-        """The storage read; a failure is the result (a storage fault is not a bug)."""
+        """The storage read; a failure is the result (a storage fault is not a bug).
+        What was read is filled here, before the step ends: the task's done callbacks
+        run a step later, and whatever the loop ran in between (a stats request) saw
+        the entries counted by storage and not yet by the cache."""
         try:
-            return await self._read(ledger_id, first, last)
+            entries = await self._read(ledger_id, first, last)
         except Exception as error:
             return error
+        self._filled(ledger_id, first, entries)
+        return entries
 
     def _finished(
         self, ledger_id: int, pending: PendingRead, task: asyncio.Task[list[bytes] | Exception]
@@ -94,16 +101,16 @@ class PendingReads:
         waiting.remove(pending)
         if not waiting:
             del self._inflight[ledger_id]
-        outcome = None if task.cancelled() else task.result()
-        if not isinstance(outcome, list):
+        if task.cancelled():
             self._failed(ledger_id, pending.first, pending.last)
-            if outcome is None:
-                pending.future.cancel()
-            else:
-                pending.future.set_exception(outcome)
-                pending.future.exception()  # retrieved here; waiters re-raise it
+            pending.future.cancel()
             return
-        try:
-            self._filled(ledger_id, pending.first, outcome)
-        finally:
-            pending.future.set_result(outcome)
+        raised = task.exception()  # from ``filled`` (a bug): the waiters get it
+        outcome = raised if raised is not None else task.result()
+        if isinstance(outcome, list):
+            pending.future.set_result(outcome)  # filled already, in ``_run``
+            return
+        if raised is None:  # the storage read failed: nothing arrives, nothing counts
+            self._failed(ledger_id, pending.first, pending.last)
+        pending.future.set_exception(outcome)
+        pending.future.exception()  # retrieved here; waiters re-raise it

@@ -17,6 +17,7 @@ from broker.http.errors import ERRORS, REDIRECT_CODE
 from broker.http.schemas import (
     Broker,
     CacheStats,
+    ClusterStats,
     ConsumerCreated,
     DashboardData,
     DashboardHistory,
@@ -299,6 +300,8 @@ async def test_broker_stats_dashboard_and_faults_answer_as_their_models(
     cache = conforming(CacheStats, await answer(client, "GET", "/admin/v2/broker-stats/cache"))
     assert set(cache.shadows) == {"legacy", "segmented"}
     conforming(StorageStats, await answer(client, "GET", "/admin/v2/broker-stats/storage"))
+    together = conforming(ClusterStats, await answer(client, "GET", "/admin/v2/brokerlab/stats"))
+    assert [set(one.shadows) for one in together.cache] == [{"legacy", "segmented"}]
     trace = conforming(TraceStats, await answer(client, "GET", "/admin/v2/broker-stats/trace"))
     assert trace.enabled
     dashboard = conforming(DashboardData, await answer(client, "GET", "/dashboard/data"))
@@ -371,5 +374,8 @@ async def test_cluster_routes_answer_as_their_models_while_a_broker_restarts(
         return brokers[0].state == "restarting"
 
     await eventually_async(first_restarting, "broker 0 to be restarting")
+    # every broker's cache, the one down too (its last incarnation's), and the storage
+    together = conforming(ClusterStats, await answer(second, "GET", "/admin/v2/brokerlab/stats"))
+    assert len(together.cache) == 2
     dashboard = conforming(DashboardData, await answer(second, "GET", "/dashboard/data"))
     assert [broker.state for broker in dashboard.brokers] == ["restarting", "up"]

@@ -113,3 +113,50 @@ async def test_a_failed_shared_read_fails_every_waiter_and_counts_nothing(
     assert [e.data for e in await ledger.read_entries(start, 2, "a")] == [b"e0", b"e1"]
     assert bookie.reads == [(0, 4), (0, 1)]
     assert counters.misses == 2
+
+
+class CountingBookie(InMemoryBookie):
+    """The in-memory bookie counting entries read as the storage's counters do (when
+    the read returns), and at that moment asking the loop to look at the cache's misses
+    next: what any other callback (a stats request) would see."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries_read = 0
+        self.seen: list[tuple[int, int]] = []
+        self.misses = lambda: 0
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        await asyncio.sleep(0)  # a read that takes a loop turn, as a real one does
+        entries = await super().read_entries(ledger_id, first, last)
+        self.entries_read += len(entries)
+        asyncio.get_running_loop().call_soon(self._look)
+        return entries
+
+    def _look(self) -> None:
+        self.seen.append((self.entries_read, self.misses()))
+
+
+@pytest.mark.parametrize("design", ["pip430", "legacy", "segmented"])
+async def test_misses_are_counted_in_the_step_storage_counts_the_entries(
+    stores: Stores, open_ledger: OpenLedger, design: str
+) -> None:
+    """Looked at together (one stats request, the load generator's snapshot), the
+    cache's misses and storage's entries read are the same number, reads in flight or
+    not: a storage read's entries are filled in the loop step that returned them, not a
+    step later when its task's callbacks run."""
+    bookie = CountingBookie()
+    stores.bookie = bookie
+    cache = stores.use_design(design)
+    ledger = await open_ledger()
+    stores.clock.advance_ms(2_500)  # past the continue-caching grace: adds not cached
+    lid = (await ledger.add_entries([b"e%d" % i for i in range(20)])).ledger_id
+    counters = cache.live.manager.counters
+    bookie.misses = lambda: counters.misses
+    reads = [
+        ledger.read_entries(Position(lid, first), 5, reader)
+        for first, reader in ((0, "a"), (5, "b"), (10, "c"))
+    ]
+    await asyncio.gather(*reads)
+    assert bookie.entries_read == counters.misses == 15
+    assert bookie.seen and all(read == misses for read, misses in bookie.seen), bookie.seen

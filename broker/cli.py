@@ -14,23 +14,20 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import uvloop
-from aiohttp import web
-
 import broker
-from broker.auth.service import is_loopback_address
-from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
-from broker.cluster import Cluster, Settings, http_url
-from broker.config import BrokerConfig, load_broker_config, load_storage_config
-from broker.heap import keep_heap_for_serving
-from broker.scrape_targets import write_scrape_targets
-from storage_stub.bookie.api import StorageFaultError
-from storage_stub.bookie.data_dir_lock import DataDirInUseError
-from storage_stub.confparse import ConfigError
 
+# Only what every subcommand needs is imported here: each ``brokerlab`` process pays for
+# its imports in CPU (about a second for the broker's serving modules), so ``serve``,
+# ``bench``, ``token``, ``designs`` and the load generator's commands import theirs when
+# they run (tests start hundreds of these processes).
 if TYPE_CHECKING:
+    from aiohttp import web
+
+    from broker.cluster import Settings
+    from broker.config import BrokerConfig
     from loadgen.runner import RunOptions
     from loadgen.scenario import Scenario
+    from storage_stub.bookie.api import StorageFaultError
 
 log = logging.getLogger("brokerlab")
 
@@ -189,10 +186,14 @@ def run_virtual_sweep(
 
 def design_names() -> list[str]:
     """The registered cache designs, the default (live) one first."""
+    from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
+
     return [DEFAULT_DESIGN, *(name for name in DESIGNS if name != DEFAULT_DESIGN)]
 
 
 def print_designs(as_json: bool) -> int:
+    from broker.cache.designs import DEFAULT_DESIGN, DESIGNS
+
     if as_json:
         print(json.dumps({name: DESIGNS[name].summary for name in design_names()}))
         return 0
@@ -210,6 +211,8 @@ def _default_conf(given: pathlib.Path | None, file_name: str) -> pathlib.Path | 
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, object]:
+    from storage_stub.confparse import ConfigError
+
     result: dict[str, object] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -220,6 +223,9 @@ def _overrides(pairs: Sequence[str]) -> dict[str, object]:
 
 
 def load_settings(args: argparse.Namespace) -> Settings:
+    from broker.cluster import Settings
+    from broker.config import load_broker_config, load_storage_config
+
     broker_overrides = _overrides(args.set)
     if args.host is not None:
         broker_overrides["bindAddress"] = args.host
@@ -253,6 +259,8 @@ def tune_gc_for_serving() -> None:
 
 def warn_if_open(config: BrokerConfig) -> None:
     """Warn when the broker will listen beyond this machine with no authentication."""
+    from broker.auth.service import is_loopback_address
+
     if not config.authenticationEnabled and not is_loopback_address(config.bindAddress):
         log.warning(
             "listening on %s with authentication off: anyone who can reach it may produce, "
@@ -274,6 +282,8 @@ class StartError(Exception):
     def data_dir(cls, error: StorageFaultError, data_dir: pathlib.Path) -> StartError:
         """The storage would not open: held by another process (named when its pid is
         in the lock file), or a fault of the directory itself."""
+        from storage_stub.bookie.data_dir_lock import DataDirInUseError
+
         if isinstance(error, DataDirInUseError):
             holder = f"process {error.pid}" if error.pid is not None else "another process"
             return cls(
@@ -324,6 +334,8 @@ class StartError(Exception):
 def _write_targets(settings: Settings, http_urls: list[str]) -> bool:
     """Write the data directory's Prometheus targets; whether it was written (a full or
     read-only disk, which the broker serves on, only costs the file)."""
+    from broker.scrape_targets import write_scrape_targets
+
     if settings.data_dir is None:
         return False
     try:
@@ -338,9 +350,12 @@ async def serve(settings: Settings, brokers: int = 1) -> int:
     """Run until SIGINT or SIGTERM, then close cleanly (ledgers closed, files flushed),
     and return 0; 1 after the same close if a codec process died.
     Each broker prints the address of its HTTP service and binary protocol."""
+    from broker.cluster import Cluster, http_url
+    from broker.heap import keep_heap_for_serving
     from broker.http.app import node_app
     from broker.http.app_state import CODEC
     from broker.http.listener import LimitedTCPSite, http_runner
+    from storage_stub.bookie.api import StorageFaultError
 
     warn_if_open(settings.broker)
     keep_heap_for_serving()
@@ -455,6 +470,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return simulate_main(quick=args.quick, as_json=args.json)
         return run_bench(args.name, quick=args.quick, as_json=args.json)
+    import uvloop
+
+    from storage_stub.confparse import ConfigError
+
     try:
         settings = load_settings(args)
     except ConfigError as error:

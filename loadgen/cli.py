@@ -15,24 +15,17 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import uvloop
+from loadgen.presets import preset_names
 
-from loadgen.broker_process import BrokerStartError
-from loadgen.client import AuthenticationError, BrokerError
-from loadgen.runner import (
-    RunFailed,
-    RunOptions,
-    VirtualRunner,
-    VirtualSweep,
-    default_out_dir,
-    run_scenario,
-)
-from loadgen.scenario import Scenario, ScenarioError, load_scenario, preset_names
-
+# The commands' modules (the runner, the client, the scenario's models) are imported when
+# a command runs: every ``brokerlab`` process builds this parser, ``serve`` included.
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from loadgen.client import AuthenticationError
+    from loadgen.runner import RunOptions, VirtualRunner, VirtualSweep
+    from loadgen.scenario import Scenario
     from loadgen.verdict import VariantSummary
 
 DEMO_SCENARIO = "demo"
@@ -74,6 +67,8 @@ def _token_file(text: str) -> str:
 
 
 def _overrides(pairs: list[str]) -> dict[str, object]:
+    from loadgen.scenario import ScenarioError
+
     result: dict[str, object] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -334,6 +329,11 @@ def run_command(args: argparse.Namespace) -> int:
     """Run a parsed loadgen, compare or demo command; the exit status."""
     from rich.console import Console
 
+    from loadgen.broker_process import BrokerStartError
+    from loadgen.client import AuthenticationError, BrokerError
+    from loadgen.runner import RunFailed
+    from loadgen.scenario import ScenarioError
+
     console = Console(stderr=True)
     try:
         result: int = args.handler(args, console)
@@ -356,11 +356,23 @@ def run_command(args: argparse.Namespace) -> int:
         return 1
 
 
+async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any]:
+    """``loadgen.runner.run_scenario``, imported when a live run starts (tests replace
+    this name to record the runs a command plans)."""
+    from loadgen.runner import run_scenario as run
+
+    return await run(scenario, options)
+
+
 def _run(
     args: argparse.Namespace, scenario: Scenario, options: RunOptions, seed: int | None
 ) -> dict[str, Any]:
     """One run, on virtual time or live as ``args`` says; ``seed`` replaces the
     scenario's."""
+    import uvloop
+
+    from loadgen.scenario import ScenarioError
+
     if args.virtual_time:
         virtual: VirtualRunner | None = args.virtual
         if virtual is None:
@@ -386,6 +398,9 @@ def _refused(error: AuthenticationError) -> str:
 
 
 def _loadgen(args: argparse.Namespace, console: Console) -> int:
+    from loadgen.runner import RunOptions, default_out_dir
+    from loadgen.scenario import ScenarioError, load_scenario
+
     scenario = load_scenario(args.scenario)
     if (args.url or args.service_url) and (args.config or args.storage_config or args.set):
         raise ScenarioError("--config, --storage-config and --set apply to a started broker")
@@ -450,6 +465,8 @@ def _variant_line(name: str, variant: Variant, user: Mapping[str, object]) -> st
 
 def _compare(args: argparse.Namespace, console: Console) -> int:
     from loadgen.plots import comparison_table, plot_comparison
+    from loadgen.runner import RunOptions, default_out_dir
+    from loadgen.scenario import ScenarioError, load_scenario
     from loadgen.verdict import rank as rank_repeats
     from loadgen.verdict import repeats_table, summarize_variant, verdict
 
@@ -618,6 +635,7 @@ def _run_on_spark(
     """The planned runs as Spark tasks; each one's results and plots written here, on
     the driver, where a local run writes them."""
     from loadgen.results import write_results
+    from loadgen.scenario import ScenarioError
 
     sweep: VirtualSweep | None = args.sweep
     if sweep is None:
@@ -642,6 +660,8 @@ def run_virtual_all(
 ) -> list[dict[str, Any]]:
     """The planned runs on virtual time, ``jobs`` at a time, each in a process of its own
     (a run's counts do not depend on where it runs); the results in the planned order."""
+    from loadgen.scenario import ScenarioError
+
     if virtual is None:
         raise ScenarioError("--virtual-time: this build has no virtual-time runner")
     jobs = min(jobs, len(planned))
@@ -773,6 +793,9 @@ def rank(runs: list[dict[str, Any]]) -> str:
 
 
 def _demo(args: argparse.Namespace, console: Console) -> int:
+    from loadgen.runner import RunOptions, default_out_dir
+    from loadgen.scenario import ScenarioError, load_scenario
+
     scenario = load_scenario(DEMO_SCENARIO)
     out = args.out or default_out_dir("demo")
     live, shadows = args.designs[0], ",".join(args.designs[1:])
@@ -826,6 +849,7 @@ def _demo_verdict(
     import json
     import os
 
+    from loadgen.runner import RunOptions
     from loadgen.verdict import rank as rank_repeats
     from loadgen.verdict import summarize_variant, verdict
 

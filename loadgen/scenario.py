@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-PRESETS = pathlib.Path(__file__).resolve().parent.parent / "conf" / "scenarios"
+from loadgen.presets import PRESETS, preset_names
 
 
 class ScenarioError(Exception):
@@ -242,10 +242,6 @@ class Scenario(BaseModel):
                 "events": events,
             }
         )
-
-
-def preset_names() -> list[str]:
-    return sorted(path.stem for path in PRESETS.glob("*.toml"))
 
 
 def resolve(name_or_path: str) -> pathlib.Path:

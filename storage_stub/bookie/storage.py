@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import pathlib
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from storage_stub.bookie.api import OPERATIONS, Bookie, MetadataStore
 from storage_stub.bookie.counters import OpCounters
@@ -21,9 +22,14 @@ from storage_stub.bookie.metadata_store import RocksMetadataStore
 from storage_stub.bookie.read_cache import ReadCache
 from storage_stub.bookie.rocks import RocksDatabase
 from storage_stub.config import StorageConfig
-from storage_stub.tiered.object_store import open_object_store
-from storage_stub.tiered.persisted import PersistedTieredStore
-from storage_stub.tiered.range_index import MonotonicClock
+
+# The tier is imported when storage opens, not with this package: the tier's modules import
+# ``storage_stub.bookie.api``, and Python runs this package's ``__init__`` (which imports
+# this module) first, so an import of ``storage_stub.tiered`` before the bookie package
+# found its own ``api`` module half-initialized.
+if TYPE_CHECKING:
+    from storage_stub.tiered.persisted import PersistedTieredStore
+    from storage_stub.tiered.range_index import MonotonicClock
 
 
 class Storage:
@@ -221,6 +227,9 @@ async def open_storage(
     instrumented_metadata = InstrumentedMetadataStore(
         metadata, faults=faults, latency=latency, counters=counters
     )
+    from storage_stub.tiered.object_store import open_object_store
+    from storage_stub.tiered.persisted import PersistedTieredStore
+
     object_store = open_object_store(
         config, None if data_dir is None else data_dir / "objects", seed=seed
     )

@@ -42,14 +42,18 @@ MAX_REQUEST_BYTES = 1 << 16
 
 
 def _preload() -> None:
-    """Import what ``brokerlab serve`` imports (its argument parser imports every
-    subcommand's module: numpy and pyarrow among them), so a forked child starts serving
-    at once; then freeze it all, so the child's start-up collection skips it."""
+    """Import what ``brokerlab serve`` imports (the CLI imports a subcommand's modules
+    when it runs: serve's are named here), so a forked child starts serving at once;
+    then freeze it all, so the child's start-up collection skips it."""
+    import uvloop  # noqa: F401
+
     import broker.cli
     import broker.dispatch.data_format
+    import broker.heap
     import broker.http.app
     import broker.http.app_state
     import broker.http.listener
+    import broker.scrape_targets
 
     broker.cli._parser()
     gc.collect()

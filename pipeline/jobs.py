@@ -46,7 +46,6 @@ import pyarrow as pa
 from broker.trace.recorder import SCHEMA
 from pipeline import trace_io
 from pipeline.belady import BoundRun
-from pipeline.reference import ReferenceRun
 from pipeline.replay import ReplaySpec, replay_uri
 
 if TYPE_CHECKING:
@@ -314,6 +313,30 @@ def write_small_frame(frame: DataFrame, uri: str) -> pa.Table:
     return table
 
 
+def write_small_frames(frames: Sequence[DataFrame], uris: Sequence[str]) -> list[pa.Table]:
+    """:func:`write_small_frame` of several small frames, brought to the driver in one
+    Spark job (their union, each row tagged by its frame): the tables, in order."""
+    from pyspark.sql import functions as F
+
+    if not frames:
+        return []
+    tagged = [frame.withColumn("_frame", F.lit(index)) for index, frame in enumerate(frames)]
+    union = tagged[0]
+    for frame in tagged[1:]:
+        union = union.unionByName(frame, allowMissingColumns=True)
+    table = union.toArrow()
+    tags = table.column("_frame").to_numpy(zero_copy_only=False)
+    found = []
+    for index, (frame, uri) in enumerate(zip(frames, uris, strict=True)):
+        mine = table.filter(pa.array(tags == index)).select(frame.columns)
+        if mine.num_rows:
+            trace_io.write_table(uri, mine)
+        else:
+            trace_io.clear_dir(uri)
+        found.append(mine)
+    return found
+
+
 @contextlib.contextmanager
 def described(spark: SparkSession, text: str) -> Iterator[None]:
     """The Spark jobs the block starts described as ``text`` (in the UI, the event log
@@ -444,59 +467,57 @@ def next_reads(trace: DataFrame, out_uri: str, reads: DataFrame | None = None) -
     return out_uri
 
 
-#: the bound's cells' name among the references' policies (``_CacheTask``)
+#: the bound's cells' name among the result rows' designs
 BOUND = "belady"
+#: the columns of ``next_reads`` the bound and the references read
+CACHE_COLUMNS = ["broker", "kind", "key", "size", "next_read"]
 
 
 @dataclasses.dataclass(frozen=True)
-class _CacheTask:
-    """``mapInArrow`` function: the cells (policy, size) of the task whose index comes
-    in, in one pass over the ``next_reads`` parts: each batch of rows goes to one run of
-    each policy (:data:`BOUND` or a libcachesim policy), which has a cache per size."""
+class _BoundTask:
+    """``mapInArrow`` function: the bound at the sizes of the task whose index comes in,
+    in one pass over the ``next_reads`` parts, a record batch at a time."""
 
     next_reads_uri: str
-    groups: tuple[tuple[tuple[str, int], ...], ...]
+    groups: tuple[tuple[int, ...], ...]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                sizes: dict[str, list[int]] = {}
-                for policy, size in self.groups[index]:
-                    sizes.setdefault(policy, []).append(size)
-                runs = [
-                    BoundRun(mine) if policy == BOUND else ReferenceRun(policy, mine)
-                    for policy, mine in sizes.items()
-                ]
-                for part in trace_io.iter_batches(self.next_reads_uri, "part-"):
-                    rows = part.to_pylist()
-                    for run in runs:
-                        run.feed(rows)
-                yield _result_batch([result.as_row() for run in runs for result in run.results()])
+                run = BoundRun(self.groups[index])
+                for part in trace_io.iter_batches(self.next_reads_uri, "part-", CACHE_COLUMNS):
+                    run.feed_batch(part)
+                yield _result_batch([result.as_row() for result in run.results()])
 
 
-def bound_and_references(
-    spark: SparkSession,
-    next_reads_uri: str,
-    sizes: Sequence[int],
-    policies: Sequence[str] = (),
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The bound at every size, and libcachesim's ``policies`` at every size, on the
-    ordered accesses of ``next_reads``: one Spark job whose cells (policy, size) are
-    dealt round-robin to as many tasks as the session runs at once (one cell a task when
-    it runs more), so that each task has a share of every policy's work and reads the
-    accesses once for all its cells. Returns the bound's rows and the references', each
-    in the cells' order (policy, then size).
+def bound(spark: SparkSession, next_reads_uri: str, sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """The bound at every size on the ordered accesses of ``next_reads``: one Spark job
+    whose sizes are dealt round-robin to as many tasks as the session runs at once (the
+    bound is Python work, O(n log n) a size: the tasks share it among the cores), each
+    task reading the accesses once for all its sizes. The rows in the order of
+    ``sizes``."""
+    count = min(len(sizes), parallelism(spark) or len(sizes))
+    groups = tuple(tuple(sizes[start::count]) for start in range(count))
+    rows = _results(spark, len(groups), _BoundTask(next_reads_uri, groups))
+    position = {size: index for index, size in enumerate(sizes)}
+    return sorted(rows, key=lambda row: position[row["size_bytes"]])
 
-    A task holds the caches of all its cells at once. The cells stay on the executors
-    whatever the trace's size: they are CPU work (libcachesim's calls, the bound's
-    heap), which the tasks share among the cores; on the driver, one core would do it
-    all, and a small trace would save only the job's own cost (a second at most)."""
-    cells = [(policy, size) for policy in (BOUND, *policies) for size in sizes]
-    count = min(len(cells), parallelism(spark) or len(cells))
-    groups = tuple(tuple(cells[start::count]) for start in range(count))
-    rows = _results(spark, len(groups), _CacheTask(next_reads_uri, groups))
-    # in the cells' order: the policies', each one's sizes in the order given
-    position = {cell: index for index, cell in enumerate(cells)}
-    rows.sort(key=lambda row: position[row["design"], row["size_bytes"]])
-    bound_rows = [row for row in rows if row["design"] == BOUND]
-    return bound_rows, [row for row in rows if row["design"] != BOUND]
+
+def references(
+    next_reads_uri: str, sizes: Sequence[int], policies: Sequence[str]
+) -> list[dict[str, Any]]:
+    """libcachesim's ``policies`` at every size on the ordered accesses of
+    ``next_reads``, run here (on the driver): the accesses read once, a record batch at
+    a time, each broker's stretch between restarts replayed by libcachesim's own trace
+    reader in its C loop (``reference.BatchReferences``), all the cells one after
+    another. The rows per policy, then size, in the order given.
+
+    On the driver rather than in Spark tasks: the C loop replays a million accesses in a
+    fraction of a second per cell, a task would save little of that and cost a job, and
+    executors need not have libcachesim (a compiled package brokerlab cannot ship)."""
+    from pipeline.reference import BatchReferences
+
+    runs = BatchReferences(policies, sizes)
+    for part in trace_io.iter_batches(next_reads_uri, "part-", CACHE_COLUMNS[:-1]):
+        runs.feed_batch(part)
+    return [result.as_row() for result in runs.results()]

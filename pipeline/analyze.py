@@ -91,12 +91,22 @@ def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
     ship_code(spark)
     meta = read_json(trace_uri, META_FILE)
     settings = trace_settings(meta, trace_uri)
-    trace = jobs.load_trace(spark, trace_uri).cache()
+    # the rows and the latest time from the files' footers; the DataFrames need only the
+    # reads, adds, fills and restarts (under half a trace) and some of their columns
+    rows, last_ns = jobs.files_extent(trace_uri)
+    known = (rows, last_ns) if last_ns is not None else None
+    if known is not None:
+        trace = jobs.load_trace(spark, trace_uri, jobs.ANALYZED_KINDS, jobs.ANALYZED_COLUMNS)
+    else:  # a file without statistics: the whole trace, counted by Spark
+        trace = jobs.load_trace(spark, trace_uri)
+    trace = trace.cache()
     # the reads with their entries' sizes: the working set's, next_reads' and every
     # statistic's input, joined once
     reads = jobs.reads_with_sizes(trace).cache()
     try:
-        summary = _analyze(spark, options, trace, reads, trace_uri, out, meta, settings, progress)
+        summary = _analyze(
+            spark, options, trace, reads, trace_uri, out, meta, settings, progress, known
+        )
     finally:
         reads.unpersist()
         trace.unpersist()
@@ -120,9 +130,10 @@ def _analyze(
     meta: dict[str, Any],
     settings: dict[str, Any],
     progress: Progress,
+    known: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     with progress.phase("trace extent and working set"):
-        extent = jobs.trace_extent(trace, reads)
+        extent = jobs.trace_extent(trace, reads, known)
     events, last_ns, working_set = extent.events, extent.last_ns, extent.working_set_bytes
     sizes = sorted(set(options.sizes or jobs.default_sizes(working_set)))
     config = CacheConfig(**settings)

@@ -77,41 +77,98 @@ TRACE_DDL = ", ".join(f"{field.name} {_DDL_TYPES[field.type]}" for field in TRAC
 _RESULT_DDL = "result string"
 
 
-def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A trace file's batch with exactly :data:`TRACE_SCHEMA`'s columns and types (a
-    column a file lacks is null)."""
+#: the rows the analysis's DataFrames use (the sweep reads the files itself): the reads,
+#: the adds and fills that give the entries' sizes, the restarts that empty a cache
+ANALYZED_KINDS = ("add", "fill", "read", "restart")
+#: their columns the analysis's DataFrames use
+ANALYZED_COLUMNS = ("broker", "seq", "ts_ns", "kind", "topic", "subscription", "ledger",
+                    "entry", "size", "hit", "replay")  # fmt: skip
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema = TRACE_SCHEMA) -> pa.RecordBatch:
+    """A trace file's batch with exactly ``schema``'s columns and types (a column a file
+    lacks is null)."""
     names = batch.schema.names
     columns = [
         batch.column(field.name).cast(field.type)
         if field.name in names
         else pa.nulls(batch.num_rows, field.type)
-        for field in TRACE_SCHEMA
+        for field in schema
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=TRACE_SCHEMA)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 @dataclasses.dataclass(frozen=True)
 class _TraceFiles:
-    """``mapInArrow`` function: the rows of the files whose indexes come in."""
+    """``mapInArrow`` function: the rows of the files whose indexes come in (only those
+    of ``kinds``, if given), with ``schema``'s columns."""
 
     uri: str
     files: tuple[str, ...]
+    schema: pa.Schema = TRACE_SCHEMA
+    kinds: tuple[str, ...] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        wanted = pa.array(self.kinds) if self.kinds is not None else None
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 for piece in trace_io.iter_file_batches(self.uri, self.files[index]):
-                    yield _conform(piece)
+                    if wanted is not None:
+                        kinds = piece.column("kind")
+                        if pa.types.is_dictionary(kinds.type):
+                            kinds = kinds.dictionary_decode()
+                        piece = piece.filter(pc.is_in(kinds, wanted))
+                    yield _conform(piece, self.schema)
 
 
-def load_trace(spark: SparkSession, uri: str) -> DataFrame:
-    """The trace's rows (every broker's files), one task per file; columns as
-    :data:`TRACE_SCHEMA`. ``uri`` must be absolute (``trace_io.resolve_uri``)."""
+def load_trace(
+    spark: SparkSession,
+    uri: str,
+    kinds: Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+) -> DataFrame:
+    """The trace's rows (every broker's files; only ``kinds``' rows if given), one task
+    per file; columns as :data:`TRACE_SCHEMA` (only ``columns`` if given). ``uri`` must
+    be absolute (``trace_io.resolve_uri``)."""
     files = tuple(trace_io.parquet_files(uri, "trace-"))
     if not files:
         raise FileNotFoundError(f"no trace-*.parquet files in {uri}")
-    indexes = spark.range(len(files), numPartitions=len(files))
-    return indexes.mapInArrow(_TraceFiles(uri, files), TRACE_DDL)
+    schema = TRACE_SCHEMA
+    if columns is not None:
+        schema = pa.schema([TRACE_SCHEMA.field(name) for name in columns])
+    ddl = ", ".join(f"{field.name} {_DDL_TYPES[field.type]}" for field in schema)
+    task = _TraceFiles(uri, files, schema, tuple(kinds) if kinds is not None else None)
+    return spark.range(len(files), numPartitions=len(files)).mapInArrow(task, ddl)
+
+
+def files_extent(uri: str) -> tuple[int, int | None]:
+    """The trace's rows and latest ``ts_ns`` from its files' Parquet footers (no rows
+    read), on the driver; the time is None where a row group has no statistics of it."""
+    import pyarrow.parquet as pq
+
+    fs, _ = trace_io.filesystem(uri)
+    rows, last = 0, -1
+    complete = True
+    for path in trace_io.parquet_files(uri, "trace-"):
+        with fs.open_input_file(path) as handle:
+            meta = pq.ParquetFile(handle).metadata
+        rows += meta.num_rows
+        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        if "ts_ns" not in names:
+            complete = False
+            continue
+        column = names.index("ts_ns")
+        for group in range(meta.num_row_groups):
+            if meta.row_group(group).num_rows == 0:
+                continue
+            stats = meta.row_group(group).column(column).statistics
+            if stats is None or not stats.has_min_max:
+                complete = False
+            else:
+                last = max(last, int(stats.max))
+    return rows, (max(last, 0) if complete else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,27 +182,29 @@ class TraceExtent:
     working_set_bytes: int
 
 
-def trace_extent(trace: DataFrame, reads: DataFrame | None = None) -> TraceExtent:
+def trace_extent(
+    trace: DataFrame, reads: DataFrame | None = None, known: tuple[int, int] | None = None
+) -> TraceExtent:
     """The trace's rows, latest time and working set, in one Spark job: the two
     aggregations as the two rows of one result. ``reads``: the trace's
-    :func:`reads_with_sizes`, if the caller has it (cached)."""
+    :func:`reads_with_sizes`, if the caller has it (cached). ``known``: the rows and the
+    latest time, known already (:func:`files_extent`): only the working set is counted
+    (``trace`` may then be a part of the trace's rows)."""
     from pyspark.sql import functions as F
+
+    if known is not None:
+        if reads is None:
+            reads = reads_with_sizes(trace)
+        return TraceExtent(known[0], known[1], working_set_bytes(reads))
 
     extent = trace.agg(
         F.lit("extent").alias("what"),
         F.count("*").alias("first"),
         F.max("ts_ns").cast("long").alias("second"),
     )
-    keys = ["broker", "topic", "ledger", "entry"]
     if reads is None:
         reads = reads_with_sizes(trace)
-    per_broker = (
-        reads.select(*keys, "size")
-        .dropDuplicates(keys)
-        .groupBy("broker")
-        .agg(F.sum("size").alias("bytes"))
-    )
-    working_set = per_broker.agg(
+    working_set = _working_set(reads).agg(
         F.lit("working_set").alias("what"),
         F.max("bytes").cast("long").alias("first"),
         F.lit(None).cast("long").alias("second"),
@@ -155,6 +214,27 @@ def trace_extent(trace: DataFrame, reads: DataFrame | None = None) -> TraceExten
         events=int(found["extent"]["first"] or 0),
         last_ns=int(found["extent"]["second"] or 0),
         working_set_bytes=int(found["working_set"]["first"] or 0),
+    )
+
+
+def working_set_bytes(reads: DataFrame) -> int:
+    """Bytes of the distinct entries read by one broker, the largest broker's."""
+    from pyspark.sql import functions as F
+
+    row = _working_set(reads).agg(F.max("bytes").cast("long").alias("bytes")).collect()[0]
+    return int(row["bytes"] or 0)
+
+
+def _working_set(reads: DataFrame) -> DataFrame:
+    """Per broker, the bytes of the distinct entries it read."""
+    from pyspark.sql import functions as F
+
+    keys = ["broker", "topic", "ledger", "entry"]
+    return (
+        reads.select(*keys, "size")
+        .dropDuplicates(keys)
+        .groupBy("broker")
+        .agg(F.sum("size").alias("bytes"))
     )
 
 

@@ -99,14 +99,20 @@ def _parser() -> argparse.ArgumentParser:
         help="start, produce, consume, ack, restart over the same data, verify, exit",
     )
     bench = commands.add_parser("bench", help="run a benchmark and print ratios")
+    # fmt: off
+    benches = ["http", "cache", "cursors", "lac", "tiered", "wire", "replay", "simulate",
+               "analyze"]
+    # fmt: on
     bench.add_argument(
         "name",
-        choices=["http", "cache", "cursors", "lac", "tiered", "wire", "replay", "simulate"],
+        choices=benches,
     )
     bench.add_argument("--quick", action="store_true", help="seconds, not minutes (CI)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument(
-        "--trace", metavar="DIR", help="replay: a recorded trace (default: record one)"
+        "--trace",
+        metavar="DIR",
+        help="replay, analyze: a recorded trace (default: record a catchup one)",
     )
     bench.add_argument(
         "--sample-rate",
@@ -465,6 +471,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from broker.bench.replay import main as replay_main
 
             return replay_main(args.quick, args.json, args.trace, args.sample_rate, args.presets)
+        if args.name == "analyze":
+            from broker.bench.analyze import main as analyze_main
+
+            return analyze_main(args.quick, args.json, args.trace)
         if args.name == "simulate":
             from simulation.bench import main as simulate_main
 

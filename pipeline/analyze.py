@@ -25,6 +25,7 @@ caches, each broker's of the size at hand: every row of ``sweep/``, ``bound/`` a
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ import pyarrow as pa
 from broker.cache.config import CacheConfig
 from broker.trace.recorder import FORMAT, META_FILE
 from pipeline import jobs, reference
+from pipeline.progress import Progress
 from pipeline.replay import DESIGNS, ReplaySpec, sample_rate_for
 from pipeline.spark import ship_code
 from pipeline.trace_io import join_uri, read_json, resolve_uri, trace_brokers, write_table
@@ -59,6 +61,8 @@ class AnalyzeOptions:
     #: (design, size) cells replayed by one task, in one pass over the trace (None: as
     #: many tasks as the session runs at once)
     cells_per_task: int | None = None
+    #: no progress lines on stderr
+    quiet: bool = False
 
 
 class TraceFormatError(ValueError):
@@ -83,22 +87,36 @@ def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
     started = time.monotonic()
     trace_uri = resolve_uri(options.trace_uri)
     out = resolve_uri(options.out_uri)
+    progress = Progress(spark, quiet=options.quiet)
     ship_code(spark)
     meta = read_json(trace_uri, META_FILE)
     settings = trace_settings(meta, trace_uri)
-    trace = jobs.load_trace(spark, trace_uri).cache()
+    # the rows and the latest time from the files' footers; the DataFrames need only the
+    # reads, adds, fills and restarts (under half a trace) and some of their columns
+    rows, last_ns = jobs.files_extent(trace_uri)
+    known = (rows, last_ns) if last_ns is not None else None
+    if known is not None:
+        trace = jobs.load_trace(spark, trace_uri, jobs.ANALYZED_KINDS, jobs.ANALYZED_COLUMNS)
+    else:  # a file without statistics: the whole trace, counted by Spark
+        trace = jobs.load_trace(spark, trace_uri)
+    trace = trace.cache()
     # the reads with their entries' sizes: the working set's, next_reads' and every
     # statistic's input, joined once
     reads = jobs.reads_with_sizes(trace).cache()
     try:
-        summary = _analyze(spark, options, trace, reads, trace_uri, out, meta, settings)
+        summary = _analyze(
+            spark, options, trace, reads, trace_uri, out, meta, settings, progress, known
+        )
     finally:
         reads.unpersist()
         trace.unpersist()
-    summary["seconds"] = round(time.monotonic() - started, 3)
-    from pipeline.report import write_report
+    with progress.phase("report"):
+        from pipeline.report import write_report
 
-    write_report(summary, join_uri(out, "report.html"))
+        summary["seconds"] = round(time.monotonic() - started, 3)
+        write_report(summary, join_uri(out, "report.html"))
+    summary["phaseSeconds"] = {name: round(value, 3) for name, value in progress.seconds.items()}
+    summary["seconds"] = round(time.monotonic() - started, 3)
     return summary
 
 
@@ -111,9 +129,11 @@ def _analyze(
     out: str,
     meta: dict[str, Any],
     settings: dict[str, Any],
+    progress: Progress,
+    known: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    with jobs.described(spark, "trace extent and working set"):
-        extent = jobs.trace_extent(trace, reads)
+    with progress.phase("trace extent and working set"):
+        extent = jobs.trace_extent(trace, reads, known)
     events, last_ns, working_set = extent.events, extent.last_ns, extent.working_set_bytes
     sizes = sorted(set(options.sizes or jobs.default_sizes(working_set)))
     config = CacheConfig(**settings)
@@ -126,31 +146,43 @@ def _analyze(
     # or the sample would be too small (pipeline/columns.py)
     sample_rate = sample_rate_for(trace_uri, specs, options.sample_rate)
     sweep_started = time.monotonic()
-    with jobs.described(spark, f"sweep: {len(specs)} replays (design, size)"):
+    with progress.phase("sweep", len(specs), "replays (design, size)"):
         rows = jobs.sweep(spark, trace_uri, specs, sample_rate, options.cells_per_task)
     sweep_seconds = time.monotonic() - sweep_started
-    with jobs.described(spark, "next_reads: accesses with their next reads"):
+    with progress.phase("next_reads: accesses with their next reads"):
         next_reads = jobs.next_reads(trace, join_uri(out, "next_reads"), reads)
-    references = reference.available()
-    policies = list(reference.POLICIES) if references else []
-    with jobs.described(spark, f"bound and references at {len(sizes)} sizes"):
-        bound_rows, reference_rows = jobs.bound_and_references(spark, next_reads, sizes, policies)
-    if references:
+    policies = list(reference.POLICIES) if reference.available() else []
+    # the references on the driver (libcachesim's C loop, see jobs.references) while
+    # the executors run the bound
+    reference_rows: list[dict[str, Any]] = []
+    reference_seconds = 0.0
+    with concurrent.futures.ThreadPoolExecutor(1, "references") as pool:
+        pending = pool.submit(_timed, jobs.references, next_reads, sizes, policies) if policies \
+            else None  # fmt: skip
+        with progress.phase("bound", len(sizes), "sizes"):
+            bound_rows = jobs.bound(spark, next_reads, sizes)
+        if policies:
+            cells = len(policies) * len(sizes)
+            with progress.phase("references (libcachesim, driver)", cells, "cells"):
+                assert pending is not None
+                reference_rows, reference_seconds = pending.result()
+    if policies:
         write_table(join_uri(out, "references"), result_table(reference_rows))
     write_table(join_uri(out, "sweep"), result_table(rows))
     write_table(join_uri(out, "bound"), result_table(bound_rows))
     window = jobs.window_seconds(last_ns)
     statistics = jobs.trace_statistics(trace, window, reads)
     # the small statistics, computed once: written from the driver, and the report's
-    with jobs.described(spark, "statistics: reuse"):
-        reuse = jobs.write_small_frame(statistics["reuse"], join_uri(out, "reuse"))
-    with jobs.described(spark, "statistics: working set"):
-        series = jobs.write_small_frame(statistics["working_set"], join_uri(out, "working_set"))
+    with progress.phase("statistics: reuse and working set"):
+        reuse, series = jobs.write_small_frames(
+            [statistics["reuse"], statistics["working_set"]],
+            [join_uri(out, "reuse"), join_uri(out, "working_set")],
+        )
     # patterns (a row per topic, subscription and pattern: any number) written by the
     # executors, computed once for the file and the report's summaries
     patterns = statistics["patterns"].cache()
     try:
-        with jobs.described(spark, "statistics: read patterns"):
+        with progress.phase("statistics: read patterns"):
             jobs.write_frame(patterns, join_uri(out, "patterns"))
             collected = {
                 # the most read (topic, subscription, pattern) rows; all are in patterns/
@@ -183,7 +215,15 @@ def _analyze(
         "patternRows": sum(row["rows"] for row in collected["patterns_by_kind"]),
         "ranking": ranking(rows),
         "sweepSeconds": round(sweep_seconds, 3),
+        # where libcachesim ran: always the driver (jobs.references)
+        "referencesRanOn": "driver" if policies else None,
+        "referencesSeconds": round(reference_seconds, 3),
     }
+
+
+def _timed(run: Any, *args: Any) -> tuple[Any, float]:
+    started = time.monotonic()
+    return run(*args), time.monotonic() - started
 
 
 def _rows(frame: DataFrame) -> list[dict[str, Any]]:

@@ -130,6 +130,30 @@ class BoundRun:
             for cache in caches:
                 cache.access(read, key, size, upcoming)
 
+    def feed_batch(self, batch: Any) -> None:
+        """The rows of a record batch (``next_reads``' columns), column by column: what
+        :meth:`feed` counts for the same rows as dicts, without a dict per row."""
+        kinds = batch.column("kind").to_pylist()
+        keys = batch.column("key").to_pylist()
+        sizes = batch.column("size").to_pylist()
+        upcoming = batch.column("next_read").to_pylist()
+        names = batch.schema.names
+        brokers = batch.column("broker").to_pylist() if "broker" in names else [0] * len(kinds)
+        caches = self._caches
+        for kind, key, size, next_read, broker in zip(
+            kinds, keys, sizes, upcoming, brokers, strict=True
+        ):
+            if not self._started or broker != self._broker or kind == "restart":
+                self._started = True
+                self._broker = broker
+                for cache in caches:
+                    cache.empty()
+                if kind == "restart":
+                    continue
+            read = kind == "read"
+            for cache in caches:
+                cache.access(read, key, size, next_read)
+
     def results(self) -> list[BoundResult]:
         """The counts so far, one result per capacity, in the order given."""
         return [cache.result() for cache in self._caches]

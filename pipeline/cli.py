@@ -150,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{summary['events']:,} events, working set {summary['workingSetBytes']:,} bytes")
     for item in summary["ranking"]:
         print(f"  {item['design']:<10} mean hit ratio {item['meanHitRatio']:.1%}")
+    if summary.get("referencesRanOn"):
+        print(f"references (libcachesim) ran on the {summary['referencesRanOn']}")
     print(f"sweep {summary['sweepSeconds']:.1f} s, total {time.monotonic() - started:.1f} s")
     print(f"report: {join_uri(out, 'report.html')}")
     return 0

@@ -46,7 +46,6 @@ import pyarrow as pa
 from broker.trace.recorder import SCHEMA
 from pipeline import trace_io
 from pipeline.belady import BoundRun
-from pipeline.reference import ReferenceRun
 from pipeline.replay import ReplaySpec, replay_uri
 
 if TYPE_CHECKING:
@@ -78,41 +77,98 @@ TRACE_DDL = ", ".join(f"{field.name} {_DDL_TYPES[field.type]}" for field in TRAC
 _RESULT_DDL = "result string"
 
 
-def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A trace file's batch with exactly :data:`TRACE_SCHEMA`'s columns and types (a
-    column a file lacks is null)."""
+#: the rows the analysis's DataFrames use (the sweep reads the files itself): the reads,
+#: the adds and fills that give the entries' sizes, the restarts that empty a cache
+ANALYZED_KINDS = ("add", "fill", "read", "restart")
+#: their columns the analysis's DataFrames use
+ANALYZED_COLUMNS = ("broker", "seq", "ts_ns", "kind", "topic", "subscription", "ledger",
+                    "entry", "size", "hit", "replay")  # fmt: skip
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema = TRACE_SCHEMA) -> pa.RecordBatch:
+    """A trace file's batch with exactly ``schema``'s columns and types (a column a file
+    lacks is null)."""
     names = batch.schema.names
     columns = [
         batch.column(field.name).cast(field.type)
         if field.name in names
         else pa.nulls(batch.num_rows, field.type)
-        for field in TRACE_SCHEMA
+        for field in schema
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=TRACE_SCHEMA)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 @dataclasses.dataclass(frozen=True)
 class _TraceFiles:
-    """``mapInArrow`` function: the rows of the files whose indexes come in."""
+    """``mapInArrow`` function: the rows of the files whose indexes come in (only those
+    of ``kinds``, if given), with ``schema``'s columns."""
 
     uri: str
     files: tuple[str, ...]
+    schema: pa.Schema = TRACE_SCHEMA
+    kinds: tuple[str, ...] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        wanted = pa.array(self.kinds) if self.kinds is not None else None
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 for piece in trace_io.iter_file_batches(self.uri, self.files[index]):
-                    yield _conform(piece)
+                    if wanted is not None:
+                        kinds = piece.column("kind")
+                        if pa.types.is_dictionary(kinds.type):
+                            kinds = kinds.dictionary_decode()
+                        piece = piece.filter(pc.is_in(kinds, wanted))
+                    yield _conform(piece, self.schema)
 
 
-def load_trace(spark: SparkSession, uri: str) -> DataFrame:
-    """The trace's rows (every broker's files), one task per file; columns as
-    :data:`TRACE_SCHEMA`. ``uri`` must be absolute (``trace_io.resolve_uri``)."""
+def load_trace(
+    spark: SparkSession,
+    uri: str,
+    kinds: Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+) -> DataFrame:
+    """The trace's rows (every broker's files; only ``kinds``' rows if given), one task
+    per file; columns as :data:`TRACE_SCHEMA` (only ``columns`` if given). ``uri`` must
+    be absolute (``trace_io.resolve_uri``)."""
     files = tuple(trace_io.parquet_files(uri, "trace-"))
     if not files:
         raise FileNotFoundError(f"no trace-*.parquet files in {uri}")
-    indexes = spark.range(len(files), numPartitions=len(files))
-    return indexes.mapInArrow(_TraceFiles(uri, files), TRACE_DDL)
+    schema = TRACE_SCHEMA
+    if columns is not None:
+        schema = pa.schema([TRACE_SCHEMA.field(name) for name in columns])
+    ddl = ", ".join(f"{field.name} {_DDL_TYPES[field.type]}" for field in schema)
+    task = _TraceFiles(uri, files, schema, tuple(kinds) if kinds is not None else None)
+    return spark.range(len(files), numPartitions=len(files)).mapInArrow(task, ddl)
+
+
+def files_extent(uri: str) -> tuple[int, int | None]:
+    """The trace's rows and latest ``ts_ns`` from its files' Parquet footers (no rows
+    read), on the driver; the time is None where a row group has no statistics of it."""
+    import pyarrow.parquet as pq
+
+    fs, _ = trace_io.filesystem(uri)
+    rows, last = 0, -1
+    complete = True
+    for path in trace_io.parquet_files(uri, "trace-"):
+        with fs.open_input_file(path) as handle:
+            meta = pq.ParquetFile(handle).metadata
+        rows += meta.num_rows
+        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        if "ts_ns" not in names:
+            complete = False
+            continue
+        column = names.index("ts_ns")
+        for group in range(meta.num_row_groups):
+            if meta.row_group(group).num_rows == 0:
+                continue
+            stats = meta.row_group(group).column(column).statistics
+            if stats is None or not stats.has_min_max:
+                complete = False
+            else:
+                last = max(last, int(stats.max))
+    return rows, (max(last, 0) if complete else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,27 +182,29 @@ class TraceExtent:
     working_set_bytes: int
 
 
-def trace_extent(trace: DataFrame, reads: DataFrame | None = None) -> TraceExtent:
+def trace_extent(
+    trace: DataFrame, reads: DataFrame | None = None, known: tuple[int, int] | None = None
+) -> TraceExtent:
     """The trace's rows, latest time and working set, in one Spark job: the two
     aggregations as the two rows of one result. ``reads``: the trace's
-    :func:`reads_with_sizes`, if the caller has it (cached)."""
+    :func:`reads_with_sizes`, if the caller has it (cached). ``known``: the rows and the
+    latest time, known already (:func:`files_extent`): only the working set is counted
+    (``trace`` may then be a part of the trace's rows)."""
     from pyspark.sql import functions as F
+
+    if known is not None:
+        if reads is None:
+            reads = reads_with_sizes(trace)
+        return TraceExtent(known[0], known[1], working_set_bytes(reads))
 
     extent = trace.agg(
         F.lit("extent").alias("what"),
         F.count("*").alias("first"),
         F.max("ts_ns").cast("long").alias("second"),
     )
-    keys = ["broker", "topic", "ledger", "entry"]
     if reads is None:
         reads = reads_with_sizes(trace)
-    per_broker = (
-        reads.select(*keys, "size")
-        .dropDuplicates(keys)
-        .groupBy("broker")
-        .agg(F.sum("size").alias("bytes"))
-    )
-    working_set = per_broker.agg(
+    working_set = _working_set(reads).agg(
         F.lit("working_set").alias("what"),
         F.max("bytes").cast("long").alias("first"),
         F.lit(None).cast("long").alias("second"),
@@ -156,6 +214,27 @@ def trace_extent(trace: DataFrame, reads: DataFrame | None = None) -> TraceExten
         events=int(found["extent"]["first"] or 0),
         last_ns=int(found["extent"]["second"] or 0),
         working_set_bytes=int(found["working_set"]["first"] or 0),
+    )
+
+
+def working_set_bytes(reads: DataFrame) -> int:
+    """Bytes of the distinct entries read by one broker, the largest broker's."""
+    from pyspark.sql import functions as F
+
+    row = _working_set(reads).agg(F.max("bytes").cast("long").alias("bytes")).collect()[0]
+    return int(row["bytes"] or 0)
+
+
+def _working_set(reads: DataFrame) -> DataFrame:
+    """Per broker, the bytes of the distinct entries it read."""
+    from pyspark.sql import functions as F
+
+    keys = ["broker", "topic", "ledger", "entry"]
+    return (
+        reads.select(*keys, "size")
+        .dropDuplicates(keys)
+        .groupBy("broker")
+        .agg(F.sum("size").alias("bytes"))
     )
 
 
@@ -314,6 +393,30 @@ def write_small_frame(frame: DataFrame, uri: str) -> pa.Table:
     return table
 
 
+def write_small_frames(frames: Sequence[DataFrame], uris: Sequence[str]) -> list[pa.Table]:
+    """:func:`write_small_frame` of several small frames, brought to the driver in one
+    Spark job (their union, each row tagged by its frame): the tables, in order."""
+    from pyspark.sql import functions as F
+
+    if not frames:
+        return []
+    tagged = [frame.withColumn("_frame", F.lit(index)) for index, frame in enumerate(frames)]
+    union = tagged[0]
+    for frame in tagged[1:]:
+        union = union.unionByName(frame, allowMissingColumns=True)
+    table = union.toArrow()
+    tags = table.column("_frame").to_numpy(zero_copy_only=False)
+    found = []
+    for index, (frame, uri) in enumerate(zip(frames, uris, strict=True)):
+        mine = table.filter(pa.array(tags == index)).select(frame.columns)
+        if mine.num_rows:
+            trace_io.write_table(uri, mine)
+        else:
+            trace_io.clear_dir(uri)
+        found.append(mine)
+    return found
+
+
 @contextlib.contextmanager
 def described(spark: SparkSession, text: str) -> Iterator[None]:
     """The Spark jobs the block starts described as ``text`` (in the UI, the event log
@@ -444,59 +547,57 @@ def next_reads(trace: DataFrame, out_uri: str, reads: DataFrame | None = None) -
     return out_uri
 
 
-#: the bound's cells' name among the references' policies (``_CacheTask``)
+#: the bound's cells' name among the result rows' designs
 BOUND = "belady"
+#: the columns of ``next_reads`` the bound and the references read
+CACHE_COLUMNS = ["broker", "kind", "key", "size", "next_read"]
 
 
 @dataclasses.dataclass(frozen=True)
-class _CacheTask:
-    """``mapInArrow`` function: the cells (policy, size) of the task whose index comes
-    in, in one pass over the ``next_reads`` parts: each batch of rows goes to one run of
-    each policy (:data:`BOUND` or a libcachesim policy), which has a cache per size."""
+class _BoundTask:
+    """``mapInArrow`` function: the bound at the sizes of the task whose index comes in,
+    in one pass over the ``next_reads`` parts, a record batch at a time."""
 
     next_reads_uri: str
-    groups: tuple[tuple[tuple[str, int], ...], ...]
+    groups: tuple[tuple[int, ...], ...]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                sizes: dict[str, list[int]] = {}
-                for policy, size in self.groups[index]:
-                    sizes.setdefault(policy, []).append(size)
-                runs = [
-                    BoundRun(mine) if policy == BOUND else ReferenceRun(policy, mine)
-                    for policy, mine in sizes.items()
-                ]
-                for part in trace_io.iter_batches(self.next_reads_uri, "part-"):
-                    rows = part.to_pylist()
-                    for run in runs:
-                        run.feed(rows)
-                yield _result_batch([result.as_row() for run in runs for result in run.results()])
+                run = BoundRun(self.groups[index])
+                for part in trace_io.iter_batches(self.next_reads_uri, "part-", CACHE_COLUMNS):
+                    run.feed_batch(part)
+                yield _result_batch([result.as_row() for result in run.results()])
 
 
-def bound_and_references(
-    spark: SparkSession,
-    next_reads_uri: str,
-    sizes: Sequence[int],
-    policies: Sequence[str] = (),
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The bound at every size, and libcachesim's ``policies`` at every size, on the
-    ordered accesses of ``next_reads``: one Spark job whose cells (policy, size) are
-    dealt round-robin to as many tasks as the session runs at once (one cell a task when
-    it runs more), so that each task has a share of every policy's work and reads the
-    accesses once for all its cells. Returns the bound's rows and the references', each
-    in the cells' order (policy, then size).
+def bound(spark: SparkSession, next_reads_uri: str, sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """The bound at every size on the ordered accesses of ``next_reads``: one Spark job
+    whose sizes are dealt round-robin to as many tasks as the session runs at once (the
+    bound is Python work, O(n log n) a size: the tasks share it among the cores), each
+    task reading the accesses once for all its sizes. The rows in the order of
+    ``sizes``."""
+    count = min(len(sizes), parallelism(spark) or len(sizes))
+    groups = tuple(tuple(sizes[start::count]) for start in range(count))
+    rows = _results(spark, len(groups), _BoundTask(next_reads_uri, groups))
+    position = {size: index for index, size in enumerate(sizes)}
+    return sorted(rows, key=lambda row: position[row["size_bytes"]])
 
-    A task holds the caches of all its cells at once. The cells stay on the executors
-    whatever the trace's size: they are CPU work (libcachesim's calls, the bound's
-    heap), which the tasks share among the cores; on the driver, one core would do it
-    all, and a small trace would save only the job's own cost (a second at most)."""
-    cells = [(policy, size) for policy in (BOUND, *policies) for size in sizes]
-    count = min(len(cells), parallelism(spark) or len(cells))
-    groups = tuple(tuple(cells[start::count]) for start in range(count))
-    rows = _results(spark, len(groups), _CacheTask(next_reads_uri, groups))
-    # in the cells' order: the policies', each one's sizes in the order given
-    position = {cell: index for index, cell in enumerate(cells)}
-    rows.sort(key=lambda row: position[row["design"], row["size_bytes"]])
-    bound_rows = [row for row in rows if row["design"] == BOUND]
-    return bound_rows, [row for row in rows if row["design"] != BOUND]
+
+def references(
+    next_reads_uri: str, sizes: Sequence[int], policies: Sequence[str]
+) -> list[dict[str, Any]]:
+    """libcachesim's ``policies`` at every size on the ordered accesses of
+    ``next_reads``, run here (on the driver): the accesses read once, a record batch at
+    a time, each broker's stretch between restarts replayed by libcachesim's own trace
+    reader in its C loop (``reference.BatchReferences``), all the cells one after
+    another. The rows per policy, then size, in the order given.
+
+    On the driver rather than in Spark tasks: the C loop replays a million accesses in a
+    fraction of a second per cell, a task would save little of that and cost a job, and
+    executors need not have libcachesim (a compiled package brokerlab cannot ship)."""
+    from pipeline.reference import BatchReferences
+
+    runs = BatchReferences(policies, sizes)
+    for part in trace_io.iter_batches(next_reads_uri, "part-", CACHE_COLUMNS[:-1]):
+        runs.feed_batch(part)
+    return [result.as_row() for result in runs.results()]

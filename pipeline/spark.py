@@ -87,7 +87,13 @@ def spark_session(
         raise SparkMissing(missing)
     # a master was chosen: a SPARK_REMOTE in the environment would make PySpark refuse it
     os.environ.pop("SPARK_REMOTE", None)
-    builder = SparkSession.builder.master(master).appName(app_name)
+    # the analysis prints its own progress, a line per phase (pipeline.progress), not
+    # Spark's bar per stage
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.showConsoleProgress", "false")
+    )
     if master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -94,6 +94,8 @@ class LocalRun:
 
     out: pathlib.Path
     stdout: str
+    #: the progress lines (pipeline.progress)
+    stderr: str
     #: times the command stopped its session (kept running here for the other tests)
     stops: int
     tables: dict[str, list[tuple[Any, ...]]]
@@ -113,7 +115,10 @@ def local_run(
     with pytest.MonkeyPatch.context() as patch:
         # the command stops its session when done: not this one, which other tests use
         patch.setattr(spark, "stop", lambda: stops.append(True))
-        with contextlib.redirect_stdout(io.StringIO()) as stdout:
+        with (
+            contextlib.redirect_stdout(io.StringIO()) as stdout,
+            contextlib.redirect_stderr(io.StringIO()) as stderr,
+        ):
             code = brokerlab(
                 ["analyze", str(trace), "--out", str(out), "--master", "local[2]",
                  "--sizes", ",".join(SIZES), "--implementations", ",".join(DESIGNS)]
@@ -123,7 +128,7 @@ def local_run(
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     found = tables(out.as_uri())
     assert found["sweep"] and found["bound"] and found["references"]
-    return LocalRun(out, stdout.getvalue(), len(stops), found)
+    return LocalRun(out, stdout.getvalue(), stderr.getvalue(), len(stops), found)
 
 
 @pytest.fixture(scope="session")

@@ -66,6 +66,7 @@ def test_replaying_the_live_design_at_the_live_size_reproduces_the_live_hits(
 def test_the_references_run_on_the_same_reads_under_the_bound(summary: dict[str, Any]) -> None:
     references = summary["references"]
     assert {row["design"] for row in references} == {"LRU", "S3FIFO", "ARC", "WTinyLFU"}
+    assert summary["referencesRanOn"] == "driver"
     bound = {row["size_bytes"]: row for row in summary["bound"]}
     reads = bound[summary["sizes"][0]]["hits"] + bound[summary["sizes"][0]]["misses"]
     for row in references:
@@ -103,6 +104,49 @@ def test_the_cli_writes_tables_and_report(local_run: LocalRun) -> None:
     report = (out / "report.html").read_text()
     assert ">miss ratio against cache size</text>" in report and "Belady" in report
     assert "<b>pip430</b>" in report and "<b>legacy</b>" in report
+
+
+def test_the_cli_prints_each_phase_with_its_share_done(local_run: LocalRun) -> None:
+    # two designs at two sizes and the live cell; the references' four policies
+    lines = local_run.stderr.splitlines()
+    for expected in (
+        "analyze: trace extent and working set ...",
+        "analyze: sweep: 5 replays (design, size) ...",
+        "analyze: bound: 2 sizes ...",
+        "analyze: references (libcachesim, driver): 8 cells ...",
+        "analyze: statistics: read patterns ...",
+        "analyze: report ...",
+    ):
+        assert expected in lines, (expected, lines)
+    ends = [line.rsplit(" done in ", 1)[0] for line in lines if " done in " in line]
+    assert ends[:3] == [
+        "analyze: trace extent and working set:",
+        "analyze: sweep: 5/5 replays (design, size)",
+        "analyze: next_reads: accesses with their next reads:",
+    ]
+    assert "analyze: references (libcachesim, driver): 8/8 cells" in ends
+    assert ends[-1] == "analyze: report:"
+    # no Spark console bars
+    assert "[Stage " not in local_run.stderr
+
+
+def test_the_status_tracker_counts_the_tasks_of_the_phase_in_progress(spark: Any) -> None:
+    import io
+
+    from pipeline.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress(spark, stream=stream)
+    spark.range(3, numPartitions=3).count()  # not in the phase: not counted
+    with progress.phase("probe", 2, "things"):
+        assert progress.tasks() == (0, 0)
+        spark.range(4, numPartitions=4).count()
+        done, total = progress.tasks()
+        assert done == total >= 4
+    assert progress.tasks() == (0, 0)
+    assert stream.getvalue().splitlines()[0] == "analyze: probe: 2 things ..."
+    assert stream.getvalue().splitlines()[-1].startswith("analyze: probe: 2/2 things done in ")
+    assert set(progress.seconds) == {"probe"}
 
 
 def test_a_sample_rate_reaches_every_replay_and_the_report(

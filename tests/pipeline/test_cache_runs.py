@@ -66,3 +66,64 @@ def test_a_policy_of_several_sizes_in_one_pass_is_each_size_s_alone(policy: str)
     alone = [simulate(rows, policy, size).as_row() for size in SIZES]
     assert fed(ReferenceRun(policy, SIZES), rows, 333) == alone
     assert alone[0]["hits"] < alone[-1]["hits"]
+
+
+def fresh_accesses(seed: int = 9) -> list[dict[str, Any]]:
+    """Rows as a broker's ``next_reads`` has them: every add a new entry (as in a
+    broker's trace), reads of entries added before (some before broker 1's restart,
+    so no longer cached), some of size 0 and some larger than the smallest size."""
+    chooser = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    for broker in (0, 1):
+        added: list[int] = []
+        for seq in range(2_000):
+            if broker == 1 and seq == 900:
+                rows.append({"broker": 1, "seq": seq, "kind": "restart", "key": None,
+                             "size": None})  # fmt: skip
+                continue
+            if not added or chooser.random() < 0.25:
+                key = (broker << 40) + len(added) * 7919 + 1
+                added.append(key)
+                kind = "add"
+            else:
+                key = added[max(0, len(added) - 1 - int(chooser.expovariate(1 / 40)))]
+                kind = "read"
+            size = 0 if key % 97 == 0 else 1_000 if key % 89 == 0 else 100 + key % 300
+            rows.append({"broker": broker, "seq": seq, "kind": kind, "key": key, "size": size})
+    return rows
+
+
+def batched(rows: list[dict[str, Any]], cut: int) -> list[Any]:
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [("broker", pa.int16()), ("seq", pa.int64()), ("kind", pa.string()),
+         ("key", pa.int64()), ("size", pa.int32())]
+    )  # fmt: skip
+    return [
+        pa.RecordBatch.from_pylist(rows[start : start + cut], schema=schema)
+        for start in range(0, len(rows), cut)
+    ]
+
+
+@pytest.mark.skipif(not reference.available(), reason="libcachesim: the reference extra")
+@pytest.mark.parametrize(("make", "cut"), [(fresh_accesses, 777), (fresh_accesses, 5_000),
+                                           (accesses, 333)])  # fmt: skip
+def test_the_references_through_libcachesim_s_trace_reader_count_what_requests_count(
+    make: Any, cut: int
+) -> None:
+    # fresh_accesses: every add new to its cache, the segments replayed by libcachesim's
+    # own reader; accesses: entries added again, counted request by request instead
+    from pipeline.reference import BatchReferences
+
+    rows = make()
+    sizes = (700, 4_000, 20_000, 1 << 20)
+    runs = BatchReferences(reference.POLICIES, sizes)
+    for batch in batched(rows, cut):
+        runs.feed_batch(batch)
+    found = [result.as_row() for result in runs.results()]
+    expected = []
+    for policy in reference.POLICIES:
+        expected += fed(ReferenceRun(policy, sizes), rows, 10_000)
+    assert found == expected
+    assert expected[0]["hits"] < expected[3]["hits"] and expected[0]["misses"] > 0

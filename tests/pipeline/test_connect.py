@@ -23,6 +23,10 @@ def test_the_analysis_runs_through_spark_connect(
 ) -> None:
     trace, _ = recorded
     out = tmp_path / "analysis"
-    analyze_cli(str(trace), "--out", str(out), "--remote", connect_url, cwd=tmp_path)
+    done = analyze_cli(str(trace), "--out", str(out), "--remote", connect_url, cwd=tmp_path)
     assert tables(out.as_uri()) == local_tables
+    # Connect has no status tracker on the client: the lines as each phase starts and ends
+    lines = done.stderr.splitlines()
+    for phase in ("sweep: 5/5 replays (design, size)", "bound: 2/2 sizes", "report:"):
+        assert any(line.startswith(f"analyze: {phase} done in ") for line in lines), lines
     assert "Belady" in (out / "report.html").read_text()

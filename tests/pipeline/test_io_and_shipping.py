@@ -176,3 +176,23 @@ def test_a_long_trace_is_aggregated_on_the_executors_not_cut(
     assert sorted(row["second"] for row in series) == [11 * i for i in range(982)]
     reuse = jobs.trace_statistics(frame, width)["reuse"].collect()
     assert sum(row["reads"] for row in reuse) == reads - 1
+
+
+def test_the_rows_and_latest_time_come_from_the_footers_or_not_at_all(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``jobs.files_extent``: every file's rows, the latest ``ts_ns`` of any row group;
+    no time when a file was written without statistics (the analysis then counts the
+    whole trace on Spark)."""
+    row = {"broker": 0, "kind": "add", "topic": "t", "ledger": 1, "entry": 0, "size": 10}
+    first = [{**row, "seq": i, "ts_ns": 5 + i} for i in range(7)]
+    second = [{**row, "broker": 1, "seq": i, "ts_ns": 900 - i} for i in range(3)]
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    pq.write_table(pa.Table.from_pylist(first, schema=SCHEMA), trace / file_name(0, 1),
+                   row_group_size=2)  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(second, schema=SCHEMA), trace / file_name(1, 1))
+    assert jobs.files_extent(trace.as_uri()) == (10, 900)
+    pq.write_table(pa.Table.from_pylist(second, schema=SCHEMA), trace / file_name(1, 2),
+                   write_statistics=False)  # fmt: skip
+    assert jobs.files_extent(trace.as_uri()) == (13, None)

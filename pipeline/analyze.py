@@ -11,7 +11,9 @@ be on any file system ``pipeline.trace_io`` reaches (local, ``file://``, ``hdfs:
   marks estimates from a miniature simulation);
 - ``bound/``: the bound per size;
 - ``references/``: libcachesim's LRU, S3-FIFO, ARC and W-TinyLFU per size, when the
-  ``reference`` extra is installed;
+  ``reference`` extra is installed (on the driver); they run on the executors when
+  their Python has libcachesim too, else on the driver (``referencesRanOn`` in the
+  summary);
 - ``patterns/``, ``reuse/``, ``working_set/``: the trace statistics (see
   ``pipeline.jobs``): patterns written by the executors, reuse and the working set
   (aggregated to a few hundred rows at most) by the driver;
@@ -36,7 +38,7 @@ from broker.cache.config import CacheConfig
 from broker.trace.recorder import FORMAT, META_FILE
 from pipeline import jobs, reference
 from pipeline.replay import DESIGNS, ReplaySpec, sample_rate_for
-from pipeline.spark import ship_code
+from pipeline.spark import executors_import, ship_code
 from pipeline.trace_io import join_uri, read_json, resolve_uri, trace_brokers, write_table
 
 if TYPE_CHECKING:
@@ -133,8 +135,15 @@ def _analyze(
         next_reads = jobs.next_reads(trace, join_uri(out, "next_reads"), reads)
     references = reference.available()
     policies = list(reference.POLICIES) if references else []
+    # libcachesim is compiled, so not shipped: the references run where it is
+    ran_on = None
+    if references:
+        on_executors = executors_import(spark, "libcachesim", jobs.parallelism(spark))
+        ran_on = "executors" if on_executors else "driver"
     with jobs.described(spark, f"bound and references at {len(sizes)} sizes"):
-        bound_rows, reference_rows = jobs.bound_and_references(spark, next_reads, sizes, policies)
+        bound_rows, reference_rows = jobs.bound_and_references(
+            spark, next_reads, sizes, policies, references_on_driver=ran_on == "driver"
+        )
     if references:
         write_table(join_uri(out, "references"), result_table(reference_rows))
     write_table(join_uri(out, "sweep"), result_table(rows))
@@ -179,6 +188,8 @@ def _analyze(
         "sweep": sorted(rows, key=lambda r: (r["design"], r["size_bytes"], r["live"])),
         "bound": sorted(bound_rows, key=lambda r: r["size_bytes"]),
         "references": sorted(reference_rows, key=lambda r: (r["design"], r["size_bytes"])),
+        # where libcachesim ran: "executors", "driver" (theirs lacks it), None (not installed)
+        "referencesRanOn": ran_on,
         "statistics": collected,
         "patternRows": sum(row["rows"] for row in collected["patterns_by_kind"]),
         "ranking": ranking(rows),

@@ -33,6 +33,7 @@ counts; nothing that orders events (``seq`` is per broker) mixes brokers. A brok
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
@@ -479,6 +480,7 @@ def bound_and_references(
     next_reads_uri: str,
     sizes: Sequence[int],
     policies: Sequence[str] = (),
+    references_on_driver: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The bound at every size, and libcachesim's ``policies`` at every size, on the
     ordered accesses of ``next_reads``: one Spark job whose cells (policy, size) are
@@ -490,13 +492,34 @@ def bound_and_references(
     A task holds the caches of all its cells at once. The cells stay on the executors
     whatever the trace's size: they are CPU work (libcachesim's calls, the bound's
     heap), which the tasks share among the cores; on the driver, one core would do it
-    all, and a small trace would save only the job's own cost (a second at most)."""
-    cells = [(policy, size) for policy in (BOUND, *policies) for size in sizes]
-    count = min(len(cells), parallelism(spark) or len(cells))
-    groups = tuple(tuple(cells[start::count]) for start in range(count))
-    rows = _results(spark, len(groups), _CacheTask(next_reads_uri, groups))
+    all, and a small trace would save only the job's own cost (a second at most).
+
+    ``references_on_driver``: the executors' Python lacks libcachesim (compiled, it
+    cannot be shipped), so the references' cells run on the driver, in a thread, one
+    pass over the accesses for them all, while the executors run the bound's."""
+    bound_cells = [(BOUND, size) for size in sizes]
+    reference_cells = [(policy, size) for policy in policies for size in sizes]
+    cells = bound_cells + reference_cells
+    remote = bound_cells if references_on_driver else cells
+    local = reference_cells if references_on_driver else []
+    count = min(len(remote), parallelism(spark) or len(remote))
+    groups = tuple(tuple(remote[start::count]) for start in range(count))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        here = pool.submit(_run_here, _CacheTask(next_reads_uri, (tuple(local),)), bool(local))
+        rows = _results(spark, len(groups), _CacheTask(next_reads_uri, groups))
+        rows += here.result()
     # in the cells' order: the policies', each one's sizes in the order given
     position = {cell: index for index, cell in enumerate(cells)}
     rows.sort(key=lambda row: position[row["design"], row["size_bytes"]])
     bound_rows = [row for row in rows if row["design"] == BOUND]
     return bound_rows, [row for row in rows if row["design"] != BOUND]
+
+
+def _run_here(task: _CacheTask, run: bool) -> list[dict[str, Any]]:
+    """``task``'s first group run in this process (the driver), as a Spark task runs it."""
+    if not run:
+        return []
+    index = pa.RecordBatch.from_pydict({"id": pa.array([0], pa.int64())})
+    return [
+        json.loads(value) for batch in task(iter([index])) for value in batch.column(0).to_pylist()
+    ]

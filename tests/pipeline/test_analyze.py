@@ -10,8 +10,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import jobs, reference
 from pipeline.analyze import AnalyzeOptions, analyze
 from pipeline.cli import parse_size
+from pipeline.spark import executors_import
+from pipeline.trace_io import join_uri
 from tests.pipeline.conftest import DESIGNS, SIZES, LocalRun
 
 pytestmark = pytest.mark.slow
@@ -73,6 +76,27 @@ def test_the_references_run_on_the_same_reads_under_the_bound(summary: dict[str,
         assert row["hits"] <= bound[row["size_bytes"]]["hits"], row
 
 
+def test_the_references_on_the_driver_count_what_they_count_on_the_executors(
+    spark: Any, summary: dict[str, Any]
+) -> None:
+    """Where the executors' Python lacks libcachesim, the driver runs the references
+    (in a thread, while the executors run the bound): the same rows. On local[2] the
+    executors' Python is the driver's, which has it."""
+    if not reference.available():
+        assert summary["referencesRanOn"] is None
+        return
+    assert summary["referencesRanOn"] == "executors"
+    assert executors_import(spark, "libcachesim") is True
+    assert executors_import(spark, "no_such_module_here") is False
+    next_reads = join_uri(summary["out"], "next_reads")
+    sizes = summary["sizes"][:3]
+    policies = list(reference.POLICIES)
+    there = jobs.bound_and_references(spark, next_reads, sizes, policies)
+    here = jobs.bound_and_references(spark, next_reads, sizes, policies, references_on_driver=True)
+    assert here == there
+    assert len(there[1]) == len(sizes) * len(policies)
+
+
 def test_the_statistics_account_for_every_read(summary: dict[str, Any]) -> None:
     patterns = summary["statistics"]["patterns"]
     assert {row["subscription"] for row in patterns} == {"fast", "slow"}
@@ -93,6 +117,8 @@ def test_the_cli_writes_tables_and_report(local_run: LocalRun) -> None:
     the cluster and S3 tests run the command in a process of its own)."""
     out = local_run.out
     assert f"report: {out.as_uri()}/report.html" in local_run.stdout
+    if reference.available():
+        assert "references (libcachesim) ran on the executors" in local_run.stdout
     assert local_run.stops == 1, "the command stops its session when done"
     sweep = pq.read_table(out / "sweep").to_pylist()
     sizes = [parse_size(size) for size in SIZES]

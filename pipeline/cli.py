@@ -151,10 +151,7 @@ def run(args: argparse.Namespace) -> int:
     for item in summary["ranking"]:
         print(f"  {item['design']:<10} mean hit ratio {item['meanHitRatio']:.1%}")
     print(f"sweep {summary['sweepSeconds']:.1f} s, total {time.monotonic() - started:.1f} s")
-    where = summary.get("referencesRanOn")
-    if where == "driver":
-        print("references (libcachesim) ran on the driver: the executors' Python lacks it")
-    elif where == "executors":
-        print("references (libcachesim) ran on the executors")
+    if summary.get("referencesRanOn"):  # where libcachesim was: driver or executors
+        print(f"references (libcachesim) ran on the {summary['referencesRanOn']}")
     print(f"report: {join_uri(out, 'report.html')}")
     return 0

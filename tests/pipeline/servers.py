@@ -209,8 +209,10 @@ def minimal_python(directory: pathlib.Path) -> pathlib.Path:
     its dependencies: what a cluster whose Python was set up for PySpark's Arrow UDFs
     has (Spark's own ``pyspark.zip`` and py4j reach its workers from ``SPARK_HOME``). A
     venv whose site-packages links this environment's installed files of those
-    distributions (their own records name them): no network, no copy. Run it with
-    :func:`plain_env` (no ``PYTHONPATH``)."""
+    distributions (their own records name them): no network, no copy. (``pip install``
+    into the venv would fetch them: pip's cache holds HTTP responses, which
+    ``--no-index`` cannot use, so a fresh machine would download some 100 MB per run.)
+    Run it with :func:`plain_env` (no ``PYTHONPATH``)."""
     import importlib.metadata
 
     venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(directory)

@@ -12,15 +12,20 @@ Which session (``brokerlab analyze`` passes its ``--master`` and ``--remote``):
 On a ``local`` master the executors' Python is the driver's own (``PYSPARK_PYTHON``
 defaults to it), which imports brokerlab as the driver does. Anywhere else the
 executors' Python is the cluster's (``PYSPARK_PYTHON`` or ``spark.pyspark.python``, as
-for any PySpark job) and need not have brokerlab: :func:`ship_code` zips the packages a
-task imports (the analysis's :data:`SHIPPED_PACKAGES`, ``broker`` and ``pipeline``, or
-those its caller names; pure Python, checked, the optional compiled accelerators of
-:data:`OPTIONAL_COMPILED` left out) on the driver and adds the zip to the session
-(``addPyFile`` on a classic session, ``addArtifacts(pyfile=True)`` on Connect), so tasks
-import them from there. The executors' Python needs what those packages import: for the
-analysis pyarrow, numpy, pandas (PySpark's Arrow UDFs), sortedcontainers, and
-libcachesim for the references if the driver has it (``simulation.spark`` lists what its
-virtual-time runs need).
+for any PySpark job) and need not have brokerlab, nor its dependencies but those
+PySpark's Arrow UDFs need themselves (pyarrow, pandas, numpy): :func:`ship_code` zips
+the packages a task imports (the analysis's :data:`SHIPPED_PACKAGES`, ``broker`` and
+``pipeline``, or those its caller names; pure Python, checked, the optional compiled
+accelerators of :data:`OPTIONAL_COMPILED` left out) with the third-party pure-Python
+packages they import (:data:`SHIPPED_DEPENDENCIES`: sortedcontainers) on the driver and
+adds the zip to the session (``addPyFile`` on a classic session,
+``addArtifacts(pyfile=True)`` on Connect), so tasks import them from there.
+
+A compiled dependency cannot travel in a zip. The analysis's tasks import none but
+pyarrow and numpy; libcachesim (the ``reference`` extra) runs on the driver only
+(``pipeline.reference.BatchReferences``, beside the bound's job), so executors never
+need it. The sweep's tasks (``simulation.spark``) import more compiled
+packages, which its executors' Python must have.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ if TYPE_CHECKING:
 
 #: the top-level packages a task imports (the replay, the bound, the references, I/O)
 SHIPPED_PACKAGES = ("broker", "pipeline")
+#: third-party packages those import that are pure Python: shipped in the zip with them
+#: (the executor's Python need not have them; one it has is shadowed by the driver's
+#: copy). A package here that turns out compiled makes :func:`code_archive` refuse.
+#: ``tests/pipeline/test_io_and_shipping.py`` runs the tasks' code on a Python with only
+#: pyarrow, pandas and numpy, which fails on an import missing here.
+SHIPPED_DEPENDENCIES = ("sortedcontainers",)
 #: files that cannot be imported from a zip
 _COMPILED = (".so", ".pyd", ".dylib")
 #: compiled modules the zip leaves out: optional accelerators whose package works without
@@ -150,9 +161,10 @@ def _is_local(session: Any) -> bool:
 
 
 def ship_code(session: Any, packages: Sequence[str] | None = None) -> pathlib.Path | None:
-    """Add brokerlab's ``packages`` (None: :data:`SHIPPED_PACKAGES`) to ``session``,
-    unless its executors run the driver's own Python (a classic ``local`` master) or
-    earlier calls shipped them all. Returns the zip added (None if none was).
+    """Add brokerlab's ``packages`` (None: :data:`SHIPPED_PACKAGES`) and the pure-Python
+    packages they import (:data:`SHIPPED_DEPENDENCIES`) to ``session``, unless its
+    executors run the driver's own Python (a classic ``local`` master) or earlier calls
+    shipped them all. Returns the zip added (None if none was).
 
     A call naming a package not shipped yet adds a zip of all it names: two zips may then
     hold a package, the same code (this process's), and executors import either."""
@@ -173,18 +185,33 @@ def ship_code(session: Any, packages: Sequence[str] | None = None) -> pathlib.Pa
 
 
 def code_archive(
-    directory: pathlib.Path | None = None, packages: Sequence[str] | None = None
+    directory: pathlib.Path | None = None,
+    packages: Sequence[str] | None = None,
+    dependencies: Sequence[str] | None = None,
 ) -> pathlib.Path:
-    """A zip of ``packages`` (None: :data:`SHIPPED_PACKAGES`) as this process imports
-    them, named by its content (``brokerlab-<hash>.zip``: a changed tree is a new
-    artifact name, which Connect requires) in ``directory`` (a temporary one by
+    """A zip of ``packages`` (None: :data:`SHIPPED_PACKAGES`) and ``dependencies``
+    (None: :data:`SHIPPED_DEPENDENCIES`), packages or single modules, as this process
+    imports them, named by its content (``brokerlab-<hash>.zip``: a changed tree is a
+    new artifact name, which Connect requires) in ``directory`` (a temporary one by
     default). RuntimeError for a compiled module not in :data:`OPTIONAL_COMPILED`."""
-    import importlib
+    import importlib.util
 
     members: list[tuple[str, bytes]] = []
-    for package in SHIPPED_PACKAGES if packages is None else packages:
-        module = importlib.import_module(package)
-        root = pathlib.Path(module.__file__ or "").parent
+    wanted = [*(SHIPPED_PACKAGES if packages is None else packages)]
+    wanted += [name for name in (SHIPPED_DEPENDENCIES if dependencies is None else dependencies)
+               if name not in wanted]  # fmt: skip
+    for package in wanted:
+        # found, not imported (a compiled module is refused, not loaded)
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            raise RuntimeError(f"{package}: not found, or not a module of files, to ship")
+        source = pathlib.Path(spec.origin)
+        if spec.submodule_search_locations is None:  # a module of its own (six.py)
+            if source.suffix != ".py":
+                raise RuntimeError(f"{source}: a compiled module cannot be shipped in a zip")
+            members.append((source.name, source.read_bytes()))
+            continue
+        root = source.parent
         for path in sorted(root.rglob("*")):
             if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
                 continue

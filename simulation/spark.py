@@ -22,9 +22,11 @@ or trace (a task has no output directory).
 Off a ``local`` master the executors' Python need not have brokerlab:
 :data:`SWEEP_PACKAGES` go to the session as a zip (``pipeline.spark.ship_code``; the
 compiled accelerators are left out, and their Python fallbacks give the same bytes and
-the same results, slower). That Python needs what those packages import: pydantic,
-orjson, aiohttp, sortedcontainers, mmh3, pybase64, crc32c, isal, rbloom, rocksdict,
-protobuf, hdrhistogram and rich, besides pyarrow and pandas for PySpark's Arrow UDFs.
+the same results, slower), with the pure-Python packages of
+``pipeline.spark.SHIPPED_DEPENDENCIES`` (sortedcontainers). That Python needs the rest
+of what those packages import: pydantic, orjson, aiohttp, mmh3, pybase64, crc32c, isal,
+rbloom, rocksdict, protobuf, hdrhistogram and rich, besides pyarrow and pandas for
+PySpark's Arrow UDFs.
 
 Costs: a task holds one run in memory, as a local run does, and its Python worker
 imports the broker once (Python workers are reused between tasks). The function Spark

@@ -20,7 +20,13 @@ import pytest
 
 from broker.cli import main as brokerlab
 from pipeline.trace_io import read_table
-from tests.pipeline.servers import driver_env, shared_cluster, shared_connect, shared_session
+from tests.pipeline.servers import (
+    driver_env,
+    shared_cluster,
+    shared_connect,
+    shared_minimal_python,
+    shared_session,
+)
 from tests.pipeline.workload import record
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -42,6 +48,15 @@ def cluster(
 ) -> tuple[str, pathlib.Path]:
     """A standalone master's URL and its executors' Python (one without brokerlab)."""
     return shared_cluster(request.config, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def minimal_python(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> pathlib.Path:
+    """A Python with only pyarrow, pandas and numpy (what PySpark's Arrow UDFs need):
+    an executor's on a cluster set up for PySpark alone."""
+    return shared_minimal_python(request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ every test that needs one shares it: the pipeline's and the sweep's alike.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pathlib
@@ -171,6 +172,92 @@ def plain_python(directory: pathlib.Path) -> pathlib.Path:
     return python
 
 
+#: what PySpark's Arrow UDFs need of an executor's Python, and all a minimal one has
+ARROW_UDF_DISTRIBUTIONS = ("pyarrow", "pandas", "numpy")
+
+
+def _requirements(name: str) -> set[str]:
+    """The distribution ``name`` and, recursively, those it requires (no extras)."""
+    import importlib.metadata
+
+    found: set[str] = set()
+    todo = [name]
+    while todo:
+        current = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if current in found:
+            continue
+        found.add(current)
+        for requirement in importlib.metadata.distribution(current).requires or []:
+            if "extra ==" in requirement:
+                continue
+            marker = requirement.partition(";")[2].strip()
+            if marker and not _marker_holds(marker):
+                continue
+            todo.append(re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0])
+    return found
+
+
+def _marker_holds(marker: str) -> bool:
+    from packaging.markers import Marker
+
+    return Marker(marker).evaluate({"extra": ""})
+
+
+def minimal_python(directory: pathlib.Path) -> pathlib.Path:
+    """A Python with only :data:`ARROW_UDF_DISTRIBUTIONS` (and what they require:
+    python-dateutil, pytz, tzdata, six for pandas), no pyspark, no brokerlab and none of
+    its dependencies: what a cluster whose Python was set up for PySpark's Arrow UDFs
+    has (Spark's own ``pyspark.zip`` and py4j reach its workers from ``SPARK_HOME``). A
+    venv whose site-packages links this environment's installed files of those
+    distributions (their own records name them): no network, no copy. (``pip install``
+    into the venv would fetch them: pip's cache holds HTTP responses, which
+    ``--no-index`` cannot use, so a fresh machine would download some 100 MB per run.)
+    Run it with :func:`plain_env` (no ``PYTHONPATH``)."""
+    import importlib.metadata
+
+    venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(directory)
+    python = directory / "bin" / "python"
+    site = pathlib.Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    ours = pathlib.Path(sysconfig.get_path("purelib"))
+    names: set[str] = set()
+    for wanted in ARROW_UDF_DISTRIBUTIONS:
+        names |= _requirements(wanted)
+    for name in sorted(names):
+        files = importlib.metadata.distribution(name).files or []
+        tops = {pathlib.PurePath(file).parts[0] for file in files}
+        for top in sorted(tops - {"..", "__pycache__"}):
+            if (ours / top).exists() and not (site / top).exists():
+                (site / top).symlink_to(ours / top)
+    expected = {"pyarrow": True, "pandas": True, "numpy": True, "pyspark": False,
+                "sortedcontainers": False, "libcachesim": False, "broker": False}  # fmt: skip
+    probe = subprocess.run(
+        [python, "-c", MINIMAL_PROBE, *expected],
+        capture_output=True, text=True, cwd=directory, env=plain_env(), check=True,
+    )  # fmt: skip
+    assert json.loads(probe.stdout) == expected, probe.stdout
+    return python
+
+
+#: which of the modules named in argv the Python running it imports
+MINIMAL_PROBE = """
+import importlib, json, sys
+found = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        found[name] = False
+    else:
+        found[name] = True
+print(json.dumps(found))
+"""
+
+
 def spark_env() -> dict[str, str]:
     return {
         "SPARK_LOCAL_IP": "127.0.0.1",
@@ -301,6 +388,16 @@ def shared_plain_python(config: pytest.Config, factory: pytest.TempPathFactory) 
     return shared(config, "plain python", start)
 
 
+def shared_minimal_python(config: pytest.Config, factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The Python with only pyarrow, pandas and numpy (:func:`minimal_python`) of this
+    test process."""
+
+    def start() -> tuple[pathlib.Path, Callable[[], None]]:
+        return minimal_python(factory.mktemp("minimal-python")), lambda: None
+
+    return shared(config, "minimal python", start)
+
+
 def shared_session(config: pytest.Config) -> Any:
     """The classic ``local[2]`` SparkSession of this test process (a process has one
     SparkContext: a ``spark_session("local[2]")`` elsewhere in it gets this one)."""
@@ -361,3 +458,34 @@ def shared_connect(config: pytest.Config, factory: pytest.TempPathFactory) -> st
         return url, server.stop
 
     return shared(config, "spark connect", start)
+
+
+# ------------------------------------------------------- a private network namespace
+
+
+@functools.cache
+def private_network() -> bool:
+    """Whether ``unshare -rn`` gives this process's children a network of their own
+    (where documented fixed ports are free whatever runs on the machine)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+#: brings the loopback interface of a new network namespace up (it starts down)
+LOOPBACK_UP = """
+import fcntl, socket, struct
+with socket.socket() as s:
+    ifreq = struct.pack("16sH14s", b"lo", 0, b"")
+    flags = struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, ifreq))[1]  # SIOCGIFFLAGS
+    fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))  # SIOCSIFFLAGS: up
+"""
+
+
+def in_private_network(script: pathlib.Path) -> list[str]:
+    """The command that runs the bash ``script`` in a network namespace of its own, its
+    loopback up (:func:`private_network` must hold)."""
+    loopback_up = f"{shlex.quote(sys.executable)} -c {shlex.quote(LOOPBACK_UP)}"
+    inner = f"{loopback_up} && exec bash {shlex.quote(str(script))}"
+    return ["unshare", "-rn", "--", "bash", "-c", inner]

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import jobs, reference
 from pipeline.analyze import AnalyzeOptions, analyze
 from pipeline.cli import parse_size
 from tests.pipeline.conftest import DESIGNS, SIZES, LocalRun
@@ -94,6 +95,8 @@ def test_the_cli_writes_tables_and_report(local_run: LocalRun) -> None:
     the cluster and S3 tests run the command in a process of its own)."""
     out = local_run.out
     assert f"report: {out.as_uri()}/report.html" in local_run.stdout
+    if reference.available():
+        assert "references (libcachesim) ran on the driver" in local_run.stdout
     assert local_run.stops == 1, "the command stops its session when done"
     sweep = pq.read_table(out / "sweep").to_pylist()
     sizes = [parse_size(size) for size in SIZES]
@@ -199,7 +202,6 @@ def test_the_sweep_gives_a_task_several_cells_when_cells_outnumber_the_cores(
     """By default, as many tasks as the session runs at once: 6 cells on local[2] are 2
     tasks of 3 consecutive cells (one pass over the trace each), whose rows are those of
     one cell per task."""
-    from pipeline import jobs
     from pipeline.replay import ReplaySpec
 
     trace, _ = recorded

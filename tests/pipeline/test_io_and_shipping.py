@@ -5,6 +5,7 @@ the choice of session, and statistics aggregated to a bounded size."""
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import subprocess
 import zipfile
@@ -27,7 +28,7 @@ from pipeline.trace_io import (
     write_table,
     write_text,
 )
-from tests.pipeline.servers import plain_env, plain_python
+from tests.pipeline.servers import plain_env
 
 
 def test_a_relative_path_is_the_drivers(
@@ -66,23 +67,58 @@ def test_tables_and_text_are_written_whole_and_replace_what_was_there(
     assert left == ["part-00000.parquet", "report.html", "sweep"]
 
 
-def test_the_code_zip_runs_the_replay_on_a_python_without_brokerlab(
-    tmp_path: pathlib.Path,
+#: what an executor does with the zip on its sys.path: import the tasks' modules, make
+#: every design, run the bound; then which third-party modules it imported, and whence
+TASK_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+before = set(sys.modules)
+import pipeline.jobs, pipeline.replay, pipeline.belady, pipeline.spark
+from broker.clock import EventClock
+from pipeline.belady import BoundRun
+from pipeline.replay import DESIGNS, ReplaySpec
+for name in DESIGNS:
+    ReplaySpec(name, 1 << 20).create(EventClock())
+run = BoundRun([100])
+run.feed([{"broker": 0, "seq": 0, "kind": "add", "key": 1, "size": 10, "next_read": 1},
+          {"broker": 0, "seq": 1, "kind": "read", "key": 1, "size": 10, "next_read": None}])
+assert run.results()[0].hits == 1
+tops = {name.partition(".")[0] for name in set(sys.modules) - before}
+# modules of files (not cython_runtime, which Cython's extensions register)
+where = {top: getattr(sys.modules.get(top), "__file__", None) for top in tops}
+where = {top: file for top, file in where.items()
+         if file and top not in sys.stdlib_module_names and not top.startswith("_")}
+print(json.dumps(where))
+"""
+
+
+def test_the_code_zip_runs_the_tasks_on_a_python_with_only_what_pyspark_needs(
+    minimal_python: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
+    """The zip's code on a Python with only pyarrow, pandas and numpy: every third-party
+    module the tasks' code imports is one of those or came in the zip (the zip holds
+    sortedcontainers; without it the import fails)."""
     archive = code_archive(tmp_path / "a")
     assert archive.name == code_archive(tmp_path / "b").name  # named by its content
     names = zipfile.ZipFile(archive).namelist()
     assert "pipeline/jobs.py" in names and "broker/cache/pip430.py" in names
+    assert "sortedcontainers/__init__.py" in names
     assert not [name for name in names if "__pycache__" in name or name.endswith(".so")]
-    python = plain_python(tmp_path / "plain")
     probe = subprocess.run(
-        [python, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-         "import pipeline.jobs, pipeline.replay, pipeline.belady; print(pipeline.jobs.__file__)",
-         str(archive)],
+        [minimal_python, "-c", TASK_PROBE, str(archive)],
         capture_output=True, text=True, cwd=tmp_path, env=plain_env(),
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr
-    assert probe.stdout.startswith(str(archive))
+    where = json.loads(probe.stdout)
+    assert where["pipeline"].startswith(str(archive))
+    assert where["sortedcontainers"].startswith(str(archive))
+    assert set(where) <= {"broker", "pipeline", "sortedcontainers", "pyarrow", "numpy"}
+    bare = code_archive(tmp_path / "c", dependencies=())
+    probe = subprocess.run(
+        [minimal_python, "-c", TASK_PROBE, str(bare)],
+        capture_output=True, text=True, cwd=tmp_path, env=plain_env(),
+    )  # fmt: skip
+    assert "No module named 'sortedcontainers'" in probe.stderr
 
 
 def test_the_code_zip_leaves_out_optional_compiled_modules_and_refuses_others(
@@ -97,8 +133,13 @@ def test_the_code_zip_leaves_out_optional_compiled_modules_and_refuses_others(
     with pytest.raises(RuntimeError, match="cannot be shipped"):
         code_archive(tmp_path / "a")
     monkeypatch.setattr(spark, "OPTIONAL_COMPILED", frozenset({"shipme.fast"}))
-    names = zipfile.ZipFile(code_archive(tmp_path / "b")).namelist()
+    names = zipfile.ZipFile(code_archive(tmp_path / "b", dependencies=())).namelist()
     assert names == ["shipme/__init__.py"]
+    # a third-party dependency is checked alike: a compiled one cannot travel
+    (tmp_path / "src" / "fastdep.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
+    monkeypatch.setattr(spark, "SHIPPED_DEPENDENCIES", ("sortedcontainers", "fastdep"))
+    with pytest.raises(RuntimeError, match="cannot be shipped"):
+        code_archive(tmp_path / "c")
 
 
 @pytest.mark.parametrize(

@@ -10,14 +10,21 @@ import asyncio
 import os
 import pathlib
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
 
-from storage_stub.bookie import DiskBookie, NoSuchEntryError, Storage, StorageFaultError
-from storage_stub.bookie.entry_log import EntryLogger
+from storage_stub.bookie import (
+    BookieError,
+    DiskBookie,
+    NoSuchEntryError,
+    Storage,
+    StorageFaultError,
+)
+from storage_stub.bookie.direct_writer import thread_writer_built
 from storage_stub.bookie.group_commit import GroupCommitter
+from storage_stub.bookie.location_index import EntryLocationIndex
 from tests.harness import eventually_async
 from tests.storage.test_bookie_disk_recovery import disk_bookie, payload
 
@@ -246,28 +253,27 @@ async def test_a_cancelled_close_fails_the_written_group_and_waits_out_the_sync(
 
 
 class HeldFsync:
-    """``EntryLogger.fsync_all`` the test holds: once ``hold`` is set the next call waits
-    (on the writer thread) until ``release``, then fails if ``fail`` is set; every call
-    records the inodes it was given."""
+    """The bookie's entry log fsync (``DiskBookie._fsync_logs``, batch mode) the test
+    holds: once ``hold`` is set the next call waits until ``release``, then fails if
+    ``fail`` is set; every call records the inodes it was given."""
 
     def __init__(self) -> None:
-        self.real = EntryLogger.fsync_all
+        self.real = DiskBookie._fsync_logs
         self.hold = False
         self.fail = False
         self.waiting = threading.Event()
-        self.released = threading.Event()
+        self.released = asyncio.Event()
         self.calls: list[set[int]] = []
 
-    def __call__(self, fds: Iterable[int]) -> None:
-        fds = list(fds)
+    async def __call__(self, bookie: DiskBookie, fds: list[int]) -> None:
         self.calls.append({os.fstat(fd).st_ino for fd in fds})
         if self.hold:
             self.hold = False
             self.waiting.set()
-            self.released.wait(60)  # a deadline against a hung test, not a wait
+            await deadline(self.released.wait())
             if self.fail:
                 raise OSError(5, "Input/output error")
-        self.real(fds)
+        await self.real(bookie, fds)
 
     def release(self) -> None:
         self.released.set()
@@ -276,7 +282,11 @@ class HeldFsync:
 @pytest.fixture
 def held_fsync(monkeypatch: pytest.MonkeyPatch) -> HeldFsync:
     fsync = HeldFsync()
-    monkeypatch.setattr(EntryLogger, "fsync_all", staticmethod(fsync))
+
+    async def held(bookie: DiskBookie, fds: list[int]) -> None:
+        await fsync(bookie, fds)
+
+    monkeypatch.setattr(DiskBookie, "_fsync_logs", held)
     return fsync
 
 
@@ -412,3 +422,39 @@ async def test_closing_a_ledger_waits_for_its_adds_in_the_pipeline(
     assert await deadline(closing) == 1
     assert (await deadline(first), await deadline(second)) == (0, 1)
     assert isinstance(disk, DiskBookie)
+
+
+@pytest.mark.skipif(not thread_writer_built(), reason="storage_stub.bookie._writer is not built")
+async def test_a_failed_index_wal_fsync_fails_the_group_and_leaves_the_index_failed(
+    open_store: OpenStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the sync thread the group's index write is a plain one and the thread
+    fsyncs the index's WAL after it: when that fsync fails the group fails, ids go back,
+    and the index counts as failed (as RocksDB leaves itself after a failed synced
+    write), so the bookie turns read-only until the database is resumed."""
+    storage = await open_store(syncMode="batch", journalMaxGroupWaitMSec=0)
+    bookie = storage.bookie
+    disk = disk_bookie(bookie)
+    ledger = await bookie.create_ledger()
+    assert await bookie.add_entries(ledger, [b"durable-0"]) == 0
+
+    real_due = EntryLocationIndex.wal_due
+    monkeypatch.setattr(EntryLocationIndex, "wal_due", lambda index: [1 << 20])  # EBADF
+    outcome = await deadline(
+        asyncio.gather(bookie.add_entries(ledger, [b"lost-1"]), return_exceptions=True)
+    )
+    # the read-only refusal, saying why
+    assert isinstance(outcome[0], BookieError) and "WAL fsync" in str(outcome[0]), outcome
+    assert disk.read_only and "WAL fsync" in (disk.read_only_reason or "")
+    assert not disk.index.database.writable
+    assert await bookie.last_add_confirmed(ledger) == 0
+    with pytest.raises(NoSuchEntryError):
+        await bookie.read_entries(ledger, 1, 1)
+
+    monkeypatch.setattr(EntryLocationIndex, "wal_due", real_due)
+    await disk.disk_monitor.check(periodic=True)  # space is there: the index is resumed
+    assert not disk.read_only and disk.index.database.writable
+    assert await bookie.add_entries(ledger, [b"durable-1"]) == 1
+    await storage.close()
+    reopened = await open_store(syncMode="batch")
+    assert await reopened.bookie.read_entries(ledger, 0, 1) == [b"durable-0", b"durable-1"]

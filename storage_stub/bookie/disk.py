@@ -163,6 +163,7 @@ class DiskBookie:
         "_sync",
         "_sync_mode",
         "_syncer",
+        "_wal_syncer",
         "_writer",
         "read_cache",
     )
@@ -221,9 +222,11 @@ class DiskBookie:
         #: the thread that copies, seals and writes direct I/O groups (made by ``open``
         #: where built; else the loop copies and the writer thread writes)
         self._writer: ThreadWriter | None = None
-        #: batch: a second compiled thread for the groups' fsyncs (made by ``open``
-        #: where built), so they run beside the next group's write
+        #: batch: two more compiled threads (made by ``open`` where built), one for the
+        #: groups' entry log fsyncs, one for their index WAL fsyncs, so that group N's
+        #: index is synced while group N+1's logs are and group N+2 is written
         self._syncer: ThreadWriter | None = None
+        self._wal_syncer: ThreadWriter | None = None
         self._committer: GroupCommitter[_PendingAdd, int] | None = None
         if config.syncMode == "always":
             self._committer = GroupCommitter(
@@ -234,12 +237,14 @@ class DiskBookie:
                 on_failure=self._group_failed,
             )
         elif config.syncMode == "batch":
-            # pipelined: group N+1 is written while group N is fsynced and indexed
+            # pipelined: group N+1 is written while group N is fsynced (and, with the
+            # sync threads, group N-1 indexed)
             self._committer = GroupCommitter(
                 self._write_stage,
                 max_wait_s=config.journalMaxGroupWaitMSec / 1000.0,
                 max_bytes=config.journalBufferedWritesThreshold,
                 sync=self._start_sync,
+                finish=self._index_stage if thread_writer_built() else None,
                 on_failure=self._group_failed,
             )
         elif log.direct_io:
@@ -299,6 +304,7 @@ class DiskBookie:
                 bookie._writer = ThreadWriter()
             if config.syncMode == "batch" and thread_writer_built():
                 bookie._syncer = ThreadWriter()
+                bookie._wal_syncer = ThreadWriter()
         except BaseException:
             await bookie.close()
             raise
@@ -551,53 +557,70 @@ class DiskBookie:
     def _start_sync(self, group: list[_PendingAdd]) -> Awaitable[None]:
         """batch, stage 2, called on the loop once the group is written and the sync
         before it has ended: take the entry log files written since the last sync now
-        (before the next group's write, which may roll the log), and return the sync
-        (``_sync_stage``). O(group) on the loop."""
+        (before the next group's write, which may roll the log), and return the sync:
+        with the sync threads, the entry logs' fsync (the index write is stage 3,
+        ``_index_stage``, which the committer starts once this has ended and the group
+        before has been indexed); without, fsync and synced index write on the writer
+        thread, then the adds confirmed. O(group) on the loop."""
         fds = self._log.take_unsynced()
-        written: list[tuple[Frame, FrameLocation]] = []
-        for add in group:
-            assert add.location is not None
-            written.append((add.frame, add.location))
-        return self._sync_stage(group, fds, written)
+        if self._syncer is not None:
+            return self._fsync_stage(fds)
+        return self._sync_stage(group, fds)
 
-    async def _sync_stage(
-        self, group: list[_PendingAdd], fds: list[int], written: list[tuple[Frame, FrameLocation]]
-    ) -> None:
-        """fsync the entry logs, then index the group with a synced write, then confirm
-        its adds: the index never names a frame that is not durable. With the compiled
-        sync thread (``_syncer``) the index write is a plain one on the loop (a memtable
-        insert and a WAL append, tens of us) and the sync thread fsyncs the index's WAL
-        files after it (``EntryLocationIndex.wal_due``): what a synced write does, but
-        rocksdict holds the GIL through a synced write, so on the writer thread the
-        loop stood still for the WAL's fsync (about half the stage) and the thread then
-        waited for the GIL behind the busy loop. Two wakeups of the loop per group, no
-        Python thread. Without it, one writer-thread hop (fsync, synced index write)."""
+    async def _fsync_stage(self, fds: list[int]) -> None:
+        """fsync the entry log descriptors ``fds``; on failure they are due again with
+        the next sync. StorageFaultError (NoSpaceError for a full disk)."""
         try:
             await self._fsync_logs(fds)
         except BaseException as error:
-            self._log.restore_unsynced(fds)  # due again with the next sync
+            self._log.restore_unsynced(fds)
             if isinstance(error, OSError):
                 raise os_fault("addEntries", "entry log fsync", error) from None
             raise
-        syncer = self._syncer
-        if syncer is None:
-            await self._in_writer(functools.partial(self._index.add_frames, written, sync=True))
-        else:
-            index = self._index
-            index.add_frames(written, sync=False)
-            try:
-                await syncer.fsync(index.wal_due())
-            except OSError as error:
-                raise index.wal_sync_failed(error) from None
-        self._confirm(group)
 
     async def _fsync_logs(self, fds: list[int]) -> None:
-        """fsync the entry log descriptors ``fds`` (batch): on the sync thread, else on
-        the writer thread. OSError of the first fsync that failed."""
+        """fsync the entry log descriptors ``fds``: on the sync thread, else on the
+        writer thread. OSError of the first fsync that failed."""
         if self._syncer is not None:
             await self._syncer.fsync(fds)
         else:
             await self._in_writer(functools.partial(EntryLogger.fsync_all, fds))
+
+    async def _sync_stage(self, group: list[_PendingAdd], fds: list[int]) -> None:
+        """Without the sync threads: fsync, then the synced index write, both on the
+        writer thread, then the adds confirmed."""
+        await self._fsync_stage(fds)
+        written = self._written(group)
+        await self._in_writer(functools.partial(self._index.add_frames, written, sync=True))
+        self._confirm(group)
+
+    async def _index_stage(self, group: list[_PendingAdd]) -> None:
+        """batch, stage 3 (with the sync threads), once the group's entry logs are
+        fsynced and the group before it is indexed: index the group with a plain write
+        on the loop (a memtable insert and a WAL append, tens of us), then have the
+        second sync thread fsync the index's WAL files (``wal_due``), which is what a
+        synced write does: rocksdict holds the GIL through a synced write, so on a
+        Python thread the loop stood still for the WAL's fsync and the thread then
+        waited for the GIL behind the busy loop. Meanwhile the next group's entry logs
+        are fsynced on the first. Then the adds are confirmed. The index never names a
+        frame that is not durable."""
+        wal_syncer = self._wal_syncer
+        assert wal_syncer is not None
+        index = self._index
+        index.add_frames(self._written(group), sync=False)
+        try:
+            await wal_syncer.fsync(index.wal_due())
+        except OSError as error:
+            raise index.wal_sync_failed(error) from None
+        self._confirm(group)
+
+    @staticmethod
+    def _written(group: list[_PendingAdd]) -> list[tuple[Frame, FrameLocation]]:
+        written: list[tuple[Frame, FrameLocation]] = []
+        for add in group:
+            assert add.location is not None
+            written.append((add.frame, add.location))
+        return written
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         ledger = self._ledger(ledger_id, "readEntries")
@@ -737,8 +760,9 @@ class DiskBookie:
             try:
                 if self._writer is not None:
                     await self._writer.close()  # after the committer: nothing is left to write
-                if self._syncer is not None:
-                    await self._syncer.close()
+                for syncer in (self._syncer, self._wal_syncer):
+                    if syncer is not None:
+                        await syncer.close()
             finally:
                 self._executor.shutdown(wait=True)
                 if self._log_executor is not self._executor:

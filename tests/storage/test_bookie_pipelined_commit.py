@@ -249,6 +249,139 @@ async def test_a_cancelled_close_fails_the_written_group_and_waits_out_the_sync(
     assert a.result() == "a"
 
 
+class ThreeStages(Stages):
+    """``Stages`` with a finish stage: each finish is a future in ``finishes`` (by the
+    group's first item) that the test resolves or fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished: list[list[str]] = []  # groups handed to the finish stage, in order
+        self.finishes: dict[str, asyncio.Future[None]] = {}
+
+    def finish(self, group: list[str]) -> asyncio.Future[None]:
+        self.finished.append(group)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.finishes[group[0]] = future
+        return future
+
+
+def three_staged(stages: ThreeStages) -> GroupCommitter[str, object]:
+    committer: GroupCommitter[str, object] = GroupCommitter(
+        stages.write,
+        max_wait_s=0.0,
+        max_bytes=1 << 20,
+        max_items=1,
+        sync=stages.sync,
+        finish=stages.finish,
+        on_failure=stages.on_failure,
+    )
+    committer.start()
+    return committer
+
+
+async def three_groups_in_the_pipe(
+    stages: ThreeStages, committer: GroupCommitter[str, object]
+) -> tuple[asyncio.Future[object], ...]:
+    """a finishing, b syncing, c written and waiting for b's sync; d queued."""
+    a = committer.submit("a", 1, "a")
+    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
+    stages.syncs["a"].set_result(None)
+    await eventually_async(lambda: stages.finished == [["a"]], "a's finish to start")
+    b = committer.submit("b", 1, "b")
+    await eventually_async(lambda: stages.synced[-1] == ["b"], "b's sync, beside a's finish")
+    c = committer.submit("c", 1, "c")
+    await eventually_async(lambda: stages.written[-1] == ["c"], "c written")
+    await settle()
+    d = committer.submit("d", 1, "d")
+    assert not any(f.done() for f in (a, b, c, d))
+    return a, b, c, d
+
+
+async def test_with_three_stages_a_group_syncs_while_the_one_before_finishes() -> None:
+    stages = ThreeStages()
+    committer = three_staged(stages)
+    a, b, c, d = await three_groups_in_the_pipe(stages, committer)
+    # b's sync ends first: its finish waits for a's, and it is not acknowledged
+    stages.syncs["b"].set_result(None)
+    await eventually_async(lambda: stages.synced[-1] == ["c"], "c's sync")
+    await settle()
+    assert stages.finished == [["a"]] and not b.done() and not a.done()
+    stages.finishes["a"].set_result(None)
+    assert await deadline(a) == "a"
+    await eventually_async(lambda: stages.finished[-1] == ["b"], "b's finish after a's")
+    assert not b.done()
+    stages.finishes["b"].set_result(None)
+    assert await deadline(b) == "b"
+    stages.syncs["c"].set_result(None)
+    await eventually_async(lambda: stages.finished[-1] == ["c"], "c's finish")
+    await eventually_async(lambda: stages.synced[-1] == ["d"], "d's sync beside it")
+    stages.syncs["d"].set_result(None)
+    await settle()
+    assert stages.finished[-1] == ["c"] and not c.done()  # d's finish waits for c's
+    stages.finishes["c"].set_result(None)
+    await eventually_async(lambda: stages.finished[-1] == ["d"], "d's finish")
+    stages.finishes["d"].set_result(None)
+    assert await deadline(asyncio.gather(c, d)) == ["c", "d"]
+    assert (committer.groups_committed, committer.items_committed) == (4, 4)
+    await committer.close()
+
+
+async def test_a_failed_finish_fails_the_groups_syncing_written_and_queued_behind_it() -> None:
+    stages = ThreeStages()
+    committer = three_staged(stages)
+    a, b, c, d = await three_groups_in_the_pipe(stages, committer)
+    stages.finishes["a"].set_exception(OSError(5, "Input/output error"))
+    failed = await deadline(asyncio.gather(a, b, d, return_exceptions=True))
+    assert all(isinstance(o, StorageFaultError) for o in failed), failed
+    assert failed[0] is failed[1] is failed[2] and len(stages.failures) == 1
+    assert not c.done()  # written, waiting for b's sync: it fails once that has ended
+    stages.syncs["b"].set_result(None)  # b's sync ends well, but b failed already
+    with pytest.raises(StorageFaultError):
+        await deadline(c)
+    assert stages.finished == [["a"]] and stages.synced == [["a"], ["b"]]
+    assert len(stages.failures) == 1 and committer.groups_committed == 0
+
+    e = committer.submit("e", 1, "e")  # the committer goes on
+    await eventually_async(lambda: stages.synced[-1] == ["e"], "e's sync")
+    stages.syncs["e"].set_result(None)
+    await eventually_async(lambda: stages.finished[-1] == ["e"], "e's finish")
+    stages.finishes["e"].set_result(None)
+    assert await deadline(e) == "e"
+    await committer.close()
+
+
+async def test_a_sync_failing_while_the_group_before_finishes_waits_for_that_finish() -> None:
+    stages = ThreeStages()
+    committer = three_staged(stages)
+    a, b, c, d = await three_groups_in_the_pipe(stages, committer)
+    stages.watched["a"] = a
+    stages.syncs["b"].set_exception(OSError(5, "Input/output error"))
+    await settle()
+    assert stages.failures == [] and not b.done()  # a is not resolved yet
+    stages.finishes["a"].set_result(None)
+    assert await deadline(a) == "a"
+    failed = await deadline(asyncio.gather(b, c, d, return_exceptions=True))
+    assert all(isinstance(o, StorageFaultError) for o in failed), failed
+    assert stages.on_failure_saw == [{"a": True}] and len(stages.failures) == 1
+    assert stages.finished == [["a"]]
+    await committer.close()
+
+
+async def test_close_waits_for_every_finish() -> None:
+    stages = ThreeStages()
+    committer = three_staged(stages)
+    a = committer.submit("a", 1, "a")
+    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
+    stages.syncs["a"].set_result(None)
+    await eventually_async(lambda: stages.finished == [["a"]], "a's finish to start")
+    closing = asyncio.ensure_future(committer.close())
+    await settle()
+    assert not closing.done()
+    stages.finishes["a"].set_result(None)
+    await deadline(closing)
+    assert a.result() == "a"
+
+
 # ---------------------------------------------------------------------- the disk bookie
 
 

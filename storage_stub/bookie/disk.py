@@ -13,25 +13,31 @@ in a preallocated log, and one index key. By ``syncMode``:
 - ``always``: the add's own commit: write, fsync the entry log, WAL-synced index write;
 - ``batch``: group commit: adds gathered for up to ``journalMaxGroupWaitMSec`` (or
   ``journalBufferedWritesThreshold`` bytes) share one fsync and one synced index batch,
-  pipelined as BookKeeper's journal and force-write threads are: group N+1 is gathered
-  and written to the entry log (the write stage) while group N's fsync and synced index
-  write run (the sync stage: a second compiled thread fsyncs the entry logs, the loop
-  writes the index plainly, the thread fsyncs the index's WAL; no Python thread, and
-  the GIL is not held through any fsync); what arrives meanwhile is written too and
-  joins group N+1. At most one sync is out and one group is being written; a
-  group's sync starts once the previous one has ended, and its adds are acknowledged
-  (and readable) only after it. A failed sync fails its group, the group written behind
-  it (its frames stay in the log, never indexed) and every add queued, and gives the ids
+  pipelined as BookKeeper's journal and force-write threads are, in three stages: group
+  N+2 is gathered and written to the entry log (write), group N+1's entry logs are
+  fsynced (sync), and group N is indexed (finish: a plain index write on the loop, then
+  an fsync of the index's WAL files), at once; what arrives while a sync is out is
+  written too and joins the group being written. Every fsync runs on a compiled thread
+  of its own (two besides the writer's), so no Python thread runs and the GIL is held
+  through no fsync (rocksdict holds it through a synced write). At most one group in
+  each stage; a group's sync starts once the previous sync has ended, its finish once
+  its sync and the previous finish have ended, and its adds are acknowledged (and
+  readable) only after its finish. A failure in any stage fails its group, every group
+  handed on behind it (their frames stay in the log, never indexed, or indexed but
+  never acknowledged), the group being written and every add queued, and gives the ids
   back, as a failed commit did before; the bookie goes on (read-only only where the
-  failure says the disk is full or a database failed). BookKeeper stops its journal,
-  and the bookie with it, on a force-write failure instead;
+  failure says the disk is full or a database failed: a failed index WAL fsync marks
+  the index failed). BookKeeper stops its journal, and the bookie with it, on a
+  force-write failure instead. Without the compiled module, two stages: fsync and a
+  synced index write together on the writer thread;
 - ``none``: nothing fsynced (survives a process kill, not a power loss).
 
 With ``dbStorage_directIOEntryLogger`` (the default) every mode goes through the group
 committer: the entry log's compiled writer thread (``direct_writer``: C, so it never
 takes the loop's GIL) copies a group's frames into the log's aligned buffer, computes
 their CRCs and runs the O_DIRECT pwrite, and the loop indexes the group (none) or hands
-fsync and a synced index write to the writer thread (always, batch).
+fsync and a synced index write to the writer thread (always) or to the sync threads
+(batch, above).
 In none, groups are not held back: what arrives while one write is out goes with the
 next. Measured here (16 concurrent adds of 100 x 1 KiB entries, syncMode=none), an add
 cost the loop 20-21 us with direct I/O and the writer thread (25-30 with the writer

@@ -13,11 +13,17 @@
  * through an eventfd. A forked child's copy of a Writer has no thread: it refuses
  * writes.
  *
- * One write at a time (the bookie's group committer has one group out at a time):
+ * One job at a time (the bookie's group committer has one group out at a time):
  *
  *     submit(buffer, fd, offset, length, copies, seals)   loop: queue the write
+ *     submit_fsync(fds)                                   loop: or queue fsyncs
  *     ... the eventfd becomes readable ...
- *     collect() -> errno or None                         loop: 0 when written
+ *     collect() -> errno or None                         loop: 0 when done
+ *
+ * submit_fsync has the thread fsync each descriptor in turn, stopping at the first
+ * failure: syncMode=batch gives the fsyncs of a group (its entry logs, then the location
+ * index's WAL) to a second Writer, so that neither the loop nor a Python thread waits on
+ * the device, nor a Python thread on the GIL after the device answers.
  *
  * copies: (position, header, entries) per frame: header (bytes or bytearray, copied on
  * the loop: it is small and may be mutable) and then each of entries (a list or tuple of
@@ -58,6 +64,8 @@ typedef struct {
 
 enum { IDLE, QUEUED, DONE };
 
+enum { WRITE, FSYNC }; /* what a queued job is */
+
 /* ISA-L's CRC-32 (gzip's, reflected: the same value as zlib's crc32 from 0), about 15
  * times faster here than zlib's; found in the library that Writer() is given. */
 typedef uint32_t (*crc_function)(uint32_t, const unsigned char *, uint64_t);
@@ -72,6 +80,9 @@ typedef struct {
     pid_t owner;  /* the process that started it: a forked child has no thread */
     int event_fd;
     int state; /* IDLE, QUEUED (the thread's), DONE (the loop's to collect) */
+    int kind;  /* WRITE, FSYNC */
+    int *sync_fds; /* FSYNC: the descriptors, fsynced in order */
+    Py_ssize_t sync_count, sync_capacity;
     /* the write; the loop fills it in while IDLE, the thread reads it while QUEUED */
     Py_buffer buffer;
     int fd;
@@ -110,10 +121,27 @@ reserve(void **array, Py_ssize_t *capacity, Py_ssize_t need, size_t item_size)
     return 0;
 }
 
+/* The thread, FSYNC: fsync each descriptor in turn; the first failure's errno. */
+static int
+perform_fsync(Writer *self)
+{
+    for (Py_ssize_t i = 0; i < self->sync_count; i++) {
+        while (fsync(self->sync_fds[i]) < 0) {
+            if (errno != EINTR) {
+                return errno ? errno : EIO;
+            }
+        }
+    }
+    return 0;
+}
+
 /* The thread: the copies, the seals, the pwrite. No Python object is touched. */
 static int
 perform(Writer *self)
 {
+    if (self->kind == FSYNC) {
+        return perform_fsync(self);
+    }
     for (Py_ssize_t i = 0; i < self->copy_count; i++) {
         memcpy(self->copies[i].to, self->copies[i].from, self->copies[i].length);
     }
@@ -191,6 +219,7 @@ release(Writer *self)
     self->held_count = 0;
     self->copy_count = 0;
     self->seal_count = 0;
+    self->sync_count = 0;
     if (self->buffer.obj != NULL) {
         PyBuffer_Release(&self->buffer);
     }
@@ -282,6 +311,7 @@ Writer_dealloc(Writer *self)
     PyMem_Free(self->copies);
     PyMem_Free(self->seals);
     PyMem_Free(self->held);
+    PyMem_Free(self->sync_fds);
     if (self->library != NULL) {
         dlclose(self->library);
     }
@@ -482,6 +512,7 @@ Writer_submit(Writer *self, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
+    self->kind = WRITE;
     self->fd = (int)fd;
     self->offset = (off_t)offset;
     self->length = (size_t)length;
@@ -490,6 +521,80 @@ Writer_submit(Writer *self, PyObject *const *args, Py_ssize_t nargs)
     if (self->stopping) { /* closed from another thread while this was planned */
         pthread_mutex_unlock(&self->lock);
         release(self);
+        PyErr_SetString(PyExc_RuntimeError, "the writer is closed");
+        return NULL;
+    }
+    self->state = QUEUED;
+    pthread_cond_signal(&self->wake);
+    pthread_mutex_unlock(&self->lock);
+    Py_RETURN_NONE;
+}
+
+/* Whether a job can be queued now: 0, or -1 with RuntimeError. */
+static int
+check_idle(Writer *self)
+{
+    if (self->owner != getpid()) {
+        PyErr_SetString(PyExc_RuntimeError, "the writer's thread is in another process");
+        return -1;
+    }
+    if (!self->started || self->stopping) {
+        PyErr_SetString(PyExc_RuntimeError, "the writer is closed");
+        return -1;
+    }
+    if (current_state(self) != IDLE) {
+        PyErr_SetString(PyExc_RuntimeError, "a write is already out");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(submit_fsync_doc,
+             "submit_fsync(fds) -> None\n\n"
+             "Queue fsyncs: on the thread, fsync each descriptor of fds (a list or tuple\n"
+             "of ints) in order, stopping at the first that fails. The eventfd turns\n"
+             "readable when it is done; collect() then gives 0 or that fsync's errno.\n"
+             "RuntimeError if a job is out or the writer is closed; TypeError or\n"
+             "ValueError, and nothing queued, for fds that are not descriptors. O(fds).");
+
+static PyObject *
+Writer_submit_fsync(Writer *self, PyObject *fds)
+{
+    if (check_idle(self) < 0) {
+        return NULL;
+    }
+    if (!PyList_CheckExact(fds) && !PyTuple_CheckExact(fds)) {
+        PyErr_SetString(PyExc_TypeError, "fds must be a list or tuple of ints");
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(fds);
+    PyObject **items = PySequence_Fast_ITEMS(fds);
+    if (reserve((void **)&self->sync_fds, &self->sync_capacity, count, sizeof(int)) < 0) {
+        return NULL;
+    }
+    /* exact ints only: no Python code runs, so the list cannot change while read */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!PyLong_CheckExact(items[i])) {
+            PyErr_SetString(PyExc_TypeError, "fds must be a list or tuple of ints");
+            return NULL;
+        }
+        long fd = PyLong_AsLong(items[i]);
+        if (fd == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (fd < 0 || fd > INT_MAX) {
+            PyErr_Format(PyExc_ValueError, "%ld is not a file descriptor", fd);
+            return NULL;
+        }
+        self->sync_fds[i] = (int)fd;
+    }
+    self->sync_count = count;
+    self->kind = FSYNC;
+    self->error = 0;
+    pthread_mutex_lock(&self->lock);
+    if (self->stopping) { /* closed from another thread meanwhile */
+        pthread_mutex_unlock(&self->lock);
+        self->sync_count = 0;
         PyErr_SetString(PyExc_RuntimeError, "the writer is closed");
         return NULL;
     }
@@ -552,6 +657,7 @@ Writer_get_busy(Writer *self, void *Py_UNUSED(closure))
 
 static PyMethodDef Writer_methods[] = {
     {"submit", (PyCFunction)(void (*)(void))Writer_submit, METH_FASTCALL, submit_doc},
+    {"submit_fsync", (PyCFunction)Writer_submit_fsync, METH_O, submit_fsync_doc},
     {"collect", (PyCFunction)Writer_collect, METH_NOARGS, collect_doc},
     {"close", (PyCFunction)Writer_close, METH_NOARGS, close_doc},
     {NULL, NULL, 0, NULL},

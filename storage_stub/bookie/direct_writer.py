@@ -113,14 +113,33 @@ class ThreadWriter:
             write.copy()
             writer.submit(write.buffer, write.fd, write.start, write.length, [], write.unsealed)
         write.copies = []
+        code = await self._wait()
+        if code:
+            raise OSError(code, f"entry log write: {os.strerror(code)}")
+
+    async def fsync(self, fds: list[int]) -> None:
+        """Have the thread fsync each of ``fds`` in turn: O(fds) on the loop, one wakeup,
+        and neither the loop nor a Python thread waits on the device or, once the device
+        answers, on the GIL. OSError with the errno of the first fsync that failed (the
+        ones after it are not tried). Cancelled, it still waits for the thread first."""
+        if self._closed:
+            raise OSError(errno.EIO, "the entry log writer is closed")
+        writer = self._writer
+        if writer.busy:
+            raise OSError(errno.EBUSY, "the writer's last job is still out")
+        writer.submit_fsync(fds)
+        code = await self._wait()
+        if code:
+            raise OSError(code, f"fsync: {os.strerror(code)}")
+
+    async def _wait(self) -> int:
+        """The submitted job's errno (0: done)."""
         waiting = self._waiting = self._loop.create_future()
         try:
-            code = await waiting
+            return await waiting
         except asyncio.CancelledError:
             await self._outlast()
             raise
-        if code:
-            raise OSError(code, f"entry log write: {os.strerror(code)}")
 
     async def _outlast(self) -> None:
         """A cancelled ``write``'s write goes on on the thread, into the entry logger's

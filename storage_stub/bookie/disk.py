@@ -13,23 +13,31 @@ in a preallocated log, and one index key. By ``syncMode``:
 - ``always``: the add's own commit: write, fsync the entry log, WAL-synced index write;
 - ``batch``: group commit: adds gathered for up to ``journalMaxGroupWaitMSec`` (or
   ``journalBufferedWritesThreshold`` bytes) share one fsync and one synced index batch,
-  pipelined as BookKeeper's journal and force-write threads are: group N+1 is gathered
-  and written to the entry log (the write stage) while group N's fsync and synced index
-  write run on the writer thread (the sync stage); what arrives meanwhile is written too
-  and joins group N+1. At most one sync is out and one group is being written; a
-  group's sync starts once the previous one has ended, and its adds are acknowledged
-  (and readable) only after it. A failed sync fails its group, the group written behind
-  it (its frames stay in the log, never indexed) and every add queued, and gives the ids
+  pipelined as BookKeeper's journal and force-write threads are, in three stages: group
+  N+2 is gathered and written to the entry log (write), group N+1's entry logs are
+  fsynced (sync), and group N is indexed (finish: a plain index write on the loop, then
+  an fsync of the index's WAL files), at once; what arrives while a sync is out is
+  written too and joins the group being written. Every fsync runs on a compiled thread
+  of its own (two besides the writer's), so no Python thread runs and the GIL is held
+  through no fsync (rocksdict holds it through a synced write). At most one group in
+  each stage; a group's sync starts once the previous sync has ended, its finish once
+  its sync and the previous finish have ended, and its adds are acknowledged (and
+  readable) only after its finish. A failure in any stage fails its group, every group
+  handed on behind it (their frames stay in the log, never indexed, or indexed but
+  never acknowledged), the group being written and every add queued, and gives the ids
   back, as a failed commit did before; the bookie goes on (read-only only where the
-  failure says the disk is full or a database failed). BookKeeper stops its journal,
-  and the bookie with it, on a force-write failure instead;
+  failure says the disk is full or a database failed: a failed index WAL fsync marks
+  the index failed). BookKeeper stops its journal, and the bookie with it, on a
+  force-write failure instead. Without the compiled module, two stages: fsync and a
+  synced index write together on the writer thread;
 - ``none``: nothing fsynced (survives a process kill, not a power loss).
 
 With ``dbStorage_directIOEntryLogger`` (the default) every mode goes through the group
 committer: the entry log's compiled writer thread (``direct_writer``: C, so it never
 takes the loop's GIL) copies a group's frames into the log's aligned buffer, computes
 their CRCs and runs the O_DIRECT pwrite, and the loop indexes the group (none) or hands
-fsync and a synced index write to the writer thread (always, batch).
+fsync and a synced index write to the writer thread (always) or to the sync threads
+(batch, above).
 In none, groups are not held back: what arrives while one write is out goes with the
 next. Measured here (16 concurrent adds of 100 x 1 KiB entries, syncMode=none), an add
 cost the loop 20-21 us with direct I/O and the writer thread (25-30 with the writer
@@ -160,6 +168,8 @@ class DiskBookie:
         "_read_ahead",
         "_sync",
         "_sync_mode",
+        "_syncer",
+        "_wal_syncer",
         "_writer",
         "read_cache",
     )
@@ -218,6 +228,11 @@ class DiskBookie:
         #: the thread that copies, seals and writes direct I/O groups (made by ``open``
         #: where built; else the loop copies and the writer thread writes)
         self._writer: ThreadWriter | None = None
+        #: batch: two more compiled threads (made by ``open`` where built), one for the
+        #: groups' entry log fsyncs, one for their index WAL fsyncs, so that group N's
+        #: index is synced while group N+1's logs are and group N+2 is written
+        self._syncer: ThreadWriter | None = None
+        self._wal_syncer: ThreadWriter | None = None
         self._committer: GroupCommitter[_PendingAdd, int] | None = None
         if config.syncMode == "always":
             self._committer = GroupCommitter(
@@ -228,12 +243,14 @@ class DiskBookie:
                 on_failure=self._group_failed,
             )
         elif config.syncMode == "batch":
-            # pipelined: group N+1 is written while group N is fsynced and indexed
+            # pipelined: group N+1 is written while group N is fsynced (and, with the
+            # sync threads, group N-1 indexed)
             self._committer = GroupCommitter(
                 self._write_stage,
                 max_wait_s=config.journalMaxGroupWaitMSec / 1000.0,
                 max_bytes=config.journalBufferedWritesThreshold,
                 sync=self._start_sync,
+                finish=self._index_stage if thread_writer_built() else None,
                 on_failure=self._group_failed,
             )
         elif log.direct_io:
@@ -288,12 +305,15 @@ class DiskBookie:
             raise StorageFaultError(
                 "open", f"the disk is full ({reason}) and readOnlyModeEnabled=false"
             )
-        if bookie._log.direct_io and thread_writer_built():
-            try:
+        try:
+            if bookie._log.direct_io and thread_writer_built():
                 bookie._writer = ThreadWriter()
-            except BaseException:
-                await bookie.close()
-                raise
+            if config.syncMode == "batch" and thread_writer_built():
+                bookie._syncer = ThreadWriter()
+                bookie._wal_syncer = ThreadWriter()
+        except BaseException:
+            await bookie.close()
+            raise
         monitor.start()
         if bookie._committer is not None:
             bookie._committer.start()
@@ -544,33 +564,69 @@ class DiskBookie:
         """batch, stage 2, called on the loop once the group is written and the sync
         before it has ended: take the entry log files written since the last sync now
         (before the next group's write, which may roll the log), and return the sync:
-        fsync them, then the group's WAL-synced index write, on the writer thread; then
-        confirm the group's adds. O(group) on the loop."""
+        with the sync threads, the entry logs' fsync (the index write is stage 3,
+        ``_index_stage``, which the committer starts once this has ended and the group
+        before has been indexed); without, fsync and synced index write on the writer
+        thread, then the adds confirmed. O(group) on the loop."""
         fds = self._log.take_unsynced()
+        if self._syncer is not None:
+            return self._fsync_stage(fds)
+        return self._sync_stage(group, fds)
+
+    async def _fsync_stage(self, fds: list[int]) -> None:
+        """fsync the entry log descriptors ``fds``; on failure they are due again with
+        the next sync. StorageFaultError (NoSpaceError for a full disk)."""
+        try:
+            await self._fsync_logs(fds)
+        except BaseException as error:
+            self._log.restore_unsynced(fds)
+            if isinstance(error, OSError):
+                raise os_fault("addEntries", "entry log fsync", error) from None
+            raise
+
+    async def _fsync_logs(self, fds: list[int]) -> None:
+        """fsync the entry log descriptors ``fds``: on the sync thread, else on the
+        writer thread. OSError of the first fsync that failed."""
+        if self._syncer is not None:
+            await self._syncer.fsync(fds)
+        else:
+            await self._in_writer(functools.partial(EntryLogger.fsync_all, fds))
+
+    async def _sync_stage(self, group: list[_PendingAdd], fds: list[int]) -> None:
+        """Without the sync threads: fsync, then the synced index write, both on the
+        writer thread, then the adds confirmed."""
+        await self._fsync_stage(fds)
+        written = self._written(group)
+        await self._in_writer(functools.partial(self._index.add_frames, written, sync=True))
+        self._confirm(group)
+
+    async def _index_stage(self, group: list[_PendingAdd]) -> None:
+        """batch, stage 3 (with the sync threads), once the group's entry logs are
+        fsynced and the group before it is indexed: index the group with a plain write
+        on the loop (a memtable insert and a WAL append, tens of us), then have the
+        second sync thread fsync the index's WAL files (``wal_due``), which is what a
+        synced write does: rocksdict holds the GIL through a synced write, so on a
+        Python thread the loop stood still for the WAL's fsync and the thread then
+        waited for the GIL behind the busy loop. Meanwhile the next group's entry logs
+        are fsynced on the first. Then the adds are confirmed. The index never names a
+        frame that is not durable."""
+        wal_syncer = self._wal_syncer
+        assert wal_syncer is not None
+        index = self._index
+        index.add_frames(self._written(group), sync=False)
+        try:
+            await wal_syncer.fsync(index.wal_due())
+        except OSError as error:
+            raise index.wal_sync_failed(error) from None
+        self._confirm(group)
+
+    @staticmethod
+    def _written(group: list[_PendingAdd]) -> list[tuple[Frame, FrameLocation]]:
         written: list[tuple[Frame, FrameLocation]] = []
         for add in group:
             assert add.location is not None
             written.append((add.frame, add.location))
-        return self._sync_stage(group, fds, written)
-
-    async def _sync_stage(
-        self, group: list[_PendingAdd], fds: list[int], written: list[tuple[Frame, FrameLocation]]
-    ) -> None:
-        try:
-            await self._in_writer(functools.partial(self._force_and_index, fds, written))
-        except BaseException:
-            self._log.restore_unsynced(fds)  # due again with the next sync
-            raise
-        self._confirm(group)
-
-    def _force_and_index(self, fds: list[int], written: list[tuple[Frame, FrameLocation]]) -> None:
-        """Writer thread: fsync ``fds``, then index ``written`` with a WAL-synced write,
-        so the index never names a frame that is not durable."""
-        try:
-            self._log.fsync_all(fds)
-        except OSError as error:
-            raise os_fault("addEntries", "entry log fsync", error) from None
-        self._index.add_frames(written, sync=True)
+        return written
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         ledger = self._ledger(ledger_id, "readEntries")
@@ -710,6 +766,9 @@ class DiskBookie:
             try:
                 if self._writer is not None:
                     await self._writer.close()  # after the committer: nothing is left to write
+                for syncer in (self._syncer, self._wal_syncer):
+                    if syncer is not None:
+                        await syncer.close()
             finally:
                 self._executor.shutdown(wait=True)
                 if self._log_executor is not self._executor:

@@ -22,9 +22,10 @@ from collections.abc import Iterable
 
 from rocksdict import WriteBatch
 
+from storage_stub.bookie.api import StorageFaultError, os_fault
 from storage_stub.bookie.entry_log import EntryRun
 from storage_stub.bookie.frame import Frame, FrameLocation, lengths_struct, payloads_offset
-from storage_stub.bookie.rocks import RocksDatabase, write_options
+from storage_stub.bookie.rocks import RocksDatabase, WalFiles, write_options
 
 _KEY = struct.Struct(">QQ")
 _VALUE = struct.Struct(">IQI")  # log id, frame offset, count; the lengths follow
@@ -46,12 +47,13 @@ class EntryLocationIndex:
     ``delete_ledger``: one range tombstone.
     """
 
-    __slots__ = ("_rocks", "floor_seeks")
+    __slots__ = ("_rocks", "_wal", "floor_seeks")
 
     def __init__(self, path: pathlib.Path, *, allow_read_only: bool = False) -> None:
         """Open (creating if missing) the index at ``path``; ``allow_read_only``: open it
         read-only when the disk is too full to open it read-write (see RocksDatabase)."""
         self._rocks = RocksDatabase(path, name="location index", allow_read_only=allow_read_only)
+        self._wal = WalFiles(path)
         #: Floor seeks made by get_last_entry_in_ledger since open.
         self.floor_seeks = 0
 
@@ -75,6 +77,25 @@ class EntryLocationIndex:
             rocks.db.write(batch, _SYNC if sync else _NO_SYNC)
         except Exception as error:
             raise rocks.write_fault("addEntries", "location index write", error) from None
+
+    def wal_due(self) -> list[int]:
+        """The descriptors whose fsync makes every index write so far durable (see
+        rocks.WalFiles): for ``add_frames(..., sync=False)`` followed by those fsyncs off
+        the loop, which is what ``sync=True`` does without holding the GIL through the
+        fsync. Call again only once the last call's fsyncs are done. StorageFaultError
+        if the files cannot be listed or opened."""
+        try:
+            return self._wal.due()
+        except OSError as error:
+            raise os_fault("addEntries", "location index WAL listing", error) from None
+
+    def wal_sync_failed(self, error: OSError) -> StorageFaultError:
+        """What a failed fsync of ``wal_due``'s descriptors raises; the database is
+        marked failed, as RocksDB marks itself after a failed synced write (what was
+        written may be lost, so nothing more is written until it is reopened)."""
+        fault = os_fault("addEntries", "location index WAL fsync", error)
+        self._rocks.failed = fault.detail
+        return fault
 
     def find_runs(self, ledger_id: int, first: int, last: int) -> tuple[list[EntryRun], int]:
         """The entries ``first..last`` (first <= last) as runs, one per frame, in order,
@@ -182,3 +203,4 @@ class EntryLocationIndex:
         """Flush (unless ``flush`` is false: a full disk) and close; never raises (a
         failure is logged: the WAL has every write)."""
         self._rocks.close(flush=flush)
+        self._wal.close()

@@ -195,12 +195,12 @@ async def test_a_failed_fsync_fails_the_add_and_the_ledger_continues_from_its_la
     ledger = await bookie.create_ledger()
     await bookie.add_entries(ledger, [b"durable-0"])
 
-    real_fsync_all = EntryLogger.fsync_all
+    real_fsync_logs = DiskBookie._fsync_logs
 
-    def failing_fsync_all(fds: object) -> None:
+    async def failing_fsync_logs(bookie: DiskBookie, fds: list[int]) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(EntryLogger, "fsync_all", staticmethod(failing_fsync_all))
+    monkeypatch.setattr(DiskBookie, "_fsync_logs", failing_fsync_logs)
     outcomes = await asyncio.gather(
         bookie.add_entries(ledger, [b"lost-1"]),
         bookie.add_entries(ledger, [b"lost-2", b"lost-3"]),
@@ -211,7 +211,7 @@ async def test_a_failed_fsync_fails_the_add_and_the_ledger_continues_from_its_la
     assert await bookie.get_last_entry_in_ledger(ledger) == 0
     assert storage.counters.addEntries.errors == 2
 
-    monkeypatch.setattr(EntryLogger, "fsync_all", staticmethod(real_fsync_all))
+    monkeypatch.setattr(DiskBookie, "_fsync_logs", real_fsync_logs)
     assert await bookie.add_entries(ledger, [b"durable-1"]) == 1
     await storage.close()
     reopened = await open_store(syncMode="batch")

@@ -10,14 +10,21 @@ import asyncio
 import os
 import pathlib
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
 
-from storage_stub.bookie import DiskBookie, NoSuchEntryError, Storage, StorageFaultError
-from storage_stub.bookie.entry_log import EntryLogger
+from storage_stub.bookie import (
+    BookieError,
+    DiskBookie,
+    NoSuchEntryError,
+    Storage,
+    StorageFaultError,
+)
+from storage_stub.bookie.direct_writer import thread_writer_built
 from storage_stub.bookie.group_commit import GroupCommitter
+from storage_stub.bookie.location_index import EntryLocationIndex
 from tests.harness import eventually_async
 from tests.storage.test_bookie_disk_recovery import disk_bookie, payload
 
@@ -242,32 +249,164 @@ async def test_a_cancelled_close_fails_the_written_group_and_waits_out_the_sync(
     assert a.result() == "a"
 
 
+class ThreeStages(Stages):
+    """``Stages`` with a finish stage: each finish is a future in ``finishes`` (by the
+    group's first item) that the test resolves or fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished: list[list[str]] = []  # groups handed to the finish stage, in order
+        self.finishes: dict[str, asyncio.Future[None]] = {}
+
+    def finish(self, group: list[str]) -> asyncio.Future[None]:
+        self.finished.append(group)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.finishes[group[0]] = future
+        return future
+
+
+def three_staged(stages: ThreeStages) -> GroupCommitter[str, object]:
+    committer: GroupCommitter[str, object] = GroupCommitter(
+        stages.write,
+        max_wait_s=0.0,
+        max_bytes=1 << 20,
+        max_items=1,
+        sync=stages.sync,
+        finish=stages.finish,
+        on_failure=stages.on_failure,
+    )
+    committer.start()
+    return committer
+
+
+async def three_groups_in_the_pipe(
+    stages: ThreeStages, committer: GroupCommitter[str, object]
+) -> tuple[asyncio.Future[object], ...]:
+    """a finishing, b syncing, c written and waiting for b's sync; d queued."""
+    a = committer.submit("a", 1, "a")
+    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
+    stages.syncs["a"].set_result(None)
+    await eventually_async(lambda: stages.finished == [["a"]], "a's finish to start")
+    b = committer.submit("b", 1, "b")
+    await eventually_async(lambda: stages.synced[-1] == ["b"], "b's sync, beside a's finish")
+    c = committer.submit("c", 1, "c")
+    await eventually_async(lambda: stages.written[-1] == ["c"], "c written")
+    await settle()
+    d = committer.submit("d", 1, "d")
+    assert not any(f.done() for f in (a, b, c, d))
+    return a, b, c, d
+
+
+async def test_with_three_stages_a_group_syncs_while_the_one_before_finishes() -> None:
+    stages = ThreeStages()
+    committer = three_staged(stages)
+    a, b, c, d = await three_groups_in_the_pipe(stages, committer)
+    # b's sync ends first: its finish waits for a's, and it is not acknowledged
+    stages.syncs["b"].set_result(None)
+    await eventually_async(lambda: stages.synced[-1] == ["c"], "c's sync")
+    await settle()
+    assert stages.finished == [["a"]] and not b.done() and not a.done()
+    stages.finishes["a"].set_result(None)
+    assert await deadline(a) == "a"
+    await eventually_async(lambda: stages.finished[-1] == ["b"], "b's finish after a's")
+    assert not b.done()
+    stages.finishes["b"].set_result(None)
+    assert await deadline(b) == "b"
+    stages.syncs["c"].set_result(None)
+    await eventually_async(lambda: stages.finished[-1] == ["c"], "c's finish")
+    await eventually_async(lambda: stages.synced[-1] == ["d"], "d's sync beside it")
+    stages.syncs["d"].set_result(None)
+    await settle()
+    assert stages.finished[-1] == ["c"] and not c.done()  # d's finish waits for c's
+    stages.finishes["c"].set_result(None)
+    await eventually_async(lambda: stages.finished[-1] == ["d"], "d's finish")
+    stages.finishes["d"].set_result(None)
+    assert await deadline(asyncio.gather(c, d)) == ["c", "d"]
+    assert (committer.groups_committed, committer.items_committed) == (4, 4)
+    await committer.close()
+
+
+async def test_a_failed_finish_fails_the_groups_syncing_written_and_queued_behind_it() -> None:
+    stages = ThreeStages()
+    committer = three_staged(stages)
+    a, b, c, d = await three_groups_in_the_pipe(stages, committer)
+    stages.finishes["a"].set_exception(OSError(5, "Input/output error"))
+    failed = await deadline(asyncio.gather(a, b, d, return_exceptions=True))
+    assert all(isinstance(o, StorageFaultError) for o in failed), failed
+    assert failed[0] is failed[1] is failed[2] and len(stages.failures) == 1
+    assert not c.done()  # written, waiting for b's sync: it fails once that has ended
+    stages.syncs["b"].set_result(None)  # b's sync ends well, but b failed already
+    with pytest.raises(StorageFaultError):
+        await deadline(c)
+    assert stages.finished == [["a"]] and stages.synced == [["a"], ["b"]]
+    assert len(stages.failures) == 1 and committer.groups_committed == 0
+
+    e = committer.submit("e", 1, "e")  # the committer goes on
+    await eventually_async(lambda: stages.synced[-1] == ["e"], "e's sync")
+    stages.syncs["e"].set_result(None)
+    await eventually_async(lambda: stages.finished[-1] == ["e"], "e's finish")
+    stages.finishes["e"].set_result(None)
+    assert await deadline(e) == "e"
+    await committer.close()
+
+
+async def test_a_sync_failing_while_the_group_before_finishes_waits_for_that_finish() -> None:
+    stages = ThreeStages()
+    committer = three_staged(stages)
+    a, b, c, d = await three_groups_in_the_pipe(stages, committer)
+    stages.watched["a"] = a
+    stages.syncs["b"].set_exception(OSError(5, "Input/output error"))
+    await settle()
+    assert stages.failures == [] and not b.done()  # a is not resolved yet
+    stages.finishes["a"].set_result(None)
+    assert await deadline(a) == "a"
+    failed = await deadline(asyncio.gather(b, c, d, return_exceptions=True))
+    assert all(isinstance(o, StorageFaultError) for o in failed), failed
+    assert stages.on_failure_saw == [{"a": True}] and len(stages.failures) == 1
+    assert stages.finished == [["a"]]
+    await committer.close()
+
+
+async def test_close_waits_for_every_finish() -> None:
+    stages = ThreeStages()
+    committer = three_staged(stages)
+    a = committer.submit("a", 1, "a")
+    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
+    stages.syncs["a"].set_result(None)
+    await eventually_async(lambda: stages.finished == [["a"]], "a's finish to start")
+    closing = asyncio.ensure_future(committer.close())
+    await settle()
+    assert not closing.done()
+    stages.finishes["a"].set_result(None)
+    await deadline(closing)
+    assert a.result() == "a"
+
+
 # ---------------------------------------------------------------------- the disk bookie
 
 
 class HeldFsync:
-    """``EntryLogger.fsync_all`` the test holds: once ``hold`` is set the next call waits
-    (on the writer thread) until ``release``, then fails if ``fail`` is set; every call
-    records the inodes it was given."""
+    """The bookie's entry log fsync (``DiskBookie._fsync_logs``, batch mode) the test
+    holds: once ``hold`` is set the next call waits until ``release``, then fails if
+    ``fail`` is set; every call records the inodes it was given."""
 
     def __init__(self) -> None:
-        self.real = EntryLogger.fsync_all
+        self.real = DiskBookie._fsync_logs
         self.hold = False
         self.fail = False
         self.waiting = threading.Event()
-        self.released = threading.Event()
+        self.released = asyncio.Event()
         self.calls: list[set[int]] = []
 
-    def __call__(self, fds: Iterable[int]) -> None:
-        fds = list(fds)
+    async def __call__(self, bookie: DiskBookie, fds: list[int]) -> None:
         self.calls.append({os.fstat(fd).st_ino for fd in fds})
         if self.hold:
             self.hold = False
             self.waiting.set()
-            self.released.wait(60)  # a deadline against a hung test, not a wait
+            await deadline(self.released.wait())
             if self.fail:
                 raise OSError(5, "Input/output error")
-        self.real(fds)
+        await self.real(bookie, fds)
 
     def release(self) -> None:
         self.released.set()
@@ -276,7 +415,11 @@ class HeldFsync:
 @pytest.fixture
 def held_fsync(monkeypatch: pytest.MonkeyPatch) -> HeldFsync:
     fsync = HeldFsync()
-    monkeypatch.setattr(EntryLogger, "fsync_all", staticmethod(fsync))
+
+    async def held(bookie: DiskBookie, fds: list[int]) -> None:
+        await fsync(bookie, fds)
+
+    monkeypatch.setattr(DiskBookie, "_fsync_logs", held)
     return fsync
 
 
@@ -412,3 +555,39 @@ async def test_closing_a_ledger_waits_for_its_adds_in_the_pipeline(
     assert await deadline(closing) == 1
     assert (await deadline(first), await deadline(second)) == (0, 1)
     assert isinstance(disk, DiskBookie)
+
+
+@pytest.mark.skipif(not thread_writer_built(), reason="storage_stub.bookie._writer is not built")
+async def test_a_failed_index_wal_fsync_fails_the_group_and_leaves_the_index_failed(
+    open_store: OpenStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the sync thread the group's index write is a plain one and the thread
+    fsyncs the index's WAL after it: when that fsync fails the group fails, ids go back,
+    and the index counts as failed (as RocksDB leaves itself after a failed synced
+    write), so the bookie turns read-only until the database is resumed."""
+    storage = await open_store(syncMode="batch", journalMaxGroupWaitMSec=0)
+    bookie = storage.bookie
+    disk = disk_bookie(bookie)
+    ledger = await bookie.create_ledger()
+    assert await bookie.add_entries(ledger, [b"durable-0"]) == 0
+
+    real_due = EntryLocationIndex.wal_due
+    monkeypatch.setattr(EntryLocationIndex, "wal_due", lambda index: [1 << 20])  # EBADF
+    outcome = await deadline(
+        asyncio.gather(bookie.add_entries(ledger, [b"lost-1"]), return_exceptions=True)
+    )
+    # the read-only refusal, saying why
+    assert isinstance(outcome[0], BookieError) and "WAL fsync" in str(outcome[0]), outcome
+    assert disk.read_only and "WAL fsync" in (disk.read_only_reason or "")
+    assert not disk.index.database.writable
+    assert await bookie.last_add_confirmed(ledger) == 0
+    with pytest.raises(NoSuchEntryError):
+        await bookie.read_entries(ledger, 1, 1)
+
+    monkeypatch.setattr(EntryLocationIndex, "wal_due", real_due)
+    await disk.disk_monitor.check(periodic=True)  # space is there: the index is resumed
+    assert not disk.read_only and disk.index.database.writable
+    assert await bookie.add_entries(ledger, [b"durable-1"]) == 1
+    await storage.close()
+    reopened = await open_store(syncMode="batch")
+    assert await reopened.bookie.read_entries(ledger, 0, 1) == [b"durable-0", b"durable-1"]

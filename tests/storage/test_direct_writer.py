@@ -365,3 +365,45 @@ async def test_the_writer_is_closed_with_its_bookie(open_store: OpenStorage) -> 
     with pytest.raises(OSError) as failure:
         await writer.write(None)  # type: ignore[arg-type]
     assert failure.value.errno == errno.EIO
+
+
+async def test_the_sync_threads_are_closed_with_their_bookie(open_store: OpenStorage) -> None:
+    storage = await open_store(storageMode="disk", syncMode="batch")
+    assert storage._disk is not None
+    syncers = [storage._disk._syncer, storage._disk._wal_syncer]
+    assert all(isinstance(s, direct_writer.ThreadWriter) for s in syncers)
+    assert syncers[0] is not syncers[1]
+    ledger = await storage.bookie.create_ledger()
+    await storage.bookie.add_entries(ledger, [b"a"])
+    await storage.close()
+    for syncer in syncers:
+        assert syncer is not None
+        with pytest.raises(OSError) as failure:
+            await syncer.fsync([])
+        assert failure.value.errno == errno.EIO
+
+
+async def test_its_fsyncs_report_the_first_failure_and_it_goes_on(tmp_path: pathlib.Path) -> None:
+    """syncMode=batch hands a group's fsyncs to a second writer: the same thread, fsync
+    jobs instead of writes."""
+    writer = ThreadWriter()
+    fd = os.open(tmp_path / "file", os.O_CREAT | os.O_WRONLY, 0o644)
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.write(fd, b"durable")
+        await asyncio.wait_for(writer.fsync([fd, directory]), DEADLINE_MS / 1000)
+        await asyncio.wait_for(writer.fsync([]), DEADLINE_MS / 1000)
+        with pytest.raises(OSError) as failed:
+            # an fd no process has: EBADF, and the fsync after it is not tried
+            await asyncio.wait_for(writer.fsync([fd, 1 << 20, fd]), DEADLINE_MS / 1000)
+        assert failed.value.errno == errno.EBADF
+        await asyncio.wait_for(writer.fsync([fd]), DEADLINE_MS / 1000)
+        with pytest.raises(TypeError):
+            writer._writer.submit_fsync(["not a descriptor"])  # type: ignore[list-item]
+        with pytest.raises(ValueError):
+            writer._writer.submit_fsync([-1])
+        assert not writer._writer.busy  # a refused job queues nothing
+    finally:
+        await writer.close()
+        os.close(fd)
+        os.close(directory)

@@ -19,7 +19,8 @@ import re
 import signal
 import sys
 import time
-from typing import BinaryIO
+from collections.abc import Awaitable, Callable
+from typing import BinaryIO, Protocol
 
 LISTENING = re.compile(rb"brokerlab listening on (http://\S+)")
 BINARY_PROTOCOL = re.compile(rb"brokerlab binary protocol on (pulsar://\S+)")
@@ -27,6 +28,41 @@ BINARY_PROTOCOL = re.compile(rb"brokerlab binary protocol on (pulsar://\S+)")
 LINE_LIMIT = 4096
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+
+
+class BrokerChild(Protocol):
+    """What :class:`BrokerProcess` uses of its child: an ``asyncio.subprocess.Process``
+    or anything that behaves as one (output on ``stdout``)."""
+
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+    @property
+    def returncode(self) -> int | None: ...
+    async def wait(self) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+#: starts ``command`` (``python -m broker.cli serve ...``) with stdout and stderr on one
+#: pipe and stdin from /dev/null
+Launcher = Callable[[list[str]], Awaitable[BrokerChild]]
+
+
+async def exec_command(command: list[str]) -> BrokerChild:
+    """The default :data:`Launcher`: a fresh interpreter running ``command``."""
+    return await asyncio.create_subprocess_exec(
+        *command,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+
+
+#: how every BrokerProcess starts its child. The test suite swaps in a launcher that forks
+#: the same command from an interpreter that has already imported the broker (a fresh one
+#: spends seconds of CPU on imports before it serves); the command, its output and the
+#: process's life (SIGTERM, SIGKILL, exit status) are the same.
+launcher: Launcher = exec_command
 
 
 class BrokerStartError(Exception):
@@ -67,7 +103,7 @@ class BrokerProcess:
         #: keeps it, so clients reconnect to the same address)
         self.broker_port = -1
         self.starts = 0
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: BrokerChild | None = None
         self._pump: asyncio.Task[None] | None = None
         self._service_announced = asyncio.Event()
 
@@ -104,12 +140,7 @@ class BrokerProcess:
         self._service_urls = {}
         self._service_announced.clear()
         log = self.log_path.open("ab")
-        process = await asyncio.create_subprocess_exec(
-            *self.command(self.port),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            stdin=asyncio.subprocess.DEVNULL,
-        )
+        process = await launcher(self.command(self.port))
         assert process.stdout is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         seen: list[bytes] = []

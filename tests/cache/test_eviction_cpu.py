@@ -9,7 +9,7 @@ from broker.cache import DESIGNS, design
 from broker.cache.config import CacheConfig
 from broker.clock import ManualClock
 
-ENTRIES = 20_000
+ENTRIES = 2_000
 
 
 @pytest.mark.parametrize("name", list(DESIGNS))

@@ -32,15 +32,33 @@ compared with :data:`PACE_EDGE`, the live producer's pace on a busy machine."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+import loadgen.broker_process
 from loadgen.runner import RunOptions, run_scenario
 from loadgen.scenario import Scenario, load_scenario
 from simulation.run import run_virtual
+from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def fork_server() -> Iterator[LazyForkServer]:
+    server = LazyForkServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def forked_brokers(fork_server: LazyForkServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live runs' brokers forked from a warm interpreter (tests/loadgen/forked.py)."""
+    if not EXEC_BROKERS:
+        monkeypatch.setattr(loadgen.broker_process, "launcher", fork_server.launch)
+
 
 #: live runs per preset; one more when the virtual run falls outside the first's spread
 LIVE_RUNS = 1

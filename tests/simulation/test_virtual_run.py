@@ -216,9 +216,13 @@ def test_compare_repeat_gives_intervals_and_a_verdict(
     # each run's charts not drawn (a second each; test_runs draws them): where asked for
     asked: list[pathlib.Path] = []
     monkeypatch.setattr(loadgen.plots, "plot_run", lambda results, out_dir: asked.append(out_dir))
+    # a quarter of SMALL's rate: six runs of one virtual second, each with both restarts;
+    # the report's shape, not the load, is what is checked here
     scenario = _scenario_file(
         tmp_path,
         SMALL.replace("testDurationSeconds = 3", "testDurationSeconds = 1")
+        .replace("producerRate = 2000", "producerRate = 500")
+        .replace("rateLimit = 400", "rateLimit = 100")
         .replace("at = 1\n", "at = 0.5\n")
         .replace("at = 2.5", "at = 0.75"),
     )

@@ -4,8 +4,6 @@ counts exact."""
 
 from __future__ import annotations
 
-import os
-
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -64,10 +62,8 @@ class ContainerMachine(RuleBasedStateMachine):
             assert self.container.number_at_or_before(name) == 0, name
 
 
-#: 50 sequences of 50 steps by default; BROKERLAB_FULL_PROPERTIES=1 runs 100
-FULL = os.environ.get("BROKERLAB_FULL_PROPERTIES") == "1"
 ContainerMachine.TestCase.settings = settings(
-    max_examples=100 if FULL else 50, stateful_step_count=50, deadline=None
+    max_examples=100, stateful_step_count=50, deadline=None
 )
 test_cursor_container_matches_brute_force = ContainerMachine.TestCase
 

@@ -13,7 +13,6 @@ design evicts in its own order:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from hypothesis import settings
@@ -337,12 +336,7 @@ class SegmentedMachine(CacheMachine):
         assert not self.evicted, "the ring has no passes: only rotation removes entries"
 
 
-#: the default run's size (5,000 steps per design); BROKERLAB_FULL_PROPERTIES=1 runs the
-#: long version (150 sequences of 60 steps)
-FULL = os.environ.get("BROKERLAB_FULL_PROPERTIES") == "1"
-SETTINGS = settings(
-    max_examples=150 if FULL else 100, stateful_step_count=60 if FULL else 50, deadline=None
-)
+SETTINGS = settings(max_examples=150, stateful_step_count=60, deadline=None)
 Pip430Machine.TestCase.settings = SETTINGS
 LegacyMachine.TestCase.settings = SETTINGS
 test_pip430_state_machine = Pip430Machine.TestCase

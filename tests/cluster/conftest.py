@@ -14,25 +14,16 @@ from typing import Any
 
 import pytest
 
-import loadgen.broker_process
 from tests.conftest import ServedBrokerFactory
 from tests.harness import NAMESPACE, Client, ServedBroker
-from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
+from tests.loadgen.forked import (
+    EXEC_BROKERS,
+    LazyForkServer,
+    forked_loadgen_brokers,
+    lazy_fork_server,
+)
 
-
-@pytest.fixture(scope="session")
-def lazy_fork_server() -> Iterator[LazyForkServer]:
-    server = LazyForkServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(autouse=True)
-def forked_loadgen_brokers(
-    lazy_fork_server: LazyForkServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if not EXEC_BROKERS:
-        monkeypatch.setattr(loadgen.broker_process, "launcher", lazy_fork_server.launch)
+__all__ = ["forked_loadgen_brokers", "lazy_fork_server"]
 
 
 def _start(

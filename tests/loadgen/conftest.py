@@ -4,24 +4,6 @@ interpreter's imports at every run and restart."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from tests.loadgen.forked import forked_loadgen_brokers, lazy_fork_server
 
-import pytest
-
-import loadgen.broker_process
-from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
-
-
-@pytest.fixture(scope="session")
-def lazy_fork_server() -> Iterator[LazyForkServer]:
-    server = LazyForkServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(autouse=True)
-def forked_loadgen_brokers(
-    lazy_fork_server: LazyForkServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if not EXEC_BROKERS:
-        monkeypatch.setattr(loadgen.broker_process, "launcher", lazy_fork_server.launch)
+__all__ = ["forked_loadgen_brokers", "lazy_fork_server"]

@@ -17,7 +17,11 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 
+import pytest
+
+import loadgen.broker_process
 from loadgen.broker_process import BrokerChild, exec_command
 from tests.harness import STARTUP_DEADLINE_S
 from tests.harness import BrokerChild as HarnessChild
@@ -109,3 +113,23 @@ class LazyForkServer:
         if self._server is not None:
             self._server.close()
             self._server = None
+
+
+# The fixtures of the directories whose brokers are forked (their conftest.py imports
+# these two): one fork server per worker, started by the first broker it needs.
+
+
+@pytest.fixture(scope="session")
+def lazy_fork_server() -> Iterator[LazyForkServer]:
+    server = LazyForkServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def forked_loadgen_brokers(
+    lazy_fork_server: LazyForkServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load generator's brokers are started by the fork server."""
+    if not EXEC_BROKERS:
+        monkeypatch.setattr(loadgen.broker_process, "launcher", lazy_fork_server.launch)

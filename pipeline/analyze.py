@@ -120,6 +120,22 @@ def analyze(spark: SparkSession, options: AnalyzeOptions) -> dict[str, Any]:
     return summary
 
 
+def sweep_cells(
+    options: AnalyzeOptions, working_set: int, meta: dict[str, Any], settings: dict[str, Any]
+) -> tuple[list[int], list[ReplaySpec]]:
+    """The sweep's sizes (those asked, else the defaults for ``working_set``) and its
+    (design, size) cells, with the live design at the live size last when the trace
+    names them: the cells of the Spark analysis and of ``pipeline.single`` alike."""
+    sizes = sorted(set(options.sizes or jobs.default_sizes(working_set)))
+    config = CacheConfig(**settings)
+    specs = [ReplaySpec(design, size, config) for design in options.designs for size in sizes]
+    live_design = meta.get("implementation")
+    live_size = settings.get("max_size_bytes")
+    if live_design in DESIGNS and live_size:
+        specs.append(ReplaySpec(live_design, live_size, config, live=True))
+    return sizes, specs
+
+
 def _analyze(
     spark: SparkSession,
     options: AnalyzeOptions,
@@ -135,13 +151,9 @@ def _analyze(
     with progress.phase("trace extent and working set"):
         extent = jobs.trace_extent(trace, reads, known)
     events, last_ns, working_set = extent.events, extent.last_ns, extent.working_set_bytes
-    sizes = sorted(set(options.sizes or jobs.default_sizes(working_set)))
-    config = CacheConfig(**settings)
-    specs = [ReplaySpec(design, size, config) for design in options.designs for size in sizes]
+    sizes, specs = sweep_cells(options, working_set, meta, settings)
     live_design = meta.get("implementation")
     live_size = settings.get("max_size_bytes")
-    if live_design in DESIGNS and live_size:
-        specs.append(ReplaySpec(live_design, live_size, config, live=True))
     # one rate for every cell: the one asked, raised where the smallest miniature cache
     # or the sample would be too small (pipeline/columns.py)
     sample_rate = sample_rate_for(trace_uri, specs, options.sample_rate)

@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker.cache.config import CacheConfig
 from broker.trace.recorder import META_FILE
 from pipeline import jobs, reference, trace_io
 from pipeline.analyze import (
@@ -33,10 +32,11 @@ from pipeline.analyze import (
     AnalyzeOptions,
     ranking,
     result_table,
+    sweep_cells,
     trace_settings,
 )
 from pipeline.belady import BoundRun
-from pipeline.replay import DESIGNS, ReplaySpec, replay_uri, sample_rate_for
+from pipeline.replay import replay_uri, sample_rate_for
 
 _P1 = 11400714785074694791
 _P2 = 14029467366897019727
@@ -329,13 +329,9 @@ def analyze_single(options: AnalyzeOptions) -> dict[str, Any]:
     working = int(pc.max(per_broker.column("size_max_sum")).as_py() or 0) if per_broker.num_rows \
         else 0  # fmt: skip
     lap("trace extent and working set")
-    sizes = sorted(set(options.sizes or jobs.default_sizes(working)))
-    config = CacheConfig(**settings)
-    specs = [ReplaySpec(design, size, config) for design in options.designs for size in sizes]
+    sizes, specs = sweep_cells(options, working, meta, settings)
     live_design = meta.get("implementation")
     live_size = settings.get("max_size_bytes")
-    if live_design in DESIGNS and live_size:
-        specs.append(ReplaySpec(live_design, live_size, config, live=True))
     sample_rate = sample_rate_for(trace_uri, specs, options.sample_rate)
     rows = [result.as_row() for result in replay_uri(trace_uri, specs, sample_rate,
                                                      raise_rate=False)]  # fmt: skip

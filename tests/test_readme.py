@@ -39,7 +39,6 @@ import os
 import pathlib
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -47,6 +46,8 @@ import tomllib
 from collections.abc import Iterator
 
 import pytest
+
+from tests.harness import in_private_network, private_network
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -279,23 +280,6 @@ def shell_line(line: str, block: Block) -> str:
     return line
 
 
-@functools.cache
-def private_network_namespaces() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True, check=False)
-    return probe.returncode == 0
-
-
-LOOPBACK_UP = """
-import fcntl, socket, struct
-with socket.socket() as s:
-    ifreq = struct.pack("16sH14s", b"lo", 0, b"")
-    flags = struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, ifreq))[1]  # SIOCGIFFLAGS
-    fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))  # SIOCSIFFLAGS: up
-"""
-
-
 def port_taken(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
@@ -311,10 +295,8 @@ def run_session(session: Session, base: pathlib.Path) -> tuple[Session, int, str
     env["PATH"] = os.pathsep.join([str(pathlib.Path(sys.executable).parent), env["PATH"]])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     command = ["bash", str(script)]
-    if private_network_namespaces():
-        loopback_up = f"{shlex.quote(sys.executable)} -c {shlex.quote(LOOPBACK_UP)}"
-        inner = f"{loopback_up} && exec bash {shlex.quote(str(script))}"
-        command = ["unshare", "-rn", "--", "bash", "-c", inner]
+    if private_network():
+        command = in_private_network(script)
     try:
         done = subprocess.run(
             command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -428,7 +410,7 @@ def test_the_readme_commands_run(tmp_path: pathlib.Path) -> None:
     assert any(s.needs_ports for s in all_sessions) and any(not s.needs_ports for s in all_sessions)
     if FULL:
         all_sessions.append(quickstart_demo_session())
-    isolated = private_network_namespaces()
+    isolated = private_network()
     skipped: list[str] = []
     if not isolated:
         busy = [p for p in (8080, 8081, 6650, 6651) if port_taken(p)]

@@ -15,7 +15,6 @@ every test that needs one shares it: the pipeline's and the sweep's alike.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import pathlib
@@ -461,31 +460,3 @@ def shared_connect(config: pytest.Config, factory: pytest.TempPathFactory) -> st
 
 
 # ------------------------------------------------------- a private network namespace
-
-
-@functools.cache
-def private_network() -> bool:
-    """Whether ``unshare -rn`` gives this process's children a network of their own
-    (where documented fixed ports are free whatever runs on the machine)."""
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True, check=False)
-    return probe.returncode == 0
-
-
-#: brings the loopback interface of a new network namespace up (it starts down)
-LOOPBACK_UP = """
-import fcntl, socket, struct
-with socket.socket() as s:
-    ifreq = struct.pack("16sH14s", b"lo", 0, b"")
-    flags = struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, ifreq))[1]  # SIOCGIFFLAGS
-    fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))  # SIOCSIFFLAGS: up
-"""
-
-
-def in_private_network(script: pathlib.Path) -> list[str]:
-    """The command that runs the bash ``script`` in a network namespace of its own, its
-    loopback up (:func:`private_network` must hold)."""
-    loopback_up = f"{shlex.quote(sys.executable)} -c {shlex.quote(LOOPBACK_UP)}"
-    inner = f"{loopback_up} && exec bash {shlex.quote(str(script))}"
-    return ["unshare", "-rn", "--", "bash", "-c", inner]

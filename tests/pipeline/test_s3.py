@@ -21,15 +21,9 @@ import pyarrow.fs as pafs
 import pytest
 
 from pipeline.trace_io import read_text
+from tests.harness import in_private_network, private_network
 from tests.pipeline.conftest import DESIGNS, ROOT, SIZES, analyze_cli, tables
-from tests.pipeline.servers import (
-    driver_env,
-    in_private_network,
-    plain_env,
-    private_network,
-    s3_env,
-    start_seaweedfs,
-)
+from tests.pipeline.servers import driver_env, plain_env, s3_env, start_seaweedfs
 
 pytestmark = pytest.mark.slow
 

@@ -62,6 +62,14 @@ class Latency:
         """Percentiles of the aggregate (ms)."""
         return summarize(self.aggregate, self.aggregate_sum)
 
+    def max_ms(self) -> float | None:
+        """The largest value recorded since the last :meth:`reset` (ms), the open
+        interval's included; None when nothing was. O(1)."""
+        if self.aggregate.get_total_count() + self.interval.get_total_count() == 0:
+            return None
+        largest = max(self.aggregate.get_max_value(), self.interval.get_max_value())
+        return round(largest / 1000, 3)
+
     def reset(self) -> None:
         self.interval.reset()
         self.aggregate.reset()

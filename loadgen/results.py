@@ -42,7 +42,9 @@ Shape (``version`` 1):
 - ``drain`` (only with ``--drain``): after the measured run, how long the consumers took
   to catch up and whether they did (``caughtUp``, ``backlog``), with the run's lifetime
   ``publishedMessages``, ``firstDeliveries`` and ``ackedMessages``, and how many
-  negatively acknowledged messages were still to come back (``awaitingRedelivery``).
+  negatively acknowledged messages were still to come back (``awaitingRedelivery``);
+  ``endToEndLatencyMaxMs``, the largest end-to-end latency of the run and the drain
+  together (a delayed message due after the run is delivered in the drain).
 """
 
 from __future__ import annotations

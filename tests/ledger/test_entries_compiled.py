@@ -7,10 +7,12 @@ leave every other test passing on the Python loop, and the broker slower.
 
 from __future__ import annotations
 
-import gc
+import json
 import pathlib
 import platform
 import shutil
+import subprocess
+import sys
 import sysconfig
 
 import pytest
@@ -128,37 +130,58 @@ def test_lists_emptied_by_a_collection_during_the_call_are_refused(
 ) -> None:
     """Allocating the result list may run a garbage collection, and a __del__ it runs
     may shrink the lists the loop is about to read: refused, not read past their end.
-    For payloads and for base64 texts alike."""
-    items = [item] * 5000
-    rows, tail = _rows(len(items), 7, "p", 0)
+    For payloads and for base64 texts alike. In a fresh interpreter: under xdist the
+    worker's own threads allocate and free objects too, which can run the collection
+    before the call or hold it off past it."""
+    probe = subprocess.run(
+        [sys.executable, "-c", SHRINKING_COLLECTION, name, repr(item)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    emptied, refusal = json.loads(probe.stdout)
+    assert emptied  # the collection ran inside the call
+    assert refusal is not None and "changed" in refusal
 
-    class Shrinker:
-        def __del__(self) -> None:
-            items.clear()
-            rows.clear()
 
-    tail_crc = crc32c(tail)
-    encode = getattr(compiled, name)
-    refused: RuntimeError | None = None
-    gc.collect()
-    thresholds = gc.get_threshold()
-    gc.disable()
-    try:
-        cycle = Shrinker()
-        cycle.self = cycle  # type: ignore[attr-defined]
-        del cycle
-        gc.set_threshold(1)
-        gc.enable()
-        # no container allocated before the call's own list: it collects
-        try:
-            encode(rows, items, tail, tail_crc)
-        except RuntimeError as error:
-            refused = error
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.enable()
-    assert items == [] and rows == []  # the collection ran inside the call
-    assert refused is not None and "changed" in str(refused)
+#: the collection test's body, run alone in its process: argv names the compiled
+#: function and the repr of one item of its list
+SHRINKING_COLLECTION = """
+import ast, gc, json, sys
+from broker.http.b64_entries import compiled_base64_encoder
+from broker.ledger import _entries as compiled, entry
+from crc32c import crc32c
+
+compiled_base64_encoder()  # binds the decoder encode_rows_b64 needs
+name, item = sys.argv[1], ast.literal_eval(sys.argv[2])
+items = [item] * 5000
+tail = b"\\x18" + entry._varint(7)
+rows = entry._PlainMetadata("p", len(tail)).rows(0, len(items))
+
+
+class Shrinker:
+    def __del__(self):
+        items.clear()
+        rows.clear()
+
+
+tail_crc = crc32c(tail)
+encode = getattr(compiled, name)
+refusal = None
+gc.collect()
+gc.disable()
+cycle = Shrinker()
+cycle.self = cycle
+del cycle
+gc.set_threshold(1)
+gc.enable()
+# no container allocated before the call's own list: it collects
+try:
+    encode(rows, items, tail, tail_crc)
+except RuntimeError as error:
+    refusal = str(error)
+gc.set_threshold(700)
+print(json.dumps([items == [] and rows == [], refusal]))
+"""
 
 
 @needs_compiled

@@ -313,9 +313,10 @@ def test_delayed_messages_are_sent_with_deliver_after_and_all_arrive(
     drain = results["drain"]
     assert drain["caughtUp"], drain
     assert drain["firstDeliveries"] == drain["publishedMessages"] > 0
-    # those due within the run came no sooner than their delay after their publish
-    assert results["aggregatedEndToEndLatencyMax"] >= 1500
-    assert results["aggregatedEndToEndLatency50pct"] < 1500  # the other half at once
+    # the delayed half came no sooner than its delay after its publish (in the run or,
+    # on a slow start, in the drain), the other half at once
+    assert drain["endToEndLatencyMaxMs"] >= 1500, drain
+    assert results["aggregatedEndToEndLatency50pct"] < 1500
 
 
 # ----------------------------------------------------------------- scenario options

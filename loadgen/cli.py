@@ -902,8 +902,9 @@ def _demo_verdict(
 #: what a shadow's numbers are worth, as measured (README, "Shadows")
 SHADOW_ERROR_NOTE = (
     "A shadow's numbers are its design's on the live design's reads, not its design "
-    "run live: measured on the presets, they matched it or missed up to 48% more "
-    '(legacy beside pip430 on catchup); the README\'s "Shadows" has the figures.'
+    "run live: measured on the presets, a shadow's misses ranged from 7% fewer "
+    "(segmented beside pip430 on catchup) to 48% more (legacy beside pip430 on catchup) "
+    "than its design's own run; the README's \"Shadows\" has the figures."
 )
 
 

@@ -200,6 +200,27 @@ async def test_a_failed_sync_fails_its_group_the_group_written_behind_it_and_the
     await committer.close()
 
 
+async def test_a_failed_sync_fails_what_was_written_into_the_next_group_while_it_waited() -> None:
+    """c arrives after b's write has ended, while a's sync is out: written at once into
+    b's group, it fails with a's sync as b does, in the same step."""
+    stages = Stages()
+    committer = pipelined(stages)
+    a = committer.submit("a", 1, "a")
+    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
+    b = committer.submit("b", 1, "b")
+    await eventually_async(lambda: stages.written == [["a"], ["b"]], "b written during a's sync")
+    await settle()
+    c = committer.submit("c", 1, "c")
+    await eventually_async(lambda: stages.written[-1] == ["c"], "c written during a's sync")
+
+    stages.syncs["a"].set_exception(OSError(5, "Input/output error"))
+    outcomes = await deadline(asyncio.gather(a, b, c, return_exceptions=True))
+    assert all(isinstance(o, StorageFaultError) for o in outcomes), outcomes
+    assert outcomes[0] is outcomes[1] is outcomes[2] and len(stages.failures) == 1
+    assert stages.synced == [["a"]]  # b and c never synced
+    await committer.close()
+
+
 async def test_a_sync_failing_while_the_next_group_is_being_written_fails_it_once_written() -> None:
     stages = Stages()
     committer = pipelined(stages)

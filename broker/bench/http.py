@@ -31,8 +31,12 @@ The headlines are ``produce / ceiling`` (target >= 0.6, for syncMode=none and fo
 syncMode=batch alike) and ``produce+consume / ceiling_produce_consume`` (target >= 0.5),
 measured in one run, never an absolute time:
 the client runs in this process and the servers in child processes on a shared, noisy
-machine. Rows run interleaved over a few rounds, so drift in the machine's
-load hits every row alike. All traffic goes to 127.0.0.1.
+machine. The rows run in rounds, and within a round every row's slice sits between two
+slices of its ceiling (``C r1 C r2 C ...``): a row's ratio in a round is its rate over
+the mean of those two ceiling rates, taken seconds apart from its own, and a row's ratio
+is the median of its rounds' ratios, printed with a distribution-free interval for that
+median (order statistics of the rounds), so neither the machine's load drifting over the
+run nor one disturbed slice moves the headline. All traffic goes to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import asyncio
 import base64
 import collections
 import contextlib
+import math
 import os
 import pathlib
 import shutil
@@ -97,7 +102,9 @@ class BenchError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
-    requests_per_row: int  # measured produce requests per row, over all rounds
+    #: measured produce requests per row, over all rounds (a ceiling row sends one such
+    #: slice before its first row and one after each of its rows, every round)
+    requests_per_row: int
     rounds: int  # rows run interleaved, one slice of requests per round
     warmup_requests: int  # unmeasured requests sent to each server first
     messages_per_request: int = 100
@@ -120,8 +127,12 @@ class BenchConfig:
 #: broker start costs more CPU than its requests
 QUICK = BenchConfig(requests_per_row=100, rounds=1, warmup_requests=10)
 #: eight rounds: slices of 500 requests (a second or two a row), so a drift of the shared
-#: machine's speed lands on every row; with four, two runs' ceilings differed by 37%
+#: machine's speed lands on every row; with four, two runs' ceilings differed by 37%.
+#: Eight rounds also give the median's interval a coverage of 93% (the 2nd and 7th of
+#: the eight ratios, see :func:`median_interval`)
 FULL = BenchConfig(requests_per_row=4000, rounds=8, warmup_requests=40)
+#: the coverage :func:`median_interval` aims at (at least this, as close as it can)
+INTERVAL_COVERAGE = 0.9
 
 
 # ---------------------------------------------------------------------- server processes
@@ -451,14 +462,18 @@ class Row:
     server_cpu_s: float | None = 0.0
     loop_cpu_s: float | None = 0.0
     client_cpu_s: float = 0.0
-    #: the row's rate in each round, for its ratio round by round
+    #: the rate of each slice measured, in order (a ceiling: several a round)
     round_rates: list[float] = field(default_factory=list)
+    #: the row's ratio in each round, over the ceiling slices either side of its slice
+    #: (:func:`interleaved_round`; a ceiling's own: 1.0)
+    round_ratios: list[float] = field(default_factory=list)
 
     def rate(self) -> float:
         return self.messages / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
-    async def measure(self, run: Callable[[], Awaitable[int]], produced: int) -> None:
-        """Time one slice of this row: ``run`` returns the messages it counts."""
+    async def measure(self, run: Callable[[], Awaitable[int]], produced: int) -> float:
+        """Time one slice of this row: ``run`` returns the messages it counts. Returns
+        the slice's rate (msgs/s)."""
         self.server.check_alive()
         server_before = self.server.cpu_seconds()
         loop_before = self.server.loop_cpu_seconds()
@@ -472,10 +487,64 @@ class Row:
         self.messages += counted
         self.produced += produced
         self.elapsed_s += elapsed
-        self.round_rates.append(counted / elapsed if elapsed > 0 else 0.0)
+        rate = counted / elapsed if elapsed > 0 else 0.0
+        self.round_rates.append(rate)
         self.client_cpu_s += client_after - client_before
         self.server_cpu_s = _added(self.server_cpu_s, server_before, server_after)
         self.loop_cpu_s = _added(self.loop_cpu_s, loop_before, loop_after)
+        return rate
+
+
+async def interleaved_round(
+    ceiling: Row, members: list[Row], measure: Callable[[Row], Awaitable[float]]
+) -> None:
+    """One round of a ceiling and the rows measured against it, run as ``C r1 C r2 ...
+    r_n C`` (``measure(row)`` runs one slice of ``row`` and returns its rate): each
+    member's ratio this round is its rate over the mean of the two ceiling slices
+    either side of it, measured just before and just after it, so the machine's load
+    drifting between rows cancels out. n + 1 ceiling slices for n rows."""
+    before = await measure(ceiling)
+    for member in members:
+        own = await measure(member)
+        after = await measure(ceiling)
+        around = (before + after) / 2
+        member.round_ratios.append(own / around if around > 0 else 0.0)
+        before = after
+    ceiling.round_ratios.append(1.0)
+
+
+def median(values: list[float]) -> float:
+    """The median (the mean of the middle two for an even count). O(n log n)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def median_interval(
+    values: list[float], coverage: float = INTERVAL_COVERAGE
+) -> tuple[float, float, float]:
+    """A distribution-free confidence interval for the median of what ``values`` are
+    drawn from: the k-th lowest and k-th highest value, with the largest k whose
+    coverage, 1 - 2 P(Binomial(n, 1/2) < k), is still at least ``coverage`` (n = 8:
+    the 2nd and 7th, 93%). With too few values for ``coverage`` (n < 5 at 0.9): the
+    lowest and highest, and their own coverage (0 for one value). Returns (low, high,
+    coverage). O(n log n); assumes the rounds independent, which a shared machine's
+    load only approximates."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no values")
+
+    def covered(k: int) -> float:  # P(X_(k) <= median <= X_(n+1-k))
+        below = sum(math.comb(n, i) for i in range(k))
+        return 1.0 - 2.0 * below / 2**n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and covered(k + 1) >= coverage:
+        k += 1
+    return ordered[k - 1], ordered[n - k], covered(k)
 
 
 def _added(total: float | None, before: float | None, after: float | None) -> float | None:
@@ -491,6 +560,7 @@ def _url(base: str, topic: str) -> str:
 
 async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, Any]:
     work = Workload.build(config)
+    load_at_start = os.getloadavg()[0]
     bare = bare_server("bare aiohttp server")
     broker_none = broker_server("broker (syncMode=none)", data_root / "none", "none")
     broker_batch = broker_server("broker (syncMode=batch)", data_root / "batch", "batch")
@@ -603,19 +673,25 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             warming.received = 0
 
         per_request = config.messages_per_request
+        groups = (
+            (ceiling, [produce_none, produce_codec, produce_batch, produce_batched]),
+            (ceiling_pc, [produce_consume, traced, produce_consume_batched]),
+        )
         for round_index in range(config.rounds):
             requests = config.requests_in_round(round_index)
             if requests == 0:
                 continue
             produced = requests * per_request
-            for row in rows:
+
+            async def measure(
+                row: Row, requests: int = requests, produced: int = produced
+            ) -> float:
                 url = urls[row.key]
                 row_consumer = consumers.get(row.key)
                 if row_consumer is not None:
 
                     async def run_pc(
                         url: str = url,
-                        requests: int = requests,
                         state: ConsumerState = row_consumer,
                         batched: bool = row.batched,
                     ) -> int:
@@ -623,20 +699,21 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
                             session, url, work, state, requests, batched
                         )
 
-                    await row.measure(run_pc, produced)
+                    rate = await row.measure(run_pc, produced)
                     await drain_extra(session, row_consumer)
-                else:
+                    return rate
 
-                    async def run_p(
-                        url: str = url, requests: int = requests, batched: bool = row.batched
-                    ) -> int:
-                        await produce_requests(session, url, work, requests, batched)
-                        return requests * per_request
+                async def run_p(url: str = url, batched: bool = row.batched) -> int:
+                    await produce_requests(session, url, work, requests, batched)
+                    return requests * per_request
 
-                    await row.measure(run_p, produced)
+                return await row.measure(run_p, produced)
+
+            for group_ceiling, members in groups:
+                await interleaved_round(group_ceiling, members, measure)
         for server in servers:
             server.check_alive()
-        return _report(config, rows, consumers)
+        return _report(config, rows, consumers, (load_at_start, os.getloadavg()[0]))
     finally:
         await session.close()
         await asyncio.gather(*(server.stop() for server in servers), return_exceptions=True)
@@ -668,22 +745,25 @@ def _per_message(cpu_s: float | None, messages: int) -> float | None:
 
 
 def _report(
-    config: BenchConfig, rows: list[Row], consumers: dict[str, ConsumerState]
+    config: BenchConfig,
+    rows: list[Row],
+    consumers: dict[str, ConsumerState],
+    load: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
+    """The run's figures. ``load``: the machine's 1-minute load average at the run's
+    start and end."""
     ceilings = {row.key: row.rate() for row in rows if row.key == row.ceiling}
     for key, rate in ceilings.items():
         if rate <= 0:
             raise BenchError(f"the {key} row measured no throughput")
-    round_ceilings = {row.key: row.round_rates for row in rows if row.key == row.ceiling}
     by_key: dict[str, dict[str, Any]] = {}
     for row in rows:
         rate = row.rate()
-        # the row's rate over its ceiling's in the same round: the spread within this run
-        round_ratios = sorted(
-            own / ceiling
-            for own, ceiling in zip(row.round_rates, round_ceilings[row.ceiling], strict=True)
-            if ceiling > 0
-        )
+        if not row.round_ratios:
+            raise BenchError(f"the {row.key} row measured no round")
+        # the row's ratio in each round, over the ceiling slices either side of its own
+        round_ratios = sorted(row.round_ratios)
+        low, high, coverage = median_interval(round_ratios)
         by_key[row.key] = {
             "row": row.key,
             "label": row.label,
@@ -692,7 +772,14 @@ def _report(
             "messages": row.messages,
             "produced": row.produced,
             "rate_msgs_per_s": round(rate, 1),
-            "ratio": round(rate / ceilings[row.ceiling], 4),
+            # the median of the rounds' ratios: the headline
+            "ratio": round(median(round_ratios), 4),
+            # a distribution-free interval for that median, and its coverage
+            "ratio_interval": [round(low, 4), round(high, 4)],
+            "ratio_interval_coverage": round(coverage, 4),
+            # the row's rate over the run over its ceiling's (every slice pooled): how
+            # this bench reported a ratio before 2026-11-29's fourth session
+            "ratio_of_totals": round(rate / ceilings[row.ceiling], 4),
             "round_ratios": [round(ratio, 4) for ratio in round_ratios],
             "server_cpu_cores": (
                 None
@@ -735,12 +822,14 @@ def _report(
             ),
             "ceiling": CEILING_DOES,
             "ceiling_produce_consume": CEILING_PRODUCE_CONSUME_DOES,
+            "load_average": None if load is None else [round(value, 2) for value in load],
         },
         "rows": list(by_key.values()),
         "ceiling_msgs_per_s": by_key[CEILING]["rate_msgs_per_s"],
         "ceiling_produce_consume_msgs_per_s": by_key[CEILING_PRODUCE_CONSUME]["rate_msgs_per_s"],
         "produce_ratio": by_key["produce_none"]["ratio"],
         "produce_batch_ratio": by_key["produce_batch"]["ratio"],
+        "produce_batch_interval": by_key["produce_batch"]["ratio_interval"],
         "produce_codec_ratio": by_key["produce_none_codec"]["ratio"],
         "produce_consume_ratio": pc["ratio"],
         "produce_batched_ratio": by_key["produce_batched_none"]["ratio"],
@@ -763,6 +852,14 @@ def _report(
 
 
 # ---------------------------------------------------------------------- output
+
+
+def _interval(row: dict[str, Any]) -> str:
+    """A row's interval for its median ratio, with its coverage ("-" for one round)."""
+    if len(row["round_ratios"]) < 2:
+        return "-"
+    low, high = row["ratio_interval"]
+    return f"{low:.2f}-{high:.2f} ({row['ratio_interval_coverage']:.0%})"
 
 
 def _spread(ratios: list[float]) -> str:
@@ -804,8 +901,8 @@ _WRITERS = {
 def format_table(result: dict[str, Any]) -> str:
     config = result["config"]
     header = (
-        "row", "sync", "msgs/s", "ratio", "rounds", "server CPU", "us/msg", "loop us/msg",
-        "client CPU",
+        "row", "sync", "msgs/s", "ratio", "interval", "rounds", "server CPU", "us/msg",
+        "loop us/msg", "client CPU",
     )  # fmt: skip
     lines_in: list[tuple[str, ...]] = [header]
     for row in result["rows"]:
@@ -819,6 +916,7 @@ def format_table(result: dict[str, Any]) -> str:
                 row["syncMode"] or "-",
                 f"{row['rate_msgs_per_s']:,.0f}",
                 f"{row['ratio']:.2f}",
+                _interval(row),
                 _spread(row["round_ratios"]),
                 "?" if server_cpu is None else f"{server_cpu:.2f}",
                 "?" if per_message is None else f"{per_message:.1f}",
@@ -831,7 +929,8 @@ def format_table(result: dict[str, Any]) -> str:
         "brokerlab bench http: "
         f"{config['message_bytes']} B messages, {config['messages_per_request']} per request, "
         f"{config['producers']} producers, {config['requests_per_row']} requests per row "
-        f"in {config['rounds']} interleaved round(s), storage {config['storageMode']}",
+        f"in {config['rounds']} interleaved round(s), storage {config['storageMode']}"
+        + _load_text(config["load_average"]),
         "",
     ]
     for index, line in enumerate(lines_in):
@@ -842,6 +941,11 @@ def format_table(result: dict[str, Any]) -> str:
         out.append("  ".join(cells).rstrip())
         if index == 0:
             out.append("  ".join("-" * width for width in widths))
+    batch_row = next(row for row in result["rows"] if row["row"] == "produce_batch")
+    rounds = len(batch_row["round_ratios"])
+    batch_spread = (
+        f"median of {rounds} rounds, interval {_interval(batch_row)}; " if rounds > 1 else ""
+    )
     target = result["target_produce_ratio"]
     verdict = "meets" if result["produce_ratio"] >= target else "BELOW"
     batch_verdict = "meets" if result["produce_batch_ratio"] >= target else "BELOW"
@@ -855,7 +959,8 @@ def format_table(result: dict[str, Any]) -> str:
         f"produce / produce ceiling (syncMode=none): {result['produce_ratio']:.2f} "
         f"({verdict} the target {target:.2f})",
         f"produce / produce ceiling (syncMode=batch): {result['produce_batch_ratio']:.2f} "
-        f"({batch_verdict} the target {target:.2f}; fsynced group commit, pipelined)",
+        f"({batch_verdict} the target {target:.2f}; {batch_spread}"
+        "fsynced group commit, pipelined)",
         "produce+consume / produce+consume ceiling (syncMode=none): "
         f"{result['produce_consume_ratio']:.2f} ({pc_verdict} the target {pc_target:.2f}; "
         f"{result['produce_consume_over_produce_ceiling']:.2f} of the produce ceiling)",
@@ -871,9 +976,12 @@ def format_table(result: dict[str, Any]) -> str:
         f"{_WRITERS[config['entry_log_writer']]}",
         f"produce+consume traced / untraced: {result['traced_over_untraced']:.2f} "
         "(what recording the access trace costs)",
-        "ratio = msgs/s / its ceiling's msgs/s (produce rows: the produce ceiling; "
-        "produce+consume rows: the produce+consume ceiling), measured in this run; rounds: "
-        "the lowest and highest of the same ratio taken round by round; CPU columns are "
+        "ratio = the median over the rounds of a row's msgs/s over its ceiling's (produce "
+        "rows: the produce ceiling; produce+consume rows: the produce+consume ceiling), "
+        "each round's taken against the mean of the ceiling slices run just before and "
+        "just after the row's; interval: a distribution-free interval for that median "
+        "(order statistics of the rounds' ratios) and its coverage; rounds: the lowest "
+        "and highest of the rounds' ratios; msgs/s: over the whole run; CPU columns are "
         "cores busy during the row (server: its process, the entry log writer thread "
         "included, and its codec processes; client: this "
         "process); us/msg: server CPU per message counted; loop us/msg: its event loop "
@@ -887,6 +995,12 @@ def format_table(result: dict[str, Any]) -> str:
             "client for the second core."
         )
     return "\n".join(out)
+
+
+def _load_text(load: list[float] | None) -> str:
+    if load is None:
+        return ""
+    return f"; load average {load[0]:.1f} at the start, {load[1]:.1f} at the end"
 
 
 def main(quick: bool = False, as_json: bool = False) -> int:

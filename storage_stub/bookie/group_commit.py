@@ -15,10 +15,15 @@ of the two stages, not their sum. Bounds: at most one sync in flight and one gro
 written (or written and waiting for the sync ahead of it); a group's sync starts only
 once the previous group's sync has ended, so syncs run in group order, and a group is
 acknowledged only after its own sync, hence after every earlier group's. While the sync
-ahead of it is out, the written group takes in what arrives, in writes of up to
-``max_bytes``, so a slow fsync makes the next one cover more (what it holds is bounded by
-what callers have submitted and not yet been answered for). Per group: one ``commit``
-call per write (one, unless a sync was out), one ``sync`` call, one task, O(items).
+ahead of it is out, the written group takes in what arrives, written as it arrives (one
+write at a time, each of what is pending), until that sync ends, so a slow fsync makes
+the next one cover more (what it holds is bounded by what callers have submitted and not
+yet been answered for); and with a sync out nothing waits ``max_wait_s`` to be written:
+it could not be synced sooner anyway. ``max_wait_s`` gathers a group only while no sync
+is out (BookKeeper's journal waits ``journalMaxGroupWaitMSec`` before a write; its
+force-write thread, like this committer, then covers whatever was written while the last
+fsync ran). Per group: one ``commit`` call per write (one, unless a sync was out), one
+``sync`` call, one task, O(items).
 
 If a stage fails, every item of its group, every item of a group written behind it and
 every item still pending fails with the same exception: later items may build on the
@@ -75,6 +80,7 @@ class GroupCommitter(Generic[T, R]):
         "_max_bytes",
         "_max_items",
         "_max_wait_s",
+        "_nudge",
         "_on_failure",
         "_pending",
         "_pending_bytes",
@@ -136,6 +142,9 @@ class GroupCommitter(Generic[T, R]):
         self._writing: list[_Pending[T, R]] | None = None
         #: why ``_writing`` must fail once written: a sync ahead of it failed
         self._doom: Exception | None = None
+        #: while the written group waits for the sync ahead of it: resolved by the next
+        #: ``submit`` or by that sync's end, whichever comes first
+        self._nudge: asyncio.Future[None] | None = None
         self.groups_committed = 0
         self.items_committed = 0
 
@@ -165,6 +174,9 @@ class GroupCommitter(Generic[T, R]):
         future: asyncio.Future[R] = loop.create_future()
         if not self._pending:
             self._wake.set()
+            nudge = self._nudge
+            if nudge is not None and not nudge.done():
+                nudge.set_result(None)
         self._pending.append((item, size, future, loop.time(), value))
         self._pending_bytes += size
         if self._pending_bytes >= self._max_bytes or (
@@ -193,6 +205,8 @@ class GroupCommitter(Generic[T, R]):
     async def _gather(self) -> None:
         if self._closing or self._full.is_set() or self._max_wait_s <= 0:
             return
+        if not self._sync_done():
+            return  # a group written now joins the next sync, which cannot start sooner
         deadline = self._pending[0][3] + self._max_wait_s
         try:
             async with asyncio.timeout_at(deadline):
@@ -216,20 +230,20 @@ class GroupCommitter(Generic[T, R]):
         taken = self._take_group()
         self._writing = taken
         self._doom = None
-        try:
-            await self._commit([entry[0] for entry in taken])
-            while self._sync is not None and self._pending and not self._sync_done():
-                # The sync ahead is still out: what arrived meanwhile is written now and
-                # joins this group (BookKeeper's journal likewise writes on while an
-                # fsync is out, and the next fsync covers all it wrote).
+        if not await self._write(taken, taken):
+            return
+        # While the sync ahead is out: what arrives is written as it arrives and joins
+        # this group (BookKeeper's journal likewise writes on while an fsync is out, and
+        # the next fsync covers all it wrote), so an add arriving during a sync is synced
+        # with the next one, not the one after. One wakeup per arrival or end, no task.
+        while self._sync is not None and not self._sync_done():
+            if self._pending:
                 more = self._take_group()
                 taken += more
-                await self._commit([entry[0] for entry in more])
-        except BaseException as error:
-            await self._fail_written(taken, _as_exception(error))
-            if isinstance(error, Exception):
-                return
-            raise
+                if not await self._write(taken, more):
+                    return
+            else:
+                await self._arrival_or_sync_end(taken)
         if self._sync is None:
             self._writing = None
             self._acknowledge(taken)
@@ -249,6 +263,40 @@ class GroupCommitter(Generic[T, R]):
         self._syncing = asyncio.get_running_loop().create_task(
             self._sync_group(taken, syncing, self._epoch), name="bookie-group-sync"
         )
+
+    async def _write(self, taken: list[_Pending[T, R]], part: list[_Pending[T, R]]) -> bool:
+        """Write ``part`` of the group ``taken`` (``_writing``). False if the write failed:
+        the group has then failed (see ``_fail_written``); a cancellation is raised."""
+        try:
+            await self._commit([entry[0] for entry in part])
+        except BaseException as error:
+            await self._fail_written(taken, _as_exception(error))
+            if isinstance(error, Exception):
+                return False
+            raise
+        return True
+
+    async def _arrival_or_sync_end(self, taken: list[_Pending[T, R]]) -> None:
+        """Wait until an item is submitted or the sync out ends. Cancelled (a cancelled
+        ``close``), the written group ``taken`` fails at once, as in ``_outlast_sync``."""
+        syncing = self._syncing
+        assert syncing is not None
+        nudge = self._nudge = asyncio.get_running_loop().create_future()
+        syncing.add_done_callback(self._wake_writer)
+        try:
+            await nudge
+        except BaseException:
+            self._writing = None
+            self._fail(taken, StorageFaultError("addEntries", "group commit stopped"))
+            raise
+        finally:
+            self._nudge = None
+            syncing.remove_done_callback(self._wake_writer)
+
+    def _wake_writer(self, _syncing: asyncio.Task[None]) -> None:
+        nudge = self._nudge
+        if nudge is not None and not nudge.done():
+            nudge.set_result(None)
 
     async def _fail_written(self, taken: list[_Pending[T, R]], error: Exception) -> None:
         """A written group (``_writing``) failed: every earlier group ends first,

@@ -5,12 +5,15 @@ Never asserts on timing: only that every figure is there, positive and consisten
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
 import subprocess
 import sys
 from typing import Any, cast
+
+import pytest
 
 from broker.bench import http
 from storage_stub.bookie.direct_writer import thread_writer_crc
@@ -32,6 +35,8 @@ def test_bench_http_quick_json() -> None:
     result = json.loads(completed.stdout)
 
     rows = {row["row"]: row for row in result["rows"]}
+    config = result["config"]
+    expected = config["requests_per_row"] * config["messages_per_request"]
     assert set(rows) == {
         "ceiling",
         "ceiling_produce_consume",
@@ -71,7 +76,11 @@ def test_bench_http_quick_json() -> None:
         assert row["rate_msgs_per_s"] > 0, row
         assert row["messages"] > 0, row
         own_ceiling = rows[row["ceiling"]]["rate_msgs_per_s"]
-        assert abs(row["ratio"] - row["rate_msgs_per_s"] / own_ceiling) < 1e-3, row
+        assert abs(row["ratio_of_totals"] - row["rate_msgs_per_s"] / own_ceiling) < 1e-3, row
+        # the headline is the rounds' median, inside its interval
+        assert row["ratio"] == round(http.median(row["round_ratios"]), 4), row
+        low, high = row["ratio_interval"]
+        assert low <= row["ratio"] <= high, row
     assert result["produce_ratio"] == rows["produce_none"]["ratio"]
     assert result["produce_batch_ratio"] == rows["produce_batch"]["ratio"]
     assert result["produce_codec_ratio"] == rows["produce_none_codec"]["ratio"]
@@ -81,8 +90,10 @@ def test_bench_http_quick_json() -> None:
         assert abs(per_message - cores / row["rate_msgs_per_s"] * 1e6) <= 0.02 * per_message + 0.01
         # one thread of them, up to /proc's resolution: each CPU time is read in clock
         # ticks at a round's start and end, so the loop's and the server's differences
-        # are each off by under a tick, either way, per round
-        ticks_us = 2 * result["config"]["rounds"] / os.sysconf("SC_CLK_TCK") * 1e6
+        # are each off by under a tick, either way, per slice (a ceiling runs several
+        # slices a round)
+        slices = result["config"]["rounds"] * row["produced"] // expected
+        ticks_us = 2 * slices / os.sysconf("SC_CLK_TCK") * 1e6
         resolution = ticks_us / row["messages"] + 0.01
         assert 0 < row["loop_cpu_us_per_msg"] <= per_message + resolution, row
     assert result["produce_consume_ratio"] == rows["produce_consume_none"]["ratio"]
@@ -103,15 +114,18 @@ def test_bench_http_quick_json() -> None:
     assert result["target_produce_consume_ratio"] == 0.5
     assert "base64" in config_text(result)
 
-    config = result["config"]
-    expected = config["requests_per_row"] * config["messages_per_request"]
     for row in rows.values():
-        assert row["produced"] == expected, row
+        if row["ceiling"] != row["row"]:
+            assert row["produced"] == expected, row
+    # a ceiling runs a slice before its first row and one after each of its rows
+    assert rows["ceiling"]["produced"] == 5 * expected
+    assert rows["ceiling_produce_consume"]["produced"] == 4 * expected
+    assert result["config"]["load_average"] is not None
     consume = rows["produce_consume_none"]
     assert consume["consumed"] == consume["produced"] == expected
     assert consume["consumed_distinct"] == expected
     bare_consume = rows["ceiling_produce_consume"]
-    assert bare_consume["consumed"] == bare_consume["consumed_distinct"] == expected
+    assert bare_consume["consumed"] == bare_consume["consumed_distinct"] == 4 * expected
     traced = rows["produce_consume_traced_none"]
     assert traced["consumed"] == traced["consumed_distinct"] == expected
     batched = rows["produce_consume_batched_none"]  # each message of each batch, once
@@ -130,50 +144,98 @@ def config_text(result: dict[str, object]) -> str:
     return f"{config['ceiling']} {config['ceiling_produce_consume']}"
 
 
-def test_a_rows_round_ratios_pair_it_with_its_ceiling_round_by_round() -> None:
-    """Two rounds in which the machine ran at different speeds: each round's ratio is
-    the row's rate over its own ceiling's in that round, not over the run's total."""
-    rows = []
-    for key, ceiling in (
-        (http.CEILING, http.CEILING),
-        (http.CEILING_PRODUCE_CONSUME, http.CEILING_PRODUCE_CONSUME),
-        ("produce_none", http.CEILING),
-        ("produce_none_codec", http.CEILING),
-        ("produce_batch", http.CEILING),
-        ("produce_batched_none", http.CEILING),
-        ("produce_consume_none", http.CEILING_PRODUCE_CONSUME),
-        ("produce_consume_traced_none", http.CEILING_PRODUCE_CONSUME),
-        ("produce_consume_batched_none", http.CEILING_PRODUCE_CONSUME),
-    ):
-        row = http.Row(key, key, cast(Any, None), "none", ceiling)
-        # the ceilings: 100 then 200 msgs/s; every other row: 50 then 150 msgs/s
-        fast = key in (http.CEILING, http.CEILING_PRODUCE_CONSUME)
-        for messages in (100, 200) if fast else (50, 150):
-            row.messages += messages
-            row.produced += messages
-            row.elapsed_s += 1.0
-            row.round_rates.append(float(messages))
-        rows.append(row)
-    consumers = {
-        key: http.ConsumerState(key)
-        for key in (
-            http.CEILING_PRODUCE_CONSUME,
-            "produce_consume_none",
-            "produce_consume_traced_none",
-            "produce_consume_batched_none",
-        )
-    }
+ROWS = (
+    (http.CEILING, http.CEILING),
+    (http.CEILING_PRODUCE_CONSUME, http.CEILING_PRODUCE_CONSUME),
+    ("produce_none", http.CEILING),
+    ("produce_none_codec", http.CEILING),
+    ("produce_batch", http.CEILING),
+    ("produce_batched_none", http.CEILING),
+    ("produce_consume_none", http.CEILING_PRODUCE_CONSUME),
+    ("produce_consume_traced_none", http.CEILING_PRODUCE_CONSUME),
+    ("produce_consume_batched_none", http.CEILING_PRODUCE_CONSUME),
+)
 
-    result = http._report(http.FULL, rows, consumers)
+
+def test_a_rows_round_ratio_is_over_the_ceiling_slices_either_side_of_it() -> None:
+    """The machine slows down steadily through a round: every slice runs at a speed
+    factor that falls from slice to slice. A row as fast as its ceiling reads 1.0 in
+    every position of the round, which a ratio over one ceiling slice per round (or
+    over the run's totals) would not; a row at 0.6 of the ceiling reads 0.6."""
+    ceiling = http.Row(http.CEILING, "c", cast(Any, None), None, http.CEILING)
+    same = [http.Row(f"same{i}", "s", cast(Any, None), "none", http.CEILING) for i in range(3)]
+    slower = http.Row("slower", "s", cast(Any, None), "batch", http.CEILING)
+    order: list[str] = []
+
+    async def measure(row: http.Row) -> float:
+        speed = 1000.0 - 40.0 * len(order)  # linear drift, slice by slice
+        order.append(row.key)
+        return speed * (0.6 if row is slower else 1.0)
+
+    for _ in range(2):
+        asyncio.run(http.interleaved_round(ceiling, [*same, slower], measure))
+
+    assert order[:9] == [
+        "ceiling", "same0", "ceiling", "same1", "ceiling", "same2", "ceiling", "slower",
+        "ceiling",
+    ]  # fmt: skip
+    for row in same:
+        assert row.round_ratios == [pytest.approx(1.0)] * 2
+    assert slower.round_ratios == [pytest.approx(0.6)] * 2
+    assert ceiling.round_ratios == [1.0, 1.0]
+
+
+def test_a_rows_ratio_is_the_median_of_its_rounds() -> None:
+    """One disturbed round (a ratio of 0.1 among 0.6s) does not move the headline;
+    the pooled ratio of totals is reported beside it."""
+    rows = []
+    batch_ratios = [0.6, 0.62, 0.1, 0.58, 0.61, 0.6, 0.59, 0.63]
+    for key, ceiling in ROWS:
+        row = http.Row(key, key, cast(Any, None), "none", ceiling)
+        for ratio in batch_ratios if key == "produce_batch" else [0.5] * 8:
+            own = 1.0 if key == ceiling else ratio
+            row.messages += int(own * 1000)
+            row.produced += 1000
+            row.elapsed_s += 1.0
+            row.round_rates.append(own * 1000)
+            row.round_ratios.append(own)
+        rows.append(row)
+    consumers = {key: http.ConsumerState(key) for key, ceiling in ROWS[1:2] + ROWS[6:]}
+
+    result = http._report(http.FULL, rows, consumers, (2.0, 3.0))
 
     by_key = {row["row"]: row for row in result["rows"]}
-    assert by_key["produce_none"]["round_ratios"] == [0.5, 0.75]
-    assert by_key["produce_none"]["ratio"] == round(200 / 300, 4)
-    assert by_key[http.CEILING]["round_ratios"] == [1.0, 1.0]
+    batch = by_key["produce_batch"]
+    assert batch["ratio"] == 0.6  # the median of eight: (0.6 + 0.6) / 2
+    assert result["produce_batch_ratio"] == 0.6
+    assert batch["ratio_of_totals"] == round(sum(batch_ratios) / 8, 4)  # 0.54
+    assert batch["ratio_interval"] == [0.58, 0.62]  # the 2nd and the 7th of eight
+    assert batch["ratio_interval_coverage"] == round(1 - 2 * 9 / 256, 4)
+    assert by_key[http.CEILING]["ratio"] == 1.0
     table = http.format_table(result)
-    assert "0.50-0.75" in table
+    assert "0.10-0.63" in table  # the rounds' spread
+    assert "load average 2.0 at the start, 3.0 at the end" in table
     # the fsynced mode's headline has its own line, against the same target
-    assert "produce / produce ceiling (syncMode=batch): 0.67 (meets the target 0.60" in table
+    assert (
+        "produce / produce ceiling (syncMode=batch): 0.60 (meets the target 0.60; "
+        "median of 8 rounds, interval 0.58-0.62 (93%)"
+    ) in table
+
+
+def test_median_interval_by_order_statistics() -> None:
+    assert http.median([3.0, 1.0, 2.0]) == 2.0
+    assert http.median([4.0, 1.0, 3.0, 2.0]) == 2.5
+    values = [float(v) for v in range(1, 9)]
+    assert http.median_interval(values) == (2.0, 7.0, pytest.approx(0.9297, abs=1e-4))
+    # five values: only the lowest and highest cover 90% (94%)
+    assert http.median_interval([5.0, 1.0, 3.0, 2.0, 4.0]) == (
+        1.0, 5.0, pytest.approx(1 - 2 / 32)
+    )  # fmt: skip
+    # too few for the coverage asked: the extremes, with what they cover
+    assert http.median_interval([2.0, 1.0]) == (1.0, 2.0, 0.5)
+    assert http.median_interval([1.0]) == (1.0, 1.0, 0.0)
+    low, high, coverage = http.median_interval([float(v) for v in range(20)])
+    assert coverage >= 0.9 and (low, high) == (5.0, 14.0)
 
 
 def test_server_cpu_counts_the_servers_children() -> None:

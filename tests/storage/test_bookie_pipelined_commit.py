@@ -101,25 +101,54 @@ async def test_the_next_group_is_written_while_a_sync_is_out_and_acks_keep_group
     await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
     b = committer.submit("b", 1, "b")
     await eventually_async(lambda: stages.written == [["a"], ["b"]], "b written during a's sync")
-    c = committer.submit("c", 1, "c")
     await settle()
-    # b waits for a's sync before its own starts; c waits for a slot to be written
+    # b is written and waits for a's sync before its own starts
     assert stages.synced == [["a"]]
     assert not a.done() and not b.done()
-    assert stages.writing == ["a", "b"] and committer.pending == 1
+    # c arrives after b's write has ended, a's sync still out: written at once, it joins
+    # b's group (before 2026-11-29 it waited for a's sync to end, then for a whole sync
+    # of b's before its own could start)
+    c = committer.submit("c", 1, "c")
+    await eventually_async(lambda: stages.written[-1] == ["c"], "c written during a's sync")
+    await settle()
+    assert stages.synced == [["a"]] and committer.pending == 0
+    assert not a.done() and not b.done() and not c.done()
 
     stages.syncs["a"].set_result(None)
     assert await deadline(a) == "a"
     await eventually_async(lambda: len(stages.synced) == 2, "b's sync to start")
-    assert stages.synced[1] == ["b"] and not b.done()
-    await eventually_async(lambda: stages.written[-1] == ["c"], "c written during b's sync")
-    assert not c.done()
+    assert stages.synced[1] == ["b", "c"] and not b.done() and not c.done()
+    d = committer.submit("d", 1, "d")
+    await eventually_async(lambda: stages.written[-1] == ["d"], "d written during b's sync")
+    assert not d.done()
     stages.syncs["b"].set_result(None)
     assert await deadline(b) == "b"
-    await eventually_async(lambda: "c" in stages.syncs, "c's sync to start once b's ended")
+    assert await deadline(c) == "c"
+    await eventually_async(lambda: "d" in stages.syncs, "d's sync to start once b's ended")
+    stages.syncs["d"].set_result(None)
+    assert await deadline(d) == "d"
+    assert (committer.groups_committed, committer.items_committed) == (3, 4)
+    await committer.close()
+
+
+async def test_with_a_sync_out_nothing_waits_the_group_wait() -> None:
+    """max_wait_s gathers a group only while no sync is out: with one out, an arrival is
+    written at once (it joins the next sync, which cannot start sooner)."""
+    stages = Stages()
+    committer: GroupCommitter[str, object] = GroupCommitter(
+        stages.write, max_wait_s=3600.0, max_bytes=2, sync=stages.sync
+    )
+    committer.start()
+    a = committer.submit("a", 1, "a")
+    b = committer.submit("b", 1, "b")  # full (max_bytes): written without the wait
+    await eventually_async(lambda: stages.synced == [["a", "b"]], "a and b's sync to start")
+    c = committer.submit("c", 1, "c")
+    await eventually_async(lambda: stages.written[-1] == ["c"], "c written during the sync")
+    stages.syncs["a"].set_result(None)
+    assert await deadline(a) == "a" and await deadline(b) == "b"
+    await eventually_async(lambda: "c" in stages.syncs, "c's sync to start")
     stages.syncs["c"].set_result(None)
     assert await deadline(c) == "c"
-    assert (committer.groups_committed, committer.items_committed) == (3, 3)
     await committer.close()
 
 
@@ -168,6 +197,27 @@ async def test_a_failed_sync_fails_its_group_the_group_written_behind_it_and_the
     await eventually_async(lambda: stages.synced[-1] == ["d"], "d's sync to start")
     stages.syncs["d"].set_result(None)
     assert await deadline(d) == "d"
+    await committer.close()
+
+
+async def test_a_failed_sync_fails_what_was_written_into_the_next_group_while_it_waited() -> None:
+    """c arrives after b's write has ended, while a's sync is out: written at once into
+    b's group, it fails with a's sync as b does, in the same step."""
+    stages = Stages()
+    committer = pipelined(stages)
+    a = committer.submit("a", 1, "a")
+    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
+    b = committer.submit("b", 1, "b")
+    await eventually_async(lambda: stages.written == [["a"], ["b"]], "b written during a's sync")
+    await settle()
+    c = committer.submit("c", 1, "c")
+    await eventually_async(lambda: stages.written[-1] == ["c"], "c written during a's sync")
+
+    stages.syncs["a"].set_exception(OSError(5, "Input/output error"))
+    outcomes = await deadline(asyncio.gather(a, b, c, return_exceptions=True))
+    assert all(isinstance(o, StorageFaultError) for o in outcomes), outcomes
+    assert outcomes[0] is outcomes[1] is outcomes[2] and len(stages.failures) == 1
+    assert stages.synced == [["a"]]  # b and c never synced
     await committer.close()
 
 
@@ -282,7 +332,8 @@ def three_staged(stages: ThreeStages) -> GroupCommitter[str, object]:
 async def three_groups_in_the_pipe(
     stages: ThreeStages, committer: GroupCommitter[str, object]
 ) -> tuple[asyncio.Future[object], ...]:
-    """a finishing, b syncing, c written and waiting for b's sync; d queued."""
+    """a finishing, b syncing, c written and waiting for b's sync, d arrived after c's
+    write ended and being written into c's group (its write held: ``held_writes["d"]``)."""
     a = committer.submit("a", 1, "a")
     await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
     stages.syncs["a"].set_result(None)
@@ -292,7 +343,9 @@ async def three_groups_in_the_pipe(
     c = committer.submit("c", 1, "c")
     await eventually_async(lambda: stages.written[-1] == ["c"], "c written")
     await settle()
+    stages.held_writes["d"] = asyncio.Event()
     d = committer.submit("d", 1, "d")
+    await eventually_async(lambda: stages.writing[-1] == "d", "d's write, b's sync still out")
     assert not any(f.done() for f in (a, b, c, d))
     return a, b, c, d
 
@@ -303,7 +356,10 @@ async def test_with_three_stages_a_group_syncs_while_the_one_before_finishes() -
     a, b, c, d = await three_groups_in_the_pipe(stages, committer)
     # b's sync ends first: its finish waits for a's, and it is not acknowledged
     stages.syncs["b"].set_result(None)
-    await eventually_async(lambda: stages.synced[-1] == ["c"], "c's sync")
+    await settle()
+    assert stages.synced[-1] == ["b"]  # c's group syncs once d, in it, is written
+    stages.held_writes["d"].set()
+    await eventually_async(lambda: stages.synced[-1] == ["c", "d"], "c and d's sync")
     await settle()
     assert stages.finished == [["a"]] and not b.done() and not a.done()
     stages.finishes["a"].set_result(None)
@@ -313,16 +369,17 @@ async def test_with_three_stages_a_group_syncs_while_the_one_before_finishes() -
     stages.finishes["b"].set_result(None)
     assert await deadline(b) == "b"
     stages.syncs["c"].set_result(None)
-    await eventually_async(lambda: stages.finished[-1] == ["c"], "c's finish")
-    await eventually_async(lambda: stages.synced[-1] == ["d"], "d's sync beside it")
-    stages.syncs["d"].set_result(None)
+    await eventually_async(lambda: stages.finished[-1] == ["c", "d"], "c and d's finish")
+    e = committer.submit("e", 1, "e")
+    await eventually_async(lambda: stages.synced[-1] == ["e"], "e's sync beside it")
+    stages.syncs["e"].set_result(None)
     await settle()
-    assert stages.finished[-1] == ["c"] and not c.done()  # d's finish waits for c's
+    assert stages.finished[-1] == ["c", "d"] and not c.done()  # e's finish waits for c's
     stages.finishes["c"].set_result(None)
-    await eventually_async(lambda: stages.finished[-1] == ["d"], "d's finish")
-    stages.finishes["d"].set_result(None)
-    assert await deadline(asyncio.gather(c, d)) == ["c", "d"]
-    assert (committer.groups_committed, committer.items_committed) == (4, 4)
+    await eventually_async(lambda: stages.finished[-1] == ["e"], "e's finish")
+    stages.finishes["e"].set_result(None)
+    assert await deadline(asyncio.gather(c, d, e)) == ["c", "d", "e"]
+    assert (committer.groups_committed, committer.items_committed) == (4, 5)
     await committer.close()
 
 
@@ -330,23 +387,28 @@ async def test_a_failed_finish_fails_the_groups_syncing_written_and_queued_behin
     stages = ThreeStages()
     committer = three_staged(stages)
     a, b, c, d = await three_groups_in_the_pipe(stages, committer)
+    stages.held_writes["e"] = asyncio.Event()  # e queued behind d's write
+    e = committer.submit("e", 1, "e")
     stages.finishes["a"].set_exception(OSError(5, "Input/output error"))
-    failed = await deadline(asyncio.gather(a, b, d, return_exceptions=True))
+    failed = await deadline(asyncio.gather(a, b, e, return_exceptions=True))
     assert all(isinstance(o, StorageFaultError) for o in failed), failed
     assert failed[0] is failed[1] is failed[2] and len(stages.failures) == 1
-    assert not c.done()  # written, waiting for b's sync: it fails once that has ended
+    # c and d, being written, waiting for b's sync: they fail once that has ended
+    assert not c.done() and not d.done()
+    stages.held_writes["d"].set()
     stages.syncs["b"].set_result(None)  # b's sync ends well, but b failed already
-    with pytest.raises(StorageFaultError):
-        await deadline(c)
+    for written in (c, d):
+        with pytest.raises(StorageFaultError):
+            await deadline(written)
     assert stages.finished == [["a"]] and stages.synced == [["a"], ["b"]]
     assert len(stages.failures) == 1 and committer.groups_committed == 0
 
-    e = committer.submit("e", 1, "e")  # the committer goes on
-    await eventually_async(lambda: stages.synced[-1] == ["e"], "e's sync")
-    stages.syncs["e"].set_result(None)
-    await eventually_async(lambda: stages.finished[-1] == ["e"], "e's finish")
-    stages.finishes["e"].set_result(None)
-    assert await deadline(e) == "e"
+    f = committer.submit("f", 1, "f")  # the committer goes on
+    await eventually_async(lambda: stages.synced[-1] == ["f"], "f's sync")
+    stages.syncs["f"].set_result(None)
+    await eventually_async(lambda: stages.finished[-1] == ["f"], "f's finish")
+    stages.finishes["f"].set_result(None)
+    assert await deadline(f) == "f"
     await committer.close()
 
 
@@ -360,6 +422,7 @@ async def test_a_sync_failing_while_the_group_before_finishes_waits_for_that_fin
     assert stages.failures == [] and not b.done()  # a is not resolved yet
     stages.finishes["a"].set_result(None)
     assert await deadline(a) == "a"
+    stages.held_writes["d"].set()
     failed = await deadline(asyncio.gather(b, c, d, return_exceptions=True))
     assert all(isinstance(o, StorageFaultError) for o in failed), failed
     assert stages.on_failure_saw == [{"a": True}] and len(stages.failures) == 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from time import thread_time_ns
 
-from broker.cache.api import MissingRange
+from broker.cache.api import QUIET_FOREVER, MissingRange
 from broker.cache.base import ManagerBase
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
@@ -201,6 +201,10 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
 
     def do_cache_eviction(self) -> None:
         """Nothing to do: the ring evicts by rotating when a segment fills."""
+
+    def quiet_until_ns(self) -> int | None:
+        """No round ever acts (see ``do_cache_eviction``)."""
+        return QUIET_FOREVER
 
     # ------------------------------------------------------------------ internals
 

@@ -135,6 +135,25 @@ class CacheEventStream:
         for shadow in self.shadows:
             shadow.tick()
 
+    def quiet_until_ns(self) -> int | None:
+        """The broker-clock time until which a :meth:`tick` would change nothing in any
+        design (``EntryCacheManager.quiet_until_ns``); None while a trace records (each
+        tick is one of its events) or when a design cannot tell. O(designs) plus what
+        each design's answer costs."""
+        if self.trace is not None:
+            return None
+        until = self.live.manager.quiet_until_ns()
+        for shadow in self.shadows:
+            if until is None:
+                return None
+            theirs = shadow.manager.quiet_until_ns()
+            until = None if theirs is None else min(until, theirs)
+        return until
+
+    def now_ns(self) -> int:
+        """The broker's clock, which the designs' event clock is stamped from."""
+        return self._source.monotonic_ns()
+
     def stats(self) -> dict[str, Any]:
         """The live design's counters and, under ``shadows``, each shadow's."""
         result = self.live.stats()

@@ -36,9 +36,12 @@ class EntryCache(Protocol):
         datas: Sequence[bytes | memoryview] | None,
         sizes: Sequence[int],
         expected_reads: int,
+        counts: Sequence[int] | None = None,
     ) -> None:
         """The write path: cache consecutive entries from ``first`` (a position already
-        cached keeps its entry)."""
+        cached keeps its entry). ``counts``: each entry's messages as the produce path
+        checked them, kept on the cached entry where the design keeps payloads (a read
+        then needs no parse for it); None: not known."""
         ...
 
     def insert_from_read(

@@ -57,6 +57,7 @@ class LegacyRangeEntryCache:
         datas: Sequence[bytes | memoryview] | None,
         sizes: Sequence[int],
         expected_reads: int,
+        counts: Sequence[int] | None = None,
     ) -> None:
         """Cache entries while the cache is not full; a position already cached keeps
         its entry (the first insert wins). Expected reads are not tracked."""
@@ -75,7 +76,9 @@ class LegacyRangeEntryCache:
             if key in cached:
                 continue
             data = None if datas is None else owned_payload(datas[offset], copy)
-            cached[key] = CachedEntry(self, ledger_id, key[1], data, size, 0, now)
+            entry = cached[key] = CachedEntry(self, ledger_id, key[1], data, size, 0, now)
+            if counts is not None:
+                entry.messages = counts[offset]
             self.size += size
             counters.size += size
             counters.entries += 1

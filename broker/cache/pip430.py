@@ -74,6 +74,7 @@ class RangeEntryCache:
         datas: Sequence[bytes | memoryview] | None,
         sizes: Sequence[int],
         expected_reads: int,
+        counts: Sequence[int] | None = None,
     ) -> None:
         """Cache consecutive entries from ``first``; a position already cached keeps its
         entry and gains ``expected_reads``. O(entries)."""
@@ -98,6 +99,8 @@ class RangeEntryCache:
             if datas is not None:
                 data = owned_payload(datas[offset], True) if copy else datas[offset]
             entry = CachedEntry(self, ledger_id, entry_id, data, size, reads, now)
+            if counts is not None:
+                entry.messages = counts[offset]
             entries[entry_id] = entry
             add(entry)
             added += 1

@@ -75,8 +75,10 @@ class SegmentedEntryCache:
         datas: Sequence[bytes | memoryview] | None,
         sizes: Sequence[int],
         expected_reads: int,
+        counts: Sequence[int] | None = None,
     ) -> None:
-        """The write path; an entry larger than a segment is not cached."""
+        """The write path; an entry larger than a segment is not cached. ``counts`` are
+        not kept (a ring entry's payload may be a copy in its segment)."""
         insert = self._manager._insert
         for offset, size in enumerate(sizes):
             insert(self, ledger_id, first + offset, None if datas is None else datas[offset], size)

@@ -199,15 +199,24 @@ class TopicEvents:
         self._mark_read = live.cache.mark_read
         self._shadow_mark_reads = [shadow.cache.mark_read for shadow in shadows]
 
-    def added(self, ledger_id: int, first: int, datas: Sequence[bytes]) -> None:
+    def added(
+        self,
+        ledger_id: int,
+        first: int,
+        datas: Sequence[bytes],
+        counts: Sequence[int] | None = None,
+    ) -> None:
+        """Entries ``first..`` were stored; ``counts``: their messages as the produce
+        path checked them (kept on the live design's cached entries), None if not
+        known."""
         self._clock.now_ns = self._source.monotonic_ns()
         if self._trace is None and not self.shadows and not self._entry_length:
-            self.live.added(ledger_id, first, datas, None)  # sizes measured if cached
+            self.live.added(ledger_id, first, datas, None, counts)  # sizes measured if cached
             return
         sizes = self._sizes(datas)
         if self._trace is not None:
             self._trace.add(self.name, ledger_id, first, sizes)
-        self.live.added(ledger_id, first, datas, sizes)
+        self.live.added(ledger_id, first, datas, sizes, counts)
         for shadow in self.shadows:
             shadow.added(ledger_id, first, None, sizes)
 

@@ -36,9 +36,12 @@ class EntryCache(Protocol):
         datas: Sequence[bytes | memoryview] | None,
         sizes: Sequence[int],
         expected_reads: int,
+        counts: Sequence[int] | None = None,
     ) -> None:
         """The write path: cache consecutive entries from ``first`` (a position already
-        cached keeps its entry)."""
+        cached keeps its entry). ``counts``: each entry's messages as the produce path
+        checked them, kept on the cached entry where the design keeps payloads (a read
+        then needs no parse for it); None: not known."""
         ...
 
     def insert_from_read(
@@ -86,6 +89,10 @@ class EntryCache(Protocol):
         ...
 
 
+#: ``EntryCacheManager.quiet_until_ns`` of a design no round of the timer can change
+QUIET_FOREVER = 1 << 62
+
+
 class EntryCacheManager(Protocol):
     """The broker-wide side of a design: the per-ledger caches, the size limit, eviction."""
 
@@ -109,6 +116,13 @@ class EntryCacheManager(Protocol):
 
     def do_cache_eviction(self) -> None:
         """One round of the broker's eviction timer."""
+        ...
+
+    def quiet_until_ns(self) -> int | None:
+        """The design-clock time until which a round of the eviction timer would do
+        nothing (evict, requeue or count nothing): a round at a later time may act.
+        ``QUIET_FOREVER`` while no round can act (nothing cached); None when the design
+        cannot tell (a round may act at any time). O(1) amortized."""
         ...
 
     def stats(self) -> dict[str, Any]:

@@ -87,6 +87,11 @@ class ManagerBase(Generic[C]):
             self.evict_to_watermark()
             self.counters.eviction_cpu_ns += thread_time_ns() - started
 
+    def quiet_until_ns(self) -> int | None:
+        """See ``EntryCacheManager.quiet_until_ns``: None here (a design that does not
+        say is given every round)."""
+        return None
+
     def do_cache_eviction(self) -> None:
         """One round of the broker's eviction timer: the timestamp pass, then the size
         pass if still above the trigger. Its CPU time goes to ``eviction_cpu_ns``."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from broker.cache.api import MissingRange
+from broker.cache.api import QUIET_FOREVER, MissingRange
 from broker.cache.entry import CachedEntry
 from broker.cache.stats import CacheCounters
 
@@ -31,6 +31,7 @@ class DisabledEntryCache:
         datas: Sequence[bytes | memoryview] | None,
         sizes: Sequence[int],
         expected_reads: int,
+        counts: Sequence[int] | None = None,
     ) -> None:
         pass
 
@@ -89,6 +90,10 @@ class DisabledEntryCacheManager:
 
     def do_cache_eviction(self) -> None:
         pass
+
+    def quiet_until_ns(self) -> int | None:
+        """Nothing is ever cached: no round acts."""
+        return QUIET_FOREVER
 
     def stats(self) -> dict[str, Any]:
         return self.counters.snapshot(self.implementation, 0)

@@ -20,6 +20,7 @@ class CachedEntry:
         "entry_id",
         "expected_reads",
         "ledger_id",
+        "messages",
         "removed",
         "requeue_count",
         "size",
@@ -46,6 +47,9 @@ class CachedEntry:
         self.accessed = False
         self.requeue_count = 0
         self.removed = False
+        #: messages in the entry, as the produce path checked them (0: not known; a
+        #: read then parses the metadata, see ``broker.ledger.entry.Entry``)
+        self.messages = 0
 
     def __repr__(self) -> str:
         return (

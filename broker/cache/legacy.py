@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from sortedcontainers import SortedDict
 
 from broker.cache.active_cursors import ActiveManagedCursorContainer
-from broker.cache.api import CursorCheck, EntryCache, MissingRange, Pos
+from broker.cache.api import QUIET_FOREVER, CursorCheck, EntryCache, MissingRange, Pos
 from broker.cache.base import ManagerBase, owned_payload
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
@@ -57,6 +57,7 @@ class LegacyRangeEntryCache:
         datas: Sequence[bytes | memoryview] | None,
         sizes: Sequence[int],
         expected_reads: int,
+        counts: Sequence[int] | None = None,
     ) -> None:
         """Cache entries while the cache is not full; a position already cached keeps
         its entry (the first insert wins). Expected reads are not tracked."""
@@ -75,7 +76,9 @@ class LegacyRangeEntryCache:
             if key in cached:
                 continue
             data = None if datas is None else owned_payload(datas[offset], copy)
-            cached[key] = CachedEntry(self, ledger_id, key[1], data, size, 0, now)
+            entry = cached[key] = CachedEntry(self, ledger_id, key[1], data, size, 0, now)
+            if counts is not None:
+                entry.messages = counts[offset]
             self.size += size
             counters.size += size
             counters.entries += 1
@@ -140,6 +143,15 @@ class LegacyRangeEntryCache:
             self._remove(key)
         self._manager.counters.evicted_invalidated += removed
 
+    def first_timestamp_ns(self) -> int | None:
+        """The timestamp of the entry at the lowest position, where the timestamp loop
+        starts (and stops, if it is not expired); None when empty. O(1)."""
+        entries = self._entries
+        if not entries:
+            return None
+        timestamp: int = entries.peekitem(0)[1].timestamp_ns
+        return timestamp
+
     def evict_before_timestamp(self, cutoff_ns: int) -> int:
         """Remove from the lowest position while entries are at or before ``cutoff_ns``;
         stop at the first newer one. Returns how many were removed."""
@@ -192,6 +204,20 @@ class LegacyEntryCacheManager(ManagerBase[LegacyRangeEntryCache]):
 
     def __init__(self, config: CacheConfig, clock: Clock) -> None:
         super().__init__(config, clock, lambda name: LegacyRangeEntryCache(name, self))
+
+    def quiet_until_ns(self) -> int | None:
+        """Until the first of the caches' lowest entries expires (the timestamp loop
+        removes an entry at or before now - TTL); None above the trigger.
+        O(#caches), as a round's timestamp loop."""
+        if self.needs_eviction():
+            return None
+        ttl = self.config.ttl_ns
+        until = QUIET_FOREVER
+        for cache in self._caches.values():
+            first = cache.first_timestamp_ns()
+            if first is not None and first + ttl - 1 < until:
+                until = first + ttl - 1
+        return until
 
     def evict_expired(self) -> int:
         """The timestamp loop over every cache. Returns entries removed."""

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from broker.cache.active_cursors import ActiveManagedCursorContainer
-from broker.cache.api import CursorCheck, MissingRange, Pos
+from broker.cache.api import QUIET_FOREVER, CursorCheck, MissingRange, Pos
 from broker.cache.base import ManagerBase, owned_payload
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
@@ -74,6 +74,7 @@ class RangeEntryCache:
         datas: Sequence[bytes | memoryview] | None,
         sizes: Sequence[int],
         expected_reads: int,
+        counts: Sequence[int] | None = None,
     ) -> None:
         """Cache consecutive entries from ``first``; a position already cached keeps its
         entry and gains ``expected_reads``. O(entries)."""
@@ -98,6 +99,8 @@ class RangeEntryCache:
             if datas is not None:
                 data = owned_payload(datas[offset], True) if copy else datas[offset]
             entry = CachedEntry(self, ledger_id, entry_id, data, size, reads, now)
+            if counts is not None:
+                entry.messages = counts[offset]
             entries[entry_id] = entry
             add(entry)
             added += 1
@@ -273,6 +276,16 @@ class Pip430EntryCacheManager(ManagerBase[RangeEntryCache]):
         removed, _ = self.queue.evict_before(now - self.config.ttl_ns, now, self.evict_listener)
         self.counters.evicted_ttl += removed
         return removed
+
+    def quiet_until_ns(self) -> int | None:
+        """Until the entry at the head of the removal queue expires: both passes of a
+        round start at the head and the timestamp pass stops at once at an entry not
+        expired (``RemovalQueue.evict``), and the size pass has nothing to do below the
+        trigger. None above it. O(1) amortized."""
+        if self.needs_eviction():
+            return None
+        first = self.queue.first_timestamp_ns()
+        return QUIET_FOREVER if first is None else first + self.config.ttl_ns
 
     def evict_entries(self, size_to_free: int) -> int:
         """The size pass: free at least ``size_to_free`` bytes (or everything that may

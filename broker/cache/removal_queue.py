@@ -67,6 +67,18 @@ class RangeCacheRemovalQueue:
             entry.expected_reads >= 1 and entry.requeue_count < self._max_requeues
         )
 
+    def first_timestamp_ns(self) -> int | None:
+        """The timestamp of the entry at the head, the first a pass looks at (removed
+        entries before it are dropped, as a pass drops them); None when the queue is
+        empty. O(1) amortized."""
+        queue = self._queue
+        while queue:
+            entry = queue[0]
+            if not entry.removed:
+                return entry.timestamp_ns
+            queue.popleft()
+        return None
+
     # ------------------------------------------------------------------ the passes
 
     def evict_before(

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from time import thread_time_ns
 
-from broker.cache.api import MissingRange
+from broker.cache.api import QUIET_FOREVER, MissingRange
 from broker.cache.base import ManagerBase
 from broker.cache.config import CacheConfig
 from broker.cache.entry import CachedEntry
@@ -75,8 +75,10 @@ class SegmentedEntryCache:
         datas: Sequence[bytes | memoryview] | None,
         sizes: Sequence[int],
         expected_reads: int,
+        counts: Sequence[int] | None = None,
     ) -> None:
-        """The write path; an entry larger than a segment is not cached."""
+        """The write path; an entry larger than a segment is not cached. ``counts`` are
+        not kept (a ring entry's payload may be a copy in its segment)."""
         insert = self._manager._insert
         for offset, size in enumerate(sizes):
             insert(self, ledger_id, first + offset, None if datas is None else datas[offset], size)
@@ -201,6 +203,10 @@ class SegmentedEntryCacheManager(ManagerBase[SegmentedEntryCache]):
 
     def do_cache_eviction(self) -> None:
         """Nothing to do: the ring evicts by rotating when a segment fills."""
+
+    def quiet_until_ns(self) -> int | None:
+        """No round ever acts (see ``do_cache_eviction``)."""
+        return QUIET_FOREVER
 
     # ------------------------------------------------------------------ internals
 

@@ -135,6 +135,25 @@ class CacheEventStream:
         for shadow in self.shadows:
             shadow.tick()
 
+    def quiet_until_ns(self) -> int | None:
+        """The broker-clock time until which a :meth:`tick` would change nothing in any
+        design (``EntryCacheManager.quiet_until_ns``); None while a trace records (each
+        tick is one of its events) or when a design cannot tell. O(designs) plus what
+        each design's answer costs."""
+        if self.trace is not None:
+            return None
+        until = self.live.manager.quiet_until_ns()
+        for shadow in self.shadows:
+            if until is None:
+                return None
+            theirs = shadow.manager.quiet_until_ns()
+            until = None if theirs is None else min(until, theirs)
+        return until
+
+    def now_ns(self) -> int:
+        """The broker's clock, which the designs' event clock is stamped from."""
+        return self._source.monotonic_ns()
+
     def stats(self) -> dict[str, Any]:
         """The live design's counters and, under ``shadows``, each shadow's."""
         result = self.live.stats()
@@ -180,15 +199,24 @@ class TopicEvents:
         self._mark_read = live.cache.mark_read
         self._shadow_mark_reads = [shadow.cache.mark_read for shadow in shadows]
 
-    def added(self, ledger_id: int, first: int, datas: Sequence[bytes]) -> None:
+    def added(
+        self,
+        ledger_id: int,
+        first: int,
+        datas: Sequence[bytes],
+        counts: Sequence[int] | None = None,
+    ) -> None:
+        """Entries ``first..`` were stored; ``counts``: their messages as the produce
+        path checked them (kept on the live design's cached entries), None if not
+        known."""
         self._clock.now_ns = self._source.monotonic_ns()
         if self._trace is None and not self.shadows and not self._entry_length:
-            self.live.added(ledger_id, first, datas, None)  # sizes measured if cached
+            self.live.added(ledger_id, first, datas, None, counts)  # sizes measured if cached
             return
         sizes = self._sizes(datas)
         if self._trace is not None:
             self._trace.add(self.name, ledger_id, first, sizes)
-        self.live.added(ledger_id, first, datas, sizes)
+        self.live.added(ledger_id, first, datas, sizes, counts)
         for shadow in self.shadows:
             shadow.added(ledger_id, first, None, sizes)
 

@@ -142,10 +142,12 @@ class TopicUnit:
         first: int,
         datas: Sequence[bytes | memoryview] | None,
         sizes: Sequence[int] | None,
+        counts: Sequence[int] | None = None,
     ) -> None:
         """Entries ``first..`` were stored: cached if the policy says so. ``sizes`` None:
         the lengths of ``datas``, measured only when they are cached (a topic nobody
-        reads does not pay an int object per entry)."""
+        reads does not pay an int object per entry). ``counts``: their messages, as
+        the produce path checked them (``EntryCache.insert``)."""
         reads = self.policy.added_reads()
         if reads is None:
             return
@@ -153,7 +155,7 @@ class TopicUnit:
             if datas is None:
                 raise ValueError("added needs the entries' sizes or the entries")
             sizes = list(map(len, datas))
-        self.cache.insert(ledger_id, first, datas, sizes, reads)
+        self.cache.insert(ledger_id, first, datas, sizes, reads, counts)
         self.manager.after_insert()
 
     def read(

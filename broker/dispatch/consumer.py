@@ -132,6 +132,13 @@ class Consumer:
         client's sake: ``broker.session.consumer``). O(1)."""
         return self.client_permits()
 
+    def read_permits(self) -> int:
+        """Entries worth reading for this consumer now: ``available_permits``, or fewer
+        where its front end would stop taking them sooner (a session's gate, see
+        ``broker.session.consumer``). The Shared dispatcher reads by it; an entry read
+        and not handed over waits in its replay queue to be read again. O(1)."""
+        return self.available_permits
+
     def client_permits(self) -> int:
         """Free places in the receiver queue (the stats' ``availablePermits``). O(1)."""
         return self.receiver_queue_size - len(self.queue)

@@ -506,8 +506,17 @@ class SharedDispatcher(Dispatcher):
         )
 
     def _read_budget(self) -> int:
+        """Entries to read: what the consumers can take (:meth:`Consumer.read_permits`,
+        which counts in a front end's writable gate: an entry read past it would only
+        wait in the replay queue for a second read), within the unacked bounds and
+        ``dispatcherMaxReadBatchSize``. O(consumers)."""
         room = self.config.max_unacked_per_subscription - self.unacked_messages()
-        permits = sum(max(self._capacity(consumer), 0) for consumer in self.consumers)
+        unacked_limit = self.config.max_unacked_per_consumer
+        permits = 0
+        for consumer in self.consumers:
+            capacity = min(consumer.read_permits(), unacked_limit - len(consumer.pending))
+            if capacity > 0:
+                permits += capacity
         return min(permits, room, self.config.max_read_batch_size)
 
     def _send(self, entries: list[Entry]) -> None:

@@ -98,6 +98,7 @@ class PersistentTopic:
         messages: int = 0,
         sequenced: tuple[str, list[int]] | None = None,
         publisher: PublisherStats | None = None,
+        counts: Sequence[int] | None = None,
     ) -> Position:
         """Store entries durably; the position of the first one. ``messages``: how many
         messages they hold (batched entries hold several; 0: one per entry).
@@ -105,8 +106,10 @@ class PersistentTopic:
         them, recorded as stored when the topic deduplicates. Every entry stored, by any
         front end, counts towards the next deduplication snapshot (as every add does in
         Pulsar), so the ``pulsar.dedup`` cursor never holds trimming back for good.
-        ``publisher``: the producer's stats, counting them too."""
-        first = await self.ledger.add_entries(entries)
+        ``publisher``: the producer's stats, counting them too. ``counts``: each
+        entry's messages, where its front end checked its metadata (the binary
+        protocol's ``check_entry``), kept with the cached entry for the dispatcher."""
+        first = await self.ledger.add_entries(entries, counts)
         deduplication = self.deduplication
         if deduplication.enabled:
             if sequenced is not None:

@@ -73,10 +73,12 @@ class Entry:
 
     __slots__ = ("__weakref__", "_messages", "_metadata", "data", "position")
 
-    def __init__(self, position: Position, data: bytes) -> None:
+    def __init__(self, position: Position, data: bytes, messages: int = 0) -> None:
         self.position = position
         self.data = data
-        self._messages = 0
+        #: messages, once known: from the produce path's check when the cache kept it
+        #: (never a count that check refused), else parsed on first use (0 until then)
+        self._messages = messages
         self._metadata: Any = None
 
     @property

@@ -46,16 +46,16 @@ class LiveEntries:
         """Entries held somewhere now (O(1))."""
         return len(self._by_position)
 
-    def entry(self, position: Position, data: bytes) -> Entry:
+    def entry(self, position: Position, data: bytes, messages: int = 0) -> Entry:
         """The Entry at ``position`` that something holds, else a new one of ``data``
-        (the entry's bytes, as read)."""
+        (the entry's bytes, as read; ``messages`` its count if known, see ``Entry``)."""
         by_position = self._by_position
         ref = by_position.get(position)
         if ref is not None:
             held = ref()
             if held is not None:
                 return held
-        entry = Entry(position, data)
+        entry = Entry(position, data, messages)
         ref = _EntryRef(entry, self._drop)
         ref.position = position
         by_position[position] = ref

@@ -332,8 +332,13 @@ class ManagedLedger:
 
     # ------------------------------------------------------------------ writes
 
-    async def add_entries(self, entries: Sequence[bytes]) -> Position:
-        """Append entries durably and return the position of the first one.
+    async def add_entries(
+        self, entries: Sequence[bytes], counts: Sequence[int] | None = None
+    ) -> Position:
+        """Append entries durably and return the position of the first one. ``counts``:
+        each entry's messages as its producer's front end checked them (the cache keeps
+        them, so that a read of the cached entry does not parse its metadata again);
+        None when not checked.
 
         Raises the bookie's error if storage fails; nothing is then stored.
         """
@@ -364,13 +369,14 @@ class ManagedLedger:
             self._not_in_flight(count)
             raise
         added: asyncio.Future[Position] = write.get_loop().create_future()
-        when_done(write, functools.partial(self._written, info, entries, added))
+        when_done(write, functools.partial(self._written, info, entries, counts, added))
         return await added
 
     def _written(
         self,
         info: LedgerInfo,
         entries: Sequence[bytes],
+        counts: Sequence[int] | None,
         added: asyncio.Future[Position],
         write: asyncio.Future[int],
     ) -> None:
@@ -386,7 +392,7 @@ class ManagedLedger:
                 added.set_exception(error)
             return
         try:
-            position = self._added(info, entries, write.result())
+            position = self._added(info, entries, write.result(), counts)
         except BaseException as bug:
             if added.done():
                 raise  # nobody waits to be told: the loop's handler reports it
@@ -401,10 +407,16 @@ class ManagedLedger:
         if self._inflight == 0:
             self._drained.set()
 
-    def _added(self, info: LedgerInfo, entries: Sequence[bytes], last: int) -> Position:
+    def _added(
+        self,
+        info: LedgerInfo,
+        entries: Sequence[bytes],
+        last: int,
+        counts: Sequence[int] | None = None,
+    ) -> Position:
         first = last - len(entries) + 1
         ledger_id = info.ledger_id
-        self.events.added(ledger_id, first, entries)
+        self.events.added(ledger_id, first, entries, counts)
         self._complete(info, first, last, total_size(entries))
         if self._rollover is None and not self._closed and self._is_full(info):
             self._tasks.spawn(self._roll_over_in_background(info), name=f"rollover {self.name}")
@@ -751,7 +763,10 @@ class ManagedLedger:
         # an entry another subscription's receiver queue holds is shared, not copied (one
         # subscription has nobody to share with: its reads skip the index)
         entry = self.live_entries.entry if len(self.cursors) > 1 else Entry
-        served = [entry(Position(ledger_id, c.entry_id), c.data) for c in plan.hits]  # type: ignore[arg-type]
+        served = [
+            entry(Position(ledger_id, c.entry_id), c.data, c.messages)  # type: ignore[arg-type]
+            for c in plan.hits
+        ]
         if not plan.own and not plan.joined:
             return served
         parts: list[tuple[int, int, PendingRead]] = []

@@ -356,6 +356,14 @@ class BinaryConsumer(PushConsumer):
         connection = self._connection
         return 0 if connection is None else connection.unsent_bytes()
 
+    def gate_room(self) -> int | None:
+        """Bytes until the connection's output passes its high water mark (where it
+        turns unwritable). O(1)."""
+        connection = self._connection
+        if connection is None:
+            return None
+        return max(connection.high_water - connection.unsent_bytes(), 0)
+
     def send(self, entry: Entry, redelivery_count: int) -> None:
         """Write the entry to the client as a MESSAGE frame, with what is left of a
         partly acked batch. O(len(entry)) in the kernel's copy; the Python work is the
@@ -475,7 +483,7 @@ class Connection(asyncio.Protocol):
         high = config.pulsarChannelWriteBufferHighWaterMark
         if config.maxUnwrittenBytesPerConsumer:
             high = max(min(high, config.maxUnwrittenBytesPerConsumer - 1), 1)
-        self._high_water = high
+        self.high_water = high
         self._low_water = min(config.pulsarChannelWriteBufferLowWaterMark, high)
         #: the output is below the high water mark (or has drained below the low one
         #: since): its consumers may be dispatched to
@@ -532,7 +540,7 @@ class Connection(asyncio.Protocol):
         self.counted_ip = ip
         self.server.connections.add(self)
         self.server.publish_buffer.join(self)
-        transport.set_write_buffer_limits(high=self._high_water, low=self._low_water)  # type: ignore[attr-defined]
+        transport.set_write_buffer_limits(high=self.high_water, low=self._low_water)  # type: ignore[attr-defined]
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
@@ -677,7 +685,7 @@ class Connection(asyncio.Protocol):
         is unwritable (as a Netty channel counts what is written and not yet flushed).
         O(1)."""
         self._out_bytes += size
-        if self.writable and self.unsent_bytes() > self._high_water:
+        if self.writable and self.unsent_bytes() > self.high_water:
             self._set_writable(False)
         if not self._flush_scheduled:
             self._flush_scheduled = True

@@ -352,8 +352,9 @@ class ProducerSession:
             topic = await self.current_topic()
         deduplication = topic.deduplication
         if not deduplication.enabled:
+            counts = [sent[2] for sent in sends]
             first = await topic.publish(
-                [sent[3] for sent in sends], sum(s[2] for s in sends), publisher=self.stats
+                [sent[3] for sent in sends], sum(counts), publisher=self.stats, counts=counts
             )
             return first, None
         return await self._publish_deduplicated(topic, deduplication, sends)
@@ -364,6 +365,7 @@ class ProducerSession:
         name = self.name
         verdicts: list[int] = []
         entries: list[bytes] = []
+        counts: list[int] = []
         #: the highest sequence id of each stored send that counts (not a partial chunk)
         stored: list[int] = []
         messages = 0
@@ -377,11 +379,12 @@ class ProducerSession:
             verdicts.append(verdict)
             if verdict == NOT_DUP:
                 entries.append(entry)
+                counts.append(count)
                 messages += count
         if not entries:
             return DUPLICATE_POSITION, verdicts
         try:
-            first = await topic.publish(entries, messages, (name, stored), self.stats)
+            first = await topic.publish(entries, messages, (name, stored), self.stats, counts)
         except Exception:
             deduplication.failed(name)
             raise

@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import pytest
+
+from broker.ledger import entry as entry_module
+from broker.ledger.entry import encode_batch, encode_message
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
 from storage_stub.bookie.api import StorageFaultError
@@ -295,3 +299,32 @@ async def test_readers_sharing_one_storage_read_count_one_miss_and_one_expected_
     assert (counters.misses, counters.hits) == (5, 0)
     cached = cache.live.units[ledger.name].cache.cached_entries()
     assert [e.expected_reads for e in cached] == [2] * 5, "two readers at or before: 2, not 4"
+
+
+@pytest.mark.parametrize("design", ["pip430", "legacy"])
+async def test_a_cached_entry_keeps_the_message_count_its_producer_checked(
+    stores: Stores, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch, design: str
+) -> None:
+    # the binary protocol's produce path checks each entry's metadata (check_entry): the
+    # dispatcher reads the count from the cached entry instead of parsing it again
+    stores.use_design(design)
+    ledger = await open_ledger()
+    datas = [
+        encode_batch([(b"m%d" % i, None, None, 0) for i in range(3)], 1),
+        encode_message(b"x", 1),
+    ]
+    lid = (await ledger.add_entries([encode_message(b"first", 1)])).ledger_id
+    ledger.events.activated("s", (lid, 0), (lid, -1), 5)  # adds are cached for it
+    checked = await ledger.add_entries(datas, [3, 1])
+    unchecked = await ledger.add_entries(datas)  # an add whose counts nobody checked
+
+    def parse(data: bytes) -> object:
+        raise AssertionError("the metadata was parsed again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(entry_module, "_plain_or_metadata", parse)
+        entries = await ledger.read_entries(checked, 2, "s")
+        assert [e.messages for e in entries] == [3, 1] and all(e.trusted for e in entries)
+    # the others are parsed on first use, as before
+    entries = await ledger.read_entries(unchecked, 2, "s")
+    assert [e.messages for e in entries] == [3, 1] and all(e.trusted for e in entries)

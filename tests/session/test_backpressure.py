@@ -19,7 +19,7 @@ from broker.ledger.position import Position
 from broker.session.consumer import ConsumerSession, PushConsumer
 from tests.dispatch.test_idle_topics import until
 from tests.session.conftest import in_memory_service
-from tests.session.test_consumer_session import TOPIC, publish
+from tests.session.test_consumer_session import TOPIC, batch, publish
 
 #: the byte bound of these tests, and the size of their entries' payloads
 BOUND = 10_000
@@ -177,3 +177,72 @@ async def test_shared_gives_an_unwritable_consumers_share_to_the_others(
     more = await publish(service, *(entry_data(i) for i in range(10, 14)))
     await until(lambda: len(reading.sent) + len(stalled.sent) == 14, "the rest sent")
     assert stalled.sent and sorted(reading.sent[10:] + stalled.sent) == more
+
+
+class GatedPushConsumer(BufferingPushConsumer):
+    """A push session whose front end closes the ``writable`` gate once what it buffers
+    passes ``MARK`` (the entry that passes it still goes), as a binary connection's
+    output does at its high water mark."""
+
+    MARK = 2_500
+
+    def send(self, entry: Entry, redelivery_count: int) -> None:
+        super().send(entry, redelivery_count)
+        if self.buffered > self.MARK:
+            self.set_writable(False)
+
+    def gate_room(self) -> int | None:
+        return max(self.MARK - self.buffered, 0)
+
+    def taken(self) -> None:
+        self.buffered = 0
+        self.set_writable(True)
+
+
+async def test_shared_reads_for_a_gated_session_no_more_than_its_gate_lets_through(
+    service: BrokerService,
+) -> None:
+    # Shared queues what a consumer could not take for a replay read: entries read
+    # past the gate would be read twice
+    options = ConsumerOptions(initial_position="Earliest", subscription_type="Shared")
+    consumer = await service.create_consumer(TOPIC, "s", options, GatedPushConsumer)
+    assert isinstance(consumer, GatedPushConsumer)
+    dispatcher = consumer.subscription.dispatcher
+    assert dispatcher is not None
+    consumer.grant(1000)
+    first = await publish(service, entry_data(0))  # tells the entries' size
+    await until(lambda: consumer.sent == first, "the first entry sent")
+    consumer.taken()
+    positions = first + await publish(service, *(entry_data(i) for i in range(1, 30)))
+    while len(consumer.sent) < 30:
+        await until(lambda: not consumer.writable, "sent up to the gate")
+        await settled()
+        assert len(dispatcher.replay) == 0  # nothing read that could not be handed over
+        assert consumer.buffered <= GatedPushConsumer.MARK + len(entry_data(0))
+        consumer.taken()
+        if len(consumer.sent) < 30:
+            await until(lambda: consumer.buffered > 0, "more sent once the gate opened")
+    assert consumer.sent == positions
+
+
+async def test_a_push_sessions_first_batch_sets_its_average_of_messages_per_entry(
+    service: BrokerService,
+) -> None:
+    # as Pulsar's Consumer.avgMessagesPerEntry starts: the permits in entries are
+    # right from the first batch on, and nothing is read that does not fit
+    options = ConsumerOptions(initial_position="Earliest", subscription_type="Shared")
+    consumer = await service.create_consumer(TOPIC, "s", options, BufferingPushConsumer)
+    assert isinstance(consumer, BufferingPushConsumer)
+    dispatcher = consumer.subscription.dispatcher
+    assert dispatcher is not None
+    ten = batch(*(bytes([i]) * 100 for i in range(10)))
+    consumer.grant(10)
+    first = await publish(service, ten)
+    await until(lambda: consumer.sent == first, "the first batch sent")
+    positions = await publish(service, *([ten] * 5))
+    await settled()
+    consumer.grant(25)  # two batches and part of a third
+    await until(lambda: len(consumer.sent) == 4, "three more batches sent")
+    await settled()
+    assert consumer.sent == first + positions[:3] and consumer.permits == -5
+    assert len(dispatcher.replay) == 0  # the two batches left were never read

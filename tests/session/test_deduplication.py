@@ -67,10 +67,14 @@ async def test_a_copy_is_unknown_while_its_first_is_in_flight_then_a_duplicate(
     disk = asyncio.Event()
 
     async def slow_publish(
-        entries: Sequence[bytes], messages: int = 0, sequenced: Any = None, publisher: Any = None
+        entries: Sequence[bytes],
+        messages: int = 0,
+        sequenced: Any = None,
+        publisher: Any = None,
+        counts: Any = None,
     ) -> Position:
         await disk.wait()  # the write is on its way until the test lets it land
-        return await store(entries, messages, sequenced, publisher)
+        return await store(entries, messages, sequenced, publisher, counts)
 
     topic.publish = slow_publish  # type: ignore[method-assign]
     writing = asyncio.ensure_future(first.publish_sequenced([sent(0)]))

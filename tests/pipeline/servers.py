@@ -73,9 +73,12 @@ SPARK_SETTINGS = {
 #: verifying some 20,000 classes from the jars, the same in each of the eight or so
 #: JVMs a run of these tests starts (measured: a local job's JVM 17.5 s of CPU without
 #: it, 9.2 s with it). Made once per machine, Java and pyspark (its name is a hash of
-#: them) by a short local job (:func:`ensure_class_archive`) and kept in the temporary
-#: directory for later runs. A JVM whose archive does not match (another Java or
-#: jars) ignores it.
+#: them) by a short local job (:func:`make_class_archive`), in the background as the
+#: first Spark test starts, and kept in the temporary directory for later runs: making
+#: it costs a JVM's run and its dump (some 2 minutes of wall on a loaded machine), so a
+#: machine's first run gains little (the JVMs started before it is there run without
+#: it) and every later run the whole. A JVM whose archive does not match (another Java
+#: or jars) ignores it.
 CLASS_ARCHIVE_JOB = """
 import pyarrow as pa
 from pyspark.sql import SparkSession, functions as F
@@ -107,52 +110,42 @@ def class_archive() -> pathlib.Path | None:
     return directory / f"{digest.hexdigest()[:20]}.jsa"
 
 
-_archive_lock = threading.Lock()
-#: whether this process tried to make the archive (made or not, it does not try again)
-_archive_tried: list[bool] = []
+#: set when the session ends: a job still making the archive is stopped
+_archive_stop = threading.Event()
 
 
-def ensure_class_archive() -> None:
-    """Make :func:`class_archive` unless it is there (or this process tried already): a
-    local job in a JVM that writes it as it exits, to a name of its own renamed into
-    place (test runs on the machine at once each make a whole one). Without it, or if
-    the JVM cannot make one, the JVMs run as before."""
-    with _archive_lock:
-        target = class_archive()
-        if target is None or target.exists() or _archive_tried:
-            return
-        _archive_tried.append(True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
-        options = f"{JAVA_OPTIONS} -XX:ArchiveClassesAtExit={partial}"
-        env = plain_env(
-            {
-                **_submit_args(options),
-                "SPARK_LOCAL_IP": "127.0.0.1",
-                "PYSPARK_PYTHON": sys.executable,
-            }
-        )
-        job = subprocess.Popen(
-            [sys.executable, "-c", CLASS_ARCHIVE_JOB], env=env, start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            # the job, then its JVM writing the archive as it exits (the job's process
-            # group: the JVM outlives the Python that started it by that long)
-            job.wait(timeout=3 * START_SECONDS)
-            deadline = time.monotonic() + 3 * START_SECONDS
-            while _group_alive(job.pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-        if job.returncode == 0 and partial.exists():
-            os.replace(partial, target)
+def make_class_archive() -> None:
+    """Make :func:`class_archive` unless it is there: a local job in a JVM that writes it
+    as it exits, to a name of its own renamed into place (test runs on the machine at
+    once each make a whole one). Run by :func:`prestart` in a thread of its own: JVMs
+    that start before it is there run without it (as they do if the JVM cannot make
+    one). Stopped, leaving no archive, when :data:`_archive_stop` is set."""
+    target = class_archive()
+    if target is None or target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
+    options = f"{JAVA_OPTIONS} -XX:ArchiveClassesAtExit={partial}"
+    env = {**_submit_args(options), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    job = subprocess.Popen(
+        [sys.executable, "-c", CLASS_ARCHIVE_JOB], env=plain_env(env), start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        # the job, then its JVM writing the archive as it exits (the job's process
+        # group: the JVM outlives the Python that started it by that long)
+        deadline = time.monotonic() + 6 * START_SECONDS
+        while job.poll() is None or _group_alive(job.pid):
+            if _archive_stop.wait(0.2) or time.monotonic() > deadline:
+                break
         else:
-            partial.unlink(missing_ok=True)
+            if job.returncode == 0 and partial.exists():
+                os.replace(partial, target)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        partial.unlink(missing_ok=True)
 
 
 def _group_alive(group: int) -> bool:
@@ -169,8 +162,7 @@ def _group_alive(group: int) -> bool:
 
 
 def java_options() -> str:
-    """:data:`JAVA_OPTIONS`, and the class archive (made first if need be)."""
-    ensure_class_archive()
+    """:data:`JAVA_OPTIONS`, and the class archive if it is there."""
     archive = class_archive()
     if archive is not None and archive.exists():
         return f"{JAVA_OPTIONS} -XX:SharedArchiveFile={archive}"
@@ -258,8 +250,8 @@ def prestart(
 ) -> None:
     """Start, each in a thread of its own, the servers that the tests of this session
     (``items``) will ask for: the standalone cluster and the Connect server, which tests
-    otherwise start one after another when each first needs one (with the class
-    archive, :func:`ensure_class_archive`, made first). Called by the first Spark
+    otherwise start one after another when each first needs one; and the class archive
+    (:func:`make_class_archive`) if the machine has none yet. Called by the first Spark
     fixture a test asks for; later calls do nothing. The threads are joined at the end
     of the session, before what they started is stopped."""
     if _prestarted:
@@ -279,16 +271,22 @@ def prestart(
         "connect": lambda: shared_connect(config, factory),
         "minimal python": lambda: shared_minimal_python(config, factory),
     }
-    threads = []
+    threads = [
+        threading.Thread(
+            target=_quietly, args=(make_class_archive,), name="class archive", daemon=True
+        )
+    ]
     for name in sorted(wanted):
         # a failed start is raised again to the test that asks for the server
         thread = threading.Thread(
             target=_quietly, args=(starts[name],), name=f"prestart {name}", daemon=True
         )
-        thread.start()
         threads.append(thread)
+    for thread in threads:
+        thread.start()
 
     def join() -> None:
+        _archive_stop.set()
         for thread in threads:
             thread.join(timeout=2 * START_SECONDS)
 

@@ -85,9 +85,13 @@ def _statistics(phases: dict[str, float]) -> dict[str, float]:
     return merged
 
 
-def measure(quick: bool = False, trace: str | None = None, spark: Any = None) -> dict[str, Any]:
+def measure(
+    quick: bool = False, trace: str | None = None, spark: Any = None, seconds: float | None = None
+) -> dict[str, Any]:
     """Both analyses of one trace (recorded here unless ``trace``); ``spark``: a session
-    to use (the tests'; None: ``local[2]`` started, timed and stopped here)."""
+    to use (the tests'; None: ``local[2]`` started, timed and stopped here); ``seconds``:
+    the virtual seconds of the trace recorded here (None: :data:`QUICK_SECONDS` with
+    ``quick``, else the preset's own length; the tests' is shorter still)."""
     from broker.cache import DESIGNS
     from pipeline.analyze import AnalyzeOptions, analyze
     from pipeline.single import analyze_single
@@ -99,7 +103,9 @@ def measure(quick: bool = False, trace: str | None = None, spark: Any = None) ->
         work = pathlib.Path(scratch)
         recorded = trace is None
         if trace is None:
-            trace = str(record_trace(work / "catchup", QUICK_SECONDS if quick else None))
+            if seconds is None and quick:
+                seconds = QUICK_SECONDS
+            trace = str(record_trace(work / "catchup", seconds))
         single_out, spark_out = resolve_uri(work / "single"), resolve_uri(work / "spark")
         cpu = time.process_time()
         single = analyze_single(AnalyzeOptions(trace, single_out, designs=designs))

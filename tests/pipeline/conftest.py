@@ -22,6 +22,7 @@ from broker.cli import main as brokerlab
 from pipeline.trace_io import read_table
 from tests.pipeline.servers import (
     driver_env,
+    prestart,
     shared_cluster,
     shared_connect,
     shared_minimal_python,
@@ -38,7 +39,8 @@ TABLES = ("sweep", "bound", "references", "patterns", "reuse", "working_set")
 
 
 @pytest.fixture(scope="session")
-def spark(request: pytest.FixtureRequest) -> Any:
+def spark(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    prestart(request.config, tmp_path_factory, request.session.items)
     return shared_session(request.config)
 
 
@@ -47,6 +49,7 @@ def cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, pathlib.Path]:
     """A standalone master's URL and its executors' Python (one without brokerlab)."""
+    prestart(request.config, tmp_path_factory, request.session.items)
     return shared_cluster(request.config, tmp_path_factory)
 
 
@@ -61,6 +64,7 @@ def minimal_python(
 
 @pytest.fixture(scope="session")
 def connect_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    prestart(request.config, tmp_path_factory, request.session.items)
     return shared_connect(request.config, tmp_path_factory)
 
 

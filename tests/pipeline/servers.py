@@ -15,6 +15,7 @@ every test that needs one shares it: the pipeline's and the sweep's alike.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import pathlib
@@ -26,9 +27,11 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import threading
 import time
 import venv
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import pytest
@@ -49,21 +52,145 @@ JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: whole-stage code generation and expressions interpreted rather than compiled
 #: (``codegen.factoryMode``, Spark's own switch for testing both ways alike: on the
 #: tests' tiny data, compiling each query's and expression's Java costs more than it
-#: saves, most of it in a JVM's first analysis), no console progress bars
-SPARK_CONF = {
-    "spark.driver.extraJavaOptions": JAVA_OPTIONS,
-    "spark.executor.extraJavaOptions": JAVA_OPTIONS,
+#: saves, most of it in a JVM's first analysis), no console progress bars, no web UI,
+#: as many partitions after a shuffle as a test cluster has cores and no adaptive
+#: re-planning of each stage (on tiny data the re-planning is the cost). A ``local``
+#: master's session sets its own shuffle partitions (``pipeline.spark``), which win.
+SPARK_SETTINGS = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.adaptive.enabled": "false",
 }
 
 
+# ------------------------------------------------------- a class-data archive for the JVMs
+
+#: the JVMs' classes, loaded and verified once and mapped by every later JVM (a JDK's
+#: application class-data sharing, CDS): most of a Spark JVM's start is reading and
+#: verifying some 20,000 classes from the jars, the same in each of the eight or so
+#: JVMs a run of these tests starts (measured: a local job's JVM 17.5 s of CPU without
+#: it, 9.2 s with it). Made once per machine, Java and pyspark (its name is a hash of
+#: them) by a short local job (:func:`make_class_archive`), in the background as the
+#: first Spark test starts, and kept in the temporary directory for later runs: making
+#: it costs a JVM's run and its dump (some 2 minutes of wall on a loaded machine), so a
+#: machine's first run gains little (the JVMs started before it is there run without
+#: it) and every later run the whole. A JVM whose archive does not match (another Java
+#: or jars) ignores it.
+CLASS_ARCHIVE_JOB = """
+import pyarrow as pa
+from pyspark.sql import SparkSession, functions as F
+spark = SparkSession.builder.master("local[1]").getOrCreate()
+def same(batches):
+    yield from batches
+frame = spark.range(1000).withColumn("k", F.col("id") % 7)
+frame.groupBy("k").agg(F.sum("id"), F.count("*")).orderBy("k").collect()
+frame.mapInArrow(same, frame.schema).count()
+spark.stop()
+"""
+
+
+def _java() -> pathlib.Path | None:
+    home = os.environ.get("JAVA_HOME")
+    found = str(pathlib.Path(home, "bin", "java")) if home else shutil.which("java")
+    return pathlib.Path(found).resolve() if found and os.path.exists(found) else None
+
+
+def class_archive() -> pathlib.Path | None:
+    """Where this machine's archive for this Java and pyspark is (None: no Java)."""
+    java = _java()
+    if java is None:
+        return None
+    digest = hashlib.sha256(f"{java} {java.stat().st_mtime_ns} {JAVA_OPTIONS}".encode())
+    for jar in sorted((spark_home() / "jars").glob("*.jar")):
+        digest.update(f"{jar.name} {jar.stat().st_size}\n".encode())
+    directory = pathlib.Path(tempfile.gettempdir(), f"brokerlab-spark-cds-{os.getuid()}")
+    return directory / f"{digest.hexdigest()[:20]}.jsa"
+
+
+#: set when the session ends: a job still making the archive is stopped
+_archive_stop = threading.Event()
+
+
+def make_class_archive() -> None:
+    """Make :func:`class_archive` unless it is there: a local job in a JVM that writes it
+    as it exits, to a name of its own renamed into place (test runs on the machine at
+    once each make a whole one). Run by :func:`prestart` in a thread of its own: JVMs
+    that start before it is there run without it (as they do if the JVM cannot make
+    one). Stopped, leaving no archive, when :data:`_archive_stop` is set."""
+    target = class_archive()
+    if target is None or target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
+    options = f"{JAVA_OPTIONS} -XX:ArchiveClassesAtExit={partial}"
+    env = {**_submit_args(options), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    job = subprocess.Popen(
+        [sys.executable, "-c", CLASS_ARCHIVE_JOB], env=plain_env(env), start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        # the job, then its JVM writing the archive as it exits (the job's process
+        # group: the JVM outlives the Python that started it by that long)
+        deadline = time.monotonic() + 6 * START_SECONDS
+        while job.poll() is None or _group_alive(job.pid):
+            if _archive_stop.wait(0.2) or time.monotonic() > deadline:
+                break
+        else:
+            if job.returncode == 0 and partial.exists():
+                os.replace(partial, target)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        partial.unlink(missing_ok=True)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of process group ``group`` is still running (not a zombie)."""
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[2]) == group and fields[0] != "Z":
+                return True
+    return False
+
+
+def java_options() -> str:
+    """:data:`JAVA_OPTIONS`, and the class archive if it is there."""
+    archive = class_archive()
+    if archive is not None and archive.exists():
+        return f"{JAVA_OPTIONS} -XX:SharedArchiveFile={archive}"
+    return JAVA_OPTIONS
+
+
+def spark_conf() -> dict[str, str]:
+    """Every test driver's settings: :data:`SPARK_SETTINGS` and the JVMs' options (the
+    driver's and its executors')."""
+    options = java_options()
+    return {
+        "spark.driver.extraJavaOptions": options,
+        "spark.executor.extraJavaOptions": options,
+        **SPARK_SETTINGS,
+    }
+
+
+def _submit_args(options: str, conf: dict[str, str] | None = None) -> dict[str, str]:
+    settings = {"spark.driver.extraJavaOptions": options, **(conf or {})}
+    args = " ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in settings.items())
+    return {"PYSPARK_SUBMIT_ARGS": f"{args} pyspark-shell"}
+
+
 def driver_env() -> dict[str, str]:
-    """The environment that gives a PySpark driver :data:`SPARK_CONF` (PySpark passes
+    """The environment that gives a PySpark driver :func:`spark_conf` (PySpark passes
     ``PYSPARK_SUBMIT_ARGS`` to the JVM it starts)."""
-    conf = " ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in SPARK_CONF.items())
-    return {"PYSPARK_SUBMIT_ARGS": f"{conf} pyspark-shell"}
+    conf = spark_conf()
+    return _submit_args(conf.pop("spark.driver.extraJavaOptions"), conf)
 
 
 def plain_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -73,26 +200,106 @@ def plain_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **(extra or {})}
 
 
-#: what :func:`shared` started in this process, by name
-_shared: dict[str, Any] = {}
+class _Shared:
+    """One thing :func:`shared` starts: its value, or why its start failed."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+#: what :func:`shared` started (or is starting) in this process, by name
+_shared: dict[str, _Shared] = {}
+_shared_lock = threading.Lock()
 
 
 def shared(
     config: pytest.Config, name: str, start: Callable[[], tuple[T, Callable[[], None]]]
 ) -> T:
     """The one ``name`` of this test process: ``start()`` gives it and the function that
-    stops it, called the first time it is asked for; stopped when the session ends."""
-    if name not in _shared:
-        value, stop = start()
-        _shared[name] = value
+    stops it, called the first time it is asked for (by a test, or by :func:`prestart`'s
+    threads: a caller then waits for that start); stopped when the session ends. A start
+    that failed fails every caller with its error (not started again per test)."""
+    with _shared_lock:
+        entry = _shared.setdefault(name, _Shared())
+    with entry.lock:
+        if not entry.started:
+            entry.started = True
+            try:
+                entry.value, stop = start()
+            except BaseException as error:
+                entry.error = error
+                raise
 
-        def cleanup() -> None:
-            del _shared[name]
-            stop()
+            def cleanup() -> None:
+                with _shared_lock:
+                    del _shared[name]
+                stop()
 
-        config.add_cleanup(cleanup)
-    found: T = _shared[name]
+            config.add_cleanup(cleanup)
+    if entry.error is not None:
+        raise RuntimeError(f"{name} did not start") from entry.error
+    found: T = entry.value
     return found
+
+
+def prestart(
+    config: pytest.Config, factory: pytest.TempPathFactory, items: Sequence[pytest.Item]
+) -> None:
+    """Start, each in a thread of its own, the servers that the tests of this session
+    (``items``) will ask for: the standalone cluster and the Connect server, which tests
+    otherwise start one after another when each first needs one; and the class archive
+    (:func:`make_class_archive`) if the machine has none yet. Called by the first Spark
+    fixture a test asks for; later calls do nothing. The threads are joined at the end
+    of the session, before what they started is stopped."""
+    if _prestarted:
+        return
+    _prestarted.append(True)
+    wanted = set()
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "cluster" in names:
+            wanted.add("cluster")
+        if "connect_url" in names:
+            wanted.add("connect")
+        if "minimal_python" in names and "cluster" in names:
+            wanted.add("minimal python")
+    starts = {
+        "cluster": lambda: shared_cluster(config, factory),
+        "connect": lambda: shared_connect(config, factory),
+        "minimal python": lambda: shared_minimal_python(config, factory),
+    }
+    threads = [
+        threading.Thread(
+            target=_quietly, args=(make_class_archive,), name="class archive", daemon=True
+        )
+    ]
+    for name in sorted(wanted):
+        # a failed start is raised again to the test that asks for the server
+        thread = threading.Thread(
+            target=_quietly, args=(starts[name],), name=f"prestart {name}", daemon=True
+        )
+        threads.append(thread)
+    for thread in threads:
+        thread.start()
+
+    def join() -> None:
+        _archive_stop.set()
+        for thread in threads:
+            thread.join(timeout=2 * START_SECONDS)
+
+    config.add_cleanup(join)
+
+
+def _quietly(start: Callable[[], object]) -> None:
+    with contextlib.suppress(BaseException):
+        start()
+
+
+#: whether :func:`prestart` ran in this process
+_prestarted: list[bool] = []
 
 
 def spark_home() -> pathlib.Path:
@@ -261,7 +468,7 @@ def spark_env() -> dict[str, str]:
     return {
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_HOME": str(spark_home()),
-        "SPARK_DAEMON_JAVA_OPTS": JAVA_OPTIONS,  # the master's and the worker's JVMs
+        "SPARK_DAEMON_JAVA_OPTS": java_options(),  # the master's and the worker's JVMs
     }
 
 
@@ -305,9 +512,7 @@ def start_connect(directory: pathlib.Path, python: pathlib.Path) -> tuple[Server
          "--master", "local[2]", "--name", "brokerlab-test-connect",
          "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
          "--conf", "spark.connect.grpc.binding.port=0",
-         "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.sql.shuffle.partitions=4",
-         *(item for key, value in SPARK_CONF.items() for item in ("--conf", f"{key}={value}"))],
+         *(item for key, value in spark_conf().items() for item in ("--conf", f"{key}={value}"))],
         directory / "connect.log",
         {**spark_env(), "PYSPARK_PYTHON": str(python)},
     )  # fmt: skip

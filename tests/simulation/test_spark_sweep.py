@@ -35,6 +35,7 @@ from simulation.spark import (
 from tests.pipeline.servers import (
     driver_env,
     plain_env,
+    prestart,
     shared_cluster,
     shared_connect,
     shared_plain_python,
@@ -140,9 +141,10 @@ def _check(
 
 
 @pytest.fixture(scope="module")
-def local_master(request: pytest.FixtureRequest) -> str:
+def local_master(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The test process's local[2] session (tests.pipeline.servers.shared_session, the
     pipeline tests' too), which ``run_sweep_on_spark`` gets again."""
+    prestart(request.config, tmp_path_factory, request.session.items)
     shared_session(request.config)
     return "local[2]"
 
@@ -314,6 +316,7 @@ def cluster(
     """The test process's master and worker (tests.pipeline.servers.shared_cluster, the
     pipeline's cluster test's too); the executors' Python is one with this environment's
     third-party packages but without brokerlab."""
+    prestart(request.config, tmp_path_factory, request.session.items)
     return shared_cluster(request.config, tmp_path_factory)
 
 
@@ -332,6 +335,7 @@ def test_on_a_cluster_whose_python_lacks_brokerlab_each_task_gives_the_same_run(
 def connect_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The test process's Connect server (tests.pipeline.servers.shared_connect, the
     pipeline's Connect test's too)."""
+    prestart(request.config, tmp_path_factory, request.session.items)
     return shared_connect(request.config, tmp_path_factory)
 
 

@@ -17,6 +17,8 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   (blocking; ``.http_url``, ``.service_url``, ``.ok()``, ``.request()``, ``.log()`` with
   ``.mark()``, ``.stop()``, ``.kill()``, ``.start()``). Async tests that need the
   process use ``broker_process(*args)``, a :class:`BrokerProcess` over the same launcher.
+  All three fork the process from a warm interpreter (``broker_spawn``); a test that
+  builds a :class:`ServedBroker` itself passes ``spawn=broker_spawn`` for the same.
 - An in-process cluster with one HTTP front end per broker: ``local_cluster()``.
 - Official Pulsar clients closed at the end of the test: ``pulsar_client(service_url)``.
 - Waiting for something: ``eventually(condition, what, deadline_s)`` (blocking) or

@@ -17,6 +17,8 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   (blocking; ``.http_url``, ``.service_url``, ``.ok()``, ``.request()``, ``.log()`` with
   ``.mark()``, ``.stop()``, ``.kill()``, ``.start()``). Async tests that need the
   process use ``broker_process(*args)``, a :class:`BrokerProcess` over the same launcher.
+  All three fork the process from a warm interpreter (``broker_spawn``); a test that
+  builds a :class:`ServedBroker` itself passes ``spawn=broker_spawn`` for the same.
 - An in-process cluster with one HTTP front end per broker: ``local_cluster()``.
 - Official Pulsar clients closed at the end of the test: ``pulsar_client(service_url)``.
 - Waiting for something: ``eventually(condition, what, deadline_s)`` (blocking) or
@@ -53,6 +55,7 @@ from tests.harness import (
     BrokerThread,
     Client,
     ServedBroker,
+    Spawn,
     b64,
     child_processes,
     eventually,
@@ -67,6 +70,7 @@ from tests.harness import (
     unb64,
     url_of,
 )
+from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
 
 #: the fixtures of tests that use a test process's Spark JVMs (the session, the
 #: standalone cluster, the Connect server: tests/pipeline/servers.py), the pipeline's
@@ -182,25 +186,46 @@ async def shared_broker(_broker_threads: dict[str, BrokerThread]) -> AsyncIterat
 ServedBrokerFactory = Callable[..., ServedBroker]
 
 
+@pytest.fixture(scope="session")
+def broker_spawn() -> Iterator[Spawn | None]:
+    """How the fixtures below start ``brokerlab serve``: forked from a warm interpreter
+    (``tests/integration/forkserver.py``, one server per test process, started by the
+    first broker it needs), the same command over the same data dir without a fresh
+    interpreter's seconds of imports at every start and restart;
+    ``BROKERLAB_TEST_EXEC_BROKERS=1`` starts each with a fresh interpreter instead."""
+    if EXEC_BROKERS:
+        yield None
+        return
+    server = LazyForkServer()
+    try:
+        yield server.spawn
+    finally:
+        server.close()
+
+
 def _start_served(
+    spawn: Spawn | None,
     data_dir: pathlib.Path,
     brokers: int = 1,
     storage: dict[str, object] | None = None,
     args: tuple[str, ...] = (),
     **sets: object,
 ) -> ServedBroker:
-    return ServedBroker(data_dir, sets, storage=storage, brokers=brokers, args=args).start()
+    served = ServedBroker(data_dir, sets, storage=storage, brokers=brokers, args=args, spawn=spawn)
+    return served.start()
 
 
 @pytest.fixture
-def served_broker(tmp_path: pathlib.Path) -> Iterator[ServedBrokerFactory]:
+def served_broker(
+    tmp_path: pathlib.Path, broker_spawn: Spawn | None
+) -> Iterator[ServedBrokerFactory]:
     """Start ``brokerlab serve`` processes, each over a data dir of its own:
     ``served_broker(brokers=1, storage={...}, args=(...), **broker_conf)``. All are
     killed at the end."""
     made: list[ServedBroker] = []
 
     def start(**options: Any) -> ServedBroker:
-        made.append(_start_served(tmp_path / f"served{len(made)}", **options))
+        made.append(_start_served(broker_spawn, tmp_path / f"served{len(made)}", **options))
         return made[-1]
 
     yield start
@@ -211,7 +236,7 @@ def served_broker(tmp_path: pathlib.Path) -> Iterator[ServedBrokerFactory]:
 
 @pytest.fixture(scope="module")
 def shared_served_broker(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, broker_spawn: Spawn | None
 ) -> Iterator[ServedBrokerFactory]:
     """As ``served_broker``, but one process per configuration for the whole module,
     started by the first test that asks (and again if a test left it stopped)."""
@@ -221,7 +246,8 @@ def shared_served_broker(
         key = _config_key(options)
         broker = made.get(key)
         if broker is None:
-            made[key] = _start_served(tmp_path_factory.mktemp("shared-served"), **options)
+            where = tmp_path_factory.mktemp("shared-served")
+            made[key] = _start_served(broker_spawn, where, **options)
         elif not broker.running:
             broker.start()
         return made[key]
@@ -236,12 +262,14 @@ BrokerProcessFactory = Callable[..., BrokerProcess]
 
 
 @pytest.fixture
-async def broker_process(tmp_path: pathlib.Path) -> AsyncIterator[BrokerProcessFactory]:
+async def broker_process(
+    tmp_path: pathlib.Path, broker_spawn: Spawn | None
+) -> AsyncIterator[BrokerProcessFactory]:
     """Make broker processes over data dirs under tmp_path; all are killed at the end."""
     made: list[BrokerProcess] = []
 
     def make(*args: str, data_dir: pathlib.Path | None = None) -> BrokerProcess:
-        process = BrokerProcess(data_dir or tmp_path / "data", list(args))
+        process = BrokerProcess(data_dir or tmp_path / "data", list(args), broker_spawn)
         made.append(process)
         return process
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import CONF, ServedBroker
+from tests.harness import CONF, ServedBroker, Spawn
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -110,9 +110,11 @@ def test_a_second_broker_of_a_cluster_on_a_taken_port_says_which_broker(
 
 
 def test_serve_on_a_data_directory_another_broker_holds_names_that_process(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, broker_spawn: Spawn | None
 ) -> None:
-    first = ServedBroker(tmp_path / "data")
+    # the broker holding the directory is the harness's (forked); the one refused is
+    # the real command
+    first = ServedBroker(tmp_path / "data", spawn=broker_spawn)
     first.start()
     try:
         assert first.process is not None
@@ -124,7 +126,7 @@ def test_serve_on_a_data_directory_another_broker_holds_names_that_process(
         first.stop(signal.SIGTERM)
     # once it is gone the directory is free again (its pid left in the file is ignored):
     # start() raises if the broker exits before it listens
-    again = ServedBroker(tmp_path / "data")
+    again = ServedBroker(tmp_path / "data", spawn=broker_spawn)
     again.start()
     again.stop(signal.SIGTERM)
 

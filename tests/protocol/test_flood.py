@@ -34,8 +34,10 @@ FLOOD = 32_000
 #: the bound on every operation of the other client while the flood is handled; a
 #: responsiveness bound, not a speed claim: the old code missed it by minutes
 RESPONSIVE_S = 5.0
-#: how long the other client keeps probing after the flood's connection closed
-PROBE_S = 4.0
+#: how long the other client keeps probing after the flood's connection closed: the
+#: hang-up's cancellations start as the broker reads its end of the connection, right as
+#: the first probe goes out, so a loop they hold misses RESPONSIVE_S on that first probe
+PROBE_S = 1.5
 #: a metadata read takes this long: the flooded topic's load stays under way while the
 #: flood arrives (the bystander, loaded before, reads no metadata)
 METADATA_GET_DELAY_MS = 20_000

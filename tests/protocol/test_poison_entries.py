@@ -21,6 +21,7 @@ from broker.ledger.entry import encode_message
 from broker.pulsar_api import ServerError, Type
 from tests.harness import (
     ServedBroker,
+    Spawn,
     eventually,
     make_settings,
     new_topic,
@@ -131,7 +132,7 @@ def good(payload: bytes) -> bytes:
 
 
 def test_the_official_client_receives_the_good_messages_around_poison_entries(
-    tmp_path: pathlib.Path, pulsar_client: Callable[..., Any]
+    tmp_path: pathlib.Path, pulsar_client: Callable[..., Any], broker_spawn: Spawn | None
 ) -> None:
     topic = new_topic("poison-stored")
     stored = [
@@ -145,7 +146,7 @@ def test_the_official_client_receives_the_good_messages_around_poison_entries(
     import pulsar
 
     asyncio.run(_store_directly(tmp_path, topic, stored))
-    broker = ServedBroker(tmp_path).start()
+    broker = ServedBroker(tmp_path, spawn=broker_spawn).start()
     try:
         client = pulsar_client(broker.service_url)
         consumer = client.subscribe(

@@ -15,7 +15,8 @@ for the consumer, plus the produce path's buffers and the allocator's slack (abo
 Before the byte bounds the broker grew by about the whole volume produced: 300 MiB more
 for a binary consumer that does not read. The cache is made smaller than the default 64
 MiB so that a volume well past the bound is a third of that default's (300 MiB took most
-of the test's time to produce and read back).
+of the test's time to produce and read back). ``BROKERLAB_BACKPRESSURE_MIB=300 pytest
+tests/integration/test_backpressure.py`` runs the issue's full 300 MiB under the same bound.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from tests.protocol import raw
 MIB = 1 << 20
 #: the broker's managedLedgerCacheSizeMB in these tests
 CACHE_MIB = 16
-TOTAL_MIB = 120
+#: what is produced for the consumer that does not read (issue 38 names 300 MiB: opt-in)
+TOTAL_MIB = int(os.environ.get("BROKERLAB_BACKPRESSURE_MIB", "120"))
 MESSAGE_BYTES = 256 * 1024
 MESSAGES = TOTAL_MIB * MIB // MESSAGE_BYTES
 #: how much the broker's resident memory may grow while a consumer does not read

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import pytest
 
+import loadgen.cli
 import loadgen.plots
 from broker.cli import main
+from loadgen.runner import RunOptions
+from loadgen.scenario import load_scenario
+from tests.loadgen.pooled_run import echo_run
 
 pytestmark = pytest.mark.slow
 
@@ -83,9 +88,17 @@ def test_compare_rolling_restart_ranks_the_live_runs_by_their_hit_ratios(
 
 
 def test_demo_prints_the_dashboard_and_the_designs_side_by_side(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], no_run_charts: list[pathlib.Path]
+    tmp_path: pathlib.Path,
+    capsys: pytest.CaptureFixture[str],
+    no_run_charts: list[pathlib.Path],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    argv = ["demo", "--duration", "0.5", "--verdict-seeds", "2", "--out", str(tmp_path)]
+    """The demo, a quarter second live and on virtual time. Its six verdict runs run in
+    this process (spawned processes each import the broker: on a loaded two-core machine
+    the pool took twice as long); the pool is test_virtual_runs_in_a_pool_come_back_in_the
+    _planned_order's."""
+    monkeypatch.setattr(loadgen.cli, "DEMO_VERDICT_JOBS", 1)
+    argv = ["demo", "--duration", "0.25", "--verdict-seeds", "2", "--out", str(tmp_path)]
     status = main([*argv, "--no-progress"])
     assert status == 0
     err = capsys.readouterr().err
@@ -110,6 +123,29 @@ def test_demo_prints_the_dashboard_and_the_designs_side_by_side(
     for name, shadow in results["cache"]["shadows"].items():
         assert shadow["hits"] + shadow["misses"] > 0, f"{name} saw the run's reads"
     assert no_run_charts == [tmp_path]
+
+
+def test_virtual_runs_in_a_pool_come_back_in_the_planned_order(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``run_virtual_all`` with two jobs: each planned run in a spawned process of the
+    pool, the results in the planned order whichever finishes first."""
+    from rich.console import Console
+
+    planned = [
+        (design, RunOptions(variant=design), seed)
+        for design in ("pip430", "legacy", "segmented")
+        for seed in (42, 43)
+    ]
+    results = loadgen.cli.run_virtual_all(
+        echo_run, load_scenario("demo"), planned, Console(stderr=True), 2
+    )
+    assert [(r["variant"], r["scenario"]["seed"]) for r in results] == [
+        (design, seed) for design, _, seed in planned
+    ]
+    assert os.getpid() not in {r["pid"] for r in results}
+    # each said as it came back
+    assert "legacy, seed 43: 1.0 virtual s in 0.5 wall s" in capsys.readouterr().err
 
 
 def test_loadgen_trace_records_the_started_brokers_access_trace(

@@ -18,20 +18,6 @@ from tests.loadgen.pooled_run import echo_run
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def no_run_charts(monkeypatch: pytest.MonkeyPatch) -> list[pathlib.Path]:
-    """Each run's charts (a second or more each; test_runs and test_plots draw them) not
-    drawn: where they were asked for."""
-    asked: list[pathlib.Path] = []
-
-    def plot_run(results: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
-        asked.append(out_dir)
-        return []
-
-    monkeypatch.setattr(loadgen.plots, "plot_run", plot_run)
-    return asked
-
-
 def test_a_malformed_scenario_file_is_refused_naming_file_and_field(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 import pytest
 import uvloop
 
-import loadgen.plots
 from broker.cli import main
 from loadgen.broker_process import BrokerProcess
 from loadgen.results import validate_results
@@ -144,20 +143,6 @@ def broker_caught_up(lite: PulsarLite, name: str, subscriptions: int) -> list[fl
         if time.monotonic() >= deadline:
             return backlogs
         time.sleep(0.05)
-
-
-@pytest.fixture
-def no_run_charts(monkeypatch: pytest.MonkeyPatch) -> list[pathlib.Path]:
-    """Each run's charts (seconds of a loaded machine's time) not drawn, but where they
-    were asked for: drawn and checked once, in the batching run, and by test_plots."""
-    asked: list[pathlib.Path] = []
-
-    def plot_run(results: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
-        asked.append(out_dir)
-        return []
-
-    monkeypatch.setattr(loadgen.plots, "plot_run", plot_run)
-    return asked
 
 
 # ----------------------------------------------------------------------------- runs

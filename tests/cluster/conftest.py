@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import ServedBrokerFactory
 from tests.harness import NAMESPACE, Client, ServedBroker
+from tests.loadgen.charts import no_run_charts
 from tests.loadgen.forked import (
     EXEC_BROKERS,
     LazyForkServer,
@@ -23,7 +24,7 @@ from tests.loadgen.forked import (
     lazy_fork_server,
 )
 
-__all__ = ["forked_loadgen_brokers", "lazy_fork_server"]
+__all__ = ["forked_loadgen_brokers", "lazy_fork_server", "no_run_charts"]
 
 
 def _start(

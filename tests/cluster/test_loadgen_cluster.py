@@ -63,8 +63,11 @@ def run(tmp_path: pathlib.Path, mode: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("mode", ["graceful", "kill"])
-def test_a_restart_of_one_broker_loses_no_message(tmp_path: pathlib.Path, mode: str) -> None:
+def test_a_restart_of_one_broker_loses_no_message(
+    tmp_path: pathlib.Path, mode: str, no_run_charts: list[pathlib.Path]
+) -> None:
     results = run(tmp_path, mode)
+    assert no_run_charts == [tmp_path / "out"]
     assert validate_results(results) == []
     log = (tmp_path / "out" / "broker.log").read_text()
     assert log.count("brokerlab listening on") == 2, log  # one line per broker

@@ -103,8 +103,22 @@ def test_plot_run_survives_degenerate_series(
     assert_run_charts(plot_run(results, out_dir), out_dir)
 
 
+@pytest.fixture
+def saved(monkeypatch: pytest.MonkeyPatch) -> dict[str, Figure]:
+    """Every figure plot_run saves, by file name, to look at what it drew; not rendered
+    (a second or more per chart on a loaded machine): the tests above render charts and
+    check the PNGs."""
+    figures: dict[str, Figure] = {}
+
+    def record(fig: Figure, path: Any, **kwargs: Any) -> None:
+        figures[pathlib.Path(path).name] = fig
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    return figures
+
+
 def test_latency_uses_a_log_scale_only_for_positive_values(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, saved: dict[str, Figure]
 ) -> None:
     scales: list[str] = []
     original = plt.Axes.set_yscale
@@ -190,20 +204,6 @@ def test_comparison_table_has_one_row_per_run_in_order() -> None:
 )
 def test_human_bytes(count: float, text: str) -> None:
     assert human_bytes(count) == text
-
-
-@pytest.fixture
-def saved(monkeypatch: pytest.MonkeyPatch) -> dict[str, Figure]:
-    """Every figure plot_run saves, by file name, to look at what it drew."""
-    figures: dict[str, Figure] = {}
-    original = Figure.savefig
-
-    def record(fig: Figure, path: Any, **kwargs: Any) -> None:
-        figures[pathlib.Path(path).name] = fig
-        original(fig, path, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", record)
-    return figures
 
 
 def lines_by_label(fig: Figure) -> dict[str, list[float]]:

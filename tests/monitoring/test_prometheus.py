@@ -2,7 +2,8 @@
 file-based discovery, Prometheus (where installed) scrapes them all through
 conf/prometheus.yml's discovery, and the recording rules and alerts pass ``promtool check
 rules`` and do what tests/monitoring/prometheus-rules.test.yml says. Debian's
-``prometheus`` package has both; without it those tests skip."""
+``prometheus`` package has both; without it the promtool tests skip, and the served
+brokers are not scraped."""
 
 from __future__ import annotations
 
@@ -69,21 +70,6 @@ def served_targets(data_dir: pathlib.Path) -> list[dict[str, Any]]:
     return groups
 
 
-def test_serve_lists_each_of_its_brokers_for_prometheus_and_empties_the_list_on_stop(
-    tmp_path: pathlib.Path,
-) -> None:
-    served = ServedBroker(tmp_path / "data", brokers=3)
-    served.start()
-    try:
-        urls = [url.removeprefix("http://") for url in served.http_urls]
-        assert served_targets(served.data_dir) == [
-            {"targets": urls, "labels": {"cluster": "standalone"}}
-        ]
-    finally:
-        served.stop()
-    assert served_targets(served.data_dir) == []
-
-
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -100,21 +86,40 @@ def query(base: str, promql: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed")
-def test_prometheus_scrapes_every_broker_of_a_cluster_through_the_shipped_config(
+def test_serve_lists_its_brokers_prometheus_scrapes_them_and_a_stop_empties_the_list(
     tmp_path: pathlib.Path,
 ) -> None:
-    """The shipped prometheus.yml, its targets file pointed at this test's data directory
-    (as its comment tells users with another --data-dir), and its rules loaded."""
+    """One ``serve --brokers 2`` (a start of its own per test cost seconds): it lists
+    each of its brokers for file-based discovery; Prometheus (where installed) scrapes
+    them through the shipped prometheus.yml, its targets file pointed at this test's
+    data directory (as its comment tells users with another --data-dir), and its rules
+    loaded; a stop empties the list."""
+    served = ServedBroker(tmp_path / "data", brokers=2)
+    served.start()
+    try:
+        urls = [url.removeprefix("http://") for url in served.http_urls]
+        assert served_targets(served.data_dir) == [
+            {"targets": urls, "labels": {"cluster": "standalone"}}
+        ]
+        if PROMETHEUS is not None:
+            scraped_by_prometheus(tmp_path, served)
+    finally:
+        served.stop()
+    assert served_targets(served.data_dir) == []
+
+
+def scraped_by_prometheus(tmp_path: pathlib.Path, served: ServedBroker) -> None:
     assert PROMETHEUS is not None
     config = yaml.safe_load((CONF / "prometheus.yml").read_text())
     config["scrape_configs"][0]["file_sd_configs"][0]["files"] = [
         str(tmp_path / "data" / TARGETS_FILE)
     ]
+    # scraped every second rather than every 5 s: the first scrape of a target comes at
+    # a random offset within the interval, which the test would otherwise wait out
+    config["global"]["scrape_interval"] = config["global"]["evaluation_interval"] = "1s"
+    config["scrape_configs"][0]["file_sd_configs"][0]["refresh_interval"] = "1s"
     config["rule_files"] = [str(CONF / name) for name in config["rule_files"]]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    served = ServedBroker(tmp_path / "data", brokers=2)
-    served.start()
     port = free_port()
     prometheus = subprocess.Popen(
         [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
@@ -142,4 +147,3 @@ def test_prometheus_scrapes_every_broker_of_a_cluster_through_the_shipped_config
     finally:
         prometheus.terminate()
         prometheus.wait(timeout=30)
-        served.stop()

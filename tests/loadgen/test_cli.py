@@ -116,11 +116,15 @@ def test_demo_prints_the_dashboard_and_the_designs_side_by_side(
 
 
 def test_virtual_runs_in_a_pool_come_back_in_the_planned_order(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``run_virtual_all`` with two jobs: each planned run in a spawned process of the
     pool, the results in the planned order whichever finishes first."""
     from rich.console import Console
+
+    # the stand-in runner is this checkout's tests.loadgen.pooled_run: a spawned process
+    # starts from this one's sys.path, which (pytest's importlib mode) lacks the checkout
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[2]))
 
     planned = [
         (design, RunOptions(variant=design), seed)

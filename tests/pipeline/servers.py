@@ -266,6 +266,9 @@ def prestart(
             wanted.add("connect")
         if "minimal_python" in names and "cluster" in names:
             wanted.add("minimal python")
+    # the session's base temporary directory is made here, once: the threads' first
+    # mktemp calls would each try to make it, and all but one fail
+    factory.getbasetemp()
     starts = {
         "cluster": lambda: shared_cluster(config, factory),
         "connect": lambda: shared_connect(config, factory),

@@ -187,20 +187,22 @@ ServedBrokerFactory = Callable[..., ServedBroker]
 
 
 @pytest.fixture(scope="session")
-def broker_spawn() -> Iterator[Spawn | None]:
+def lazy_fork_server() -> Iterator[LazyForkServer]:
+    """This test process's one fork server (``tests/integration/forkserver.py``), started
+    by the first broker it forks: the harness's ``brokerlab serve`` processes and the load
+    generator's brokers (``tests/loadgen/forked.py``) alike."""
+    server = LazyForkServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def broker_spawn(lazy_fork_server: LazyForkServer) -> Spawn | None:
     """How the fixtures below start ``brokerlab serve``: forked from a warm interpreter
-    (``tests/integration/forkserver.py``, one server per test process, started by the
-    first broker it needs), the same command over the same data dir without a fresh
+    (:func:`lazy_fork_server`), the same command over the same data dir without a fresh
     interpreter's seconds of imports at every start and restart;
     ``BROKERLAB_TEST_EXEC_BROKERS=1`` starts each with a fresh interpreter instead."""
-    if EXEC_BROKERS:
-        yield None
-        return
-    server = LazyForkServer()
-    try:
-        yield server.spawn
-    finally:
-        server.close()
+    return None if EXEC_BROKERS else lazy_fork_server.spawn
 
 
 def _start_served(

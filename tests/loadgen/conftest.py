@@ -5,6 +5,6 @@ interpreter's imports at every run and restart."""
 from __future__ import annotations
 
 from tests.loadgen.charts import no_comparison_chart, no_run_charts
-from tests.loadgen.forked import forked_loadgen_brokers, lazy_fork_server
+from tests.loadgen.forked import forked_loadgen_brokers
 
-__all__ = ["forked_loadgen_brokers", "lazy_fork_server", "no_comparison_chart", "no_run_charts"]
+__all__ = ["forked_loadgen_brokers", "no_comparison_chart", "no_run_charts"]

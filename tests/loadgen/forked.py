@@ -17,7 +17,6 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -115,15 +114,8 @@ class LazyForkServer:
             self._server = None
 
 
-# The fixtures of the directories whose brokers are forked (their conftest.py imports
-# these two): one fork server per worker, started by the first broker it needs.
-
-
-@pytest.fixture(scope="session")
-def lazy_fork_server() -> Iterator[LazyForkServer]:
-    server = LazyForkServer()
-    yield server
-    server.close()
+# The fixture of the directories whose load generator starts brokers (their conftest.py
+# imports it); the fork server is the root conftest's ``lazy_fork_server``, one per worker.
 
 
 @pytest.fixture(autouse=True)

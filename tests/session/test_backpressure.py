@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from broker.dispatch.dispatcher import DispatchConfig
+from broker.dispatch.dispatcher import DispatchConfig, SharedDispatcher
 from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfig
 from broker.ledger.entry import Entry, encode_message
 from broker.ledger.position import Position
@@ -73,6 +73,23 @@ async def push_consumer(service: BrokerService) -> BufferingPushConsumer:
     )
     assert isinstance(consumer, BufferingPushConsumer)
     return consumer
+
+
+#: a push session class of these tests
+PushT = TypeVar("PushT", bound="BufferingPushConsumer")
+
+
+async def shared_push_consumer(
+    service: BrokerService, kind: type[PushT]
+) -> tuple[PushT, SharedDispatcher]:
+    """A push session of ``kind`` on a Shared subscription from the earliest entry, and
+    its dispatcher."""
+    options = ConsumerOptions(initial_position="Earliest", subscription_type="Shared")
+    consumer = await service.create_consumer(TOPIC, "s", options, kind)
+    assert isinstance(consumer, kind)
+    dispatcher = consumer.subscription.dispatcher
+    assert isinstance(dispatcher, SharedDispatcher)
+    return consumer, dispatcher
 
 
 async def test_an_unwritable_session_is_handed_nothing_until_its_gate_opens(
@@ -204,11 +221,7 @@ async def test_shared_reads_for_a_gated_session_no_more_than_its_gate_lets_throu
 ) -> None:
     # Shared queues what a consumer could not take for a replay read: entries read
     # past the gate would be read twice
-    options = ConsumerOptions(initial_position="Earliest", subscription_type="Shared")
-    consumer = await service.create_consumer(TOPIC, "s", options, GatedPushConsumer)
-    assert isinstance(consumer, GatedPushConsumer)
-    dispatcher = consumer.subscription.dispatcher
-    assert dispatcher is not None
+    consumer, dispatcher = await shared_push_consumer(service, GatedPushConsumer)
     consumer.grant(1000)
     first = await publish(service, entry_data(0))  # tells the entries' size
     await until(lambda: consumer.sent == first, "the first entry sent")
@@ -230,11 +243,7 @@ async def test_a_push_sessions_first_batch_sets_its_average_of_messages_per_entr
 ) -> None:
     # as Pulsar's Consumer.avgMessagesPerEntry starts: the permits in entries are
     # right from the first batch on, and nothing is read that does not fit
-    options = ConsumerOptions(initial_position="Earliest", subscription_type="Shared")
-    consumer = await service.create_consumer(TOPIC, "s", options, BufferingPushConsumer)
-    assert isinstance(consumer, BufferingPushConsumer)
-    dispatcher = consumer.subscription.dispatcher
-    assert dispatcher is not None
+    consumer, dispatcher = await shared_push_consumer(service, BufferingPushConsumer)
     ten = batch(*(bytes([i]) * 100 for i in range(10)))
     consumer.grant(10)
     first = await publish(service, ten)

@@ -1,7 +1,8 @@
 """``brokerlab bench http``: produce throughput over HTTP, as a fraction of the stack's
 ceiling.
 
-Rows, all for 1 KiB messages sent 100 to a request by a few concurrent producers:
+Rows, all for 1 KiB messages sent 100 to a request by 16 concurrent producers, each
+keeping 4 requests in flight as a Pulsar producer keeps sends pending (``BenchConfig``):
 
 - ``ceiling``: a bare aiohttp endpoint on uvloop (``broker.bench.bare_server``) doing the
   produce work the contract asks of any broker and nothing else: it parses the same JSON
@@ -109,13 +110,25 @@ class BenchConfig:
     warmup_requests: int  # unmeasured requests sent to each server first
     messages_per_request: int = 100
     message_bytes: int = 1024
-    #: concurrent producer tasks (one pooled connection each), one request in flight
-    #: each: a Pulsar producer likewise keeps several batches pending. With 4, the
-    #: broker's loop idled whenever all of them waited on the same storage write.
+    #: concurrent producers. With 4 (one request in flight each), the broker's loop
+    #: idled whenever all of them waited on the same storage write.
     producers: int = 16
+    #: produce requests each producer keeps in flight (one pooled connection each): a
+    #: Pulsar producer does not wait for one send's receipt before the next, it keeps
+    #: up to ``maxPendingMessages`` pending (the official Python client's default:
+    #: 1,000, ten of these requests); 4 keeps 400. With one in flight (the bench before
+    #: 2026-11-30) a producer was a synchronous one, and a durable broker's rate was its
+    #: fsync latency: 16 requests over a group's 12 ms from arrival to receipt on an
+    #: idle machine, whatever the broker's capacity.
+    pending_per_producer: int = 4
     receiver_queue_size: int = 1000
     max_poll_messages: int = 1000
     poll_timeout_ms: int = 1000
+
+    @property
+    def in_flight(self) -> int:
+        """Produce requests in flight at once over all producers."""
+        return self.producers * self.pending_per_producer
 
     def requests_in_round(self, round_index: int) -> int:
         base, extra = divmod(self.requests_per_row, self.rounds)
@@ -359,13 +372,17 @@ async def produce_requests(
     work: Workload,
     requests: int,
     batched: bool = False,
+    completions: list[float] | None = None,
+    in_flight: int | None = None,
 ) -> None:
-    """Send ``requests`` produce requests from ``work.config.producers`` tasks."""
+    """Send ``requests`` produce requests, ``in_flight`` at a time (default
+    ``work.config.in_flight``: every producer's pending window); ``completions`` gets
+    each receipt's ``time.perf_counter()``."""
     remaining = requests
     per_request = work.config.messages_per_request
     body = work.batched_body if batched else work.body
 
-    async def producer() -> None:
+    async def sender() -> None:
         nonlocal remaining
         while remaining > 0:
             remaining -= 1
@@ -374,8 +391,26 @@ async def produce_requests(
             results = orjson.loads(raw)["messagePublishResults"]
             if len(results) != per_request or results[-1].get("errorCode") != 0:
                 raise BenchError(f"POST {url}: unexpected answer {raw[:300]!r}")
+            if completions is not None:
+                completions.append(time.perf_counter())
 
-    await _all([producer() for _ in range(min(work.config.producers, requests))])
+    senders = work.config.in_flight if in_flight is None else in_flight
+    await _all([sender() for _ in range(min(senders, requests))])
+
+
+def steady_rate(completions: list[float], in_flight: int, per_request: int) -> float | None:
+    """Messages a second while every sender was busy: from the ``in_flight``-th
+    completion to the ``in_flight``-th from the end, so neither the slice's start (no
+    receipt until the first requests' latency has passed) nor its end (fewer requests
+    in flight as senders run out) is counted. None when the slice is too short for it
+    (fewer than ``4 * in_flight`` requests). O(1)."""
+    requests = len(completions)
+    if in_flight < 1 or requests < 4 * in_flight:
+        return None
+    first, last = completions[in_flight - 1], completions[requests - in_flight - 1]
+    if last <= first:
+        return None
+    return (requests - 2 * in_flight) * per_request / (last - first)
 
 
 @dataclass(slots=True)
@@ -456,6 +491,8 @@ class Row:
     sync_mode: str | None
     ceiling: str  # the key of the row this one is a fraction of
     batched: bool = False  # its requests ask for one batched entry ("batch": true)
+    #: produce requests in flight at once, where not the config's (``in_flight``)
+    in_flight: int | None = None
     messages: int = 0  # measured: produced (produce rows) or consumed (produce+consume)
     produced: int = 0
     elapsed_s: float = 0.0
@@ -471,9 +508,16 @@ class Row:
     def rate(self) -> float:
         return self.messages / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
-    async def measure(self, run: Callable[[], Awaitable[int]], produced: int) -> float:
+    async def measure(
+        self,
+        run: Callable[[], Awaitable[int]],
+        produced: int,
+        steady: Callable[[], float | None] | None = None,
+    ) -> float:
         """Time one slice of this row: ``run`` returns the messages it counts. Returns
-        the slice's rate (msgs/s)."""
+        the slice's rate (msgs/s): ``steady()``'s after the run where it gives one (the
+        rate while the window was full, see :func:`steady_rate`), else counted over the
+        whole slice. The row's totals (msgs/s over the run, CPU) are whole slices'."""
         self.server.check_alive()
         server_before = self.server.cpu_seconds()
         loop_before = self.server.loop_cpu_seconds()
@@ -488,6 +532,9 @@ class Row:
         self.produced += produced
         self.elapsed_s += elapsed
         rate = counted / elapsed if elapsed > 0 else 0.0
+        steady_value = None if steady is None else steady()
+        if steady_value is not None:
+            rate = steady_value
         self.round_rates.append(rate)
         self.client_cpu_s += client_after - client_before
         self.server_cpu_s = _added(self.server_cpu_s, server_before, server_after)
@@ -571,7 +618,7 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
         "broker (syncMode=none, one codec process)", data_root / "codec", "none", None, 1
     )
     servers = [bare, broker_none, broker_batch, broker_traced, broker_codec]
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=config.producers + 2)
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=config.in_flight + 2)
     session = aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
@@ -593,6 +640,16 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             "produce_consume_none", "produce+consume", broker_none, "none", pc_ceiling
         )
         produce_batch = Row("produce_batch", "produce", broker_batch, "batch", CEILING)
+        # the same broker driven by synchronous producers (one request in flight
+        # each): what a durable broker does for clients that wait for every receipt
+        produce_batch_sync = Row(
+            "produce_batch_one_in_flight",
+            "produce, 1 in flight a producer",
+            broker_batch,
+            "batch",
+            CEILING,
+            in_flight=config.producers,
+        )
         produce_codec = Row(
             "produce_none_codec", "produce, codec process", broker_codec, "none", CEILING
         )
@@ -621,6 +678,7 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             produce_codec,
             produce_consume,
             produce_batch,
+            produce_batch_sync,
             traced,
             produce_batched,
             produce_consume_batched,
@@ -632,6 +690,7 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             "produce_none": _url(none_url, "produce"),
             "produce_consume_none": _url(none_url, "produce-consume"),
             "produce_batch": _url(batch_url, "produce"),
+            produce_batch_sync.key: _url(batch_url, "produce-one-in-flight"),
             produce_codec.key: _url(codec_url, "produce"),
             "produce_consume_traced_none": _url(traced_url, "produce-consume"),
             produce_batched.key: _url(none_url, "produce-batched"),
@@ -664,6 +723,7 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
             "produce_none",
             produce_codec.key,
             "produce_batch",
+            produce_batch_sync.key,
             produce_batched.key,
         ):
             await produce_requests(session, urls[key], work, warm, key in batched)
@@ -674,7 +734,10 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
 
         per_request = config.messages_per_request
         groups = (
-            (ceiling, [produce_none, produce_codec, produce_batch, produce_batched]),
+            (
+                ceiling,
+                [produce_none, produce_codec, produce_batch, produce_batch_sync, produce_batched],
+            ),
             (ceiling_pc, [produce_consume, traced, produce_consume_batched]),
         )
         for round_index in range(config.rounds):
@@ -703,11 +766,19 @@ async def run_rows(config: BenchConfig, data_root: pathlib.Path) -> dict[str, An
                     await drain_extra(session, row_consumer)
                     return rate
 
+                completions: list[float] = []
+                in_flight = row.in_flight or config.in_flight
+
                 async def run_p(url: str = url, batched: bool = row.batched) -> int:
-                    await produce_requests(session, url, work, requests, batched)
+                    await produce_requests(
+                        session, url, work, requests, batched, completions, in_flight
+                    )
                     return requests * per_request
 
-                return await row.measure(run_p, produced)
+                def steady() -> float | None:
+                    return steady_rate(completions, in_flight, per_request)
+
+                return await row.measure(run_p, produced, steady)
 
             for group_ceiling, members in groups:
                 await interleaved_round(group_ceiling, members, measure)
@@ -830,6 +901,7 @@ def _report(
         "produce_ratio": by_key["produce_none"]["ratio"],
         "produce_batch_ratio": by_key["produce_batch"]["ratio"],
         "produce_batch_interval": by_key["produce_batch"]["ratio_interval"],
+        "produce_batch_one_in_flight_ratio": by_key["produce_batch_one_in_flight"]["ratio"],
         "produce_codec_ratio": by_key["produce_none_codec"]["ratio"],
         "produce_consume_ratio": pc["ratio"],
         "produce_batched_ratio": by_key["produce_batched_none"]["ratio"],
@@ -928,7 +1000,8 @@ def format_table(result: dict[str, Any]) -> str:
     out = [
         "brokerlab bench http: "
         f"{config['message_bytes']} B messages, {config['messages_per_request']} per request, "
-        f"{config['producers']} producers, {config['requests_per_row']} requests per row "
+        f"{config['producers']} producers with {config['pending_per_producer']} requests "
+        f"in flight each, {config['requests_per_row']} requests per row "
         f"in {config['rounds']} interleaved round(s), storage {config['storageMode']}"
         + _load_text(config["load_average"]),
         "",
@@ -964,6 +1037,10 @@ def format_table(result: dict[str, Any]) -> str:
         "produce+consume / produce+consume ceiling (syncMode=none): "
         f"{result['produce_consume_ratio']:.2f} ({pc_verdict} the target {pc_target:.2f}; "
         f"{result['produce_consume_over_produce_ceiling']:.2f} of the produce ceiling)",
+        "produce (syncMode=batch) with one request in flight a producer: "
+        f"{result['produce_batch_one_in_flight_ratio']:.2f} of the produce ceiling (its "
+        "producers wait for each receipt, so its rate is the group commit's latency: "
+        f"{config['producers']} requests a round trip)",
         f'batched ("batch": true, one entry a request): produce '
         f"{result['produce_batched_ratio']:.2f}, produce+consume "
         f"{result['produce_consume_batched_ratio']:.2f} of the same ceilings",
@@ -976,7 +1053,9 @@ def format_table(result: dict[str, Any]) -> str:
         f"{_WRITERS[config['entry_log_writer']]}",
         f"produce+consume traced / untraced: {result['traced_over_untraced']:.2f} "
         "(what recording the access trace costs)",
-        "ratio = the median over the rounds of a row's msgs/s over its ceiling's (produce "
+        "ratio = the median over the rounds of a row's msgs/s over its ceiling's (a "
+        "produce slice's rate: while every producer's window was full, see steady_rate; "
+        "produce "
         "rows: the produce ceiling; produce+consume rows: the produce+consume ceiling), "
         "each round's taken against the mean of the ceiling slices run just before and "
         "just after the row's; interval: a distribution-free interval for that median "

@@ -43,6 +43,7 @@ def test_bench_http_quick_json() -> None:
         "produce_none",
         "produce_none_codec",
         "produce_batch",
+        "produce_batch_one_in_flight",
         "produce_consume_none",
         "produce_consume_traced_none",
         "produce_batched_none",
@@ -51,6 +52,8 @@ def test_bench_http_quick_json() -> None:
     assert rows["produce_none"]["syncMode"] == "none"
     assert rows["produce_none_codec"]["syncMode"] == "none"
     assert rows["produce_batch"]["syncMode"] == "batch"
+    assert rows["produce_batch_one_in_flight"]["syncMode"] == "batch"
+    assert result["config"]["pending_per_producer"] >= 1
     assert rows["produce_consume_none"]["syncMode"] == "none"
     assert result["config"]["host"] == "127.0.0.1"
     # the servers run this interpreter's broker package: what it imports, they use
@@ -70,6 +73,7 @@ def test_bench_http_quick_json() -> None:
         "produce_none",
         "produce_none_codec",
         "produce_batch",
+        "produce_batch_one_in_flight",
         "produce_batched_none",
     }
     for row in rows.values():
@@ -118,7 +122,7 @@ def test_bench_http_quick_json() -> None:
         if row["ceiling"] != row["row"]:
             assert row["produced"] == expected, row
     # a ceiling runs a slice before its first row and one after each of its rows
-    assert rows["ceiling"]["produced"] == 5 * expected
+    assert rows["ceiling"]["produced"] == 6 * expected
     assert rows["ceiling_produce_consume"]["produced"] == 4 * expected
     assert result["config"]["load_average"] is not None
     consume = rows["produce_consume_none"]
@@ -151,6 +155,7 @@ ROWS = (
     ("produce_none_codec", http.CEILING),
     ("produce_batch", http.CEILING),
     ("produce_batched_none", http.CEILING),
+    ("produce_batch_one_in_flight", http.CEILING),
     ("produce_consume_none", http.CEILING_PRODUCE_CONSUME),
     ("produce_consume_traced_none", http.CEILING_PRODUCE_CONSUME),
     ("produce_consume_batched_none", http.CEILING_PRODUCE_CONSUME),
@@ -200,7 +205,7 @@ def test_a_rows_ratio_is_the_median_of_its_rounds() -> None:
             row.round_rates.append(own * 1000)
             row.round_ratios.append(own)
         rows.append(row)
-    consumers = {key: http.ConsumerState(key) for key, ceiling in ROWS[1:2] + ROWS[6:]}
+    consumers = {key: http.ConsumerState(key) for key, ceiling in ROWS[1:2] + ROWS[7:]}
 
     result = http._report(http.FULL, rows, consumers, (2.0, 3.0))
 
@@ -264,3 +269,19 @@ def test_server_cpu_counts_the_servers_children() -> None:
         child.stdin.close()
         child.wait(timeout=60)
     assert child.pid not in http.child_pids(os.getpid())
+
+
+def test_a_produce_slices_rate_leaves_out_its_ramp_up_and_ramp_down() -> None:
+    # 4 senders, 40 requests of 10 messages: receipts start after a 1 s latency, then
+    # one every 0.1 s while the window is full, then the last 4 straggle in 1 s apart.
+    in_flight, per_request = 4, 10
+    completions = [1.0 + 0.1 * i for i in range(36)] + [5.0, 6.0, 7.0, 8.0]
+    # the 4th receipt to the 4th from the end: 32 requests in 3.2 s
+    assert http.steady_rate(completions, in_flight, per_request) == pytest.approx(100.0)
+    # the whole slice would have read 400 messages / 8 s: the ramps, not the server
+    assert 40 * per_request / completions[-1] == pytest.approx(50.0)
+    # too short a slice to have a full window's stretch: the caller times it whole
+    assert http.steady_rate(completions[:15], in_flight, per_request) is None
+    assert http.FULL.in_flight == http.FULL.producers * http.FULL.pending_per_producer
+    # the run's slices are long enough to have a steady stretch
+    assert http.FULL.requests_per_row // http.FULL.rounds >= 4 * http.FULL.in_flight

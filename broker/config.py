@@ -198,7 +198,7 @@ class BrokerConfig(BaseModel):
         origin="Pulsar: same key; its default is blank.",
         min_length=1,
     )
-    authenticationRefreshCheckSeconds: int = key(
+    authenticationRefreshCheckSeconds: float = key(
         60,
         SECURITY,
         "How often a binary-protocol connection checks that its client's token has not "
@@ -207,7 +207,8 @@ class BrokerConfig(BaseModel):
         "next check; a client that cannot refresh is closed at once. HTTP checks the token "
         "of every request.",
         unit="seconds",
-        origin=PULSAR_SAME,
+        origin="Pulsar: same key and default; it takes whole seconds, brokerlab fractions "
+        "too (its tests check every 0.1 s rather than wait seconds for the check).",
         gt=0,
     )
     tokenSecretKey: str = key(

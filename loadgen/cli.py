@@ -238,6 +238,9 @@ def add_commands(
         help="record the started broker's access trace (Parquet) into DIR/trace",
     )
     loadgen.add_argument("--no-progress", action="store_true", help="no live progress line")
+    loadgen.add_argument(
+        "--no-plots", action="store_true", help="write results.json without its charts"
+    )
     _virtual_arguments(loadgen, "the scenario")
     loadgen.set_defaults(handler=_loadgen, virtual=virtual)
 
@@ -421,6 +424,7 @@ def _loadgen(args: argparse.Namespace, console: Console) -> int:
         on_broker_ready=lambda url: console.print(f"broker: {url}", highlight=False),
         trace=args.trace,
         token=args.token,
+        plots=not args.no_plots,
     )
     results = _run(args, scenario, options, args.seed)
     print_summary(results, console)
@@ -428,7 +432,8 @@ def _loadgen(args: argparse.Namespace, console: Console) -> int:
         drain = results["drain"]
         state = "caught up" if drain["caughtUp"] else f"left {drain['backlog']:,} undelivered"
         console.print(f"drain: {state} after {drain['seconds']:.1f} s", highlight=False)
-    console.print(f"results: {out / 'results.json'} (plots beside it)", highlight=False)
+    plotted = "" if args.no_plots else " (plots beside it)"
+    console.print(f"results: {out / 'results.json'}{plotted}", highlight=False)
     if args.trace:
         trace = results["trace"]
         console.print(

@@ -268,12 +268,16 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def write_results(results: dict[str, Any], out_dir: pathlib.Path) -> pathlib.Path:
-    """``results.json`` and the plots in ``out_dir``; returns the JSON's path."""
+def write_results(
+    results: dict[str, Any], out_dir: pathlib.Path, plots: bool = True
+) -> pathlib.Path:
+    """``results.json`` and (unless ``plots`` is false) the plots in ``out_dir``; returns
+    the JSON's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "results.json"
     path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
-    from loadgen.plots import plot_run
+    if plots:
+        from loadgen.plots import plot_run
 
-    plot_run(results, out_dir)
+        plot_run(results, out_dir)
     return path

@@ -68,6 +68,9 @@ class RunOptions:
     token: str | None = None
     #: the name ``compare`` gives the run (results' ``variant``; the plots' label)
     variant: str | None = None
+    #: draw the run's charts beside ``results.json`` (matplotlib: seconds of CPU); a
+    #: caller that wants only the results or the trace (``bench replay``) turns it off
+    plots: bool = True
 
 
 class RunFailed(Exception):

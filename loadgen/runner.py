@@ -120,7 +120,7 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> dict[str, Any
     if options.variant is not None:
         results["variant"] = options.variant
     if options.out_dir is not None:
-        write_results(results, options.out_dir)
+        write_results(results, options.out_dir, options.plots)
     return results
 
 

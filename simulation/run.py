@@ -212,7 +212,7 @@ def run_virtual(scenario: Scenario, options: RunOptions, seed: int | None = None
     if options.out_dir is not None:
         from loadgen.results import write_results
 
-        write_results(results, options.out_dir)
+        write_results(results, options.out_dir, options.plots)
     return results
 
 

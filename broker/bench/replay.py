@@ -53,6 +53,7 @@ def record_trace(scenario: str, seconds: float, out: pathlib.Path) -> pathlib.Pa
     command = [
         sys.executable, "-m", "broker.cli", "loadgen", "--scenario", scenario,
         "--duration", str(seconds), "--trace", "--out", str(out), "--no-progress",
+        "--no-plots",  # the trace is what is replayed; charts would cost seconds of CPU
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:

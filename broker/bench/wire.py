@@ -178,7 +178,7 @@ class BenchConfig:
         return base + (1 if round_index < extra else 0)
 
 
-QUICK = BenchConfig(messages_per_row=2000, rounds=1, clients=2, idle_window_s=1.0)
+QUICK = BenchConfig(messages_per_row=1000, rounds=1, clients=2, idle_window_s=0.5)
 FULL = BenchConfig(messages_per_row=60_000, rounds=3, clients=4)
 
 

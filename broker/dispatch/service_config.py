@@ -22,7 +22,7 @@ INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptio
 class ServiceConfig:
     allow_auto_topic_creation: bool = True
     consumer_idle_timeout_ms: int = 30000
-    stats_update_frequency_s: int = 60
+    stats_update_frequency_s: float = 60
     maintenance_interval_s: float = 0.5
     cache_eviction_interval_ms: int = 10
     #: managedLedgerOffloadThresholdInBytes: offload closed ledgers of a topic holding

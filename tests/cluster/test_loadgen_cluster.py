@@ -18,8 +18,11 @@ from loadgen.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
 
-RESTART_AT_S = 2.0
-DURATION_S = 6
+#: broker 0 restarts 1 s in; the run goes on 3 s after it, sampled every 0.5 s, so
+#: samples after broker 0 is back show whether consumption went on
+RESTART_AT_S = 1.0
+DURATION_S = 4
+SAMPLE_INTERVAL_S = 0.5
 
 
 def scenario_text(mode: str) -> str:
@@ -57,7 +60,7 @@ downtimeMs = {downtime}
 def run(tmp_path: pathlib.Path, mode: str) -> dict[str, Any]:
     path = tmp_path / f"cluster-{mode}.toml"
     path.write_text(scenario_text(mode))
-    options = RunOptions(out_dir=tmp_path / "out", drain_s=20)
+    options = RunOptions(out_dir=tmp_path / "out", drain_s=20, sample_interval_s=SAMPLE_INTERVAL_S)
     results: dict[str, Any] = uvloop.run(run_scenario(load_scenario(str(path)), options))
     return results
 

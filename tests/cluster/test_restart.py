@@ -205,8 +205,9 @@ def test_while_a_broker_stops_gracefully_new_clients_are_sent_on(
     assert [cluster.owner(topic) for topic in (first, second, third)] == [0, 1, 0]
     client = pulsar_client(cluster.service_url)
     client.create_producer(first).send(b"loaded")  # broker 0 has a topic to close
-    # closing it takes 3 s: broker 0 stays "stopping" with the third topic's bundle
-    cluster.ok("PUT", FAULTS, {"operation": "closeLedger", "delayMs": 3000}, broker=1)
+    # closing it takes 1 s: broker 0 stays "stopping" with the third topic's bundle
+    # while the test asks four questions of the cluster
+    cluster.ok("PUT", FAULTS, {"operation": "closeLedger", "delayMs": 1000}, broker=1)
     restart = Restart(cluster, "graceful", 0)
     listing = cluster.listing(1)
     assert listing[0]["state"] == "stopping"

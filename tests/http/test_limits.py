@@ -56,7 +56,7 @@ def allow_files(count: int) -> None:
 
 async def test_two_thousand_idle_connections_are_closed_after_the_idle_timeout() -> None:
     allow_files(2 * 2000 + 512)  # both ends of each connection live in this process
-    async with limited_broker(httpServerIdleTimeout=1000) as (site, _):
+    async with limited_broker(httpServerIdleTimeout=500) as (site, _):
         connections = [await asyncio.open_connection("127.0.0.1", site.port) for _ in range(2000)]
         await eventually_async(
             lambda: site.limiter.total == 0, "the broker to close every idle connection"
@@ -163,8 +163,9 @@ async def test_a_request_body_trickled_below_the_minimum_rate_is_answered_408_an
 
 async def test_a_request_body_above_the_minimum_rate_is_read_however_long_it_takes() -> None:
     topic = "public/default/steady-body"
-    body = padded_produce_body(64 * 1024)
-    # the client sends about 16 times the minimum, for 4 seconds
+    body = padded_produce_body(32 * 1024)
+    # the client sends about 16 times the minimum, for 2 seconds: two of the rate's
+    # one-second looks, and twice the idle timeout
     async with limited_broker(**MIN_RATE_1000) as (site, client):
         reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
         writer.write(produce_head(topic, len(body)))

@@ -51,8 +51,11 @@ MODES: dict[str, dict[str, Any]] = {
 
 #: requests of the faulted run (producers, consumers and admin calls together), and a
 #: seed for the workload's choices; a soak raises the one and varies the other:
-#: BROKERLAB_FAULT_MATRIX_REQUESTS=3000 BROKERLAB_FAULT_MATRIX_SEED=7 pytest -k matrix
-REQUESTS = int(os.environ.get("BROKERLAB_FAULT_MATRIX_REQUESTS", "140"))
+#: BROKERLAB_FAULT_MATRIX_REQUESTS=3000 BROKERLAB_FAULT_MATRIX_SEED=7 pytest -k matrix.
+#: 70 (140 until the suite had to fit in five minutes) still fails metadataPut-error when
+#: a failed ack's cursor write is not taken back; the matrix then costs about 33 s of CPU
+#: (brokers included) rather than 38: most of a cell is its broker starts and setup
+REQUESTS = int(os.environ.get("BROKERLAB_FAULT_MATRIX_REQUESTS", "70"))
 SEED = os.environ.get("BROKERLAB_FAULT_MATRIX_SEED", "0")
 
 

@@ -76,7 +76,7 @@ async def test_a_slow_consumer_s_replays_come_from_the_cache_in_key_order(
         )
         for name in names
     }
-    ids = await produce_keyed(client, 1000, keys=100)
+    ids = await produce_keyed(client, 500, keys=100)
     seen: dict[str, list[int]] = defaultdict(list)
     received = 0
     loop = asyncio.get_running_loop()
@@ -127,10 +127,11 @@ async def test_a_stuck_consumer_bounds_how_far_the_dispatcher_reads_ahead(
     client = await live_broker(keySharedLookAheadMsgInReplayThresholdPerConsumer=10)
     stuck = await client.subscribe(TOPIC, "ks", subscriptionType="Key_Shared", receiverQueueSize=1)
     busy = await client.subscribe(TOPIC, "ks", subscriptionType="Key_Shared")
-    ids = await produce_keyed(client, 500, keys=50)
+    # half of them the stuck consumer's, which then takes one a poll (its queue of 1)
+    ids = await produce_keyed(client, 250, keys=50)
     got: list[str] = []
     for _ in range(20):  # the busy consumer drains whatever it is given
-        batch = await client.receive(busy, 500, 50)
+        batch = await client.receive(busy, 500, 25)
         got += [str(m["messageId"]) for m in batch]
         if batch:
             await client.ack(busy, [str(m["messageId"]) for m in batch])

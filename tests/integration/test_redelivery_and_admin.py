@@ -136,8 +136,9 @@ async def test_namespace_unload_disconnects_consumers_and_topics_reload_from_sto
 async def test_a_consumer_in_a_long_poll_is_not_idle(live_broker: LiveBroker) -> None:
     client = await live_broker(consumerIdleTimeoutMs=200)
     consumer = await client.subscribe(TOPIC, "patient", subscriptionType="Shared")
-    # one poll that outlasts the idle timeout several times over, with nothing to receive
-    assert await client.receive(consumer, 10, 1500) == []
+    # one poll that outlasts the idle timeout several times over (and two upkeep rounds,
+    # 0.5 s apart, that would close an idle consumer), with nothing to receive
+    assert await client.receive(consumer, 10, 1000) == []
     ids = await client.produce(TOPIC, ["finally"])
     got = await client.receive_until(consumer, 1)
     assert [m["messageId"] for m in got] == ids
@@ -182,7 +183,8 @@ async def test_the_ack_timeout_runs_from_receipt_not_from_the_receiver_queue(
     waiting = await client.subscribe(TOPIC, "queued", ackTimeoutMillis=100)
     idle = await client.subscribe(f"{TOPIC}-empty", "clock")
     ids = await client.produce(TOPIC, ["q0", "q1"])
-    # let several upkeep rounds pass while the messages sit unreceived in the queue
-    assert await client.receive(idle, 10, 1200) == []
+    # let an upkeep round or two (0.5 s apart) pass while the messages sit unreceived in
+    # the queue, well past their ack timeout
+    assert await client.receive(idle, 10, 800) == []
     got = await client.receive_until(waiting, 2)
     assert [(m["messageId"], m["redeliveryCount"]) for m in got] == [(i, 0) for i in ids]

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from broker.scrape_targets import TARGETS_FILE
-from tests.harness import ServedBroker
+from tests.harness import ServedBroker, Spawn
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -87,14 +87,15 @@ def query(base: str, promql: str) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_serve_lists_its_brokers_prometheus_scrapes_them_and_a_stop_empties_the_list(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, broker_spawn: Spawn | None
 ) -> None:
     """One ``serve --brokers 2`` (a start of its own per test cost seconds): it lists
     each of its brokers for file-based discovery; Prometheus (where installed) scrapes
     them through the shipped prometheus.yml, its targets file pointed at this test's
     data directory (as its comment tells users with another --data-dir), and its rules
     loaded; a stop empties the list."""
-    served = ServedBroker(tmp_path / "data", brokers=2)
+    # forked from the test process's warm interpreter, as the harness's brokers are
+    served = ServedBroker(tmp_path / "data", brokers=2, spawn=broker_spawn)
     served.start()
     try:
         urls = [url.removeprefix("http://") for url in served.http_urls]
@@ -114,10 +115,12 @@ def scraped_by_prometheus(tmp_path: pathlib.Path, served: ServedBroker) -> None:
     config["scrape_configs"][0]["file_sd_configs"][0]["files"] = [
         str(tmp_path / "data" / TARGETS_FILE)
     ]
-    # scraped every second rather than every 5 s: the first scrape of a target comes at
-    # a random offset within the interval, which the test would otherwise wait out
-    config["global"]["scrape_interval"] = config["global"]["evaluation_interval"] = "1s"
-    config["scrape_configs"][0]["file_sd_configs"][0]["refresh_interval"] = "1s"
+    # scraped every half second rather than every 5 s: the first scrape of a target
+    # comes at a random offset within the interval, which the test would otherwise wait
+    # out (what stays is Prometheus's own: its discovery hands new targets to the
+    # scrapers at most every 5 s)
+    config["global"]["scrape_interval"] = config["global"]["evaluation_interval"] = "500ms"
+    config["scrape_configs"][0]["file_sd_configs"][0]["refresh_interval"] = "500ms"
     config["rule_files"] = [str(CONF / name) for name in config["rule_files"]]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
@@ -138,7 +141,7 @@ def scraped_by_prometheus(tmp_path: pathlib.Path, served: ServedBroker) -> None:
                 up = []  # not listening yet
             if len(up) == 2:
                 break
-            time.sleep(0.5)  # polling Prometheus's API with a deadline
+            time.sleep(0.2)  # polling Prometheus's API with a deadline
         instances = sorted(series["metric"]["instance"] for series in up)
         assert instances == sorted(url.removeprefix("http://") for url in served.http_urls)
         assert {series["metric"]["cluster"] for series in up} == {"standalone"}

@@ -4,17 +4,22 @@ AUTH_CHALLENGE and the client answers with a new token of the same role; a clien
 cannot refresh, or answers with an expired token or another role's, is disconnected.
 
 Driven by the official client (its ``AuthenticationToken`` with a token supplier answers
-the challenge) and by raw sockets for what the client never does. Tokens expire a few
-seconds after they are made; the tests poll for the outcome, they never sleep."""
+the challenge) and by raw sockets for what the client never does. Tokens expire at the
+first whole second (a JWT's ``exp`` is one) at least half a second after they are made,
+and the broker checks every 0.1 s, so a test waits about a second for an expiry; the
+tests poll for the outcome, they never sleep."""
 
 from __future__ import annotations
 
 import base64
+import math
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import jwt
 import pulsar
 import pytest
 
@@ -29,7 +34,12 @@ pytestmark = pytest.mark.slow
 
 TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
 SECRET = create_secret_key()
-LIFETIME_S = 3  # how long the tokens these tests make are valid
+#: the least time the tokens these tests make are valid: enough for a raw CONNECT
+RAW_LIFETIME_S = 0.5
+#: ... for the official client to connect (a token of the supplier's)
+CLIENT_LIFETIME_S = 1.0
+#: ... for it to connect, make a producer and send a message with one fixed token
+PRODUCER_LIFETIME_S = 2.0
 
 
 class Broker:
@@ -51,7 +61,7 @@ def broker(shared_served_broker: ServedBrokerFactory) -> Broker:
             authenticationEnabled=True,
             authenticationProviders=TOKEN_PROVIDER,
             tokenSecretKey="data:;base64," + base64.b64encode(SECRET).decode(),
-            authenticationRefreshCheckSeconds=1,
+            authenticationRefreshCheckSeconds=0.1,
         )
     )
 
@@ -62,8 +72,13 @@ def logged(broker: Broker, text: str) -> None:
     eventually(lambda: text in broker.log(), f"the broker to log {text!r}")
 
 
-def short_token(role: str = "alice") -> str:
-    return create_token(SECRET, "HS256", role, LIFETIME_S)
+def short_token(role: str = "alice", lifetime_s: float = RAW_LIFETIME_S) -> str:
+    """A token of ``role`` that expires at the first whole second ``lifetime_s`` from now
+    (``create_token`` cuts its expiry to whole seconds, so one made to last 1 s may be
+    expired at once)."""
+    return jwt.encode(
+        {"sub": role, "exp": math.ceil(time.time() + lifetime_s)}, SECRET, algorithm="HS256"
+    )
 
 
 def test_a_client_that_refreshes_its_token_keeps_its_connection(broker: Broker) -> None:
@@ -71,7 +86,7 @@ def test_a_client_that_refreshes_its_token_keeps_its_connection(broker: Broker) 
     issued: list[str] = []
 
     def supplier() -> str:
-        issued.append(short_token())
+        issued.append(short_token(lifetime_s=CLIENT_LIFETIME_S))
         return issued[-1]
 
     client = pulsar.Client(
@@ -102,12 +117,14 @@ def test_a_client_whose_token_cannot_be_refreshed_is_cut_off(broker: Broker) -> 
     broker closes the connection and refuses the reconnect with it."""
     client = pulsar.Client(
         broker.service_url,
-        authentication=pulsar.AuthenticationToken(short_token()),
+        authentication=pulsar.AuthenticationToken(short_token(lifetime_s=PRODUCER_LIFETIME_S)),
         operation_timeout_seconds=3,
     )
     try:
+        # the send after the expiry fails once its timeout passed (the client keeps
+        # reconnecting with its expired token, refused each time)
         producer = client.create_producer(
-            "persistent://public/default/auth-expired", send_timeout_millis=3000
+            "persistent://public/default/auth-expired", send_timeout_millis=1000
         )
         producer.send(b"while the token was valid")
         eventually(

@@ -72,13 +72,14 @@ def test_delayed_messages_come_not_before_their_time(
         topic, batching_enabled=batching, batching_max_publish_delay_ms=5
     )
     before = now_ms()
-    due = {b"after-1.5s": before + 1500, b"at-0.8s": before + 800}
-    producer.send(b"after-1.5s", partition_key="a", deliver_after=timedelta(milliseconds=1500))
-    producer.send(b"at-0.8s", partition_key="b", deliver_at=due[b"at-0.8s"])
+    # half a second apart (five ticks): the later one, sent first, comes second
+    due = {b"after-1s": before + 1000, b"at-0.5s": before + 500}
+    producer.send(b"after-1s", partition_key="a", deliver_after=timedelta(milliseconds=1000))
+    producer.send(b"at-0.5s", partition_key="b", deliver_at=due[b"at-0.5s"])
     producer.send(b"now", partition_key="c")
     got = received_at(consumer, 3)
     # the undelayed message overtook both, and neither came before its time
-    assert list(got) == [b"now", b"at-0.8s", b"after-1.5s"]
+    assert list(got) == [b"now", b"at-0.5s", b"after-1s"]
     for payload, deliver_at in due.items():
         assert got[payload] >= deliver_at, f"{payload!r} came {deliver_at - got[payload]} ms early"
 
@@ -107,7 +108,7 @@ def test_delayed_messages_survive_a_consumer_reconnect(
     topic = new_topic("delayed-reconnect")
     first = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
     producer = client.create_producer(topic)
-    deliver_at = now_ms() + 1500
+    deliver_at = now_ms() + 1000
     producer.send(b"held", deliver_at=deliver_at)
     first.close()
     second = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)

@@ -103,9 +103,13 @@ def class_archive() -> pathlib.Path | None:
     java = _java()
     if java is None:
         return None
-    digest = hashlib.sha256(f"{java} {java.stat().st_mtime_ns} {JAVA_OPTIONS}".encode())
-    for jar in sorted((spark_home() / "jars").glob("*.jar")):
-        digest.update(f"{jar.name} {jar.stat().st_size}\n".encode())
+    # a JVM maps the archive only for the jars it was made with (the same files, of the
+    # same size and time): those of spark_home(), whose copy outlives a venv
+    jars = (spark_home() / "jars").resolve()
+    digest = hashlib.sha256(f"{java} {java.stat().st_mtime_ns} {JAVA_OPTIONS} {jars}".encode())
+    for jar in sorted(jars.glob("*.jar")):
+        stat = jar.stat()
+        digest.update(f"{jar.name} {stat.st_size} {stat.st_mtime_ns}\n".encode())
     directory = pathlib.Path(tempfile.gettempdir(), f"brokerlab-spark-cds-{os.getuid()}")
     return directory / f"{digest.hexdigest()[:20]}.jsa"
 
@@ -183,12 +187,12 @@ def spark_conf() -> dict[str, str]:
 def _submit_args(options: str, conf: dict[str, str] | None = None) -> dict[str, str]:
     settings = {"spark.driver.extraJavaOptions": options, **(conf or {})}
     args = " ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in settings.items())
-    return {"PYSPARK_SUBMIT_ARGS": f"{args} pyspark-shell"}
+    return {"PYSPARK_SUBMIT_ARGS": f"{args} pyspark-shell", "SPARK_HOME": str(spark_home())}
 
 
 def driver_env() -> dict[str, str]:
     """The environment that gives a PySpark driver :func:`spark_conf` (PySpark passes
-    ``PYSPARK_SUBMIT_ARGS`` to the JVM it starts)."""
+    ``PYSPARK_SUBMIT_ARGS`` to the JVM it starts) and :func:`spark_home`."""
     conf = spark_conf()
     return _submit_args(conf.pop("spark.driver.extraJavaOptions"), conf)
 
@@ -305,10 +309,75 @@ def _quietly(start: Callable[[], object]) -> None:
 _prestarted: list[bool] = []
 
 
-def spark_home() -> pathlib.Path:
+def package_spark_home() -> pathlib.Path:
+    """The pyspark package's directory: its Spark's scripts, jars and Python files."""
     import pyspark
 
-    return pathlib.Path(pyspark.__file__).parent
+    return pathlib.Path(pyspark.__file__).parent.resolve()
+
+
+#: the time of the tests' copy of Spark's jars: a fixed one, the same in every copy
+JARS_TIME_NS = 946_684_800 * 10**9
+_home_lock = threading.Lock()
+_home: list[pathlib.Path] = []
+
+
+def spark_home() -> pathlib.Path:
+    """The ``SPARK_HOME`` of every JVM the tests start: the pyspark package's own files,
+    its jars copied once per machine (per pyspark) with a fixed time. A JVM maps the
+    class archive (:func:`class_archive`) only for the jar files it was made with, of the
+    same size and time, and pip writes a venv's jars with the time it installs them: a
+    fresh clone's venv would otherwise need an archive of its own (made in a run, it
+    costs more CPU than that run's JVMs save). ``$TMPDIR/brokerlab-spark-home-<uid>``
+    holds the copy (``jars-<hash of the jars' names and sizes>``, some 460 MB) and, per
+    pyspark package, a home of links to that package's files and to the copy. The
+    package's own directory where the copy cannot be made."""
+    with _home_lock:
+        if not _home:
+            package = package_spark_home()
+            try:
+                _home.append(_linked_home(package))
+            except OSError:
+                _home.append(package)
+        return _home[0]
+
+
+def _linked_home(package: pathlib.Path) -> pathlib.Path:
+    base = pathlib.Path(tempfile.gettempdir(), f"brokerlab-spark-home-{os.getuid()}")
+    base.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    for path in sorted((package / "jars").rglob("*")):
+        if path.is_file():
+            relative = path.relative_to(package / "jars").as_posix()
+            digest.update(f"{relative} {path.stat().st_size}\n".encode())
+    jars = base / f"jars-{digest.hexdigest()[:20]}"
+    if not jars.is_dir():
+        partial = base / f"{jars.name}.{os.getpid()}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            shutil.copytree(package / "jars", partial, copy_function=shutil.copyfile)
+            for path in partial.rglob("*"):
+                if path.is_file():
+                    os.utime(path, ns=(JARS_TIME_NS, JARS_TIME_NS))
+            with contextlib.suppress(OSError):  # another run's copy got there first
+                partial.rename(jars)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    home = base / f"home-{hashlib.sha256(str(package).encode()).hexdigest()[:20]}"
+    if not (home / "bin" / "spark-class").exists():
+        partial = base / f"{home.name}.{os.getpid()}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        try:
+            for entry in package.iterdir():
+                target = jars if entry.name == "jars" else entry
+                (partial / entry.name).symlink_to(target, target_is_directory=target.is_dir())
+            shutil.rmtree(home, ignore_errors=True)  # links into a package gone
+            with contextlib.suppress(OSError):
+                partial.rename(home)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    return home
 
 
 class Server:

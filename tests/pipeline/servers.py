@@ -384,6 +384,26 @@ def _linked_home(package: pathlib.Path) -> pathlib.Path:
     return home
 
 
+#: a JVM's words when it cannot map the class archive it was given
+ARCHIVE_REFUSED = "Unable to use shared archive"
+
+
+def archive_refusals() -> list[str]:
+    """The logs of this process's servers (and of the executors its standalone workers
+    started) whose JVM was given the class archive and could not map it: a change that
+    makes every test JVM start without it (some 8 s of CPU each) fails a test instead of
+    going unseen."""
+    found = []
+    for server in list(_servers):
+        logs = [server.log, *server.log.parent.glob("work/*/*/stderr")]
+        for log in logs:
+            with contextlib.suppress(OSError):
+                text = log.read_text(errors="replace")
+                if "-XX:SharedArchiveFile=" in text + server.options and ARCHIVE_REFUSED in text:
+                    found.append(str(log))
+    return found
+
+
 class Server:
     """One server process (and whatever it starts), its log in a file."""
 
@@ -392,6 +412,9 @@ class Server:
     ) -> None:
         self.name = name
         self.log = log
+        #: the JVM options it was given (SPARK_DAEMON_JAVA_OPTS, the --conf arguments)
+        self.options = " ".join([*args, (env or {}).get("SPARK_DAEMON_JAVA_OPTS", "")])
+        _servers.append(self)
         with log.open("wb") as output:
             self.process = subprocess.Popen(
                 args,
@@ -431,6 +454,10 @@ class Server:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
+
+
+#: every Server this process started
+_servers: list[Server] = []
 
 
 def plain_python(directory: pathlib.Path) -> pathlib.Path:

@@ -62,7 +62,7 @@ SPARK_SETTINGS = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.shuffle.partitions": "1",
     "spark.sql.adaptive.enabled": "false",
 }
 
@@ -590,13 +590,16 @@ def start_master(directory: pathlib.Path) -> tuple[Server, str]:
 
 
 def start_worker(directory: pathlib.Path, master: str, python: pathlib.Path) -> Server:
-    """A worker of ``master`` whose executors run ``python``; ready when registered."""
+    """A worker of ``master`` whose executors run ``python``; ready when registered. One
+    core: an executor then starts one Python worker, which imports the shipped code once
+    (some 2 s of CPU a worker), and runs the tasks one after another (the analysis's
+    cells in one task: the same tables as the local session's two tasks give)."""
     directory.mkdir(parents=True, exist_ok=True)
     server = Server(
         "spark worker",
         [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker",
          master, "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
-         "--cores", "2", "--memory", "2g", "--work-dir", str(directory / "work")],
+         "--cores", "1", "--memory", "2g", "--work-dir", str(directory / "work")],
         directory / "worker.log",
         {**spark_env(), "PYSPARK_PYTHON": str(python)},
     )  # fmt: skip
@@ -605,14 +608,17 @@ def start_worker(directory: pathlib.Path, master: str, python: pathlib.Path) -> 
 
 
 def start_connect(directory: pathlib.Path, python: pathlib.Path) -> tuple[Server, str]:
-    """A Spark Connect server (``local[2]``, Python workers on ``python``) on a free
-    port; returns it and its ``sc://`` URL."""
+    """A Spark Connect server (``local[1]``, its Python worker on ``python``) on a free
+    port; returns it and its ``sc://`` URL. One core, as the standalone worker: one
+    Python worker per job to start and import the shipped code (some 2 s of CPU each),
+    the tasks one after another in it (the analysis's cells then in one task: the same
+    tables as the local session's two)."""
     directory.mkdir(parents=True, exist_ok=True)
     server = Server(
         "spark connect server",
         [str(spark_home() / "bin" / "spark-submit"),
          "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-         "--master", "local[2]", "--name", "brokerlab-test-connect",
+         "--master", "local[1]", "--name", "brokerlab-test-connect",
          "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
          "--conf", "spark.connect.grpc.binding.port=0",
          *(item for key, value in spark_conf().items() for item in ("--conf", f"{key}={value}"))],
@@ -754,7 +760,7 @@ def shared_cluster(
 
 
 def shared_connect(config: pytest.Config, factory: pytest.TempPathFactory) -> str:
-    """The ``sc://`` URL of this test process's Spark Connect server (``local[2]``, its
+    """The ``sc://`` URL of this test process's Spark Connect server (``local[1]``, its
     Python workers on the Python without brokerlab). Its clients must be processes of
     their own that end before it does (a client left behind retries for minutes as its
     process exits)."""

@@ -359,7 +359,7 @@ def connect_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 def test_through_spark_connect_each_task_gives_the_same_run(
     connect_url: str, sweep: Sweep, tmp_path: pathlib.Path
 ) -> None:
-    """A Connect server (local[2]) whose Python workers lack brokerlab: the code goes
+    """A Connect server (local[1]) whose Python worker lacks brokerlab: the code goes
     as an artifact. Its client must end before the server does (a client left behind
     retries for minutes as its process exits), so the driver is a process of its own."""
     tasks, expected = sweep

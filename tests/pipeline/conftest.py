@@ -68,6 +68,25 @@ def connect_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     return shared_connect(request.config, tmp_path_factory)
 
 
+def undrawn_charts(patch: pytest.MonkeyPatch) -> None:
+    """The report's charts left undrawn (an empty figure each): for analyses whose test
+    reads the summary or the page's text, not a chart. Drawing the four is some 1.5 s of
+    CPU; test_report.py draws them, and the CLI's analyses (local, cluster, Connect, S3)
+    are checked with theirs."""
+    import pipeline.report
+
+    def empty(chart: Any) -> str:
+        return f'<figure class="chart" id="{chart.name}"></figure>'
+
+    patch.setattr(pipeline.report, "render_chart", empty)
+
+
+@pytest.fixture
+def no_charts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`undrawn_charts` for one test."""
+    undrawn_charts(monkeypatch)
+
+
 @pytest.fixture(scope="session")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, dict[str, Any]]:
     trace = tmp_path_factory.mktemp("recorded") / "trace"

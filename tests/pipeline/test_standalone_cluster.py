@@ -16,6 +16,7 @@ import pytest
 
 from pipeline import reference
 from tests.pipeline.conftest import analyze_cli, tables
+from tests.pipeline.servers import archive_refusals
 
 pytestmark = pytest.mark.slow
 
@@ -43,3 +44,5 @@ def test_relative_paths_on_a_cluster_whose_python_has_only_what_pyspark_needs(
         assert local_tables["references"]
         assert "references (libcachesim) ran on the driver" in result.stdout
     assert "Belady" in (out / "report.html").read_text()
+    # the master, the worker and the executor mapped the class archive where they had it
+    assert not archive_refusals()

@@ -106,6 +106,7 @@ async def send(
     """One request with ``path`` (and its query) sent exactly as written. ``body`` is
     raw bytes, an async iterator of chunks (chunked encoding) or a JSON value."""
     data = body if isinstance(body, AsyncIterator) else encode(body)
+    _count_request(client.base_url)
     connector = aiohttp.TCPConnector(force_close=True)
     async with (
         aiohttp.ClientSession(connector=connector, auto_decompress=False) as session,
@@ -185,6 +186,12 @@ class Seeded:
     before: dict[str, Any]
 
     async def assert_unchanged(self) -> None:
+        """The snapshot (and what a subclass adds) as taken after the setup; the broker
+        is then known unchanged until its next request (see :func:`pristine`)."""
+        await self._assert_unchanged()
+        _unchanged_after[self.client.base_url] = _requests.get(self.client.base_url, 0)
+
+    async def _assert_unchanged(self) -> None:
         assert await snapshot(self.client) == self.before
 
     async def unchanged(self) -> bool:
@@ -214,6 +221,27 @@ SHARED = {**LIMITS, "consumerIdleTimeoutMs": 3_600_000}
 _changed: dict[str, int] = {}
 #: by broker (its URL): what the kind's setup left there
 _prepared: dict[str, Seeded] = {}
+#: by broker (its URL): the requests sent to it (by :func:`send` and by the clients
+#: :func:`pristine` hands out, the only ones the shared brokers get), and how many had
+#: been sent when ``assert_unchanged`` last passed there
+_requests: dict[str, int] = {}
+_unchanged_after: dict[str, int] = {}
+
+
+def _count_request(base_url: str) -> None:
+    _requests[base_url] = _requests.get(base_url, 0) + 1
+
+
+def counted(client: Client) -> Client:
+    """``client``, its requests counted in :data:`_requests`."""
+    request = client.request
+
+    async def counting(*args: Any, **kwargs: Any) -> tuple[int, Any]:
+        _count_request(client.base_url)
+        return await request(*args, **kwargs)
+
+    client.request = counting  # type: ignore[method-assign]
+    return client
 
 
 async def pristine(
@@ -221,16 +249,19 @@ async def pristine(
 ) -> Seeded:
     """The module's broker of ``kind``, as ``prepare`` left it: checked against the
     snapshot taken then, and a new broker prepared if an earlier test changed it (a test
-    that stores, acks or subscribes does; one that must change nothing asserts so)."""
+    that stores, acks or subscribes does; one that must change nothing asserts so). The
+    snapshot is not taken again when an earlier test's ``assert_unchanged`` passed and
+    no request reached the broker since (most tests end so: the check would repeat it)."""
     while True:
         name = f"{kind}-{_changed.setdefault(kind, 0)}"
-        client = await shared_broker(name=name, **SHARED)
-        prepared = _prepared.get(client.base_url)
+        client = counted(await shared_broker(name=name, **SHARED))
+        url = client.base_url
+        prepared = _prepared.get(url)
         if prepared is None:
-            _prepared[client.base_url] = prepared = await prepare(client)
+            _prepared[url] = prepared = await prepare(client)
             return prepared
         prepared = dataclasses.replace(prepared, client=client)
-        if await prepared.unchanged():
+        if _unchanged_after.get(url) == _requests.get(url, 0) or await prepared.unchanged():
             return prepared
         _changed[kind] += 1
 
@@ -246,10 +277,10 @@ async def seeded(shared_broker: LiveBroker) -> Seeded:
 class WithConsumer(Seeded):
     consumer: str = ""
 
-    async def assert_unchanged(self) -> None:
+    async def _assert_unchanged(self) -> None:
         """As for Seeded, and nothing was handed back to the consumer's receiver queue
         (as a nack or redelivery that slipped through would)."""
-        await super().assert_unchanged()
+        await super()._assert_unchanged()
         assert await self.client.receive(self.consumer, 10, 0) == []
 
     async def unchanged(self) -> bool:

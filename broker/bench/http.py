@@ -116,10 +116,11 @@ class BenchConfig:
     #: produce requests each producer keeps in flight (one pooled connection each): a
     #: Pulsar producer does not wait for one send's receipt before the next, it keeps
     #: up to ``maxPendingMessages`` pending (the official Python client's default:
-    #: 1,000, ten of these requests); 4 keeps 400. With one in flight (the bench before
-    #: 2026-11-30) a producer was a synchronous one, and a durable broker's rate was its
-    #: fsync latency: 16 requests over a group's 12 ms from arrival to receipt on an
-    #: idle machine, whatever the broker's capacity.
+    #: 1,000, ten of these requests); 4 keeps 400 (10 made a run erratic: 160
+    #: connections, docs/benchmarks.md). With one in flight (the bench until 2026-11-29)
+    #: a producer was a synchronous one, and a durable broker's rate was its group
+    #: commit's latency (16 requests over 12-18 ms from arrival to receipt on an idle
+    #: machine), whatever the broker's capacity.
     pending_per_producer: int = 4
     receiver_queue_size: int = 1000
     max_poll_messages: int = 1000

@@ -380,7 +380,7 @@ def test_a_service_url_is_refused_for_the_http_driver() -> None:
 # ----------------------------------------------- a started broker's binary protocol
 
 FAKE_BROKER = """
-import signal, sys, threading
+import signal, sys
 port = sys.argv[sys.argv.index("--port") + 1]
 port = "18123" if port == "0" else port
 binary = sys.argv[sys.argv.index("--broker-port") + 1]
@@ -393,9 +393,14 @@ print(f"brokerlab listening on http://127.0.0.1:{port} (data: x)", flush=True)
 if where == "after":
     print("some log line", flush=True)
     print(line, flush=True)
-done = threading.Event()
-signal.signal(signal.SIGTERM, lambda *_: done.set())
-done.wait()
+def stop(*_):
+    raise SystemExit(0)
+# not an Event set from the handler: a SIGTERM that lands while Event.wait holds its
+# condition's lock runs the handler in the same thread, which then waits on that lock
+# for good (the restart then waited its 30 s stop timeout)
+signal.signal(signal.SIGTERM, stop)
+while True:
+    signal.pause()
 """
 
 

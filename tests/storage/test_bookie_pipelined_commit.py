@@ -94,13 +94,22 @@ def pipelined(stages: Stages) -> GroupCommitter[str, object]:
     return committer
 
 
-async def test_the_next_group_is_written_while_a_sync_is_out_and_acks_keep_group_order() -> None:
-    stages = Stages()
+async def b_written_while_a_syncs(
+    stages: Stages,
+) -> tuple[GroupCommitter[str, object], asyncio.Future[object], asyncio.Future[object]]:
+    """A pipelined committer with a's sync out and b written meanwhile (neither done):
+    the committer, a's future and b's."""
     committer = pipelined(stages)
     a = committer.submit("a", 1, "a")
     await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
     b = committer.submit("b", 1, "b")
     await eventually_async(lambda: stages.written == [["a"], ["b"]], "b written during a's sync")
+    return committer, a, b
+
+
+async def test_the_next_group_is_written_while_a_sync_is_out_and_acks_keep_group_order() -> None:
+    stages = Stages()
+    committer, a, b = await b_written_while_a_syncs(stages)
     await settle()
     # b is written and waits for a's sync before its own starts
     assert stages.synced == [["a"]]
@@ -179,11 +188,7 @@ async def test_what_arrives_while_a_sync_is_out_is_written_and_joins_the_next_sy
 
 async def test_a_failed_sync_fails_its_group_the_group_written_behind_it_and_the_queue() -> None:
     stages = Stages()
-    committer = pipelined(stages)
-    a = committer.submit("a", 1, "a")
-    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
-    b = committer.submit("b", 1, "b")
-    await eventually_async(lambda: stages.written == [["a"], ["b"]], "b written during a's sync")
+    committer, a, b = await b_written_while_a_syncs(stages)
     c = committer.submit("c", 1, "c")
 
     stages.syncs["a"].set_exception(OSError(5, "Input/output error"))
@@ -204,11 +209,7 @@ async def test_a_failed_sync_fails_what_was_written_into_the_next_group_while_it
     """c arrives after b's write has ended, while a's sync is out: written at once into
     b's group, it fails with a's sync as b does, in the same step."""
     stages = Stages()
-    committer = pipelined(stages)
-    a = committer.submit("a", 1, "a")
-    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
-    b = committer.submit("b", 1, "b")
-    await eventually_async(lambda: stages.written == [["a"], ["b"]], "b written during a's sync")
+    committer, a, b = await b_written_while_a_syncs(stages)
     await settle()
     c = committer.submit("c", 1, "c")
     await eventually_async(lambda: stages.written[-1] == ["c"], "c written during a's sync")
@@ -281,11 +282,7 @@ async def test_close_waits_for_the_sync_in_flight() -> None:
 
 async def test_a_cancelled_close_fails_the_written_group_and_waits_out_the_sync() -> None:
     stages = Stages()
-    committer = pipelined(stages)
-    a = committer.submit("a", 1, "a")
-    await eventually_async(lambda: stages.synced == [["a"]], "a's sync to start")
-    b = committer.submit("b", 1, "b")
-    await eventually_async(lambda: stages.written == [["a"], ["b"]], "b written during a's sync")
+    committer, a, b = await b_written_while_a_syncs(stages)
     closing = asyncio.ensure_future(committer.close())
     await settle()
     closing.cancel()

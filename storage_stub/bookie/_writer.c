@@ -21,9 +21,9 @@
  *     collect() -> errno or None                         loop: 0 when done
  *
  * submit_fsync has the thread fsync each descriptor in turn, stopping at the first
- * failure: syncMode=batch gives the fsyncs of a group (its entry logs, then the location
- * index's WAL) to a second Writer, so that neither the loop nor a Python thread waits on
- * the device, nor a Python thread on the GIL after the device answers.
+ * failure: syncMode=batch gives the fsyncs of a group (its entry logs) to a second
+ * Writer, so that neither the loop nor a Python thread waits on the device, nor a Python
+ * thread on the GIL after the device answers.
  *
  * copies: (position, header, entries) per frame: header (bytes or bytearray, copied on
  * the loop: it is small and may be mutable) and then each of entries (a list or tuple of

@@ -12,24 +12,23 @@ in a preallocated log, and one index key. By ``syncMode``:
 
 - ``always``: the add's own commit: write, fsync the entry log, WAL-synced index write;
 - ``batch``: group commit: adds gathered for up to ``journalMaxGroupWaitMSec`` (or
-  ``journalBufferedWritesThreshold`` bytes) share one fsync and one synced index batch,
-  pipelined as BookKeeper's journal and force-write threads are, in three stages: group
-  N+2 is gathered and written to the entry log (write), group N+1's entry logs are
-  fsynced (sync), and group N is indexed (finish: a plain index write on the loop, then
-  an fsync of the index's WAL files), at once; what arrives while a sync is out is
-  written too and joins the group being written. Every fsync runs on a compiled thread
-  of its own (two besides the writer's), so no Python thread runs and the GIL is held
-  through no fsync (rocksdict holds it through a synced write). At most one group in
-  each stage; a group's sync starts once the previous sync has ended, its finish once
-  its sync and the previous finish have ended, and its adds are acknowledged (and
-  readable) only after its finish. A failure in any stage fails its group, every group
-  handed on behind it (their frames stay in the log, never indexed, or indexed but
-  never acknowledged), the group being written and every add queued, and gives the ids
-  back, as a failed commit did before; the bookie goes on (read-only only where the
-  failure says the disk is full or a database failed: a failed index WAL fsync marks
-  the index failed). BookKeeper stops its journal, and the bookie with it, on a
-  force-write failure instead. Without the compiled module, two stages: fsync and a
-  synced index write together on the writer thread;
+  ``journalBufferedWritesThreshold`` bytes) share one fsync, pipelined as BookKeeper's
+  journal and force-write threads are, in two stages: group N+1 is gathered and written
+  to the entry log (write) while group N's entry logs are fsynced (sync: on a compiled
+  thread of its own, so no Python thread runs and the GIL is held through no fsync);
+  then group N is indexed with a plain write on the loop (a memtable insert and a WAL
+  append, tens of us; the WAL is not synced) and its adds are acknowledged. What arrives
+  while a sync is out is written too and joins the group being written. At most one
+  group in each stage; a group's sync starts once the previous sync has ended. The entry
+  logs are the journal: one device flush a group, as BookKeeper's journal fsync is, and
+  recovery indexes again what the index lost (below). A failure in either stage fails
+  its group, the group written behind it and every add queued, and gives the ids back
+  (their frames stay in the log, never indexed); the first group indexed after a
+  failure is indexed with a synced write (on the writer thread), so that no frame of a
+  failed group lies between the replay point and an acknowledged frame. The bookie
+  goes on (read-only only where the failure says the disk is full or a database
+  failed); BookKeeper stops its journal, and the bookie with it, on a force-write
+  failure instead;
 - ``none``: nothing fsynced (survives a process kill, not a power loss).
 
 With ``dbStorage_directIOEntryLogger`` (the default) every mode goes through the group
@@ -50,12 +49,26 @@ written, fsynced and indexed in one hop.
 
 An entry is indexed only after its frame is written (and durable, in always/batch), and
 an add returns only after its index write, so reads (which go through the index) see
-every acknowledged entry, and after a crash the index is the truth of what was
-acknowledged; the entry logs only lose a torn tail. Groups are acknowledged one at a time
-in submission order, so acknowledgements follow entry ids. While a sync is out the next
-group's write may roll the entry log: the files to fsync are taken on the loop when a
-sync starts (the new log and its directory entry go with the group that first wrote
-there), and rolled logs stay open, so a sync never meets a closed descriptor.
+every acknowledged entry. Groups are acknowledged one at a time in submission order, so
+acknowledgements follow entry ids.
+
+Recovery is a journal replay. Each index write records the replay point, where its last
+frame ends (see location_index); RocksDB recovers a prefix of its writes, so after a
+crash that lost unsynced index writes (a power loss; a process kill loses none) every
+frame before the point is indexed. On open the bookie reads the frames after it from the
+entry logs (each log up to its first torn frame, the newest one cut back there) and
+indexes them again, skipping deleted ledgers and, for closed ones, frames past their
+last entry; a frame replaces its ledger's locations from its first entry on. Like
+BookKeeper's journal replay this may bring back entries whose add failed or was never
+answered (written, never acknowledged, after the last acknowledged one): never an
+acknowledged entry lost, possibly an unacknowledged one kept, which a BookKeeper client
+allows for too (ledger recovery keeps what reached the bookies). The replay costs a read
+of what was written since the point: nothing after a clean close or a process kill.
+
+While a sync is out the next group's write may roll the entry log: the files to fsync
+are taken on the loop when a sync starts (the new log and its directory entry go with
+the group that first wrote there), and rolled logs stay open, so a sync never meets a
+closed descriptor.
 
 A full disk makes the bookie read-only, not broken (see disk_monitor): its
 DiskUsageMonitor checks the file system every ``diskCheckInterval`` and right after a
@@ -73,10 +86,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import pathlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -98,7 +112,7 @@ from storage_stub.bookie.direct_io import DirectWrite
 from storage_stub.bookie.direct_writer import ThreadWriter, thread_writer_built
 from storage_stub.bookie.disk_monitor import DiskUsageMonitor, UsageProbe, statvfs_probe
 from storage_stub.bookie.entry_log import EntryLogger
-from storage_stub.bookie.frame import Frame, FrameLocation
+from storage_stub.bookie.frame import Frame, FrameLocation, ScannedFrame
 from storage_stub.bookie.group_commit import GroupCommitter
 from storage_stub.bookie.grouped_writes import GroupedSyncWriter
 from storage_stub.bookie.ledger_metadata import LedgerMetadataIndex
@@ -155,8 +169,10 @@ class DiskBookie:
         "_closed",
         "_committer",
         "_counters",
+        "_cut_failed",
         "_executor",
         "_index",
+        "_index_sync_next",
         "_ledger_index",
         "_ledgers",
         "_log",
@@ -169,7 +185,6 @@ class DiskBookie:
         "_sync",
         "_sync_mode",
         "_syncer",
-        "_wal_syncer",
         "_writer",
         "read_cache",
     )
@@ -228,11 +243,15 @@ class DiskBookie:
         #: the thread that copies, seals and writes direct I/O groups (made by ``open``
         #: where built; else the loop copies and the writer thread writes)
         self._writer: ThreadWriter | None = None
-        #: batch: two more compiled threads (made by ``open`` where built), one for the
-        #: groups' entry log fsyncs, one for their index WAL fsyncs, so that group N's
-        #: index is synced while group N+1's logs are and group N+2 is written
+        #: batch: one more compiled thread (made by ``open`` where built) for the groups'
+        #: entry log fsyncs, so that group N's logs are synced while group N+1 is written
         self._syncer: ThreadWriter | None = None
-        self._wal_syncer: ThreadWriter | None = None
+        #: batch: a group failed since the last index write, so the next one is synced
+        #: (no failed frame may sit between the replay point and an acknowledged frame)
+        self._index_sync_next = False
+        #: adds failed since the last write: their frames are cut off the log before
+        #: the next write (or at close), when no write is out
+        self._cut_failed = False
         self._committer: GroupCommitter[_PendingAdd, int] | None = None
         if config.syncMode == "always":
             self._committer = GroupCommitter(
@@ -243,14 +262,12 @@ class DiskBookie:
                 on_failure=self._group_failed,
             )
         elif config.syncMode == "batch":
-            # pipelined: group N+1 is written while group N is fsynced (and, with the
-            # sync threads, group N-1 indexed)
+            # pipelined: group N+1 is written while group N is fsynced
             self._committer = GroupCommitter(
                 self._write_stage,
                 max_wait_s=config.journalMaxGroupWaitMSec / 1000.0,
                 max_bytes=config.journalBufferedWritesThreshold,
                 sync=self._start_sync,
-                finish=self._index_stage if thread_writer_built() else None,
                 on_failure=self._group_failed,
             )
         elif log.direct_io:
@@ -276,7 +293,8 @@ class DiskBookie:
     ) -> DiskBookie:
         """Open the bookie on ``data_dir`` (created if missing), using the shared metadata
         database ``metadata_db`` (not owned). Recovery: cut a torn tail off the newest
-        entry log; for every open ledger read its last entry and size from the index.
+        entry log; index again the frames written after the index's replay point (see
+        the module); for every open ledger read its last entry and size from the index.
 
         ``metadata_writer``: the metadata database's GroupedSyncWriter (not owned), shared
         with the metadata store; the bookie opens its own when none is given.
@@ -310,7 +328,6 @@ class DiskBookie:
                 bookie._writer = ThreadWriter()
             if config.syncMode == "batch" and thread_writer_built():
                 bookie._syncer = ThreadWriter()
-                bookie._wal_syncer = ThreadWriter()
         except BaseException:
             await bookie.close()
             raise
@@ -339,7 +356,9 @@ class DiskBookie:
         try:
             ledger_index = LedgerMetadataIndex(metadata_db)
             ledgers: dict[int, _DiskLedger] = {}
-            for ledger_id, metadata in ledger_index.load_all().items():
+            known = ledger_index.load_all()
+            DiskBookie._replay(log, index, known)
+            for ledger_id, metadata in known.items():
                 if not metadata.closed:
                     # What was acknowledged is what the index holds.
                     metadata.last_entry_id = index.get_last_entry_in_ledger(ledger_id)
@@ -350,6 +369,51 @@ class DiskBookie:
             log.close()
             raise
         return log, index, ledger_index, ledgers
+
+    @staticmethod
+    def _replay(
+        entry_log: EntryLogger, index: EntryLocationIndex, known: dict[int, LedgerMetadata]
+    ) -> None:
+        """Index the frames the entry logs hold after the index's replay point (see the
+        module): of ledgers in ``known`` only, of closed ones up to their last entry.
+        Blocking; O(bytes written after the point). With no replay point, an empty index
+        replays every log (a new bookie whose first index write was lost) and any other
+        is one written before the point existed, with every write synced: nothing to do.
+        StorageFaultError when there is something to index and the index cannot take it
+        (opened read-only on a full disk): like a bookie whose journal replay fails, the
+        bookie does not start."""
+        end = FrameLocation(entry_log.current_log_id, entry_log.write_offset)
+        index.indexed_end = end  # indexed, or replayed below
+        start = index.replay_point()
+        if start is None:
+            if not index.is_empty():
+                return
+            start = FrameLocation(0, 0)
+        if start == end:
+            return  # a clean close, or a process kill: the index has every frame
+
+        def wanted() -> Iterator[tuple[int, ScannedFrame]]:
+            for log_id, frame in entry_log.frames_from(start.log_id, start.offset):
+                metadata = known.get(frame.ledger_id)
+                if metadata is None:
+                    continue  # deleted (its metadata goes first)
+                if metadata.closed and frame.first_entry_id > metadata.last_entry_id:
+                    continue  # past what the close confirmed: adds that failed
+                yield log_id, frame
+
+        frames = wanted()
+        first = next(frames, None)
+        if first is None and index.database.read_only is not None:
+            return
+        replayed = index.replay(itertools.chain(() if first is None else (first,), frames), end)
+        if replayed:
+            log.info(
+                "replayed %d entry log frame(s) written after log %d offset %d into the "
+                "location index",
+                replayed,
+                start.log_id,
+                start.offset,
+            )
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -453,9 +517,14 @@ class DiskBookie:
         committer = self._committer
         if committer is None:
             try:
-                location = self._log.write(frame)
+                location = self._log.write(frame)  # cut off again if it fails
+            except StorageFaultError as error:
+                raise self._failed("addEntries", error) from None
+            try:
                 self._index.add_frames(((frame, location),), sync=False)
             except StorageFaultError as error:
+                self._cut_failed = True
+                self._cut_back_quietly()
                 raise self._failed("addEntries", error) from None
             ledger.next_entry_id = last + 1
             metadata = ledger.metadata
@@ -508,6 +577,7 @@ class DiskBookie:
     async def _commit(self, group: list[_PendingAdd]) -> None:
         """always, none: commit a group (one writer-thread hop, or the direct I/O path);
         then confirm its adds. On failure the committer calls ``_group_failed``."""
+        self._cut_back_failed()
         if self._log.direct_io:
             await self._commit_direct(group)
         else:
@@ -526,7 +596,10 @@ class DiskBookie:
     def _group_failed(self, error: Exception) -> Exception:
         """A group failed, and with it every add written or queued behind it (the
         committer calls this with no earlier group unresolved): ids go back to the last
-        confirmed entry of each ledger. O(open ledgers). Returns what the adds raise."""
+        confirmed entry of each ledger, and the next index write is synced. O(open
+        ledgers). Returns what the adds raise."""
+        self._index_sync_next = True
+        self._cut_failed = True
         for ledger in self._ledgers.values():
             ledger.next_entry_id = ledger.metadata.last_entry_id + 1
         if isinstance(error, StorageFaultError):
@@ -537,6 +610,26 @@ class DiskBookie:
             return failure
         return error
 
+    def _cut_back_failed(self) -> None:
+        """Before a write, with none out: if adds failed since the last one, cut their
+        frames off the entry log (everything after the last frame indexed: a failure
+        fails every add written after it), so that a replay cannot bring back an add
+        that was answered with an error. Only within the current log (see
+        ``EntryLogger.cut_back``). StorageFaultError if the cut fails."""
+        if self._cut_failed:
+            self._cut_failed = False
+            end = self._index.indexed_end
+            if end is not None:
+                self._log.cut_back(end)
+
+    def _cut_back_quietly(self) -> None:
+        """``_cut_back_failed`` where a failure is already being reported: log a failed
+        cut instead of raising it."""
+        try:
+            self._cut_back_failed()
+        except StorageFaultError as error:
+            log.error("%s", error)
+
     # -- batch: the pipelined group commit -------------------------------------------------
 
     async def _write_stage(self, group: list[_PendingAdd]) -> None:
@@ -545,6 +638,7 @@ class DiskBookie:
         run while the previous group syncs on the writer thread: the two touch no common
         state but the log file, which each thread reaches by its own calls. Cost on the
         loop: planning the direct write, one wakeup."""
+        self._cut_back_failed()
         frames = [add.frame for add in group]
         entry_log = self._log
         if entry_log.direct_io:
@@ -563,26 +657,32 @@ class DiskBookie:
     def _start_sync(self, group: list[_PendingAdd]) -> Awaitable[None]:
         """batch, stage 2, called on the loop once the group is written and the sync
         before it has ended: take the entry log files written since the last sync now
-        (before the next group's write, which may roll the log), and return the sync:
-        with the sync threads, the entry logs' fsync (the index write is stage 3,
-        ``_index_stage``, which the committer starts once this has ended and the group
-        before has been indexed); without, fsync and synced index write on the writer
-        thread, then the adds confirmed. O(group) on the loop."""
-        fds = self._log.take_unsynced()
-        if self._syncer is not None:
-            return self._fsync_stage(fds)
-        return self._sync_stage(group, fds)
+        (before the next group's write, which may roll the log), and return the sync
+        (``_sync_stage``). O(1) on the loop."""
+        return self._sync_stage(group, self._log.take_unsynced())
 
-    async def _fsync_stage(self, fds: list[int]) -> None:
-        """fsync the entry log descriptors ``fds``; on failure they are due again with
-        the next sync. StorageFaultError (NoSpaceError for a full disk)."""
+    async def _sync_stage(self, group: list[_PendingAdd], fds: list[int]) -> None:
+        """fsync the entry log files ``fds`` (on the sync thread, else the writer
+        thread), then index the group and confirm its adds. The index write is a plain
+        one on the loop (a memtable insert and a WAL append, tens of us): the frames are
+        durable in the logs, and recovery indexes again what the index lost. The first
+        one after a failed group is synced instead, on the writer thread (rocksdict
+        holds the GIL through a synced write, so the loop stands still for that fsync:
+        once a failure). O(group) on the loop."""
         try:
             await self._fsync_logs(fds)
         except BaseException as error:
-            self._log.restore_unsynced(fds)
+            self._log.restore_unsynced(fds)  # due again with the next sync
             if isinstance(error, OSError):
                 raise os_fault("addEntries", "entry log fsync", error) from None
             raise
+        written = self._written(group)
+        if self._index_sync_next:
+            await self._in_writer(functools.partial(self._index.add_frames, written, sync=True))
+            self._index_sync_next = False
+        else:
+            self._index.add_frames(written, sync=False)
+        self._confirm(group)
 
     async def _fsync_logs(self, fds: list[int]) -> None:
         """fsync the entry log descriptors ``fds``: on the sync thread, else on the
@@ -591,34 +691,6 @@ class DiskBookie:
             await self._syncer.fsync(fds)
         else:
             await self._in_writer(functools.partial(EntryLogger.fsync_all, fds))
-
-    async def _sync_stage(self, group: list[_PendingAdd], fds: list[int]) -> None:
-        """Without the sync threads: fsync, then the synced index write, both on the
-        writer thread, then the adds confirmed."""
-        await self._fsync_stage(fds)
-        written = self._written(group)
-        await self._in_writer(functools.partial(self._index.add_frames, written, sync=True))
-        self._confirm(group)
-
-    async def _index_stage(self, group: list[_PendingAdd]) -> None:
-        """batch, stage 3 (with the sync threads), once the group's entry logs are
-        fsynced and the group before it is indexed: index the group with a plain write
-        on the loop (a memtable insert and a WAL append, tens of us), then have the
-        second sync thread fsync the index's WAL files (``wal_due``), which is what a
-        synced write does: rocksdict holds the GIL through a synced write, so on a
-        Python thread the loop stood still for the WAL's fsync and the thread then
-        waited for the GIL behind the busy loop. Meanwhile the next group's entry logs
-        are fsynced on the first. Then the adds are confirmed. The index never names a
-        frame that is not durable."""
-        wal_syncer = self._wal_syncer
-        assert wal_syncer is not None
-        index = self._index
-        index.add_frames(self._written(group), sync=False)
-        try:
-            await wal_syncer.fsync(index.wal_due())
-        except OSError as error:
-            raise index.wal_sync_failed(error) from None
-        self._confirm(group)
 
     @staticmethod
     def _written(group: list[_PendingAdd]) -> list[tuple[Frame, FrameLocation]]:
@@ -753,6 +825,7 @@ class DiskBookie:
             await self._monitor.stop()
             if self._committer is not None:
                 await self._committer.close()
+            self._cut_back_quietly()
             try:
                 await self._in_writer(self._log.sync)
             except StorageFaultError as error:
@@ -766,9 +839,8 @@ class DiskBookie:
             try:
                 if self._writer is not None:
                     await self._writer.close()  # after the committer: nothing is left to write
-                for syncer in (self._syncer, self._wal_syncer):
-                    if syncer is not None:
-                        await syncer.close()
+                if self._syncer is not None:
+                    await self._syncer.close()
             finally:
                 self._executor.shutdown(wait=True)
                 if self._log_executor is not self._executor:

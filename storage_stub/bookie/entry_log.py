@@ -29,10 +29,11 @@ in preallocated steps of up to PREALLOCATE_BYTES, so a write does not pay for gr
 file; ``close`` trims the unused preallocation (and the direct path's padding). A step
 never takes more than ``preallocation_budget``, which the bookie's disk monitor sets so that
 preallocation never fills the disk: with no budget left a write grows the file by itself,
-and a fallocate that fails gives back what it took. The location index, not the log, says
-which frames were acknowledged; recovery only cuts the newest log back to its last valid
-frame. Failed writes, rolls and fsyncs raise StorageFaultError (NoSpaceError when the
-disk is full).
+and a fallocate that fails gives back what it took. Recovery cuts the newest log back to
+its last valid frame; ``frames_from`` reads the frames written after the location index's
+replay point, which the bookie indexes again (the logs are its journal, see disk.py).
+Failed writes, rolls and fsyncs raise StorageFaultError (NoSpaceError when the disk is
+full).
 
 Blocking file I/O throughout: ``Frame`` building and reads run on the event loop;
 page-cache writes in sync modes always and batch and ``sync`` on the bookie's writer
@@ -47,15 +48,18 @@ import errno
 import mmap
 import os
 import pathlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple, NoReturn
 
 from storage_stub.bookie.api import NO_SPACE_ERRNOS, StorageFaultError, os_fault
 from storage_stub.bookie.direct_io import DIRECT_IO_ALIGNMENT, MAX_DIRECT_WRITE_BYTES, DirectWrite
 from storage_stub.bookie.frame import (
+    FRAME_HEADER_SIZE,
     Frame,
     FrameLocation,
+    ScannedFrame,
     copy_frame,
+    scan_frames,
     valid_prefix_length,
 )
 
@@ -302,6 +306,48 @@ class EntryLogger:
     def write_offset(self) -> int:
         """End of the last frame of the current log: where the next frame goes."""
         return self._write_offset
+
+    def cut_back(self, location: FrameLocation) -> bool:
+        """Void what the current log holds from ``location`` on (where the first of
+        frames that were written but whose adds failed starts), so that nothing of them
+        is left for a replay to index: the frame header there is zeroed, which no scan
+        reads past (like a preallocated tail), and the next frame goes there. The blocks
+        stay allocated (a cut on a full disk frees nothing another writer could take
+        before the next frame needs them); the next sync makes the cut durable. Only
+        while no write is out. False, and nothing changed, when the log has rolled
+        since ``location`` (those frames stay: a replay may keep them) or nothing lies
+        after it. StorageFaultError if the write fails (the log is then unusable, as
+        after a failed write that could not be cut off)."""
+        offset = location.offset
+        if location.log_id != self._current_id or offset >= self._write_offset:
+            return False
+        fd = self._current_fd
+        try:
+            os.pwrite(fd, bytes(FRAME_HEADER_SIZE), offset)
+            partial = offset % DIRECT_IO_ALIGNMENT
+            tail = os.pread(fd, partial, offset - partial) if self.direct_io and partial else b""
+        except OSError as error:
+            self._broken = error
+            raise os_fault("addEntries", "voiding failed frames in the entry log", error) from None
+        self._write_offset = offset
+        self._tail = tail
+        self._unsynced.add(fd)
+        return True
+
+    def frames_from(self, log_id: int, offset: int) -> Iterator[tuple[int, ScannedFrame]]:
+        """The valid frames from ``offset`` of log ``log_id`` on, through every newer log,
+        in log order, as (log id, frame): the journal replay that recovery runs from the
+        location index's replay point (see the bookie). Each log is read up to its first
+        frame that is not valid (a torn frame, the zeros of a preallocated tail), the
+        newest one up to where the next frame goes. Blocking; O(bytes scanned)."""
+        for current in sorted(self._fds):
+            if current < log_id:
+                continue
+            fd = self._fds[current]
+            size = self._write_offset if current == self._current_id else os.fstat(fd).st_size
+            start = min(offset, size) if current == log_id else 0
+            for frame in scan_frames(fd, size, start):
+                yield current, frame
 
     def write(self, frame: Frame) -> FrameLocation:
         """Write ``frame`` after the last one (rolling to a new log first when the current

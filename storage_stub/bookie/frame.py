@@ -17,7 +17,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from isal.isal_zlib import crc32
@@ -176,41 +176,66 @@ def payloads_offset(frame_offset: int, count: int) -> int:
     return frame_offset + FRAME_HEADER_SIZE + LENGTH_SIZE * count
 
 
-def valid_prefix_length(fd: int, size: int) -> int:
-    """Length of the longest prefix of the file made of whole, valid frames.
+class ScannedFrame(NamedTuple):
+    """A valid frame found by :func:`scan_frames`: where it starts and ends in its log,
+    its ids and its payload lengths exactly as in its header (what the location index
+    stores)."""
 
-    Cost: reads the file once in 4 MiB chunks (one pread per larger frame) and CRCs every
-    byte: O(size).
+    offset: int
+    end: int
+    ledger_id: int
+    first_entry_id: int
+    entry_count: int
+    raw_lengths: bytes
+
+
+def scan_frames(fd: int, size: int, start: int = 0) -> Iterator[ScannedFrame]:
+    """The whole, valid frames of the file from ``start`` on, in order, up to the first
+    that is not (a torn frame, preallocated zeros) or the end of ``size`` bytes.
+
+    Cost: reads the span once in 4 MiB chunks (one pread per larger frame) and CRCs every
+    byte: O(size - start).
     """
-    position = 0
+    position = start
     chunk = b""
-    chunk_start = 0
+    chunk_start = start
     while position + FRAME_HEADER_SIZE <= size:
         if position + FRAME_HEADER_SIZE > chunk_start + len(chunk):
             chunk_start = position
             chunk = os.pread(fd, min(_RECOVERY_CHUNK_BYTES, size - position), position)
             if len(chunk) < FRAME_HEADER_SIZE:
-                break
+                return
         relative = position - chunk_start
-        crc, _ledger_id, _first, count, payload_bytes = _FIXED.unpack_from(chunk, relative)
+        crc, ledger_id, first, count, payload_bytes = _FIXED.unpack_from(chunk, relative)
         if count == 0:  # also every zero-filled (preallocated) tail
-            break
+            return
         end = payloads_offset(position, count) + payload_bytes
         if end > size:
-            break
+            return
         if end > chunk_start + len(chunk):
             chunk_start = position
             chunk = os.pread(
                 fd, min(max(_RECOVERY_CHUNK_BYTES, end - position), size - position), position
             )
             if len(chunk) < end - position:
-                break
+                return
             relative = 0
         view = memoryview(chunk)
-        lengths = lengths_struct(count).unpack_from(view, relative + FRAME_HEADER_SIZE)
+        lengths_at = relative + FRAME_HEADER_SIZE
+        lengths = lengths_struct(count).unpack_from(view, lengths_at)
         if sum(lengths) != payload_bytes:
-            break
+            return
         if crc32(view[relative + _CRC.size : relative + end - position]) != crc:
-            break
+            return
+        raw = bytes(view[lengths_at : lengths_at + LENGTH_SIZE * count])
+        yield ScannedFrame(position, end, ledger_id, first, count, raw)
         position = end
-    return position
+
+
+def valid_prefix_length(fd: int, size: int) -> int:
+    """Length of the longest prefix of the file made of whole, valid frames
+    (:func:`scan_frames` from the start). O(size)."""
+    valid = 0
+    for frame in scan_frames(fd, size):
+        valid = frame.end
+    return valid

@@ -22,9 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import pathlib
-import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Executor
@@ -250,81 +248,6 @@ class RocksDatabase:
         """Flush the memtable (unless ``flush`` is false or the database failed a write:
         a full disk) and close; never raises (logs instead)."""
         self._close_quietly(flush)
-
-
-#: RocksDB's write-ahead log files: ``<number>.log`` in the database directory (its
-#: info log is ``LOG``, its old ones ``LOG.old.<time>``)
-_WAL_NAME = re.compile(r"[0-9]+\.log")
-
-
-class WalFiles:
-    """The write-ahead log files of one RocksDB database, held open so that a thread
-    that never takes the GIL can fsync them: what a synced write does, without the
-    rocksdict call holding the GIL (and so the event loop) through the fsync.
-
-    A plain (unsynced) write returns once its WAL record is in the OS (RocksDB hands it
-    to the file at every write unless ``manual_wal_flush`` is set, which brokerlab never
-    sets), so fsyncing every WAL file afterwards makes it durable as a synced write
-    would. Every file: RocksDB starts a new one when a memtable is switched for a flush
-    and deletes the old one only once that flush's table files and MANIFEST are synced,
-    so a file that is listed but gone by the time it is opened held nothing that is not
-    durable elsewhere. The directory is fsynced too whenever a file is new since the
-    last call, so a new file's name is durable with its contents. Assumes the WAL is in
-    the database directory (no ``wal_dir``) and no log recycling, RocksDB's defaults
-    and brokerlab's options.
-
-    ``due`` on the loop: one listdir, one open per new file (about one per memtable);
-    the descriptors stay valid until the next ``due`` or ``close``, so the fsyncs of
-    one call must be done before the next call.
-    """
-
-    __slots__ = ("_dir_fd", "_fds", "_path")
-
-    def __init__(self, path: pathlib.Path) -> None:
-        self._path = path
-        #: file name -> descriptor (read-only: fsync needs no write access)
-        self._fds: dict[str, int] = {}
-        self._dir_fd = -1
-
-    def due(self) -> list[int]:
-        """The descriptors to fsync so that every write made so far is durable. OSError
-        if the directory cannot be listed or a file cannot be opened."""
-        fds = self._fds
-        names = [name for name in os.listdir(self._path) if _WAL_NAME.fullmatch(name)]
-        due: list[int] = []
-        new = self._dir_fd < 0
-        for name in names:
-            fd = fds.get(name)
-            if fd is None:
-                try:
-                    fd = os.open(self._path / name, os.O_RDONLY | os.O_CLOEXEC)
-                except FileNotFoundError:
-                    continue  # obsolete, deleted since the listing: see the class
-                fds[name] = fd
-                new = True
-            due.append(fd)
-        if len(fds) > len(due):
-            kept = set(due)
-            for name, fd in list(fds.items()):
-                if fd not in kept:
-                    del fds[name]
-                    os.close(fd)
-        if new:
-            if self._dir_fd < 0:
-                self._dir_fd = os.open(self._path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            due.append(self._dir_fd)
-        return due
-
-    def close(self) -> None:
-        """Release the descriptors (no fsync is out: the caller's duty). Idempotent."""
-        for fd in self._fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._fds.clear()
-        if self._dir_fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._dir_fd)
-            self._dir_fd = -1
 
 
 @contextlib.asynccontextmanager

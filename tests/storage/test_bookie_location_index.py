@@ -3,7 +3,6 @@ spanning frames, floor seeks between ledgers, stats and deletes."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 from collections.abc import Iterator
 
@@ -141,33 +140,3 @@ def test_frames_survive_reopening(tmp_path: pathlib.Path) -> None:
     assert reopened.get_last_entry_in_ledger(1) == 1
     assert reopened.find_runs(1, 0, 0) == ([EntryRun(0, payloads_offset(0, 2), (10,))], 1)
     reopened.close()
-
-
-def test_the_wal_files_due_are_every_log_and_the_directory_when_one_is_new(
-    index: EntryLocationIndex, tmp_path: pathlib.Path
-) -> None:
-    """``wal_due`` names what a synced write would fsync: the WAL files (the live one and
-    any older one not yet deleted) and, when a file is new, the directory."""
-    directory = tmp_path / "index"
-
-    def inodes(fds: list[int]) -> set[int]:
-        return {os.fstat(fd).st_ino for fd in fds}
-
-    def wal_inodes() -> set[int]:
-        return {
-            (directory / name).stat().st_ino
-            for name in os.listdir(directory)
-            if name.endswith(".log") and name[:-4].isdigit()
-        }
-
-    index.add_frames([(frame(1, 0, 2), FrameLocation(0, 0))], sync=False)
-    first = inodes(index.wal_due())
-    assert wal_inodes() and first == wal_inodes() | {directory.stat().st_ino}
-    index.add_frames([(frame(1, 2, 2), FrameLocation(0, 100))], sync=False)
-    assert inodes(index.wal_due()) == wal_inodes()  # nothing new: no directory fsync
-
-    index.flush()  # the memtable goes to a table file, and RocksDB starts a new WAL
-    index.add_frames([(frame(1, 4, 1), FrameLocation(0, 200))], sync=False)
-    after_flush = wal_inodes()
-    assert after_flush - first  # a new file
-    assert inodes(index.wal_due()) == after_flush | {directory.stat().st_ino}

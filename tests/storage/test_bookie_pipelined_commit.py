@@ -16,15 +16,12 @@ from typing import TypeVar
 import pytest
 
 from storage_stub.bookie import (
-    BookieError,
     DiskBookie,
     NoSuchEntryError,
     Storage,
     StorageFaultError,
 )
-from storage_stub.bookie.direct_writer import thread_writer_built
 from storage_stub.bookie.group_commit import GroupCommitter
-from storage_stub.bookie.location_index import EntryLocationIndex
 from tests.harness import eventually_async
 from tests.storage.test_bookie_disk_recovery import disk_bookie, payload
 
@@ -615,39 +612,3 @@ async def test_closing_a_ledger_waits_for_its_adds_in_the_pipeline(
     assert await deadline(closing) == 1
     assert (await deadline(first), await deadline(second)) == (0, 1)
     assert isinstance(disk, DiskBookie)
-
-
-@pytest.mark.skipif(not thread_writer_built(), reason="storage_stub.bookie._writer is not built")
-async def test_a_failed_index_wal_fsync_fails_the_group_and_leaves_the_index_failed(
-    open_store: OpenStorage, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With the sync thread the group's index write is a plain one and the thread
-    fsyncs the index's WAL after it: when that fsync fails the group fails, ids go back,
-    and the index counts as failed (as RocksDB leaves itself after a failed synced
-    write), so the bookie turns read-only until the database is resumed."""
-    storage = await open_store(syncMode="batch", journalMaxGroupWaitMSec=0)
-    bookie = storage.bookie
-    disk = disk_bookie(bookie)
-    ledger = await bookie.create_ledger()
-    assert await bookie.add_entries(ledger, [b"durable-0"]) == 0
-
-    real_due = EntryLocationIndex.wal_due
-    monkeypatch.setattr(EntryLocationIndex, "wal_due", lambda index: [1 << 20])  # EBADF
-    outcome = await deadline(
-        asyncio.gather(bookie.add_entries(ledger, [b"lost-1"]), return_exceptions=True)
-    )
-    # the read-only refusal, saying why
-    assert isinstance(outcome[0], BookieError) and "WAL fsync" in str(outcome[0]), outcome
-    assert disk.read_only and "WAL fsync" in (disk.read_only_reason or "")
-    assert not disk.index.database.writable
-    assert await bookie.last_add_confirmed(ledger) == 0
-    with pytest.raises(NoSuchEntryError):
-        await bookie.read_entries(ledger, 1, 1)
-
-    monkeypatch.setattr(EntryLocationIndex, "wal_due", real_due)
-    await disk.disk_monitor.check(periodic=True)  # space is there: the index is resumed
-    assert not disk.read_only and disk.index.database.writable
-    assert await bookie.add_entries(ledger, [b"durable-1"]) == 1
-    await storage.close()
-    reopened = await open_store(syncMode="batch")
-    assert await reopened.bookie.read_entries(ledger, 0, 1) == [b"durable-0", b"durable-1"]

@@ -367,20 +367,18 @@ async def test_the_writer_is_closed_with_its_bookie(open_store: OpenStorage) -> 
     assert failure.value.errno == errno.EIO
 
 
-async def test_the_sync_threads_are_closed_with_their_bookie(open_store: OpenStorage) -> None:
+async def test_the_sync_thread_is_closed_with_its_bookie(open_store: OpenStorage) -> None:
     storage = await open_store(storageMode="disk", syncMode="batch")
     assert storage._disk is not None
-    syncers = [storage._disk._syncer, storage._disk._wal_syncer]
-    assert all(isinstance(s, direct_writer.ThreadWriter) for s in syncers)
-    assert syncers[0] is not syncers[1]
+    syncer = storage._disk._syncer
+    assert isinstance(syncer, direct_writer.ThreadWriter)
+    assert syncer is not storage._disk._writer
     ledger = await storage.bookie.create_ledger()
     await storage.bookie.add_entries(ledger, [b"a"])
     await storage.close()
-    for syncer in syncers:
-        assert syncer is not None
-        with pytest.raises(OSError) as failure:
-            await syncer.fsync([])
-        assert failure.value.errno == errno.EIO
+    with pytest.raises(OSError) as failure:
+        await syncer.fsync([])
+    assert failure.value.errno == errno.EIO
 
 
 async def test_its_fsyncs_report_the_first_failure_and_it_goes_on(tmp_path: pathlib.Path) -> None:

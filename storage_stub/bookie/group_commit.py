@@ -73,8 +73,6 @@ class GroupCommitter(Generic[T, R]):
         "_commit",
         "_doom",
         "_epoch",
-        "_finish",
-        "_finishing",
         "_full",
         "_in_flight",
         "_max_bytes",
@@ -101,24 +99,16 @@ class GroupCommitter(Generic[T, R]):
         max_bytes: int,
         max_items: int | None = None,
         sync: Callable[[list[T]], Awaitable[None]] | None = None,
-        finish: Callable[[list[T]], Awaitable[None]] | None = None,
         on_failure: Callable[[Exception], Exception] | None = None,
     ) -> None:
         """``commit(group)``: the group's write (and, without ``sync``, its sync).
         ``sync(group)``: called on the loop once the group is written and the previous
         sync has ended; what it does before returning its awaitable (the bookie: take
         the files to fsync) happens before the next group's write starts; the group is
-        acknowledged once the awaitable is done. ``finish(group)`` (with ``sync`` only):
-        a third stage, called on the loop once the group's sync has ended and the
-        previous group's finish has ended; the group is acknowledged once its awaitable
-        is done, and meanwhile the next group's sync may run (the bookie: the index
-        write and its WAL's fsync, while the next group's entry logs are fsynced).
-        ``on_failure(error)``: see the module."""
-        if finish is not None and sync is None:
-            raise ValueError("a finish stage needs a sync stage")
+        acknowledged once the awaitable is done. ``on_failure(error)``: see the
+        module."""
         self._commit = commit
         self._sync = sync
-        self._finish = finish
         self._on_failure = on_failure
         self._max_wait_s = max_wait_s
         self._max_bytes = max_bytes
@@ -132,8 +122,6 @@ class GroupCommitter(Generic[T, R]):
         self._task: asyncio.Task[None] | None = None
         #: the sync of the last group handed to ``sync``, until it has ended
         self._syncing: asyncio.Task[None] | None = None
-        #: the finish of the last group handed to ``finish`` (each awaits the one before)
-        self._finishing: asyncio.Task[None] | None = None
         #: groups handed to ``sync`` and not yet acknowledged or failed, oldest first
         self._in_flight: collections.deque[list[_Pending[T, R]]] = collections.deque()
         #: failures so far: a group handed on before the latest one failed with it
@@ -190,7 +178,7 @@ class GroupCommitter(Generic[T, R]):
             while True:
                 if not self._pending:
                     if self._closing:
-                        await self._outlast_all()
+                        await self._outlast_sync()
                         return
                     self._wake.clear()
                     await self._wake.wait()
@@ -303,7 +291,7 @@ class GroupCommitter(Generic[T, R]):
         acknowledged or failed on its own account; then it fails, with the earlier
         failure if one doomed it (told already), else with ``error`` and everything
         pending."""
-        await self._outlast_all_holding(taken)
+        await self._outlast_sync_holding(taken)
         self._writing = None
         if self._doom is not None:
             self._fail(taken, self._doom)
@@ -316,8 +304,6 @@ class GroupCommitter(Generic[T, R]):
         try:
             await syncing
         except BaseException as error:
-            # the earlier groups' finishes end first, acknowledged or failed on their own
-            await self._outlast_finishing()
             if self._epoch == epoch:
                 self._fail_behind(taken, _as_exception(error))
             if not isinstance(error, Exception):
@@ -325,33 +311,7 @@ class GroupCommitter(Generic[T, R]):
             return
         if self._epoch != epoch:
             return  # failed meanwhile, with an earlier group
-        if self._finish is None:
-            self._acknowledge(taken)
-            return
-        self._finishing = asyncio.get_running_loop().create_task(
-            self._finish_group(taken, self._finishing, epoch), name="bookie-group-finish"
-        )
-
-    async def _finish_group(
-        self, taken: list[_Pending[T, R]], previous: asyncio.Task[None] | None, epoch: int
-    ) -> None:
-        """The third stage, after the previous group's (so finishes, and acknowledgements,
-        keep group order)."""
-        assert self._finish is not None
-        if previous is not None and not previous.done():
-            await asyncio.wait((previous,))
-        if self._epoch != epoch:
-            return  # an earlier group failed, and this one with it
-        try:
-            await self._finish([entry[0] for entry in taken])
-        except BaseException as error:
-            if self._epoch == epoch:
-                self._fail_behind(taken, _as_exception(error))
-            if not isinstance(error, Exception):
-                raise
-            return
-        if self._epoch == epoch:
-            self._acknowledge(taken)
+        self._acknowledge(taken)
 
     def _sync_done(self) -> bool:
         return self._syncing is None or self._syncing.done()
@@ -364,36 +324,15 @@ class GroupCommitter(Generic[T, R]):
                 await asyncio.wait((syncing,))
             self._syncing = None
 
-    async def _outlast_finishing(self) -> None:
-        """Wait until the last finish (hence every one before it) has ended."""
-        finishing = self._finishing
-        if finishing is not None and not finishing.done():
-            await asyncio.wait((finishing,))
-
-    async def _outlast_all(self) -> None:
-        """Wait until every group handed to ``sync`` is acknowledged or failed."""
-        while True:
-            await self._outlast_sync()  # a sync that ends may start a finish
-            finishing = self._finishing
-            if finishing is None or finishing.done():
-                return
-            await asyncio.wait((finishing,))
-
-    async def _outlast_sync_holding(
-        self, taken: list[_Pending[T, R]], every_stage: bool = False
-    ) -> None:
-        """``_outlast_sync`` (or ``_outlast_all``) for a written group: if the committer
-        is cancelled meanwhile (a cancelled ``close``), the group fails, as pending
-        items do."""
+    async def _outlast_sync_holding(self, taken: list[_Pending[T, R]]) -> None:
+        """``_outlast_sync`` for a written group: if the committer is cancelled meanwhile
+        (a cancelled ``close``), the group fails, as pending items do."""
         try:
-            await (self._outlast_all() if every_stage else self._outlast_sync())
+            await self._outlast_sync()
         except BaseException:
             self._writing = None
             self._fail(taken, StorageFaultError("addEntries", "group commit stopped"))
             raise
-
-    async def _outlast_all_holding(self, taken: list[_Pending[T, R]]) -> None:
-        await self._outlast_sync_holding(taken, every_stage=True)
 
     def _acknowledge(self, taken: list[_Pending[T, R]]) -> None:
         if self._in_flight and self._in_flight[0] is taken:
@@ -448,8 +387,6 @@ class GroupCommitter(Generic[T, R]):
         except asyncio.CancelledError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            await asyncio.gather(
-                *(t for t in (self._syncing, self._finishing) if t is not None),
-                return_exceptions=True,
-            )
+            if self._syncing is not None:
+                await asyncio.gather(self._syncing, return_exceptions=True)
             raise

@@ -375,7 +375,10 @@ class DiskBookie:
         entry_log: EntryLogger, index: EntryLocationIndex, known: dict[int, LedgerMetadata]
     ) -> None:
         """Index the frames the entry logs hold after the index's replay point (see the
-        module): of ledgers in ``known`` only, of closed ones up to their last entry.
+        module): of ledgers in ``known`` only, of closed ones up to their last entry,
+        and none that would leave a hole in its ledger's ids (a frame whose first id
+        lies past the end of what the index and the replay hold of its ledger: what
+        came after frames that failed or were torn, never acknowledged).
         Blocking; O(bytes written after the point). With no replay point, an empty index
         replays every log (a new bookie whose first index write was lost) and any other
         is one written before the point existed, with every write synced: nothing to do.
@@ -392,13 +395,24 @@ class DiskBookie:
         if start == end:
             return  # a clean close, or a process kill: the index has every frame
 
+        #: per ledger met: the entry id its next frame must start at or before
+        following: dict[int, int] = {}
+
         def wanted() -> Iterator[tuple[int, ScannedFrame]]:
             for log_id, frame in entry_log.frames_from(start.log_id, start.offset):
-                metadata = known.get(frame.ledger_id)
+                ledger_id = frame.ledger_id
+                metadata = known.get(ledger_id)
                 if metadata is None:
                     continue  # deleted (its metadata goes first)
-                if metadata.closed and frame.first_entry_id > metadata.last_entry_id:
+                first = frame.first_entry_id
+                if metadata.closed and first > metadata.last_entry_id:
                     continue  # past what the close confirmed: adds that failed
+                next_id = following.get(ledger_id)
+                if next_id is None:
+                    next_id = index.get_last_entry_in_ledger(ledger_id) + 1
+                if first > next_id:
+                    continue  # past a hole (frames lost or voided): never acknowledged
+                following[ledger_id] = first + frame.entry_count
                 yield log_id, frame
 
         frames = wanted()

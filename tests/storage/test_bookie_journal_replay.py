@@ -290,3 +290,32 @@ async def test_adds_that_failed_are_not_brought_back_by_the_replay(
     third = (await open_store(**settings)).bookie
     assert await third.read_entries(ledger, 0, 1) == [b"durable-0", b"durable-1"]
     assert await third.last_add_confirmed(ledger) == 1
+
+
+async def test_a_frame_past_a_hole_in_its_ledger_is_not_replayed(
+    open_store: OpenStorage, lost_writes: LostIndexWrites, tmp_path: pathlib.Path
+) -> None:
+    """Frames after the replay point whose ids skip ahead of their ledger (the frames
+    between lost or voided) were never acknowledged: the replay keeps the ledger's ids
+    whole, indexing up to the hole, and the other ledgers' frames still."""
+    storage = await open_store(syncMode="batch", dbStorage_directIOEntryLogger=False)
+    bookie = storage.bookie
+    ledger = await bookie.create_ledger()
+    other = await bookie.create_ledger()
+    await concurrent_adds(storage, ledger, 0, 3, 100)
+    lost_writes.lost = True
+    await concurrent_adds(storage, ledger, 3, 2, 100)
+    log_id = disk_bookie(bookie).entry_log.current_log_id
+    await storage.close()
+    # frames as a crash could leave them: one of entry 7 (5 and 6 missing), then one of
+    # the other ledger
+    entry_log = tmp_path / "data" / "entrylogs" / f"{log_id}.log"
+    for frame in (Frame(ledger, 7, [b"past-the-hole"]), Frame(other, 0, [b"other-0"])):
+        frame.seal()
+        append(entry_log, bytes(frame.header) + b"".join(frame.entries))
+
+    again = (await reopen(storage, open_store, lost_writes, syncMode="batch")).bookie
+    assert await again.last_add_confirmed(ledger) == 4
+    assert await again.read_entries(ledger, 0, 4) == [payload(ledger, e, 100) for e in range(5)]
+    assert await again.read_entries(other, 0, 0) == [b"other-0"]
+    assert await again.add_entries(ledger, [b"next"]) == 5

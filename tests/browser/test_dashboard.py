@@ -143,13 +143,24 @@ async def chromium(profile: pathlib.Path) -> AsyncIterator[DevTools]:
         await process.wait()
 
 
+#: the load's pace: a round (25 messages produced, the tail read and acked) every
+#: ROUND_S, so that each of the page's 250 ms samples has several. A rate, not a wait:
+#: rounds back to back, as fast as the two brokers in this process answered them, were
+#: most of the test's CPU (8 s of it on a loaded machine) and showed the page no more
+ROUND_S = 0.05
+
+
 async def load(client: Client, stop: asyncio.Event) -> None:
     """Produce and consume until told to stop: two topics, a tailing and a lagging
     subscription, so every panel has something to show."""
     tail = await client.subscribe("public/default/dash-a", "tail")
     lagging = await client.subscribe("public/default/dash-b", "lag")
     round_ = 0
-    while not stop.is_set():
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), ROUND_S)  # the pace; returns when told to stop
+        if stop.is_set():
+            return
         round_ += 1
         await client.produce("public/default/dash-a", [f"a{round_}-{i}" for i in range(20)])
         await client.produce("public/default/dash-b", [f"b{round_}-{i}" for i in range(5)])

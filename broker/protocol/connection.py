@@ -72,6 +72,7 @@ from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
 from broker.limits import peer_ip
 from broker.protocol.frames import (
+    SIZES,
     U32,
     FrameError,
     command_frame,
@@ -255,19 +256,27 @@ class BinaryProducer(ProducerSession):
             self._answer_deduplicated(group, verdicts, ledger_id, entry_id)
             return
         # one command for the group's receipts, its fields set and serialized for each
-        # in turn (write_command serializes at once): building a command per receipt
-        # cost about 1.6 us more each
-        write = self._connection.write_command
+        # in turn (building a command per receipt cost about 1.6 us more each), framed
+        # here (command_frame's two lines) and queued together: one call per receipt
+        # less, and the output's water marks checked once per group, not per receipt
         command = BaseCommand(type=Type.SEND_RECEIPT)
         receipt = command.send_receipt
         receipt.producer_id = self.producer_id
         message_id = receipt.message_id
         message_id.ledgerId = ledger_id
+        serialize = command.SerializeToString
+        pack = SIZES.pack
+        frames: list[bytes] = []
+        size = 0
         for offset, (sequence_id, highest, _, _, _) in enumerate(group):
             receipt.sequence_id = sequence_id
             receipt.highest_sequence_id = highest
             message_id.entryId = entry_id + offset
-            write(command)
+            body = serialize()
+            frame = pack(len(body) + 4, len(body)) + body
+            frames.append(frame)
+            size += len(frame)
+        self._connection.write_frames(frames, size)
 
     def _answer_deduplicated(
         self, group: list[Sent], verdicts: list[int], ledger_id: int, entry_id: int
@@ -669,6 +678,14 @@ class Connection(asyncio.Protocol):
         frame = command_frame(command)
         self._out.append(frame)
         self._queued(len(frame))
+
+    def write_frames(self, frames: list[bytes], size: int) -> None:
+        """Queue frames framed already (``size`` bytes in all), as ``write_command``
+        queues one. O(len(frames))."""
+        if self.closed:
+            return
+        self._out += frames
+        self._queued(size)
 
     def write_payload(self, command: Any, entry: bytes) -> None:
         """Queue a MESSAGE frame: its head, then the stored entry as it is (no copy)."""

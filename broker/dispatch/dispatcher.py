@@ -489,12 +489,14 @@ class SharedDispatcher(Dispatcher):
         self.wake()
 
     def _next_with_room(self, levels: list[tuple[int, list[Consumer]]]) -> Consumer | None:
-        """Round robin within the highest-priority level that has a consumer with room."""
+        """Round robin within the highest-priority level that has a consumer with room
+        (``_capacity`` above 0)."""
+        max_unacked = self.config.max_unacked_per_consumer
         for level, consumers in levels:
             start = self._next.get(level, 0)
             for step in range(len(consumers)):
                 consumer = consumers[(start + step) % len(consumers)]
-                if self._capacity(consumer) > 0:
+                if consumer.has_room() and len(consumer.pending) < max_unacked:
                     self._next[level] = (start + step + 1) % len(consumers)
                     return consumer
         return None
@@ -556,7 +558,7 @@ class SharedDispatcher(Dispatcher):
         now = self.clock.monotonic_ns()
         index = 0
         total = len(entries)
-        while index < total and min(consumer.available_permits, limit - len(pending)) > 0:
+        while index < total and consumer.has_room() and len(pending) < limit:
             entry = entries[index]
             consumer.deliver(entry, counts.get(entry.position, 0) if counts else 0, now)
             index += 1

@@ -616,6 +616,19 @@ def checksum_ok(data: bytes) -> bool:
     return crc32c(memoryview(data)[6:]) == _U32.unpack_from(data, 2)[0]
 
 
+def sent_payload_size(data: bytes) -> int | None:
+    """:func:`payload_size` of an entry whose checksum matches (:func:`checksum_ok`),
+    None if it does not: the produce path's two looks at a sent entry in one call.
+    O(len(data))."""
+    if (
+        len(data) < HEAD_SIZE
+        or data[:2] != MAGIC
+        or crc32c(memoryview(data)[6:]) != _U32.unpack_from(data, 2)[0]
+    ):
+        return None
+    return len(data) - HEAD_SIZE - _U32.unpack_from(data, 6)[0]
+
+
 def payload_size(data: bytes) -> int:
     """Bytes of an entry after its metadata: what a client counts against the broker's
     maxMessageSize (compressed; a batch's whole body). Its framing is not checked (0 for

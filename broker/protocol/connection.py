@@ -78,6 +78,7 @@ from broker.protocol.frames import (
     command_frame,
     payload_frame_head,
     split_frame,
+    split_frame_parts,
 )
 from broker.protocol.throttle import PENDING_SENDS
 from broker.pulsar_api import (
@@ -461,9 +462,12 @@ class Connection(asyncio.Protocol):
         self._max_message_size = server.config.maxMessageSize
         self.consumers: dict[int, BinaryConsumer] = {}
         self.batch_index_acks = server.config.acknowledgmentAtBatchIndexLevelEnabled
-        #: the start of a frame cut at the end of what arrived, waiting for the rest
-        self._buffer = bytearray()
-        #: how many bytes ``_buffer`` must hold before its frame is parsed again
+        #: the frame cut at the end of what arrived, as its parts came (views of the
+        #: chunks), waiting for the rest
+        self._parts: list[memoryview] = []
+        #: bytes in ``_parts``
+        self._have = 0
+        #: how many bytes ``_parts`` must hold before its frame is parsed again
         self._needed = 0
         self._max_frame = server.max_frame
         self._tasks = TaskOwner("pulsar connection")
@@ -549,29 +553,34 @@ class Connection(asyncio.Protocol):
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
-        """Parse every complete frame received. O(bytes received), each byte copied
-        once into an entry, and once more for a frame cut at the end of a chunk: the
-        frames of a chunk are parsed out of it where they lie; only the cut one waits in
-        ``_buffer``, not parsed again until the bytes it needs are there."""
+        """Parse every complete frame received. O(bytes received), each byte of an entry
+        copied once out of what arrived: the frames of a chunk are parsed out of it
+        where they lie; a frame cut at the end of a chunk keeps its parts as they came
+        (``_parts``, views of the chunks, no copy) until the bytes it needs are there,
+        then its entry is one join of them (:func:`split_frame_parts`). A bytearray that
+        the parts were copied into, then copied out of, took three copies of every entry
+        larger than what one read brings (a batch of 1 KiB messages), and the reallocs of
+        its growth."""
         self._heard = True
-        buffer = self._buffer
+        parts = self._parts
         offset = 0
-        if buffer:
+        if parts:
             needed = self._needed
-            if len(buffer) + len(data) < needed:
-                buffer += data
+            have = self._have + len(data)
+            if have < needed:
+                parts.append(memoryview(data))
+                self._have = have
                 return  # the cut frame still arriving
             if needed <= 4:  # its size was cut: join what there is (a few bytes, rare)
-                buffer += data
-                data = bytes(buffer)
-                buffer.clear()
-            else:  # the cut frame's rest is here: that frame from the buffer, then on
-                offset = needed - len(buffer)
-                buffer += memoryview(data)[:offset]
+                parts.append(memoryview(data))
+                data = b"".join(parts)
+                parts.clear()
+            else:  # the cut frame's rest is here: that frame from its parts, then on
+                offset = needed - self._have
+                parts.append(memoryview(data)[:offset])
                 try:
-                    with memoryview(buffer) as whole:
-                        command, payload = split_frame(buffer, whole, 4, needed)
-                    buffer.clear()
+                    command, payload = split_frame_parts(parts, needed)
+                    parts.clear()
                     self._handle(command, payload)
                 except FrameError as error:
                     self.abort(str(error))
@@ -596,7 +605,9 @@ class Connection(asyncio.Protocol):
                 if self.closed:
                     return
             if offset < length:
-                buffer += view[offset:]
+                # a view of its own (``view`` is released below): it keeps ``data`` alive
+                parts.append(memoryview(data)[offset:])
+                self._have = length - offset
                 # what the cut frame needs in all: its size, once its 4 bytes are there
                 head = length - offset >= 4
                 self._needed = 4 + U32.unpack_from(data, offset)[0] if head else 4

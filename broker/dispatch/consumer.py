@@ -132,6 +132,11 @@ class Consumer:
         client's sake: ``broker.session.consumer``). O(1)."""
         return self.client_permits()
 
+    def has_room(self) -> bool:
+        """Whether ``available_permits`` is above 0: the dispatcher's check before each
+        entry it hands over, which needs no count. O(1)."""
+        return self.available_permits > 0
+
     def read_permits(self) -> int:
         """Entries worth reading for this consumer now: ``available_permits``, or fewer
         where its front end would stop taking them sooner (a session's gate, see

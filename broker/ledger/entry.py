@@ -38,6 +38,8 @@ except ImportError:
     _compiled = None  # type: ignore[assignment]
 #: the compiled batch walk (absent from a module built before it was added)
 _compiled_walk = getattr(_compiled, "walk_plain_batch", None)
+#: the compiled plain_fields (absent from a module built before it was added)
+_compiled_plain = getattr(_compiled, "plain_fields", None)
 
 
 MAGIC = b"\x0e\x01"
@@ -504,13 +506,32 @@ _plain_times: dict[bytes, int] = {}
 _PLAIN_CACHE_SIZE = 1024
 
 
+#: what :func:`_split` raises, by the code the compiled ``plain_fields`` returns instead
+_SPLIT_ERRORS = {
+    1: "not an entry in Pulsar's format (no magic 0x0e01)",
+    2: "entry metadata runs past the end of the entry",
+}
+
+
 def plain_fields(data: bytes) -> PlainFields | None:
     """The fields of an entry's metadata when its bytes are exactly what
     :class:`_PlainMetadata` writes, ``0a len name | 10 varint | 18 varint`` (a name of
     at most 127 bytes, a sequence id of at most two varint bytes, a publish time of at
     most nine), with nothing after; None for anything else (protobuf then parses it).
-    O(metadata size), about 0.5 us against 1.3 us to parse it through protobuf;
-    EntryFormatError for bytes that are not an entry."""
+    O(metadata size): one call into ``broker.ledger._entries`` where it is built (the
+    produce path checks every unbatched SEND with it), else :func:`_plain_fields_py`,
+    about 0.5 us against 1.3 us to parse it through protobuf; EntryFormatError for
+    bytes that are not an entry."""
+    if _compiled_plain is not None and type(data) is bytes:
+        fields = _compiled_plain(data)
+        if type(fields) is int:
+            raise EntryFormatError(_SPLIT_ERRORS[fields])
+        return fields
+    return _plain_fields_py(data)
+
+
+def _plain_fields_py(data: bytes) -> PlainFields | None:
+    """:func:`plain_fields` in Python: the reference the compiled one is held to."""
     start = HEAD_SIZE
     end, _ = _split(data)
     if end - start < 6 or data[start] != 0x0A or data[start + 1] >= 0x80:
@@ -614,6 +635,19 @@ def checksum_ok(data: bytes) -> bool:
     if len(data) < HEAD_SIZE or data[:2] != MAGIC:
         return False
     return crc32c(memoryview(data)[6:]) == _U32.unpack_from(data, 2)[0]
+
+
+def sent_payload_size(data: bytes) -> int | None:
+    """:func:`payload_size` of an entry whose checksum matches (:func:`checksum_ok`),
+    None if it does not: the produce path's two looks at a sent entry in one call.
+    O(len(data))."""
+    if (
+        len(data) < HEAD_SIZE
+        or data[:2] != MAGIC
+        or crc32c(memoryview(data)[6:]) != _U32.unpack_from(data, 2)[0]
+    ):
+        return None
+    return len(data) - HEAD_SIZE - _U32.unpack_from(data, 6)[0]
 
 
 def payload_size(data: bytes) -> int:

@@ -62,6 +62,27 @@ def split_frame(
     return command, bytes(view[command_end:end])
 
 
+def split_frame_parts(parts: list[memoryview], total: int) -> tuple[Any, bytes]:
+    """:func:`split_frame` of a frame that arrived in parts: ``parts`` hold exactly its
+    ``total`` bytes, its total size included. The command parses where it lies when the
+    first part holds it (nearly always: a cut falls in the entry), and the entry is one
+    copy, a join of the parts; else the parts are joined and split as one frame.
+    O(frame size)."""
+    first = parts[0]
+    if len(first) >= 8:
+        command_end = 8 + U32.unpack_from(first, 4)[0]
+        if command_end <= len(first):
+            try:
+                command = BaseCommand.FromString(first[8:command_end])
+            except Exception as error:  # protobuf DecodeError, or a required field missing
+                raise FrameError(f"command does not parse: {error}") from None
+            if command_end == total:
+                return command, b""
+            return command, b"".join([first[command_end:], *parts[1:]])
+    whole = b"".join(parts)
+    return split_frame(whole, memoryview(whole), 4, total)
+
+
 def parse_command(frame: memoryview) -> tuple[Any, int]:
     """The BaseCommand at the start of ``frame`` (which starts after the total size) and
     where the rest (the entry of a SEND) begins. FrameError if it does not parse."""

@@ -134,6 +134,14 @@ class ConsumerSession(Consumer):
                 return max(int(room / average), 1)
         return permits
 
+    def has_room(self) -> bool:
+        """``available_permits > 0`` without its averages: writable, client permits
+        left, and bytes left under ``max_unwritten_bytes``. O(1)."""
+        if not self.writable or self.client_permits() <= 0:
+            return False
+        limit = self.max_unwritten_bytes
+        return not limit or self.unwritten_bytes() < limit
+
     def read_permits(self) -> int:
         """``available_permits``, and no more entries than the front end takes, at the
         average entry size seen, before it closes the ``writable`` gate (the entry that
@@ -465,6 +473,14 @@ class PushConsumer(ConsumerSession):
             return 0
         average = self._avg_batch
         return permits if average <= 1.0 else max(int(permits / average), 1)
+
+    def has_room(self) -> bool:
+        """As the session's, with the permits counted here (``client_permits`` is above
+        0 exactly when they are). O(1)."""
+        if not self.writable or self.permits <= 0:
+            return False
+        limit = self.max_unwritten_bytes
+        return not limit or self.unwritten_bytes() < limit
 
     def grant(self, permits: int) -> None:
         """The client has room for ``permits`` more messages: the dispatcher may send."""

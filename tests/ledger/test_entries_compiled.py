@@ -11,6 +11,7 @@ import json
 import pathlib
 import platform
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -208,3 +209,110 @@ def test_bad_arguments_raise_and_build_nothing(
 ) -> None:
     with pytest.raises(error):
         compiled.encode_rows(rows, payloads, tail, tail_crc)
+
+
+def _plain_answers(data: bytes) -> tuple[object, object]:
+    """(compiled, Python) answers of plain_fields for ``data``, an EntryFormatError as
+    its message."""
+    try:
+        python: object = entry._plain_fields_py(data)
+    except entry.EntryFormatError as error:
+        python = str(error)
+    answer = compiled.plain_fields(data)
+    if isinstance(answer, int):
+        return entry._SPLIT_ERRORS[answer], python
+    return answer, python
+
+
+def _metadata_entry(metadata: bytes, size_delta: int = 0) -> bytes:
+    return b"\x0e\x01\0\0\0\0" + struct.pack(">I", len(metadata) + size_delta) + metadata
+
+
+varint_bytes = st.one_of(
+    st.integers(0, (1 << 63) - 1).map(entry._varint),
+    st.binary(min_size=0, max_size=11),  # non-canonical, unterminated, too long
+)
+
+
+@needs_compiled
+@settings(max_examples=600, deadline=None)
+@given(
+    name=st.one_of(
+        st.text(max_size=130).map(str.encode), st.binary(max_size=130)
+    ),  # long names and bytes that are not UTF-8 too
+    sequence=varint_bytes,
+    publish=varint_bytes,
+    after=st.one_of(st.just(b""), st.binary(max_size=4)),
+    tags=st.tuples(
+        st.sampled_from([0x0A, 0x0B]), st.sampled_from([0x10, 0x18]), st.sampled_from([0x18, 0x20])
+    ),
+    size_delta=st.sampled_from([0, 0, 0, 1, -1]),
+)
+@example(
+    name=b"p",
+    sequence=b"\x80\x01",
+    publish=b"\x01",
+    after=b"",
+    tags=(0x0A, 0x10, 0x18),
+    size_delta=0,
+)
+@example(
+    name=b"p",
+    sequence=b"\x80\x00",
+    publish=b"\x01",
+    after=b"",
+    tags=(0x0A, 0x10, 0x18),
+    size_delta=0,
+)
+@example(
+    name=b"\xff",
+    sequence=b"\x01",
+    publish=b"\x01",
+    after=b"",
+    tags=(0x0A, 0x10, 0x18),
+    size_delta=0,
+)
+def test_compiled_and_python_plain_fields_read_metadata_alike(
+    name: bytes,
+    sequence: bytes,
+    publish: bytes,
+    after: bytes,
+    tags: tuple[int, int, int],
+    size_delta: int,
+) -> None:
+    name_tag, sequence_tag, publish_tag = tags
+    metadata = (
+        bytes([name_tag, len(name) & 0xFF])
+        + name
+        + bytes([sequence_tag])
+        + sequence
+        + bytes([publish_tag])
+        + publish
+        + after
+    )
+    data = _metadata_entry(metadata, size_delta)
+    compiled_answer, python_answer = _plain_answers(data)
+    assert compiled_answer == python_answer
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40))
+def test_compiled_and_python_plain_fields_agree_on_any_bytes(data: bytes) -> None:
+    for candidate in (data, b"\x0e\x01" + data, _metadata_entry(data)):
+        compiled_answer, python_answer = _plain_answers(candidate)
+        assert compiled_answer == python_answer
+
+
+@needs_compiled
+def test_plain_fields_uses_the_compiled_reading_for_bytes() -> None:
+    data = encode_message(
+        b"payload", 1_700_000_000_123, producer_name="producer-7", sequence_id=4_000
+    )
+    assert entry.plain_fields(data) == entry._plain_fields_py(data)
+    assert entry.plain_fields(data)[:3] == ("producer-7", 4_000, 1_700_000_000_123)
+    assert entry._compiled_plain is compiled.plain_fields
+    with pytest.raises(entry.EntryFormatError, match="no magic"):
+        entry.plain_fields(b"not an entry")
+    with pytest.raises(entry.EntryFormatError, match="runs past the end"):
+        entry.plain_fields(_metadata_entry(b"\x0a\x01p", 1))

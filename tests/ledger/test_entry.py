@@ -28,8 +28,10 @@ from broker.ledger.entry import (
     key_of,
     messages_of,
     metadata_of,
+    payload_size,
     plain_fields,
     publish_time_of,
+    sent_payload_size,
 )
 from broker.ledger.position import Position
 from broker.pulsar_api import MessageMetadata, SingleMessageMetadata
@@ -387,6 +389,21 @@ def test_a_corrupted_entry_fails_its_checksum() -> None:
     assert checksum_ok(bytes(data))
     data[-1] ^= 1
     assert not checksum_ok(bytes(data))
+
+
+def test_a_sent_entrys_payload_size_only_with_its_checksum() -> None:
+    data = bytearray(encode_message(b"payload", 5))
+    assert sent_payload_size(bytes(data)) == payload_size(bytes(data)) == len(b"payload")
+    batch = encode_batch([(b"one", None, None, 0), (b"two", None, None, 0)], 7)
+    assert sent_payload_size(batch) == payload_size(batch) > 6
+    data[-1] ^= 1
+    assert sent_payload_size(bytes(data)) is None
+    assert sent_payload_size(b"") is None and sent_payload_size(b"\x0e\x01") is None
+    # a metadata size past the end: the checksum matches, the size is what is left (the
+    # produce path's check of the metadata refuses it next)
+    bogus = bytearray(b"\x0e\x01\0\0\0\0\0\0\0\x09x")
+    bogus[2:6] = struct.pack(">I", crc32c(bytes(bogus[6:])))
+    assert sent_payload_size(bytes(bogus)) == payload_size(bytes(bogus)) == -8
 
 
 @pytest.mark.parametrize(

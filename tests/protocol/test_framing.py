@@ -35,7 +35,8 @@ class Framing:
 
     def __init__(self) -> None:
         connection = Connection.__new__(Connection)
-        connection._buffer = bytearray()
+        connection._parts = []
+        connection._have = 0
         connection._needed = 0
         connection._max_frame = MAX_FRAME
         connection.closed = False
@@ -62,6 +63,8 @@ class Framing:
     def feed(self, data: bytes, cuts: list[int]) -> None:
         start = 0
         for cut in [*sorted(cuts), len(data)]:
+            if self.connection.closed:
+                return  # a closed transport delivers nothing more
             self.connection.data_received(data[start:cut])
             start = cut
 
@@ -88,7 +91,7 @@ def test_every_frame_is_handled_once_in_order_however_the_bytes_are_cut(seed: in
     framing.feed(data, cuts)
     assert framing.aborted == []
     assert framing.handled == expected
-    assert not framing.connection._buffer  # nothing left over
+    assert not framing.connection._parts  # nothing left over
 
 
 def test_bytes_one_at_a_time_give_every_frame() -> None:
@@ -118,11 +121,21 @@ def test_a_frame_over_the_limit_closes_the_connection_as_soon_as_its_size_arrive
             "command size 100 runs past the frame",
         ),
         ((6).to_bytes(4, "big") + (2).to_bytes(4, "big") + b"\xff\xff", "command does not parse"),
+        (
+            (11).to_bytes(4, "big") + (2).to_bytes(4, "big") + b"\xff\xff" + b"entry",
+            "command does not parse",
+        ),
     ],
 )
-def test_bad_framing_closes_the_connection_with_its_reason(frame: bytes, reason: str) -> None:
+@pytest.mark.parametrize("cut", ["in its size", "in its command size", "before its last byte"])
+def test_bad_framing_closes_the_connection_with_its_reason(
+    frame: bytes, reason: str, cut: str
+) -> None:
+    # cut in its size: joined; after its command (the last case): parsed from the first
+    # part, the entry joined from the parts; else joined and split
     framing = Framing()
-    framing.feed(_ping() + frame + _ping(), [len(_ping()) + 2])
+    at = {"in its size": 2, "in its command size": 6, "before its last byte": len(frame) - 1}
+    framing.feed(_ping() + frame + _ping(), [len(_ping()) + at[cut]])
     assert len(framing.aborted) == 1 and framing.aborted[0].startswith(reason)
     assert [kind for kind, _, _ in framing.handled] == [Type.PING]  # nothing after it
 

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from broker.dispatch.consumer import Delivery
 from broker.dispatch.dispatcher import DispatchConfig, SharedDispatcher
 from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfig
 from broker.ledger.entry import Entry, encode_message
@@ -255,3 +256,40 @@ async def test_a_push_sessions_first_batch_sets_its_average_of_messages_per_entr
     await settled()
     assert consumer.sent == first + positions[:3] and consumer.permits == -5
     assert len(dispatcher.replay) == 0  # the two batches left were never read
+
+
+async def test_has_room_is_whether_available_permits_is_above_zero(
+    bounded: BrokerService,
+) -> None:
+    # the dispatcher's check before each entry it hands over, without the count
+    push = await push_consumer(bounded)
+    pulled = await bounded.create_consumer(
+        TOPIC,
+        "pulled",
+        ConsumerOptions(initial_position="Earliest", receiver_queue_size=3),
+        ConsumerSession,
+    )
+    assert isinstance(pulled, ConsumerSession)
+    states = 0
+    for writable in (True, False):
+        for limit in (0, BOUND):
+            for average in (0.0, 900.0, 4_000.0):
+                for permits in (-3, 0, 1, 2, 40):
+                    for buffered in (0, BOUND - 1, BOUND, 3 * BOUND):
+                        push.writable = writable
+                        push.max_unwritten_bytes = limit
+                        push._entry_bytes = average
+                        push.permits = permits
+                        push.buffered = buffered
+                        assert push.has_room() == (push.available_permits > 0)
+                        states += 1
+                for held in range(5):
+                    pulled.queue.clear()
+                    for index in range(held):
+                        pulled.queue.append(Delivery(Entry(Position(1, index), entry_data(0)), 0))
+                    pulled.writable = writable
+                    pulled.max_unwritten_bytes = limit
+                    pulled._entry_bytes = average
+                    assert pulled.has_room() == (pulled.available_permits > 0)
+                    states += 1
+    assert states == 2 * 2 * 3 * (5 * 4 + 5)

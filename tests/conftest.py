@@ -71,16 +71,13 @@ from tests.harness import (
     url_of,
 )
 from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
-from tests.pipeline.servers import SERVER_FIXTURES, SESSION_FIXTURES, xdist_group
-
-#: the fixtures of tests that use a test process's Spark JVMs (the session, the
-#: standalone cluster, the Connect server: tests/pipeline/servers.py), the pipeline's
-#: tests' and tests/simulation/test_spark_sweep.py's
-SPARK_FIXTURES = SESSION_FIXTURES | SERVER_FIXTURES
+from tests.pipeline.servers import xdist_group
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Under xdist, the tests that use the Spark JVMs in groups
+    """Under xdist, the tests that use a test process's Spark JVMs (the session, the
+    standalone cluster, the Connect server: tests/pipeline/servers.py), the pipeline's
+    and tests/simulation/test_spark_sweep.py's, in groups
     (``tests.pipeline.servers.xdist_group``): with ``--dist loadgroup`` one worker runs
     those of the local session (and records and analyzes the shared trace once), one
     (maybe another) those of the standalone cluster and the Connect server, each

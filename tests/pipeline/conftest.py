@@ -1,9 +1,9 @@
 """One real SparkSession (local[2]) for the pipeline tests that need one, a trace a live
 broker recorded, its analysis by ``brokerlab analyze`` on that session (what
-test_analyze.py checks), and its analysis in one process (``pipeline.single``, no JVM):
-what the cluster, Connect and S3 tests compare their tables with, and the session's
-analysis too (test_analyze.py), so that those tests need no session of their own and
-run on an xdist worker other than the session's. The session, the standalone cluster
+test_analyze.py checks), and its analysis in one process (``pipeline.single``, no JVM),
+which test_analyze.py finds equal to the session's: what the cluster, Connect and S3
+tests compare their tables with, so that they need no session of their own and may run
+on another xdist worker than the session's tests. The session, the standalone cluster
 and the Connect server are this test process's, shared with the sweep's tests
 (``tests.pipeline.servers.shared``), started when a test first needs one."""
 

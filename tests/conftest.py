@@ -71,24 +71,23 @@ from tests.harness import (
     url_of,
 )
 from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
-
-#: the fixtures of tests that use a test process's Spark JVMs (the session, the
-#: standalone cluster, the Connect server: tests/pipeline/servers.py), the pipeline's
-#: tests' and tests/simulation/test_spark_sweep.py's
-SPARK_FIXTURES = frozenset(
-    {"spark", "local_run", "local_tables", "cluster", "connect_url", "local_master"}
-)
+from tests.pipeline.servers import xdist_group
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Under xdist, the tests that use the Spark JVMs in one group: with ``--dist
-    loadgroup`` one worker runs them all and starts each JVM (and records and analyzes
-    the shared trace) once, rather than every worker its own. Marked as each item is
+    """Under xdist, the tests that use a test process's Spark JVMs (the session, the
+    standalone cluster, the Connect server: tests/pipeline/servers.py), the pipeline's
+    and tests/simulation/test_spark_sweep.py's, in groups
+    (``tests.pipeline.servers.xdist_group``): with ``--dist loadgroup`` one worker runs
+    those of the local session (and records and analyzes the shared trace once), one
+    (maybe another) those of the standalone cluster and the Connect server, each
+    starting each JVM once, rather than every worker its own. Marked as each item is
     collected: xdist reads the mark in its own ``pytest_collection_modifyitems``, which
     ran before a conftest's (tryfirst or not), so a mark added there named no group and
     the Spark tests were spread over both workers, each starting its own JVMs."""
-    if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
-        item.add_marker(pytest.mark.xdist_group("spark"))
+    group = xdist_group(getattr(item, "fixturenames", ()))
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 __all__ = [

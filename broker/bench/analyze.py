@@ -42,9 +42,11 @@ TABLES = ("sweep", "bound", "references", "patterns", "reuse", "working_set", "n
 def record_trace(out: pathlib.Path, seconds: float | None) -> pathlib.Path:
     """A ``catchup`` trace recorded on virtual time (``seconds``: None for the preset's
     own length); its directory. RuntimeError with the loadgen's output if it fails."""
+    # no charts: the run's directory is the bench's scratch, gone when it ends (drawing
+    # them was a third of the recording's CPU)
     command = [
         sys.executable, "-m", "broker.cli", "loadgen", "--scenario", "catchup",
-        "--virtual-time", "--trace", "--out", str(out), "--no-progress",
+        "--virtual-time", "--trace", "--out", str(out), "--no-progress", "--no-plots",
     ]  # fmt: skip
     if seconds is not None:
         command += ["--duration", str(seconds)]

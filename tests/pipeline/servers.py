@@ -251,21 +251,50 @@ def shared(
     return found
 
 
+#: the xdist group of the tests that use this process's local SparkSession (the
+#: pipeline's and the sweep's), and its fixtures
+SESSION_GROUP = "spark"
+SESSION_FIXTURES = frozenset({"spark", "local_run", "local_master"})
+#: the xdist group of the tests that use its standalone cluster or its Connect server,
+#: and their fixtures: another worker than the session's may run them (they compare
+#: with analyses and runs made without a JVM), each server started once, there
+SERVERS_GROUP = "spark-servers"
+SERVER_FIXTURES = frozenset({"cluster", "connect_url"})
+
+
+def xdist_group(fixturenames: Sequence[str]) -> str | None:
+    """The xdist group of a test asking for ``fixturenames``: :data:`SESSION_GROUP`,
+    :data:`SERVERS_GROUP` (a test asking for both is the session's), or None."""
+    names = set(fixturenames)
+    if names & SESSION_FIXTURES:
+        return SESSION_GROUP
+    if names & SERVER_FIXTURES:
+        return SERVERS_GROUP
+    return None
+
+
 def prestart(
-    config: pytest.Config, factory: pytest.TempPathFactory, items: Sequence[pytest.Item]
+    config: pytest.Config,
+    factory: pytest.TempPathFactory,
+    items: Sequence[pytest.Item],
+    group: str = SESSION_GROUP,
 ) -> None:
     """Start, each in a thread of its own, the servers that the tests of this session
-    (``items``) will ask for: the standalone cluster and the Connect server, which tests
-    otherwise start one after another when each first needs one; and the class archive
+    (``items``) of xdist group ``group`` (:func:`xdist_group`) will ask for: the
+    standalone cluster and the Connect server, which tests otherwise start one after
+    another when each first needs one; and, for :data:`SESSION_GROUP`, the class archive
     (:func:`make_class_archive`) if the machine has none yet. Called by the first Spark
-    fixture a test asks for; later calls do nothing. The threads are joined at the end
-    of the session, before what they started is stopped."""
-    if _prestarted:
+    fixture of a group a test asks for; later calls for the group do nothing. The
+    threads are joined at the end of the session, before what they started is
+    stopped."""
+    if group in _prestarted:
         return
-    _prestarted.append(True)
+    _prestarted.add(group)
     wanted = set()
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
+        if xdist_group(sorted(names)) != group:
+            continue
         if "cluster" in names:
             wanted.add("cluster")
         if "connect_url" in names:
@@ -280,11 +309,14 @@ def prestart(
         "connect": lambda: shared_connect(config, factory),
         "minimal python": lambda: shared_minimal_python(config, factory),
     }
-    threads = [
-        threading.Thread(
-            target=_quietly, args=(make_class_archive,), name="class archive", daemon=True
+    threads = []
+    if group == SESSION_GROUP:
+        # one worker's job: two would each make a whole archive on a machine without one
+        threads.append(
+            threading.Thread(
+                target=_quietly, args=(make_class_archive,), name="class archive", daemon=True
+            )
         )
-    ]
     for name in sorted(wanted):
         # a failed start is raised again to the test that asks for the server
         thread = threading.Thread(
@@ -307,8 +339,8 @@ def _quietly(start: Callable[[], object]) -> None:
         start()
 
 
-#: whether :func:`prestart` ran in this process
-_prestarted: list[bool] = []
+#: the groups :func:`prestart` ran for in this process
+_prestarted: set[str] = set()
 
 
 def package_spark_home() -> pathlib.Path:

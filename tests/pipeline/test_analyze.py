@@ -1,5 +1,7 @@
 """``brokerlab analyze`` on a real SparkSession (local[2], one per test session, see
-``conftest.py``) over a trace a live broker recorded."""
+``conftest.py``) over a trace a live broker recorded: the command's one analysis of it
+(``conftest.local_run``), whose summary and output the tests read, and analyses with
+other options."""
 
 from __future__ import annotations
 
@@ -11,29 +13,27 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import jobs, reference
-from pipeline.analyze import AnalyzeOptions, analyze
+from pipeline.analyze import AnalyzeOptions, analyze, sweep_cells
 from pipeline.cli import parse_size
-from tests.pipeline.conftest import DESIGNS, SIZES, LocalRun, undrawn_charts
+from tests.pipeline.conftest import (
+    LOCAL_DESIGNS,
+    LOCAL_SIZES,
+    LocalRun,
+    single_tables,
+)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def summary(
-    spark: Any,
-    recorded: tuple[pathlib.Path, dict[str, Any]],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, Any]:
-    trace, _ = recorded
-    out = tmp_path_factory.mktemp("analysis")
-    with pytest.MonkeyPatch.context() as patch:
-        undrawn_charts(patch)
-        return analyze(spark, AnalyzeOptions(str(trace), str(out)))
+def summary(local_run: LocalRun) -> dict[str, Any]:
+    """The summary of the command's analysis on local[2]: every design, at four sizes."""
+    return local_run.summary
 
 
 def test_the_bound_is_at_least_every_design_at_every_size(summary: dict[str, Any]) -> None:
     bound = {row["size_bytes"]: row for row in summary["bound"]}
-    assert set(bound) == set(summary["sizes"]) and len(bound) == 8
+    assert set(bound) == set(summary["sizes"]) and len(bound) == len(LOCAL_SIZES)
     for row in summary["sweep"]:
         if row["live"]:
             continue
@@ -91,6 +91,35 @@ def test_the_statistics_account_for_every_read(summary: dict[str, Any]) -> None:
     assert ranked == sorted(ranked, reverse=True) and len(ranked) == 3
 
 
+def test_without_sizes_the_sweep_takes_eight_from_the_working_set() -> None:
+    """What ``analyze`` (and ``pipeline.single``) sweeps when no sizes are asked: 8
+    sizes log-spaced from 1% of the working set to all of it, every design at each, and
+    the live design at the live size last (the recorded trace's working set and
+    settings)."""
+    working_set = 6_105_000
+    meta = {"implementation": "pip430"}
+    options = AnalyzeOptions("trace", "out")
+    sizes, specs = sweep_cells(options, working_set, meta, {"max_size_bytes": 1 << 20})
+    assert sizes == jobs.default_sizes(working_set) and len(sizes) == 8
+    assert sizes[0] == working_set // 100 and sizes[-1] == working_set
+    assert len(options.designs) == 3
+    assert [(spec.design, spec.size_bytes, spec.live) for spec in specs] == [
+        (design, size, False) for design in options.designs for size in sizes
+    ] + [("pip430", 1 << 20, True)]
+
+
+def test_the_session_s_tables_are_the_single_process_analysis_s(
+    local_run: LocalRun, recorded: tuple[pathlib.Path, dict[str, Any]], tmp_path: pathlib.Path
+) -> None:
+    """The command's tables on local[2] are ``pipeline.single``'s: the cluster, Connect
+    and S3 tests compare theirs with that module's (computed without a JVM, on their
+    own xdist worker)."""
+    trace, _ = recorded
+    found = single_tables(trace, tmp_path / "single", LOCAL_SIZES, LOCAL_DESIGNS)
+    assert found == local_run.tables
+    assert found["references"] or not reference.available()
+
+
 def test_the_cli_writes_tables_and_report(local_run: LocalRun) -> None:
     """``brokerlab analyze TRACE --out DIR --master local[2] --sizes ... --implementations
     ...``, run in this process (``conftest.local_run``: the session is the tests' one;
@@ -101,24 +130,24 @@ def test_the_cli_writes_tables_and_report(local_run: LocalRun) -> None:
         assert "references (libcachesim) ran on the driver" in local_run.stdout
     assert local_run.stops == 1, "the command stops its session when done"
     sweep = pq.read_table(out / "sweep").to_pylist()
-    sizes = [parse_size(size) for size in SIZES]
+    sizes = [parse_size(size) for size in LOCAL_SIZES]
     assert {(row["design"], row["size_bytes"]) for row in sweep if not row["live"]} == {
-        (design, size) for design in DESIGNS for size in sizes
+        (design, size) for design in LOCAL_DESIGNS for size in sizes
     }
     assert sorted(pq.read_table(out / "bound").column("size_bytes").to_pylist()) == sizes
     report = (out / "report.html").read_text()
     assert ">miss ratio against cache size</text>" in report and "Belady" in report
-    assert "<b>pip430</b>" in report and "<b>legacy</b>" in report
+    assert all(f"<b>{design}</b>" in report for design in LOCAL_DESIGNS)
 
 
 def test_the_cli_prints_each_phase_with_its_share_done(local_run: LocalRun) -> None:
-    # two designs at two sizes and the live cell; the references' four policies
+    # three designs at four sizes and the live cell; the references' four policies
     lines = local_run.stderr.splitlines()
     for expected in (
         "analyze: trace extent and working set ...",
-        "analyze: sweep: 5 replays (design, size) ...",
-        "analyze: bound: 2 sizes ...",
-        "analyze: references (libcachesim, driver): 8 cells ...",
+        "analyze: sweep: 13 replays (design, size) ...",
+        "analyze: bound: 4 sizes ...",
+        "analyze: references (libcachesim, driver): 16 cells ...",
         "analyze: statistics: read patterns ...",
         "analyze: report ...",
     ):
@@ -126,10 +155,10 @@ def test_the_cli_prints_each_phase_with_its_share_done(local_run: LocalRun) -> N
     ends = [line.rsplit(" done in ", 1)[0] for line in lines if " done in " in line]
     assert ends[:3] == [
         "analyze: trace extent and working set:",
-        "analyze: sweep: 5/5 replays (design, size)",
+        "analyze: sweep: 13/13 replays (design, size)",
         "analyze: next_reads: accesses with their next reads:",
     ]
-    assert "analyze: references (libcachesim, driver): 8/8 cells" in ends
+    assert "analyze: references (libcachesim, driver): 16/16 cells" in ends
     assert ends[-1] == "analyze: report:"
     # no Spark console bars
     assert "[Stage " not in local_run.stderr

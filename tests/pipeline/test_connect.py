@@ -18,13 +18,13 @@ pytestmark = pytest.mark.slow
 def test_the_analysis_runs_through_spark_connect(
     connect_url: str,
     recorded: tuple[pathlib.Path, dict[str, Any]],
-    local_tables: dict[str, list[tuple[Any, ...]]],
+    reference_tables: dict[str, list[tuple[Any, ...]]],
     tmp_path: pathlib.Path,
 ) -> None:
     trace, _ = recorded
     out = tmp_path / "analysis"
     done = analyze_cli(str(trace), "--out", str(out), "--remote", connect_url, cwd=tmp_path)
-    assert tables(out.as_uri()) == local_tables
+    assert tables(out.as_uri()) == reference_tables
     # Connect has no status tracker on the client: the lines as each phase starts and ends
     lines = done.stderr.splitlines()
     for phase in ("sweep: 5/5 replays (design, size)", "bound: 2/2 sizes", "report:"):

@@ -211,11 +211,12 @@ def test_a_long_trace_is_aggregated_on_the_executors_not_cut(
     assert extent.working_set_bytes == 100  # one entry of 100 bytes
     width = jobs.window_seconds((reads - 1) * 2_000_000_000)
     assert width == 11
-    series = jobs.trace_statistics(frame, width)["working_set"].collect()
+    statistics = jobs.trace_statistics(frame, width)
+    series = statistics["working_set"].collect()
     # one entry, read in every window: one distinct entry per window
     assert {(row["entries"], row["window_seconds"]) for row in series} == {(1, 11)}
     assert sorted(row["second"] for row in series) == [11 * i for i in range(982)]
-    reuse = jobs.trace_statistics(frame, width)["reuse"].collect()
+    reuse = statistics["reuse"].collect()
     assert sum(row["reads"] for row in reuse) == reads - 1
 
 

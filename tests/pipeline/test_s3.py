@@ -75,7 +75,7 @@ def _filesystem(env: dict[str, str]) -> pafs.S3FileSystem:
 def test_traces_and_results_on_s3(
     s3: dict[str, str],
     recorded: tuple[pathlib.Path, dict[str, Any]],
-    local_tables: dict[str, list[tuple[Any, ...]]],
+    reference_tables: dict[str, list[tuple[Any, ...]]],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: pathlib.Path,
 ) -> None:
@@ -93,7 +93,7 @@ def test_traces_and_results_on_s3(
         monkeypatch.setenv(name, value)
     report = read_text(f"s3://{BUCKET}/run1/analysis/report.html")
     assert report is not None and "Belady" in report and "<b>pip430</b>" in report
-    assert tables(f"s3://{BUCKET}/run1/analysis") == local_tables
+    assert tables(f"s3://{BUCKET}/run1/analysis") == reference_tables
     # written whole: no temporary file left beside the tables
     names = [info.base_name for info in fs.get_file_info(
         pafs.FileSelector(f"{BUCKET}/run1/analysis", recursive=True))]  # fmt: skip
@@ -150,7 +150,7 @@ def _as_tested(lines: list[str]) -> str:
 @pytest.mark.skipif(not private_network(), reason="no network namespace: unshare -rn")
 def test_the_documented_s3_walk_through_runs_as_written(
     recorded: tuple[pathlib.Path, dict[str, Any]],
-    local_tables: dict[str, list[tuple[Any, ...]]],
+    reference_tables: dict[str, list[tuple[Any, ...]]],
     tmp_path: pathlib.Path,
 ) -> None:
     trace, _ = recorded
@@ -184,7 +184,7 @@ def test_the_documented_s3_walk_through_runs_as_written(
     report = (tmp_path / "results" / "report-from-s3.html").read_text()
     assert "Belady" in report and "<b>pip430</b>" in report
     copied = tmp_path / "copied" / "analysis"
-    assert tables(copied.as_uri()) == local_tables
+    assert tables(copied.as_uri()) == reference_tables
     # written whole: no temporary file left beside the tables
     names = [path.name for path in copied.rglob("*")]
     assert names and not [name for name in names if name.startswith(".tmp-")]

@@ -25,7 +25,7 @@ def test_relative_paths_on_a_cluster_whose_python_has_only_what_pyspark_needs(
     cluster: tuple[str, pathlib.Path],
     minimal_python: pathlib.Path,
     recorded: tuple[pathlib.Path, dict[str, Any]],
-    local_tables: dict[str, list[tuple[Any, ...]]],
+    reference_tables: dict[str, list[tuple[Any, ...]]],
     tmp_path: pathlib.Path,
 ) -> None:
     url, _ = cluster
@@ -38,10 +38,10 @@ def test_relative_paths_on_a_cluster_whose_python_has_only_what_pyspark_needs(
     )  # fmt: skip
     out = tmp_path / "run1" / "analysis"
     assert f"report: {out.as_uri()}/report.html" in result.stdout
-    # the references as on local[2], run where libcachesim is: the driver
-    assert tables(out.as_uri()) == local_tables
+    # the references as in one process, run where libcachesim is: the driver
+    assert tables(out.as_uri()) == reference_tables
     if reference.available():
-        assert local_tables["references"]
+        assert reference_tables["references"]
         assert "references (libcachesim) ran on the driver" in result.stdout
     assert "Belady" in (out / "report.html").read_text()
     # the master, the worker and the executor mapped the class archive where they had it

@@ -34,6 +34,7 @@ from simulation.spark import (
     sweep_task,
 )
 from tests.pipeline.servers import (
+    SERVERS_GROUP,
     driver_env,
     plain_env,
     prestart,
@@ -329,7 +330,7 @@ def cluster(
     """The test process's master and worker (tests.pipeline.servers.shared_cluster, the
     pipeline's cluster test's too); the executors' Python is one with this environment's
     third-party packages but without brokerlab."""
-    prestart(request.config, tmp_path_factory, request.session.items)
+    prestart(request.config, tmp_path_factory, request.session.items, SERVERS_GROUP)
     return shared_cluster(request.config, tmp_path_factory)
 
 
@@ -351,7 +352,7 @@ def test_on_a_cluster_whose_python_lacks_brokerlab_each_task_gives_the_same_run(
 def connect_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The test process's Connect server (tests.pipeline.servers.shared_connect, the
     pipeline's Connect test's too)."""
-    prestart(request.config, tmp_path_factory, request.session.items)
+    prestart(request.config, tmp_path_factory, request.session.items, SERVERS_GROUP)
     return shared_connect(request.config, tmp_path_factory)
 
 

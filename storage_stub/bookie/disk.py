@@ -416,10 +416,10 @@ class DiskBookie:
                 yield log_id, frame
 
         frames = wanted()
-        first = next(frames, None)
-        if first is None and index.database.read_only is not None:
+        head = next(frames, None)  # a read-only index can only do without any
+        if head is None and index.database.read_only is not None:
             return
-        replayed = index.replay(itertools.chain(() if first is None else (first,), frames), end)
+        replayed = index.replay(itertools.chain(() if head is None else (head,), frames), end)
         if replayed:
             log.info(
                 "replayed %d entry log frame(s) written after log %d offset %d into the "

@@ -56,7 +56,7 @@ def _cpu_figures_are_sane(row: dict[str, Any], clients: int) -> None:
     for phase in ("produce", "consume"):
         assert _positive(row[f"server_cpu_cores_{phase}"]), row
         assert _positive(row[f"client_process_cores_max_{phase}"]), row
-        # one of the process's threads (read a moment after the process: a little slack)
+        # one of the process's threads, read inside the process's window (slack: rounding)
         thread = row[f"client_thread_cores_max_{phase}"]
         assert 0 <= thread <= row[f"client_process_cores_max_{phase}"] + 0.01, row
         assert row["paced_by"][phase] in {"client", "server", "cores", "latency"}, row

@@ -152,7 +152,11 @@ def test_loadgen_trace_records_the_started_brokers_access_trace(
 
     out = tmp_path / "run"
     args = ["loadgen", "--scenario", "catchup", "--duration", "2", "--out", str(out)]
-    assert main([*args, "--trace", "--no-progress"]) == 0
+    # a 1 MB cache under the run's 2 MB backlogs: the catch-up must read from storage
+    # (at the default 64 MB it missed only when the machine was slow enough for the
+    # backlog to age past the 1 s eviction threshold before the consumers started)
+    small_cache = ["--set", "managedLedgerCacheSizeMB=1"]
+    assert main([*args, *small_cache, "--trace", "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["trace"]["enabled"] is True and results["trace"]["dropped"] == 0
     table = read_trace(out / "trace")

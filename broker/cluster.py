@@ -89,6 +89,7 @@ def service_config(config: BrokerConfig) -> ServiceConfig:
             max_unacked_per_consumer=config.maxUnackedMessagesPerConsumer or 2**62,
             max_unacked_per_subscription=config.maxUnackedMessagesPerSubscription or 2**62,
             max_unwritten_bytes_per_consumer=config.maxUnwrittenBytesPerConsumer,
+            max_message_size=config.maxMessageSize,
             key_shared_look_ahead_per_consumer=config.keySharedLookAheadMsgInReplayThresholdPerConsumer,
             key_shared_look_ahead_per_subscription=(
                 config.keySharedLookAheadMsgInReplayThresholdPerSubscription

@@ -43,6 +43,9 @@ class DispatchConfig:
     #: maxUnwrittenBytesPerConsumer: bytes a session holds for its client before it takes
     #: no more (0: no limit); the session applies it (``broker.session.consumer``)
     max_unwritten_bytes_per_consumer: int = 4 * 1024 * 1024
+    #: maxMessageSize: the most a ZLIB payload is inflated to for a client that reads
+    #: messages in the broker (HTTP, WebSocket, peek; ``broker.ledger.entry.inflate``)
+    max_message_size: int = 5 * 1024 * 1024
     #: Key_Shared: stop reading new entries while this much waits in the replay queue
     key_shared_look_ahead_per_consumer: int = 4000
     key_shared_look_ahead_per_subscription: int = 40000

@@ -9,7 +9,6 @@ Paths, verbs, statuses and headers are Pulsar's (``admin/v2/PersistentTopics``,
 from __future__ import annotations
 
 import base64
-import zlib
 from typing import Any
 
 from aiohttp import web
@@ -39,7 +38,13 @@ from broker.http.contract import (
     RouteTable,
     Success,
 )
-from broker.ledger.entry import HEAD_SIZE, EntryFormatError, metadata_of
+from broker.ledger.entry import (
+    HEAD_SIZE,
+    MAX_INFLATED_BYTES,
+    EntryFormatError,
+    inflate,
+    metadata_of,
+)
 from broker.ledger.entry import Entry as LedgerEntry
 from broker.pulsar_api import COMPRESSION_NONE, COMPRESSION_ZLIB
 from broker.tasks import cooperative
@@ -136,15 +141,15 @@ async def create_topic(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- peek
 
 
-def _decompressed(metadata: Any, payload: bytes) -> bytes:
+def _decompressed(metadata: Any, payload: bytes, max_inflated: int) -> bytes:
     compression = metadata.compression
     if compression == COMPRESSION_NONE:
         return payload
     if compression == COMPRESSION_ZLIB:
         try:
-            return zlib.decompress(payload)
-        except zlib.error as error:
-            raise NotImplementedYetError(f"bad ZLIB payload: {error}") from None
+            return inflate(payload, metadata.uncompressed_size, max_inflated)
+        except EntryFormatError as error:
+            raise NotImplementedYetError(str(error)) from None
     name = COMPRESSION_NAMES.get(compression, str(compression))
     raise NotImplementedYetError(
         f"this entry is compressed with {name}, which brokerlab does not decompress "
@@ -158,9 +163,10 @@ def _header_value(value: str) -> str:
     return value.replace("\r", " ").replace("\n", " ")
 
 
-def peek_response(entry: LedgerEntry) -> web.Response:
-    """The entry as Pulsar's peek answers it: its payload (decompressed; a batch's
-    messages in their batch framing) and the metadata as ``X-Pulsar-*`` headers."""
+def peek_response(entry: LedgerEntry, max_inflated: int = MAX_INFLATED_BYTES) -> web.Response:
+    """The entry as Pulsar's peek answers it: its payload (decompressed, into at most
+    ``max_inflated`` bytes; a batch's messages in their batch framing) and the metadata
+    as ``X-Pulsar-*`` headers."""
     data = entry.data
     try:
         metadata = metadata_of(data)
@@ -214,7 +220,7 @@ def peek_response(entry: LedgerEntry) -> web.Response:
         headers["X-Pulsar-Base64-ordering-key"] = _b64(metadata.ordering_key)
     if metadata.HasField("schema_version"):
         headers["X-Pulsar-Base64-schema-version-b64encoded"] = _b64(metadata.schema_version)
-    body = _decompressed(metadata, payload)
+    body = _decompressed(metadata, payload, max_inflated)
     return web.Response(body=body, headers=headers, content_type="application/octet-stream")
 
 
@@ -273,7 +279,8 @@ async def peek_nth_message(request: web.Request) -> web.Response:
         raise MethodNotAllowedError("Peek messages on a partitioned topic is not allowed")
     topic = await service.get_topic(name, create=False)
     [subscription] = _subscriptions_named([topic], subscription_name)
-    return peek_response(await subscription.peek(position))
+    entry = await subscription.peek(position)
+    return peek_response(entry, subscription.config.max_message_size)
 
 
 # ---------------------------------------------------------------------- skip, clear, expire

@@ -48,6 +48,9 @@ _HEAD = struct.Struct(">HII")  # magic, checksum, metadata size
 HEAD_SIZE = _HEAD.size
 #: producer name of an entry whose caller names none (each front end names its own)
 DEFAULT_PRODUCER = "brokerlab"
+#: the most a ZLIB payload is inflated to when the caller names no maxMessageSize:
+#: Pulsar's default maxMessageSize (see :func:`inflate`)
+MAX_INFLATED_BYTES = 5 * 1024 * 1024
 
 
 class EntryFormatError(ValueError):
@@ -137,10 +140,11 @@ class Entry:
         metadata = self._metadata
         return metadata[2] if type(metadata) is tuple else int(metadata.publish_time)
 
-    def decoded_messages(self) -> list[Message]:
+    def decoded_messages(self, max_inflated: int = MAX_INFLATED_BYTES) -> list[Message]:
         """``messages_of(self.data)``, without decoding the metadata again when it was
-        kept. O(len(data)). EntryFormatError for bytes that are not an entry."""
-        return messages_of(self.data, self._metadata)
+        kept. O(len(data)) (and a ZLIB payload's inflated size, at most
+        ``max_inflated``). EntryFormatError for bytes that are not an entry."""
+        return messages_of(self.data, self._metadata, max_inflated)
 
     def __repr__(self) -> str:
         return f"Entry({self.position}, {len(self.data)} bytes)"
@@ -669,16 +673,37 @@ def _properties(metadata: Any) -> dict[str, str]:
     return {item.key: item.value for item in properties} if properties else {}
 
 
-def _payload(metadata: Any, data: bytes, start: int) -> bytes:
+def inflate(payload: bytes, declared: int, limit: int) -> bytes:
+    """A ZLIB payload inflated into its declared ``uncompressed_size``, as Pulsar's
+    codecs inflate into a buffer of that size: EntryFormatError ("bad ZLIB payload")
+    when it does not inflate, inflates to more or to less, or declares more than
+    ``limit`` (the broker's maxMessageSize: what a client may send uncompressed).
+    Never more than ``declared`` bytes are made, so a payload that would inflate to
+    gigabytes (a ZLIB bomb of a few MiB) costs what it declares. O(declared)."""
+    if declared > limit:
+        raise EntryFormatError(
+            f"bad ZLIB payload: its uncompressed_size {declared} is over maxMessageSize {limit}"
+        )
+    inflater = zlib.decompressobj()
+    try:
+        # max_length 0 would mean no limit: an empty payload must inflate to nothing
+        inflated = inflater.decompress(payload, declared or 1)
+    except zlib.error as error:
+        raise EntryFormatError(f"bad ZLIB payload: {error}") from None
+    if len(inflated) != declared or not inflater.eof:
+        raise EntryFormatError(
+            f"bad ZLIB payload: it does not inflate to its uncompressed_size {declared}"
+        )
+    return inflated
+
+
+def _payload(metadata: Any, data: bytes, start: int, max_inflated: int) -> bytes:
     payload = data[start:]
     compression = metadata.compression
     if compression == COMPRESSION_NONE:
         return payload
     if compression == COMPRESSION_ZLIB:
-        try:
-            return zlib.decompress(payload)
-        except zlib.error as error:
-            raise EntryFormatError(f"bad ZLIB payload: {error}") from None
+        return inflate(payload, metadata.uncompressed_size, max_inflated)
     raise UnsupportedCompressionError(
         f"compression {compression} is not readable over HTTP (only none and ZLIB); "
         "consume it with a Pulsar client"
@@ -720,7 +745,9 @@ def _plain_single_fields(raw: bytes) -> tuple[int, int] | None:
         shift += 7
 
 
-def messages_of(data: bytes, metadata: Any = None) -> list[Message]:
+def messages_of(
+    data: bytes, metadata: Any = None, max_inflated: int = MAX_INFLATED_BYTES
+) -> list[Message]:
     """Every message of an entry: one for an unbatched entry, each message of a batch
     (compacted-out ones skipped) with its batch index. ``metadata``: the entry's
     MessageMetadata or PlainFields if already decoded (see ``Entry.keep_metadata``).
@@ -734,7 +761,7 @@ def messages_of(data: bytes, metadata: Any = None) -> list[Message]:
     publish_time = metadata.publish_time
     producer = metadata.producer_name
     sequence_id = metadata.sequence_id
-    payload = _payload(metadata, data, end)
+    payload = _payload(metadata, data, end, max_inflated)
     if not metadata.HasField("num_messages_in_batch"):
         return [
             Message(

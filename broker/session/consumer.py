@@ -197,7 +197,7 @@ class ConsumerSession(Consumer):
         starts inside the batch); the size is recorded for the acks that will name
         them. O(messages in the entry); the decoded list itself when nothing is left
         out. EntryFormatError for bytes that are not an entry."""
-        decoded = entry.decoded_messages()
+        decoded = entry.decoded_messages(self.subscription.config.max_message_size)
         if not decoded or decoded[0].batch_index < 0:
             return decoded, 0
         size = decoded[0].batch_size

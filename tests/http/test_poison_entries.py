@@ -2,8 +2,9 @@
 check): HTTP and WebSocket consumers receive the good messages around them, every poll
 answers 200, the WebSocket session keeps pushing, and the subscription goes on past
 them (the dispatcher acknowledges an entry it cannot trust, as Pulsar's does with one
-whose metadata it cannot read; a batch whose messages turn out not to decode is
-acknowledged by the session, as Pulsar's client discards a corrupt batch)."""
+whose metadata it cannot read; a batch whose messages turn out not to decode, or a
+ZLIB payload that does not inflate to its declared size, is acknowledged by the
+session, as Pulsar's client discards a corrupt message)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,12 @@ from tests.harness import (
     unb64,
     url_of,
 )
-from tests.protocol.raw import broken_batch_message, lying_batch, unparsable_metadata
+from tests.protocol.raw import (
+    broken_batch_message,
+    lying_batch,
+    unparsable_metadata,
+    zlib_bomb,
+)
 
 DEADLINE_S = 20.0
 GOOD = [b"before", b"between", b"after the batch count of 0", b"after all"]
@@ -47,6 +53,9 @@ STORED = [
     lying_batch(b"lie", 2, 0),
     good(GOOD[2]),
     broken_batch_message(b"half", 3),
+    # 8 MiB of zeros in 8 KiB that declares 8 bytes: inflated whole, it was delivered as
+    # one message of 8 MiB (a 5 MiB entry inflated to 5 GiB)
+    zlib_bomb(8, 8),
     good(GOOD[3]),
 ]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import struct
+import tracemalloc
+import zlib
 
 import pytest
 from crc32c import crc32c
@@ -34,7 +36,7 @@ from broker.ledger.entry import (
     sent_payload_size,
 )
 from broker.ledger.position import Position
-from broker.pulsar_api import MessageMetadata, SingleMessageMetadata
+from broker.pulsar_api import COMPRESSION_ZLIB, MessageMetadata, SingleMessageMetadata
 
 
 def test_an_entry_is_framed_as_pulsar_frames_a_send_payload() -> None:
@@ -484,3 +486,44 @@ def test_bytes_that_are_not_an_entry_keep_nothing_and_fail_to_decode() -> None:
     assert entry.messages == 1
     with pytest.raises(EntryFormatError):
         entry.decoded_messages()
+
+
+def zlib_entry(inflated: bytes, declared: int) -> bytes:
+    metadata = MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+    metadata.compression = COMPRESSION_ZLIB
+    metadata.uncompressed_size = declared
+    return entry_of(metadata.SerializeToString(), zlib.compress(inflated))
+
+
+def test_a_zlib_payload_inflates_to_its_declared_size() -> None:
+    (message,) = messages_of(zlib_entry(b"hello " * 100, 600))
+    assert message.payload == b"hello " * 100
+    (empty,) = messages_of(zlib_entry(b"", 0))
+    assert empty.payload == b""
+
+
+@pytest.mark.parametrize(
+    ("inflated", "declared", "limit"),
+    [
+        (64 << 20, 100, 5 << 20),  # a ZLIB bomb: 64 MiB in 64 KiB that declares 100 bytes
+        (1000, 0, 5 << 20),  # no uncompressed_size: it must inflate to nothing
+        (1000, 1001, 5 << 20),  # inflates to less than it declares
+        (6 << 20, 6 << 20, 5 << 20),  # declares more than maxMessageSize
+    ],
+    ids=["bomb", "undeclared", "short", "over-max-message-size"],
+)
+def test_a_zlib_payload_that_does_not_inflate_to_its_declared_size_is_corrupt(
+    inflated: int, declared: int, limit: int
+) -> None:
+    """As Pulsar's codecs, which inflate into a buffer of the declared size: never more
+    than that is made, so a bomb costs what it declares (the HTTP and WebSocket views
+    inflated it whole: 1 MiB sent was 1 GiB inflated, then base64 in a poll)."""
+    entry = zlib_entry(bytes(inflated), declared)
+    tracemalloc.start()
+    try:
+        with pytest.raises(EntryFormatError, match="bad ZLIB payload"):
+            messages_of(entry, max_inflated=limit)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(entry) + max(declared, 1) + (1 << 20), peak  # never the inflated size

@@ -7,11 +7,18 @@ from __future__ import annotations
 import socket
 import struct
 import time
+import zlib
 from typing import Any
 
 from crc32c import crc32c
 
-from broker.pulsar_api import BaseCommand, MessageMetadata, SingleMessageMetadata, Type
+from broker.pulsar_api import (
+    COMPRESSION_ZLIB,
+    BaseCommand,
+    MessageMetadata,
+    SingleMessageMetadata,
+    Type,
+)
 
 #: a deadline on every read of the raw socket, not a wait
 READ_DEADLINE_S = 20.0
@@ -73,6 +80,23 @@ def lying_batch(payload: bytes, sequence_id: int, count: int) -> bytes:
 def unparsable_metadata(payload: bytes) -> bytes:
     """An entry whose MessageMetadata does not parse (a field's length runs past it)."""
     return framed(b"\x0a\xff\xff\xff\x0f", payload)
+
+
+def zlib_bomb(inflated_mib: int, declared: int) -> bytes:
+    """An unbatched ZLIB entry of ``inflated_mib`` MiB of zeros (about 1 KiB compressed a
+    MiB) whose metadata declares an ``uncompressed_size`` of ``declared`` bytes."""
+    deflater = zlib.compressobj(9)
+    zeros = bytes(1 << 20)
+    body = b"".join(deflater.compress(zeros) for _ in range(inflated_mib))
+    body += deflater.flush()
+    metadata = MessageMetadata(
+        producer_name="raw",
+        sequence_id=0,
+        publish_time=int(time.time() * 1000),
+        compression=COMPRESSION_ZLIB,
+        uncompressed_size=declared,
+    )
+    return framed(metadata.SerializeToString(), body)
 
 
 def broken_batch_message(payload: bytes, sequence_id: int) -> bytes:

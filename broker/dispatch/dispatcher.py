@@ -9,13 +9,14 @@ Failover and Key_Shared slot in the same way.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sortedcontainers import SortedSet
+from sortedcontainers import SortedList, SortedSet
 
 from broker.clock import Clock
 from broker.dispatch.consumer import Consumer
@@ -349,28 +350,48 @@ class SingleActiveConsumerDispatcher(Dispatcher):
     rewinds the cursor to the first unacknowledged entry, as Pulsar does to keep order.
     The active consumer is the one with the highest priority (lowest
     ``priorityLevel``), then the lowest name, then the earliest attached (never the
-    random consumer id: the choice is the same on every run)."""
+    random consumer id: the choice is the same on every run). The consumers are kept
+    ranked, so attaching or detaching one is O(log n): the minimum taken over all of
+    them at each attach and detach made a connection of 12,000 Failover consumers hang
+    up in O(n^2), holding the loop for half a minute."""
+
+    def __init__(
+        self, subscription: DispatchedSubscription, config: DispatchConfig, clock: Clock
+    ) -> None:
+        super().__init__(subscription, config, clock)
+        #: (priority level, name, order attached, consumer): the first is the active one
+        self._ranked: SortedList = SortedList()
+        self._ranks: dict[int, tuple[int, str, int, Consumer]] = {}  # by id(consumer)
+        self._attached = itertools.count()
 
     def active_consumer(self) -> Consumer | None:
-        if not self.consumers:
+        """O(log n)."""
+        ranked = self._ranked
+        if not ranked:
             return None
-        # min keeps the first of equal keys: the earliest attached
-        return min(self.consumers, key=lambda c: (c.priority_level, c.name))
+        active: Consumer = ranked[0][3]
+        return active
 
     def add_consumer(self, consumer: Consumer) -> None:
         before = self.active_consumer()
         super().add_consumer(consumer)
+        # the order attached is unique: the consumers themselves are never compared
+        rank = (consumer.priority_level, consumer.name, next(self._attached), consumer)
+        self._ranks[id(consumer)] = rank
+        self._ranked.add(rank)
         active = self.active_consumer()
+        assert active is not None
         if before is not None and active is not before:
             self._rewind(before, count_redelivery=False)
             before.active_changed(False)
-        for member in self.consumers:
-            if member is consumer or member is active:
-                member.active_changed(member is active)
+        if active is not consumer:  # attached before it: told first, as in attach order
+            active.active_changed(True)
+        consumer.active_changed(active is consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         was_active = self.active_consumer() is consumer
         self.consumers.remove(consumer)
+        self._ranked.remove(self._ranks.pop(id(consumer)))
         if was_active:
             self._rewind(consumer, count_redelivery=True)
             active = self.active_consumer()

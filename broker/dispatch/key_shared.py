@@ -5,6 +5,7 @@ docs/key_shared.md; this module implements it."""
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Iterable
 
 import mmh3
@@ -25,14 +26,23 @@ def sticky_slot(key: bytes | None) -> int:
 
 
 class AutoSplitSelector:
-    """Contiguous slot ranges, one per consumer. ``select`` is O(log consumers); add and
-    remove O(consumers)."""
+    """Contiguous slot ranges, one per consumer. ``select`` is O(log consumers); ``add``
+    and ``remove`` O(log consumers) in Python, plus a list insert or delete (a memmove):
+    the first largest range comes from a heap, not a walk over every range, which made
+    a connection's 12,000 Key_Shared consumers take 17 s to attach, the loop held 7 s.
+    More consumers than slots: a consumer that joins when every range is one slot owns
+    none (Pulsar refuses it)."""
 
-    __slots__ = ("_ends", "_owners")
+    __slots__ = ("_end_of", "_ends", "_idle", "_owners", "_widest")
 
     def __init__(self) -> None:
         self._ends: list[int] = []  # inclusive upper slot of each range, ascending
         self._owners: list[Consumer] = []
+        self._end_of: dict[int, int] = {}  # id(owner) -> the last slot of its range
+        #: (-size, first slot, last slot) of ranges, stale ones included (a range split
+        #: or merged since): the first valid one is the first largest range
+        self._widest: list[tuple[int, int, int]] = []
+        self._idle: list[Consumer] = []  # consumers that own no slot
 
     def select(self, slot: int) -> Consumer | None:
         index = bisect.bisect_left(self._ends, slot)
@@ -49,28 +59,64 @@ class AutoSplitSelector:
 
     def add(self, consumer: Consumer) -> None:
         """The first consumer owns every slot; a later one takes the lower half of the
-        first largest range."""
+        first largest range. O(log consumers) amortised."""
+        ends = self._ends
         if not self._owners:
-            self._ends.append(SLOTS - 1)
+            ends.append(SLOTS - 1)
             self._owners.append(consumer)
+            self._end_of[id(consumer)] = SLOTS - 1
+            self._widest = [(-SLOTS, 0, SLOTS - 1)]
             return
-        widest = max(range(len(self._ends)), key=lambda i: self._size(i))
-        start = self._ends[widest - 1] + 1 if widest else 0
-        middle = start + (self._ends[widest] - start) // 2
-        self._ends.insert(widest, middle)
-        self._owners.insert(widest, consumer)
+        widest = self._widest
+        while True:  # drop stale ranges until the first largest is on top
+            _, start, end = widest[0]
+            index = bisect.bisect_left(ends, end)
+            if index < len(ends) and ends[index] == end and self._start(index) == start:
+                break
+            heapq.heappop(widest)
+        if start == end:
+            self._idle.append(consumer)
+            return
+        middle = start + (end - start) // 2
+        ends.insert(index, middle)
+        self._owners.insert(index, consumer)
+        self._end_of[id(consumer)] = middle
+        heapq.heapreplace(widest, (start - middle - 1, start, middle))
+        self._push(middle + 1, end)
 
     def remove(self, consumer: Consumer) -> None:
         """The range goes to the next range's owner (the previous one's, if last)."""
-        index = self._owners.index(consumer)
+        ends = self._ends
+        end = self._end_of.pop(id(consumer), None)
+        if end is None:
+            self._idle.remove(consumer)
+            return
+        index = bisect.bisect_left(ends, end)
         if index == len(self._owners) - 1 and index > 0:
-            self._ends[index - 1] = self._ends[index]
-        del self._ends[index]
-        del self._owners[index]
+            ends[index - 1] = end
+            self._end_of[id(self._owners[index - 1])] = end
+            del ends[index]
+            del self._owners[index]
+            taker = index - 1
+        else:
+            del ends[index]
+            del self._owners[index]
+            taker = index
+        if self._owners:
+            self._push(self._start(taker), ends[taker])
 
-    def _size(self, index: int) -> int:
-        start = self._ends[index - 1] + 1 if index else 0
-        return self._ends[index] - start + 1
+    def _start(self, index: int) -> int:
+        return self._ends[index - 1] + 1 if index else 0
+
+    def _push(self, start: int, end: int) -> None:
+        """A range that is new (split or merged); the heap is rebuilt from the live
+        ranges once stale ones outnumber them, so it stays O(consumers)."""
+        widest = self._widest
+        heapq.heappush(widest, (start - end - 1, start, end))
+        if len(widest) > 2 * len(self._ends) + 16:
+            ends = self._ends
+            widest[:] = [(self._start(i) - e - 1, self._start(i), e) for i, e in enumerate(ends)]
+            heapq.heapify(widest)
 
 
 class KeySharedDispatcher(SharedDispatcher):

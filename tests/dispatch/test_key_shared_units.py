@@ -122,3 +122,16 @@ def test_a_flood_of_consumers_joins_and_leaves_without_a_walk_over_the_ranges() 
     finally:
         sys.setprofile(None)
     assert calls < 20 * len(pool), calls
+
+
+def test_a_consumer_past_one_per_slot_owns_none_and_can_leave() -> None:
+    pool = consumers(SLOTS + 1)
+    selector = AutoSplitSelector()
+    for consumer in pool:
+        selector.add(consumer)
+    ranges = selector.ranges()
+    assert len(ranges) == SLOTS and all(first == last for first, last, _ in ranges)
+    assert pool[-1] not in {owner for _, _, owner in ranges}
+    selector.remove(pool[-1])
+    selector.remove(pool[0])
+    assert len(selector.ranges()) == SLOTS - 1

@@ -5,7 +5,8 @@ A :class:`DashboardSampler` reads one broker's counters every
 ``brokerlabDashboardSampleIntervalMs`` of the loop's time (virtual time in a virtual run)
 into a :class:`SeriesHistory`, stamped with the broker clock's wall time. A row holds
 counters since the run started (messages, cache hits and misses of the live design and
-of every shadow, evictions, storage reads) and gauges (cache size, limit, watermark):
+of every shadow, evictions, storage reads) and gauges (cache size, limit, watermark, the
+event loop's longest lag since the row before):
 rates are differences of counters over the time between two rows, so a thinned history
 still gives the right mean rate over each of its (longer) intervals.
 """
@@ -52,6 +53,7 @@ COLUMNS = (
     "lastEntryCacheMisses",
     "getFloorCalls",
     "tieredIndexLoads",
+    "loopLagMaxUs",
 )
 
 
@@ -172,6 +174,7 @@ class DashboardSampler:
         "_epoch",
         "_incarnation",
         "_last",
+        "_loop_lag_us",
         "_shadows",
         "broker",
         "clock",
@@ -203,6 +206,8 @@ class DashboardSampler:
         self._shadows: tuple[str, ...] | None = None
         #: (wall ms, monotonic ns) at the first sample
         self._epoch: tuple[int, int] | None = None
+        #: the event loop's longest lag since the last sample (:meth:`note_loop_lag`)
+        self._loop_lag_us = 0
 
     @property
     def shadows(self) -> tuple[str, ...]:
@@ -225,6 +230,12 @@ class DashboardSampler:
         if service is not None:
             self._last = (service.totals.produced, service.totals.dispatched)
         return self._base[0] + self._last[0], self._base[1] + self._last[1]
+
+    def note_loop_lag(self, seconds: float) -> None:
+        """The loop-lag watcher (``broker.http.metrics.watch_loop_lag``) saw the loop run
+        its timer this late: the next row's ``loopLagMaxUs`` is the longest since the
+        last row. O(1)."""
+        self._loop_lag_us = max(self._loop_lag_us, int(seconds * 1e6))
 
     def now_ms(self) -> int:
         """The time of a sample taken now (see the class)."""
@@ -268,8 +279,10 @@ class DashboardSampler:
                 storage.last_entry_cache.misses,
                 bookie.getFloor.calls,
                 tiered.store.locator.counters.indexLoads,
+                self._loop_lag_us,
             ),
         )
+        self._loop_lag_us = 0
         for shadow in stream.shadows:
             row.append(shadow.manager.counters.hits)
             row.append(shadow.manager.counters.misses)

@@ -157,7 +157,9 @@ async def _loop_lag_context(app: web.Application) -> AsyncIterator[None]:
     """The event-loop lag watcher (``brokerlab_event_loop_lag_seconds``), owned by the
     app: started with it, cancelled and awaited when it closes."""
     owner = TaskOwner("event loop lag")
-    owner.spawn(watch_loop_lag(app[METRICS].loop_lag), name="event loop lag")
+    sampler = app[NODE].sampler if NODE in app else None
+    also = None if sampler is None else sampler.note_loop_lag
+    owner.spawn(watch_loop_lag(app[METRICS].loop_lag, also), name="event loop lag")
     try:
         yield
     finally:
@@ -1515,10 +1517,10 @@ SINCE_MS = IntQuery("sinceMs", "Only the samples after this time (epoch ms); 0: 
                      "sizeBytes", "maxSizeBytes", "watermarkBytes", "evictedTtl",
                      "evictedSize", "evictedInvalidated", "bookieEntriesRead",
                      "tieredEntriesRead", "lastEntryCacheHits", "lastEntryCacheMisses",
-                     "getFloorCalls", "tieredIndexLoads", "shadow.legacy.hits",
-                     "shadow.legacy.misses"],
+                     "getFloorCalls", "tieredIndexLoads", "loopLagMaxUs",
+                     "shadow.legacy.hits", "shadow.legacy.misses"],
          "rows": [[1764410677000, 0, 0, 0, 0, 0, 0, 104857600, 94371840, 0, 0, 0, 0, 0,
-                   0, 0, 0, 0, 0, 0]]}
+                   0, 0, 0, 0, 1250, 0, 0]]}
         ```
 
         Each row is one sample, its items in `columns` order: the time (epoch ms: the broker
@@ -1527,7 +1529,9 @@ SINCE_MS = IntQuery("sinceMs", "Only the samples after this time (epoch ms); 0: 
         produced and dispatched over every incarnation, the live cache's hits, misses, joined
         reads and evictions by reason, storage entries read by tier, the bookie's last-entry
         cache and floor seeks, the tiered index loads, each shadow's hits and misses) and
-        gauges (cache size, its limit, the watermark a size pass frees down to), all
+        gauges (cache size, its limit, the watermark a size pass frees down to, and
+        `loopLagMaxUs`: the longest the event loop ran a timer late since the row before,
+        in microseconds, what `brokerlab_event_loop_lag_seconds` observes), all
         integers. A rate is the
         difference of a counter between two rows over their time difference.
 

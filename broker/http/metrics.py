@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
@@ -56,16 +56,22 @@ LOOP_LAG_BUCKETS = (
 )  # fmt: skip
 
 
-async def watch_loop_lag(histogram: LatencyHistogram) -> None:
+async def watch_loop_lag(
+    histogram: LatencyHistogram, also: Callable[[float], None] | None = None
+) -> None:
     """Observe, every LOOP_LAG_INTERVAL_S, how late the loop ran this task's timer: the
     time something held the loop (a callback that does not yield, a burst of ready
-    tasks). Runs until cancelled; one timer at a time, so on a virtual-time loop (where
-    timers are never late) it only adds a wake-up per interval. O(1) a wake-up."""
+    tasks); ``also`` hears each lag too (the dashboard's sampler). Runs until cancelled;
+    one timer at a time, so on a virtual-time loop (where timers are never late) it only
+    adds a wake-up per interval. O(1) a wake-up."""
     loop = asyncio.get_running_loop()
     while True:
         due = loop.time() + LOOP_LAG_INTERVAL_S
         await asyncio.sleep(LOOP_LAG_INTERVAL_S)
-        histogram.observe(max(0.0, loop.time() - due))
+        lag = max(0.0, loop.time() - due)
+        histogram.observe(lag)
+        if also is not None:
+            also(lag)
 
 
 class BrokerMetrics:

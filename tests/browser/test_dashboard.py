@@ -29,7 +29,17 @@ from tests.conftest import Client, LiveBroker
 from tests.harness import eventually_async
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-PANELS = ("hit-ratio", "rates", "size", "evictions", "storage", "bookie", "brokers", "top-topics")
+PANELS = (
+    "hit-ratio",
+    "rates",
+    "size",
+    "evictions",
+    "storage",
+    "bookie",
+    "loop-lag",
+    "brokers",
+    "top-topics",
+)
 #: the panels that chart series (the last two are tables)
 CHARTS = PANELS[:-2]
 DEADLINE_S = 45.0

@@ -20,7 +20,7 @@ real change that gets written.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -43,6 +43,15 @@ DEDUPLICATION_CURSOR_NAME = "pulsar.dedup"
 SYSTEM_CURSORS = frozenset({DEDUPLICATION_CURSOR_NAME})
 
 
+class LedgerSpan(Protocol):
+    """One bookie ledger of a managed ledger, as a cursor counts its entries."""
+
+    @property
+    def ledger_id(self) -> int: ...
+    @property
+    def entries(self) -> int: ...
+
+
 class CursorLedger(Protocol):
     """The managed ledger as its cursors (and the dispatchers reading through them) see
     it. ``ManagedLedger`` is the one implementation; it recovers its cursors, so this
@@ -58,6 +67,8 @@ class CursorLedger(Protocol):
     def cursors(self) -> dict[str, ManagedCursor]: ...
     @property
     def last_confirmed(self) -> Position: ...
+    @property
+    def ledgers(self) -> Sequence[LedgerSpan]: ...
     def first_position(self) -> Position: ...
     def previous_position(self, position: Position) -> Position: ...
     def next_position(self, position: Position) -> Position: ...
@@ -490,25 +501,36 @@ class ManagedCursor:
     def nth_unacknowledged(self, n: int) -> Position | None:
         """The ``n``-th (from 1) confirmed entry after the mark-delete position that is
         not acknowledged whole (Pulsar's ``getNthEntry`` excluding individually deleted
-        entries); None when fewer remain. O(min(n, backlog) + deleted ranges crossed): a
-        count past the backlog (a client may ask for 2^31 - 1) is answered from the
-        backlog's size."""
+        entries); None when fewer remain; the mark-delete position for 0 (a skip of
+        none). O(#ledgers + deleted ranges crossed), whatever
+        ``n``: counted a ledger and a deleted range at a time, not an entry at a time
+        (a peek or skip of a client's count, up to 2^31 - 1, walked that much of the
+        backlog without yielding: 200,000 entries held the loop 0.26 s)."""
         if n > self.backlog():
             return None
-        ledger = self.ledger
         deleted = self.individually_deleted
-        position = self.mark_delete_position
-        while n > 0:
-            position = ledger.normalize(ledger.next_position(position))
-            if not ledger.is_readable(position):
-                return None
-            if deleted:
-                end = deleted.range_starting_at(position)
-                if end is not None:
-                    position = Position(position.ledger_id, end)
+        mark_delete = self.mark_delete_position
+        if n < 1:
+            return mark_delete
+        for info in self.ledger.ledgers:
+            ledger_id = info.ledger_id
+            if ledger_id < mark_delete.ledger_id:
+                continue
+            # the entries [start, info.entries) of this ledger, less its deleted ranges
+            start = mark_delete.entry_id + 1 if ledger_id == mark_delete.ledger_id else 0
+            for first, last in deleted.ranges_of(ledger_id) if deleted else ():
+                if last < start:
                     continue
-            n -= 1
-        return position
+                gap = min(first, info.entries) - start
+                if n <= gap:
+                    return Position(ledger_id, start + n - 1)
+                n -= max(gap, 0)
+                start = max(start, last + 1)
+            left = info.entries - start
+            if n <= left:
+                return Position(ledger_id, start + n - 1)
+            n -= max(left, 0)
+        return None
 
     def backlog(self) -> int:
         """Confirmed entries not yet acknowledged. O(#ledgers)."""

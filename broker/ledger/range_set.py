@@ -101,6 +101,13 @@ class PositionRangeSet:
             total += ranges[key] - key[1] + 1
         return total
 
+    def ranges_of(self, ledger_id: int) -> Iterator[tuple[int, int]]:
+        """(first, last) of every range in ledger ``ledger_id``, in order. O(log r) to
+        start, O(1) a range."""
+        ranges = self._ranges
+        for key in ranges.irange((ledger_id, -1), (ledger_id + 1, -1), inclusive=(True, False)):
+            yield key[1], ranges[key]
+
     def ranges(self) -> Iterator[tuple[int, int, int]]:
         """(ledger id, first, last) for every range, in order."""
         for (ledger_id, first), last in self._ranges.items():

@@ -12,9 +12,9 @@ import asyncio
 import itertools
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, overload
 
 from sortedcontainers import SortedList, SortedSet
 
@@ -67,6 +67,50 @@ class DispatchedSubscription(Protocol):
     def msg_redeliver(self) -> RateCounter: ...
 
 
+class ConsumerList(Sequence[Consumer]):
+    """A dispatcher's consumers in the order they attached: a list whose ``in`` and
+    ``remove`` are O(1) (an insertion-ordered dict), so a client hanging up with tens of
+    thousands of consumers of one subscription, spread through the list among other
+    connections' (its removals scanning the list each), costs time linear in their
+    number: 40,000 Shared consumers of 8 connections held the loop 9.5 s to detach.
+    ``[0]`` is O(1); another index O(index)."""
+
+    __slots__ = ("_members",)
+
+    def __init__(self) -> None:
+        self._members: dict[Consumer, None] = {}
+
+    def append(self, consumer: Consumer) -> None:
+        self._members[consumer] = None
+
+    def remove(self, consumer: Consumer) -> None:
+        """ValueError if absent, as a list's."""
+        try:
+            del self._members[consumer]
+        except KeyError:
+            raise ValueError(f"{consumer!r} is not attached") from None
+
+    def __contains__(self, consumer: object) -> bool:
+        return consumer in self._members
+
+    def __iter__(self) -> Iterator[Consumer]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    @overload
+    def __getitem__(self, index: int) -> Consumer: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Consumer]: ...
+    def __getitem__(self, index: int | slice) -> Consumer | list[Consumer]:
+        if isinstance(index, slice):
+            return list(self._members)[index]
+        if index == 0 and self._members:
+            return next(iter(self._members))
+        return list(self._members)[index]
+
+
 class Dispatcher(ABC):
     """One per subscription. ``wake()`` is called whenever dispatch may progress: new
     entries, freed permits, new consumers, redeliveries, acks, delayed messages due."""
@@ -83,7 +127,7 @@ class Dispatcher(ABC):
         self.ledger = subscription.cursor.ledger
         self.config = config
         self.clock = clock
-        self.consumers: list[Consumer] = []
+        self.consumers = ConsumerList()
         #: positions to send again before reading new entries, in position order
         self.replay: SortedSet = SortedSet()
         #: delayed messages held back (made on the first one, as Pulsar does)

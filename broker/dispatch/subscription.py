@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, Protocol
 
 from broker.clock import Clock
@@ -115,8 +115,9 @@ class Subscription:
         return self.cursor.batch_deleted
 
     @property
-    def consumers(self) -> list[Consumer]:
-        return self.dispatcher.consumers if self.dispatcher is not None else []
+    def consumers(self) -> Sequence[Consumer]:
+        """In the order they attached (O(1) to test membership: ``ConsumerList``)."""
+        return self.dispatcher.consumers if self.dispatcher is not None else ()
 
     async def add_consumer(self, consumer: Consumer, sub_type: str) -> None:
         """Attach a consumer. ConflictError if Exclusive is taken or the type differs

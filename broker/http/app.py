@@ -638,7 +638,10 @@ TIMEOUT_MS = IntQuery("timeoutMs", "Longest wait; 0 answers at once.", 1000, 0, 
 
         Answer (**Extension**): the messages of at most `maxMessages` entries (an entry is one
         message unless batched, see below), in dispatch order, taken from the receiver queue
-        (which frees as many permits). Each returned message is pending (unacked) for this
+        (which frees as many permits); once the answer holds the larger of
+        `maxUnwrittenBytesPerConsumer` and `maxMessageSize` in payloads (a ZLIB entry
+        inflates to up to `maxMessageSize`), the entries left stay at the head of the queue
+        for the next poll. Each returned message is pending (unacked) for this
         consumer until it is acked, nacked, redelivered or the consumer closes. Fields:
         `messageId` (`L:E`; `L:E:I` for message `I` of a batch), `payload` (base64), `key`
         (present only when the message has a key), `properties` (object, `{}` when none),
@@ -677,12 +680,22 @@ async def receive(request: web.Request) -> web.Response:
     deliveries = consumer.drain(max_messages, clock.monotonic_ns())
     if deliveries and consumer.subscription.dispatcher is not None:
         consumer.subscription.dispatcher.wake()
+    # an answer holds at most this much payload past its first entry: the receiver
+    # queue bounds stored bytes, and a ZLIB entry of a few KiB may inflate to
+    # maxMessageSize (1,000 of them were one answer of gigabytes)
+    dispatch_config = consumer.subscription.config
+    payload_room = max(
+        dispatch_config.max_unwritten_bytes_per_consumer, dispatch_config.max_message_size
+    )
     messages = []
     delivered_ms = clock.wall_ms()
     observe = request.app[METRICS].dispatch_latency.observe
     # each run of messages with one publish time is observed at once: same latency
     run_time = run_length = 0
-    for delivery in deliveries:
+    for index, delivery in enumerate(deliveries):
+        if payload_room <= 0:
+            consumer.give_back(deliveries[index:])
+            break
         entry = delivery.entry
         try:
             decoded, batch_size = consumer.unacked_messages(entry)
@@ -691,6 +704,7 @@ async def receive(request: web.Request) -> web.Response:
             continue
         position = str(entry.position)
         for message in decoded:
+            payload_room -= len(message.payload)
             if message.publish_time != run_time:
                 if run_length:
                     observe(max(delivered_ms - run_time, 0) / 1000, run_length)

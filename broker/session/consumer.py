@@ -71,6 +71,13 @@ class ReceiverQueue(deque[Delivery]):
         self.bytes += len(entry.data)
         self.average += (messages - self.average) * 0.1
 
+    def appendleft(self, delivery: Delivery) -> None:
+        """Put a delivery taken from the head back there (its entry counted again)."""
+        super().appendleft(delivery)
+        entry = delivery.entry
+        self.messages += entry.messages
+        self.bytes += len(entry.data)
+
     def popleft(self) -> Delivery:
         delivery = super().popleft()
         entry = delivery.entry
@@ -164,6 +171,18 @@ class ConsumerSession(Consumer):
         to the client: its receiver queue's (a front end that buffers elsewhere adds
         that). O(1)."""
         return self.queue.bytes
+
+    def give_back(self, deliveries: list[Delivery]) -> None:
+        """Deliveries a poll took (``drain``) but does not answer: back at the head of
+        the receiver queue in their order, no longer pending, as if never taken; the
+        next poll takes them. O(len(deliveries))."""
+        queue = self.queue
+        pending = self.pending
+        for delivery in reversed(deliveries):
+            queue.appendleft(delivery)
+            pending.pop(delivery.entry.position, None)
+        if queue:
+            self._available.set()
 
     def set_writable(self, writable: bool) -> None:
         """The front end's client reads again (True) or has stopped reading (False):

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from broker.http.app_state import NODE
-from broker.protocol.connection import BinaryProducer, Connection
+from broker.protocol.binary_producer import BinaryProducer
+from broker.protocol.connection import Connection
 from broker.protocol.server import ProtocolServer
 from broker.pulsar_api import BaseCommand, Type
 from tests.harness import (

@@ -59,40 +59,53 @@ def unb64(text: str) -> bytes:
 # ---------------------------------------------------------------------- polling
 
 
+def _described(what: str | Callable[[], str]) -> str:
+    return what if isinstance(what, str) else what()
+
+
 def eventually(
-    condition: Callable[[], T], what: str = "the condition", deadline_s: float = 30.0
+    condition: Callable[[], T],
+    what: str | Callable[[], str] = "the condition",
+    deadline_s: float = 30.0,
 ) -> T:
     """Call ``condition`` until it returns something truthy and return that; fail naming
-    ``what`` once ``deadline_s`` passed. Never a fixed sleep: it returns as soon as the
-    condition holds."""
+    ``what`` once ``deadline_s`` passed (a callable ``what`` is asked then, so it can
+    name the last thing the condition saw). Never a fixed sleep: it returns as soon as
+    the condition holds."""
     end = time.monotonic() + deadline_s
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
+            raise AssertionError(f"timed out after {deadline_s} s waiting for {_described(what)}")
         time.sleep(0.02)
 
 
 async def eventually_async(
     condition: Callable[[], Awaitable[T] | T],
-    what: str = "the condition",
+    what: str | Callable[[], str] = "the condition",
     deadline_s: float = 30.0,
 ) -> T:
     """:func:`eventually` inside an event loop: ``condition`` may be a coroutine function
-    or a plain one; the loop runs between looks."""
+    or a plain one; the loop runs between looks. The deadline also ends a look that
+    hangs (a coroutine that never returns fails the test, it does not hang it)."""
     loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while True:
-        value = condition()
-        if isinstance(value, Awaitable):
-            value = await value
-        if value:
-            return value  # type: ignore[return-value]
-        if loop.time() > end:
-            raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
-        await asyncio.sleep(0.01)
+    try:
+        async with asyncio.timeout_at(loop.time() + deadline_s) as scope:
+            while True:
+                value = condition()
+                if isinstance(value, Awaitable):
+                    value = await value
+                if value:
+                    return value  # type: ignore[return-value]
+                await asyncio.sleep(0.01)
+    except TimeoutError as error:
+        if not scope.expired():
+            raise  # the condition's own timeout, not the deadline's
+        raise AssertionError(
+            f"timed out after {deadline_s} s waiting for {_described(what)}"
+        ) from error
 
 
 # ---------------------------------------------------------------------- topics
@@ -100,10 +113,18 @@ async def eventually_async(
 _names = itertools.count()
 
 
-def new_topic(prefix: str = "topic", namespace: str = NAMESPACE) -> str:
+def new_topic(prefix: str = "topic", namespace: str = NAMESPACE, *, full: bool = False) -> str:
     """A topic name no other test of this process uses: ``tenant/namespace/prefix-N``
-    (what HTTP paths take; :func:`persistent` gives the client's full name)."""
-    return f"{namespace}/{prefix}-{next(_names)}"
+    (what HTTP paths take), or with ``full`` the client's ``persistent://`` name."""
+    name = f"{namespace}/{prefix}-{next(_names)}"
+    return persistent(name) if full else name
+
+
+def new_topic_and_path(prefix: str = "topic") -> tuple[str, str]:
+    """A new topic as a binary client names it (``persistent://...``) and as an HTTP
+    path does (``persistent/...``)."""
+    name = new_topic(prefix)
+    return persistent(name), f"persistent/{name}"
 
 
 def persistent(topic: str) -> str:

@@ -67,11 +67,14 @@ def eventually(
     condition: Callable[[], T],
     what: str | Callable[[], str] = "the condition",
     deadline_s: float = 30.0,
+    *,
+    every_s: float = 0.02,
 ) -> T:
-    """Call ``condition`` until it returns something truthy and return that; fail naming
-    ``what`` once ``deadline_s`` passed (a callable ``what`` is asked then, so it can
-    name the last thing the condition saw). Never a fixed sleep: it returns as soon as
-    the condition holds."""
+    """Call ``condition`` every ``every_s`` until it returns something truthy and return
+    that; fail naming ``what`` once ``deadline_s`` passed (a callable ``what`` is asked
+    then, so it can name the last thing the condition saw). Never a fixed sleep: it
+    returns as soon as the condition holds. A longer ``every_s`` spares a program that
+    a look costs work (Prometheus answering a query)."""
     end = time.monotonic() + deadline_s
     while True:
         value = condition()
@@ -79,13 +82,15 @@ def eventually(
             return value
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {deadline_s} s waiting for {_described(what)}")
-        time.sleep(0.02)
+        time.sleep(every_s)
 
 
 async def eventually_async(
     condition: Callable[[], Awaitable[T] | T],
     what: str | Callable[[], str] = "the condition",
     deadline_s: float = 30.0,
+    *,
+    every_s: float = 0.01,
 ) -> T:
     """:func:`eventually` inside an event loop: ``condition`` may be a coroutine function
     or a plain one; the loop runs between looks. The deadline also ends a look that
@@ -99,7 +104,7 @@ async def eventually_async(
                     value = await value
                 if value:
                     return value  # type: ignore[return-value]
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(every_s)
     except TimeoutError as error:
         if not scope.expired():
             raise  # the condition's own timeout, not the deadline's

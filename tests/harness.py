@@ -33,8 +33,9 @@ import aiohttp
 from aiohttp import web
 
 from broker.bench.http import child_pids
+from broker.cluster import Cluster, http_url
 from broker.config import load_broker_config, load_storage_config
-from broker.http.app import Settings, create_app
+from broker.http.app import Settings, create_app, node_app
 from broker.http.listener import LimitedTCPSite, http_runner
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -331,12 +332,20 @@ def make_settings(
     )
 
 
-async def served(settings: Settings) -> web.AppRunner:
+async def served_site(settings: Settings) -> tuple[web.AppRunner, LimitedTCPSite]:
     """The broker of ``settings`` served as ``brokerlab serve`` serves it, with the
-    listener's limits and timeouts, on the configured address and port (0: a free one)."""
+    listener's limits and timeouts, on the configured address and port (0: a free one):
+    its runner and its site (whose limiter tests of the listener look at)."""
     runner = http_runner(create_app(settings), settings.broker)
     await runner.setup()
-    await LimitedTCPSite.for_config(runner, settings.broker).start()
+    site = LimitedTCPSite.for_config(runner, settings.broker)
+    await site.start()
+    return runner, site
+
+
+async def served(settings: Settings) -> web.AppRunner:
+    """:func:`served_site`'s runner."""
+    runner, _ = await served_site(settings)
     return runner
 
 
@@ -403,6 +412,55 @@ class BrokerThread:
                 await runner.cleanup()
 
         asyncio.run(serve())
+
+
+# ---------------------------------------------------------------------- clusters in process
+
+
+@dataclass
+class LocalCluster:
+    """An in-process cluster: ``clients[i]`` speaks HTTP to broker ``i``'s front end,
+    which stays up while the broker itself is stopped (it then answers 503)."""
+
+    cluster: Cluster
+    runners: list[web.AppRunner]
+    clients: list[Client]
+
+    @property
+    def urls(self) -> list[str]:
+        return [client.base_url for client in self.clients]
+
+    def owner_index(self, topic: str) -> int | None:
+        """The broker owning the topic's bundle now (None: no owner), from the table."""
+        return self.cluster.ownership.owners.get((NAMESPACE, pulsar_bundle(topic)))
+
+
+@contextlib.asynccontextmanager
+async def in_process_cluster(
+    brokers: int = 2, storage: dict[str, Any] | None = None, **broker: Any
+) -> AsyncIterator[LocalCluster]:
+    """An in-process cluster (in-memory storage) with one HTTP front end per broker on a
+    free port, as ``brokerlab serve`` does; keyword arguments are broker.conf keys,
+    ``storage`` storage.conf ones. Closed on exit (a trace it records is complete then)."""
+    cluster = Cluster(make_settings(None, storage, **broker), brokers=brokers)
+    await cluster.open()
+    local = LocalCluster(cluster, [], [])
+    try:
+        for node in cluster.nodes:
+            runner = web.AppRunner(node_app(node), access_log=None)
+            await runner.setup()
+            local.runners.append(runner)
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            node.address.http_url = http_url("127.0.0.1", runner.addresses[0][1])
+            local.clients.append(Client(node.address.http_url))
+        await cluster.start()
+        yield local
+    finally:
+        for client in local.clients:
+            await client.close()
+        for runner in local.runners:
+            await runner.cleanup()
+        await cluster.close()
 
 
 # ---------------------------------------------------------------------- broker processes

@@ -15,14 +15,13 @@ from typing import Any
 import pytest
 
 from broker.config import load_broker_config
-from broker.http.app import create_app
-from broker.http.listener import LimitedTCPSite, http_runner
+from broker.http.listener import LimitedTCPSite
 from loadgen.bounded import ADMIN_CONCURRENCY
 from loadgen.run import PRODUCE_CONNECTIONS
 from loadgen.runner import _connection_limit
 from loadgen.scenario import load_scenario
 from tests.conftest import CONF, Client, make_settings
-from tests.harness import eventually_async
+from tests.harness import eventually_async, served_site, url_of
 
 DEADLINE_S = 30.0
 
@@ -30,12 +29,8 @@ DEADLINE_S = 30.0
 @contextlib.asynccontextmanager
 async def limited_broker(**broker: Any) -> AsyncIterator[tuple[LimitedTCPSite, Client]]:
     """A broker served as ``brokerlab serve`` serves it: runner and site from config."""
-    settings = make_settings(None, **broker)
-    runner = http_runner(create_app(settings), settings.broker)
-    await runner.setup()
-    site = LimitedTCPSite.for_config(runner, settings.broker)  # port 0: a free one
-    await site.start()
-    client = Client(f"http://127.0.0.1:{site.port}")
+    runner, site = await served_site(make_settings(None, **broker))
+    client = Client(url_of(runner))
     try:
         yield site, client
     finally:

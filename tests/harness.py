@@ -503,10 +503,21 @@ class BrokerChild(Protocol):
 Spawn = Callable[[list[str]], BrokerChild]
 
 
+#: ``brokerlab`` in a fresh interpreter of this environment
+BROKERLAB = [sys.executable, "-m", "broker.cli"]
+
+
+def brokerlab(*argv: str, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``brokerlab *argv`` run to its end in a fresh interpreter, its output captured:
+    for tests of the command itself (exit codes, what it says when it cannot start).
+    A broker that should stay up is a :class:`ServedBroker`."""
+    return subprocess.run([*BROKERLAB, *argv], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
 def _popen(argv: list[str]) -> BrokerChild:
     """``python -m broker.cli *argv``: a fresh interpreter."""
     return subprocess.Popen(
-        [sys.executable, "-m", "broker.cli", *argv],
+        [*BROKERLAB, *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

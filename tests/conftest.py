@@ -9,7 +9,8 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   own, so it outlives each test's event loop). Use it unless the test needs a broker
   nobody else touched: then ``live_broker(**broker_conf)`` (fresh, in-memory unless
   ``data_dir`` is given, stopped at the end of the test), or ``in_process_broker()``
-  as a context manager when the test stops and reopens a broker over a data dir.
+  as a context manager when the test stops and reopens a broker over a data dir
+  (``in_process_node()`` also gives the broker itself, for tests that reach inside).
 - ``brokerlab serve`` as a process (the official client, signals, restarts, clusters):
   ``shared_served_broker(**broker_conf, storage=..., brokers=N)`` shares one per
   module and configuration (started again if a test stopped it);

@@ -33,9 +33,10 @@ import aiohttp
 from aiohttp import web
 
 from broker.bench.http import child_pids
-from broker.cluster import Cluster, http_url
+from broker.cluster import BrokerNode, Cluster, http_url
 from broker.config import load_broker_config, load_storage_config
 from broker.http.app import Settings, create_app, node_app
+from broker.http.app_state import NODE
 from broker.http.listener import LimitedTCPSite, http_runner
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -354,17 +355,28 @@ def url_of(runner: web.AppRunner) -> str:
 
 
 @contextlib.asynccontextmanager
-async def in_process_broker(
+async def in_process_node(
     data_dir: pathlib.Path | None = None, storage: dict[str, Any] | None = None, **broker: Any
-) -> AsyncIterator[Client]:
-    """One in-process broker on a real port, stopped cleanly (files closed) on exit."""
+) -> AsyncIterator[tuple[Client, BrokerNode]]:
+    """One in-process broker on a real port, stopped cleanly (files closed) on exit: a
+    client and the broker itself (its service, protocol server, config), for tests that
+    reach inside it."""
     runner = await served(make_settings(data_dir, storage, **broker))
     client = Client(url_of(runner))
     try:
-        yield client
+        yield client, runner.app[NODE]
     finally:
         await client.close()
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def in_process_broker(
+    data_dir: pathlib.Path | None = None, storage: dict[str, Any] | None = None, **broker: Any
+) -> AsyncIterator[Client]:
+    """:func:`in_process_node`'s client."""
+    async with in_process_node(data_dir, storage, **broker) as (client, _):
+        yield client
 
 
 class BrokerThread:

@@ -695,6 +695,13 @@ class ServedBroker:
 
     http = ok  # the name tests outside tests/protocol and tests/cluster use
 
+    def new_namespace(self, prefix: str = "ns", tenant: str = "public") -> str:
+        """A namespace no other test of this process uses (``tenant/prefix-N``), created
+        on the broker (topics in it: ``new_topic(prefix, namespace)``)."""
+        namespace = f"{tenant}/{prefix}-{next(_names)}"
+        self.ok("PUT", f"/admin/v2/namespaces/{namespace}")
+        return namespace
+
     def listing(self, broker: int = 0) -> list[dict[str, Any]]:
         """The cluster's brokers, as broker ``broker`` lists them."""
         brokers: list[dict[str, Any]] = self.ok("GET", "/admin/v2/brokerlab/brokers", broker=broker)

@@ -193,8 +193,7 @@ def test_the_namespace_and_topic_policies_turn_deduplication_on_and_off(
 ) -> None:
     broker = shared_served_broker()  # brokerDeduplicationEnabled=false
     client = client_of(broker)
-    namespace = f"public/dedup-{id(client)}"
-    broker.ok("PUT", f"/admin/v2/namespaces/{namespace}")
+    namespace = broker.new_namespace("dedup")
     topic = new_topic("policy", namespace, full=True)
     topic_path = admin_path(topic) + "/deduplicationEnabled"
     first = resend_twice(client, topic, "p", 0)  # off: the resend is stored again

@@ -31,8 +31,10 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   ``new_topic_and_path`` both the client's name and the HTTP path); in a given
   bundle: ``topics_in_distinct_bundles``, ``topic_in_bundle``.
 
-Duplicates of these still live in test files that have not moved to the harness yet;
-new tests should not add more.
+- ``brokerlab`` run to its end (tests of the command line): ``brokerlab(*argv)``.
+
+New tests should not add other launchers, pollers or topic makers: a test that needs
+something these do not give extends them with an option.
 """
 
 from __future__ import annotations

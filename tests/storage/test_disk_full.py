@@ -23,15 +23,13 @@ from storage_stub.bookie import (
     StorageFaultError,
     open_storage,
 )
-from storage_stub.bookie.disk import DiskBookie
 from storage_stub.bookie.disk_monitor import UsageProbe, statvfs_probe
 from storage_stub.bookie.entry_log import EntryLogger
 from storage_stub.bookie.frame import FRAME_HEADER_SIZE, LENGTH_SIZE, Frame
-from storage_stub.bookie.instrumented import InstrumentedBookie
-from storage_stub.bookie.last_entry_cache import LastEntryCachingBookie
 from storage_stub.config import StorageConfig
 from tests.harness import eventually_async
 from tests.smallfs import MiB, SmallFileSystem, small_file_system
+from tests.storage.test_bookie_disk_recovery import disk_bookie
 
 #: How long the bookie gets to do what it should by itself (it checks every 100 ms).
 DEADLINE_S = 15.0
@@ -60,16 +58,6 @@ async def open_on(
     fs: SmallFileSystem, cfg: StorageConfig, probe: UsageProbe | None = None
 ) -> Storage:
     return await open_storage(cfg, fs.path / "data", seed=7, disk_usage_probe=probe)
-
-
-def disk_bookie(storage: Storage) -> DiskBookie:
-    cached = storage.bookie
-    assert isinstance(cached, LastEntryCachingBookie)
-    instrumented = cached.inner
-    assert isinstance(instrumented, InstrumentedBookie)
-    inner = instrumented.inner
-    assert isinstance(inner, DiskBookie)
-    return inner
 
 
 class HeldProbe:
@@ -208,7 +196,7 @@ async def test_rocksdb_out_of_space_is_recovered_once_space_is_back(
         assert isinstance(refused, BookieReadOnlyError)
         assert "location index write failed" in str(refused)
         assert "No space left on device" in str(refused)
-        assert not disk_bookie(storage).index.database.writable
+        assert not disk_bookie(storage.bookie).index.database.writable
         with pytest.raises(StorageFaultError, match="metadataPut"):
             await storage.metadata.put("cursor", b"x" * 100_000)
         assert await read_all(storage, ledger) == acked
@@ -219,7 +207,7 @@ async def test_rocksdb_out_of_space_is_recovered_once_space_is_back(
         await add_when_writable(storage, ledger, entry)
         acked.append(entry)
 
-        assert disk_bookie(storage).index.database.writable
+        assert disk_bookie(storage.bookie).index.database.writable
         await storage.metadata.put("cursor", b"1")
         await add_entries(storage, ledger, 5, acked)
         assert await read_all(storage, ledger) == acked
@@ -446,7 +434,7 @@ async def test_a_database_rocksdb_recovered_by_itself_is_not_reopened(
             probe.hold()
             filler = fs.fill_up()
             await add_until_refused(storage, ledger, acked)
-            index = disk_bookie(storage).index.database
+            index = disk_bookie(storage.bookie).index.database
             assert not index.writable
             rocksdb = index.db
             probe.release()

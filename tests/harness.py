@@ -61,6 +61,11 @@ def unb64(text: str) -> bytes:
 # ---------------------------------------------------------------------- polling
 
 
+class DeadlinePassed(AssertionError):
+    """A poller's deadline passed before its condition held: an AssertionError, so a
+    test that waited in vain fails; a caller that wants what came by then catches it."""
+
+
 def _described(what: str | Callable[[], str]) -> str:
     return what if isinstance(what, str) else what()
 
@@ -83,7 +88,7 @@ def eventually(
         if value:
             return value
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s} s waiting for {_described(what)}")
+            raise DeadlinePassed(f"timed out after {deadline_s} s waiting for {_described(what)}")
         time.sleep(every_s)
 
 
@@ -110,7 +115,7 @@ async def eventually_async(
     except TimeoutError as error:
         if not scope.expired():
             raise  # the condition's own timeout, not the deadline's
-        raise AssertionError(
+        raise DeadlinePassed(
             f"timed out after {deadline_s} s waiting for {_described(what)}"
         ) from error
 
@@ -237,12 +242,17 @@ class Client:
     async def receive_until(
         self, consumer_id: str, count: int, deadline_s: float = 20.0
     ) -> list[dict[str, Any]]:
-        """Poll until ``count`` messages arrived (or the deadline passed)."""
+        """Poll until ``count`` messages arrived, or the deadline passed: what came (the
+        caller's assertion names what is missing)."""
         got: list[dict[str, Any]] = []
-        loop = asyncio.get_running_loop()
-        end = loop.time() + deadline_s
-        while len(got) < count and loop.time() < end:
-            got += await self.receive(consumer_id, min(1000, count - len(got)), 500)
+
+        async def enough() -> bool:
+            got.extend(await self.receive(consumer_id, min(1000, count - len(got)), 500))
+            return len(got) >= count
+
+        if count > 0:
+            with contextlib.suppress(DeadlinePassed):  # each look is a long poll: no pause
+                await eventually_async(enough, f"{count} messages", deadline_s, every_s=0)
         return got
 
     async def ack(self, consumer_id: str, ids: list[str], ack_type: str = "Individual") -> None:

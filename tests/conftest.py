@@ -26,6 +26,9 @@ re-exported here too, for tests that import them from ``tests.conftest``):
 - Official Pulsar clients closed at the end of the test: ``pulsar_client(service_url)``.
 - Waiting for something: ``eventually(condition, what, deadline_s)`` (blocking) or
   ``await eventually_async(...)`` (either kind of condition); never a fixed sleep.
+  ``what`` may be a callable naming what was last seen; ``every_s`` spaces the looks
+  (0 when each look is a long poll); a passed deadline raises ``DeadlinePassed`` (an
+  AssertionError), which only a reader that reports a short read itself catches.
 - A topic name no other test uses: ``new_topic(prefix)`` (``tenant/ns/prefix-N``;
   ``new_topic(prefix, full=True)`` or ``persistent(topic)`` is the client's full name,
   ``new_topic_and_path`` both the client's name and the HTTP path); in a given

@@ -9,7 +9,8 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   own, so it outlives each test's event loop). Use it unless the test needs a broker
   nobody else touched: then ``live_broker(**broker_conf)`` (fresh, in-memory unless
   ``data_dir`` is given, stopped at the end of the test), or ``in_process_broker()``
-  as a context manager when the test stops and reopens a broker over a data dir.
+  as a context manager when the test stops and reopens a broker over a data dir
+  (``in_process_node()`` also gives the broker itself, for tests that reach inside).
 - ``brokerlab serve`` as a process (the official client, signals, restarts, clusters):
   ``shared_served_broker(**broker_conf, storage=..., brokers=N)`` shares one per
   module and configuration (started again if a test stopped it);
@@ -19,16 +20,24 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   process use ``broker_process(*args)``, a :class:`BrokerProcess` over the same launcher.
   All three fork the process from a warm interpreter (``broker_spawn``); a test that
   builds a :class:`ServedBroker` itself passes ``spawn=broker_spawn`` for the same.
-- An in-process cluster with one HTTP front end per broker: ``local_cluster()``.
+- An in-process cluster with one HTTP front end per broker: ``local_cluster()``, or
+  ``in_process_cluster()`` as a context manager when the test looks at what the
+  cluster left behind once closed (its trace).
 - Official Pulsar clients closed at the end of the test: ``pulsar_client(service_url)``.
 - Waiting for something: ``eventually(condition, what, deadline_s)`` (blocking) or
   ``await eventually_async(...)`` (either kind of condition); never a fixed sleep.
+  ``what`` may be a callable naming what was last seen; ``every_s`` spaces the looks
+  (0 when each look is a long poll); a passed deadline raises ``DeadlinePassed`` (an
+  AssertionError), which only a reader that reports a short read itself catches.
 - A topic name no other test uses: ``new_topic(prefix)`` (``tenant/ns/prefix-N``;
-  ``persistent(topic)`` is the client's full name); in a given bundle:
-  ``topics_in_distinct_bundles``, ``topic_in_bundle``.
+  ``new_topic(prefix, full=True)`` or ``persistent(topic)`` is the client's full name,
+  ``new_topic_and_path`` both the client's name and the HTTP path); in a given
+  bundle: ``topics_in_distinct_bundles``, ``topic_in_bundle``.
 
-Duplicates of these still live in test files that have not moved to the harness yet;
-new tests should not add more.
+- ``brokerlab`` run to its end (tests of the command line): ``brokerlab(*argv)``.
+
+New tests should not add other launchers, pollers or topic makers: a test that needs
+something these do not give extends them with an option.
 """
 
 from __future__ import annotations
@@ -37,23 +46,20 @@ import contextlib
 import json
 import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from broker.cluster import Cluster, http_url
-from broker.http.app import node_app
 from tests.harness import (
     CONF,
-    NAMESPACE,
     ROOT,
     STARTUP_DEADLINE_S,
     Answer,
     BrokerProcess,
     BrokerThread,
     Client,
+    LocalCluster,
     ServedBroker,
     Spawn,
     b64,
@@ -61,10 +67,10 @@ from tests.harness import (
     eventually,
     eventually_async,
     in_process_broker,
+    in_process_cluster,
     make_settings,
     new_topic,
     persistent,
-    pulsar_bundle,
     served,
     short,
     unb64,
@@ -282,59 +288,22 @@ async def broker_process(
 
 # ---------------------------------------------------------------------- clusters in process
 
-
-@dataclass
-class LocalCluster:
-    """An in-process cluster: ``clients[i]`` speaks HTTP to broker ``i``'s front end,
-    which stays up while the broker itself is stopped (it then answers 503)."""
-
-    cluster: Cluster
-    runners: list[web.AppRunner]
-    clients: list[Client]
-
-    @property
-    def urls(self) -> list[str]:
-        return [client.base_url for client in self.clients]
-
-    def owner_index(self, topic: str) -> int | None:
-        """The broker owning the topic's bundle now (None: no owner), from the table."""
-        return self.cluster.ownership.owners.get((NAMESPACE, pulsar_bundle(topic)))
-
-
 LocalClusterFactory = Callable[..., Awaitable[LocalCluster]]
 
 
 @pytest.fixture
 async def local_cluster() -> AsyncIterator[LocalClusterFactory]:
-    """Start in-process clusters (in-memory storage) with one HTTP front end per broker
-    on a free port, as ``brokerlab serve`` does; keyword arguments are broker.conf keys,
-    ``storage`` storage.conf ones. All are closed at the end."""
-    made: list[LocalCluster] = []
+    """Start in-process clusters (``in_process_cluster``: in-memory storage, one HTTP
+    front end per broker); keyword arguments are broker.conf keys, ``storage``
+    storage.conf ones. All are closed at the end."""
+    async with contextlib.AsyncExitStack() as made:
 
-    async def start(
-        brokers: int = 2, storage: dict[str, Any] | None = None, **broker: Any
-    ) -> LocalCluster:
-        cluster = Cluster(make_settings(None, storage, **broker), brokers=brokers)
-        await cluster.open()
-        local = LocalCluster(cluster, [], [])
-        made.append(local)
-        for node in cluster.nodes:
-            runner = web.AppRunner(node_app(node), access_log=None)
-            await runner.setup()
-            local.runners.append(runner)
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            node.address.http_url = http_url("127.0.0.1", runner.addresses[0][1])
-            local.clients.append(Client(node.address.http_url))
-        await cluster.start()
-        return local
+        async def start(
+            brokers: int = 2, storage: dict[str, Any] | None = None, **broker: Any
+        ) -> LocalCluster:
+            return await made.enter_async_context(in_process_cluster(brokers, storage, **broker))
 
-    yield start
-    for local in made:
-        for client in local.clients:
-            await client.close()
-        for runner in local.runners:
-            await runner.cleanup()
-        await local.cluster.close()
+        yield start
 
 
 # ---------------------------------------------------------------------- official clients

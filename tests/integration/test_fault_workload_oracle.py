@@ -15,9 +15,8 @@ import pytest
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
 from broker.dispatch.topic import PersistentTopic
-from broker.http.app_state import NODE
 from broker.ledger.entry import encode_message
-from tests.conftest import Client, make_settings, served
+from tests.harness import Client, in_process_node
 from tests.integration.fault_workload import (
     ORDERS,
     Ledger,
@@ -33,15 +32,9 @@ T = 1_700_000_000_000  # a publish time (epoch ms)
 
 @pytest.fixture
 async def broker() -> AsyncIterator[tuple[Client, BrokerService]]:
-    runner = await served(make_settings(None))
-    client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
-    service = runner.app[NODE].service
-    assert service is not None
-    try:
-        yield client, service
-    finally:
-        await client.close()
-        await runner.cleanup()
+    async with in_process_node() as (client, node):
+        assert node.service is not None
+        yield client, node.service
 
 
 async def _orders(client: Client, service: BrokerService, ledger: Ledger) -> PersistentTopic:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import base64
 import json
 import pathlib
-from collections.abc import Iterator
 
 import pytest
 
 from broker.auth.tokens import create_secret_key, create_token
 from broker.cli import main
-from tests.protocol.conftest import ServedBroker
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker
 
 TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
 SECRET = create_secret_key()
@@ -49,14 +49,10 @@ def token_for(role: str, key: bytes = SECRET, expires_in_s: int | None = None) -
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedBroker]:
+def secured(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
     """One ``brokerlab serve`` with authentication on for the module's runs (each run
     has topics of its own)."""
-    broker = ServedBroker(tmp_path_factory.mktemp("secured"), AUTH_SETTINGS).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
+    return shared_served_broker(**AUTH_SETTINGS)
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -27,6 +26,7 @@ from loadgen.broker_process import BrokerProcess
 from loadgen.results import validate_results
 from loadgen.runner import RunOptions, run_scenario
 from loadgen.scenario import Scenario, ScenarioError, load_scenario
+from tests.harness import eventually
 
 READY_DEADLINE_S = 30.0
 BROKER_DEADLINE_S = 15.0
@@ -91,16 +91,17 @@ def pulsar_lite(tmp_path: pathlib.Path) -> Iterator[PulsarLite]:
             stdin=subprocess.DEVNULL,
             cwd=tmp_path,
         )
+
+    def listening() -> bool:
+        assert process.poll() is None, (tmp_path / "pulsar-lite.log").read_text()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
     try:
-        deadline = time.monotonic() + READY_DEADLINE_S
-        while True:
-            assert process.poll() is None, (tmp_path / "pulsar-lite.log").read_text()
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "pulsar-lite did not listen in time"
-                time.sleep(0.05)
+        eventually(listening, "pulsar-lite to listen", READY_DEADLINE_S)
         yield PulsarLite(f"pulsar://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics")
     finally:
         process.terminate()
@@ -135,14 +136,18 @@ def run(lite: PulsarLite, chosen: Scenario, out: pathlib.Path) -> dict:
 def broker_caught_up(lite: PulsarLite, name: str, subscriptions: int) -> list[float]:
     """The broker's backlog of each subscription of the run's topics, once every one is
     empty (polled until the acknowledgements, sent in groups, have all arrived)."""
-    deadline = time.monotonic() + BROKER_DEADLINE_S
-    while True:
-        backlogs = lite.metrics(BACKLOG, name)
-        if len(backlogs) == subscriptions and not any(backlogs):
-            return backlogs
-        if time.monotonic() >= deadline:
-            return backlogs
-        time.sleep(0.05)
+    backlogs: list[float] = []
+
+    def caught_up() -> list[float] | None:
+        backlogs[:] = lite.metrics(BACKLOG, name)
+        return backlogs if len(backlogs) == subscriptions and not any(backlogs) else None
+
+    return eventually(
+        caught_up,
+        lambda: f"{subscriptions} empty backlogs of {name} (last: {backlogs})",
+        BROKER_DEADLINE_S,
+        every_s=0.05,
+    )
 
 
 # ----------------------------------------------------------------------------- runs

@@ -14,8 +14,7 @@ import pulsar
 import pytest
 
 from tests.conftest import ServedBrokerFactory
-from tests.harness import ServedBroker, eventually, persistent
-from tests.harness import new_topic as new_name
+from tests.harness import ServedBroker, eventually, new_topic
 
 pytestmark = pytest.mark.slow
 
@@ -25,10 +24,6 @@ RECEIVE_MS = 20_000
 
 #: the module's shared broker: every receipted add on disk
 ALWAYS = {"storage": {"syncMode": "always"}}
-
-
-def new_topic(name: str) -> str:
-    return persistent(new_name(name))
 
 
 def admin_path(topic: str) -> str:
@@ -177,8 +172,8 @@ def plans(client: pulsar.Client, kind: str) -> list[AckPlan]:
     """Two topics, 30 messages each: unbatched, with the first ten acked and every third
     after them (holes after the mark-delete position); batched in six batches of five,
     with batches 0, 1 and 3 acked whole and two messages of batch 4."""
-    unbatched = new_topic(f"{kind}-unbatched")
-    batched = new_topic(f"{kind}-batched")
+    unbatched = new_topic(f"{kind}-unbatched", full=True)
+    batched = new_topic(f"{kind}-batched", full=True)
     unbatched_ids = produce(client, unbatched, 30, batching=False)
     batched_ids = produce(client, batched, 30, batching=True)
     assert len({entry(i) for i in batched_ids}) == 6
@@ -220,7 +215,7 @@ def test_batch_index_acks_survive_a_restart(
 ) -> None:
     broker = shared_served_broker(**ALWAYS, acknowledgmentAtBatchIndexLevelEnabled=True)
     client = client_of(broker)
-    topic = new_topic("batch-index")
+    topic = new_topic("batch-index", full=True)
     ids = produce(client, topic, BATCH, batching=True)
     assert len({entry(i) for i in ids}) == 1
     consumer = client.subscribe(
@@ -271,7 +266,7 @@ def test_while_storage_refuses_writes_the_client_resends_and_each_message_is_sto
 ) -> None:
     broker = shared_served_broker(**ALWAYS)
     client = client_of(broker)
-    topic = new_topic("outage")
+    topic = new_topic("outage", full=True)
     producer = producer_for(client, topic, batching)
     send_all(producer, [b"before"])
 
@@ -307,7 +302,7 @@ def test_a_failed_write_fails_the_sends_queued_behind_it_so_the_resend_keeps_ord
 ) -> None:
     broker = shared_served_broker(**ALWAYS)
     client = client_of(broker)
-    topic = new_topic("queued")
+    topic = new_topic("queued", full=True)
     producer = producer_for(client, topic, batching=False)
     # the first write waits 1 s and then fails; the fault is gone before it ends, so a
     # write of the sends queued behind it would succeed: they must fail with it
@@ -346,7 +341,7 @@ def test_a_client_leaving_while_its_write_is_on_disk_does_not_stall_the_topic(
     slow_commit_broker: ServedBroker, client_of: ClientFactory
 ) -> None:
     broker = slow_commit_broker
-    topic = new_topic("left")
+    topic = new_topic("left", full=True)
     leaving = client_of(broker)
     producer = leaving.create_producer(topic)
     before = add_calls(broker)

@@ -14,6 +14,7 @@ import pybase64
 
 from loadgen.bounded import backoff_s
 from loadgen.client import BrokerClient, BrokerError, Unavailable
+from loadgen.deliveries import ID_PROPERTY
 from loadgen.keys import DelayedMessages, KeyDistributor, key_name
 from loadgen.run import Run, create_subscriptions, reconnect_delay_s, reset_subscriptions
 
@@ -58,17 +59,20 @@ class HttpDriver:
 class ProducerWorker:
     """One producer of one topic: requests of ``messagesPerRequest`` messages at
     ``rate`` messages/s (0: as fast as ``MAX_IN_FLIGHT`` requests allow), round robin
-    over the topic's partitions, or by key (key index modulo partitions) when keyed."""
+    over the topic's partitions, or by key (key index modulo partitions) when keyed.
+    Each message carries its identity (loadgen.deliveries) in its ``loadgen-id``
+    property, first in its JSON: the rest of a message's JSON is built once per key."""
 
     __slots__ = (
-        "_bodies",
         "_delayed",
         "_delayed_fragments",
         "_fragments",
+        "_id_head",
         "_in_flight",
         "_keys",
         "_next_partition",
         "_prefix",
+        "_slot",
         "client",
         "interval_ns",
         "name",
@@ -96,31 +100,41 @@ class ProducerWorker:
             scenario.keyDistributor, scenario.keys, scenario.zipfExponent, seed
         )
         self._next_partition = 0
+        self._slot = run.deliveries.producer(name)
         payload = random.Random(seed).randbytes(scenario.messageSize)
         encoded = pybase64.b64encode(payload).decode()
         self._prefix = orjson.dumps({"producerName": name})[:-1] + b',"messages":['
-        self._fragments: dict[int | None, bytes] = {None: orjson.dumps({"payload": encoded})}
+        #: a message's JSON up to its sequence number: '{"properties":{"loadgen-id":"3:'
+        self._id_head = orjson.dumps({"properties": {ID_PROPERTY: f"{self._slot}:"}})[:-3]
+        #: by key, what follows a sequence number up to the next one: the message's end
+        #: ('"},"payload":"...","key":"..."}') and the next message's start, so that a
+        #: body is one join of numbers and fragments (one copy of the payloads)
+        messages: dict[int | None, dict[str, Any]] = {None: {"payload": encoded}}
         if self._keys.keyed:
             for key in range(scenario.keys):
-                self._fragments[key] = orjson.dumps({"payload": encoded, "key": key_name(key)})
-        # unkeyed requests are all the same bytes: build them once
-        unkeyed = b",".join([self._fragments[None]] * scenario.messagesPerRequest)
-        self._bodies = self._prefix + unkeyed + b"]}"
-        #: delayed messages (delayedRatio): the same fragments with deliverAfterMs, drawn
-        #: message by message from the seed
+                messages[key] = {"payload": encoded, "key": key_name(key)}
+        self._fragments = {key: self._fragment_of(fields) for key, fields in messages.items()}
+        #: delayed messages (delayedRatio): the same with deliverAfterMs, drawn message by
+        #: message from the seed
         self._delayed = DelayedMessages(scenario.delayedRatio, seed)
         self._delayed_fragments: dict[int | None, bytes] = {}
         if scenario.delayedRatio > 0:
-            delay = b',"deliverAfterMs":' + str(scenario.deliverAfterMs).encode() + b"}"
+            delay = {"deliverAfterMs": scenario.deliverAfterMs}
             self._delayed_fragments = {
-                key: fragment[:-1] + delay for key, fragment in self._fragments.items()
+                key: self._fragment_of({**fields, **delay}) for key, fields in messages.items()
             }
+
+    def _fragment_of(self, fields: dict[str, Any]) -> bytes:
+        """What follows a message's sequence number up to the next message's."""
+        return b'"},' + orjson.dumps(fields)[1:] + b"," + self._id_head
 
     async def open(self) -> None:
         """Nothing to open: each request is on its own."""
 
-    def _next_request(self) -> tuple[str, bytes, int]:
-        """The next request: its topic (partition), body and number of messages."""
+    def _next_request(self) -> tuple[str, bytes, int, int]:
+        """The next request: its topic (partition), body, number of messages and the
+        sequence number of the first (the others follow it). O(messages) plus their
+        bytes' copy."""
         partitions = self.partitions
         count = self.run.scenario.messagesPerRequest
         delays = self._delayed_fragments
@@ -128,19 +142,24 @@ class ProducerWorker:
             topic = partitions[self._next_partition % len(partitions)]
             self._next_partition += 1
             if delays:
-                chosen = [self._fragment(None) for _ in range(count)]
-                return topic, self._prefix + b",".join(chosen) + b"]}", count
-            return topic, self._bodies, count
+                return topic, *self._body([self._fragment(None) for _ in range(count)])
+            first = self.run.deliveries.issue(self._slot, count)
+            # one copy of the payloads: the body's start and end go with the first and
+            # the last number (a 100 kB concatenation costs more than the join)
+            between = self._fragments[None]
+            numbers = [b"%d" % n for n in range(first, first + count)]
+            numbers[0] = self._prefix + self._id_head + numbers[0]
+            numbers[-1] += self._last(between)
+            return topic, between.join(numbers), count, first
         fragment = self._fragment
         draw = self._keys.next
         if len(partitions) == 1:
-            chosen = [fragment(draw()) for _ in range(count)]
-            return partitions[0], self._prefix + b",".join(chosen) + b"]}", count
+            return partitions[0], *self._body([fragment(draw()) for _ in range(count)])
         # keyed and partitioned: a request goes to one partition, with keys of that
         # partition only (drawn from the distribution, keeping the partition's keys)
         partition = self._next_partition % len(partitions)
         self._next_partition += 1
-        chosen = []
+        chosen: list[bytes] = []
         attempts = 0
         while len(chosen) < count and attempts < count * len(partitions) * 8:
             key = draw()
@@ -149,12 +168,27 @@ class ProducerWorker:
                 chosen.append(fragment(key))
         if not chosen:
             chosen = [fragment(partition % self.run.scenario.keys)]
-        body = self._prefix + b",".join(chosen) + b"]}"
-        return partitions[partition], body, len(chosen)
+        return partitions[partition], *self._body(chosen)
+
+    def _body(self, fragments: list[bytes]) -> tuple[bytes, int, int]:
+        """A request of these messages (each its fragment), each given the next sequence
+        number: the body, its messages and the first number. One copy of the payloads."""
+        count = len(fragments)
+        first = self.run.deliveries.issue(self._slot, count)
+        parts = [self._prefix + self._id_head]
+        for number, fragment in enumerate(fragments, first):
+            parts.append(b"%d" % number)
+            parts.append(fragment)
+        parts[-1] = self._last(parts[-1])
+        return b"".join(parts), count, first
+
+    def _last(self, fragment: bytes) -> bytes:
+        """The last message's fragment: its end, and the body's."""
+        return fragment[: -len(self._id_head) - 1] + b"]}"
 
     def _fragment(self, key: int | None) -> bytes:
-        """One message's JSON: with ``deliverAfterMs`` when drawn delayed (delayedRatio).
-        O(1)."""
+        """One message's fragment (what follows its sequence number): with
+        ``deliverAfterMs`` when drawn delayed (delayedRatio). O(1)."""
         delays = self._delayed_fragments
         if delays and self._delayed.next():
             return delays[key]
@@ -183,8 +217,8 @@ class ProducerWorker:
                 await run.produce_slots.acquire()
                 if not self.interval_ns:
                     scheduled = run.clock.now_ns()
-                topic, body, count = self._next_request()
-                task = asyncio.create_task(self._send(topic, body, count, scheduled))
+                topic, body, count, first = self._next_request()
+                task = asyncio.create_task(self._send(topic, body, count, first, scheduled))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 scheduled += self.interval_ns
@@ -193,17 +227,20 @@ class ProducerWorker:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _send(self, topic: str, body: bytes, count: int, scheduled_ns: int) -> None:
-        """Send one request; while the topic's broker is unavailable (restarting, its
-        topic moving) send it again, as a Pulsar producer keeps its pending messages and
-        resends them after reconnecting, until the run stops."""
+    async def _send(
+        self, topic: str, body: bytes, count: int, first: int, scheduled_ns: int
+    ) -> None:
+        """Send one request (messages ``first``, ``first + 1``, ... of the producer);
+        while the topic's broker is unavailable (restarting, its topic moving) send it
+        again, as a Pulsar producer keeps its pending messages and resends them after
+        reconnecting, until the run stops."""
         run = self.run
         counters = run.counters
         failures = 0
         try:
             while True:
                 try:
-                    stored = await self.client.produce(topic, body)
+                    results = await self.client.produce_each(topic, body)
                     break
                 except Unavailable:
                     if run.stopping:
@@ -218,6 +255,12 @@ class ProducerWorker:
             self._in_flight.release()
             run.produce_slots.release()
         run.publish.record_us((run.clock.now_ns() - scheduled_ns) / 1000, count)
+        published = run.deliveries.published
+        stored = 0
+        for index, ok in enumerate(results):
+            if ok:
+                published(self._slot, first + index)
+                stored += 1
         counters.published_messages += stored
         counters.published_bytes += stored * run.scenario.messageSize
         counters.publish_errors += count - stored
@@ -419,11 +462,16 @@ class ConsumerWorker:
         now_ms = run.clock.wall_ms()
         record = run.end_to_end.record_us
         size = run.scenario.messageSize
+        delivered = run.deliveries.delivered_id
+        subscription = self.subscription_index
         first = 0
         for message in messages:
             record((now_ms - message["publishTime"]) * 1000)
             if message.get("redeliveryCount", 0) == 0:
                 first += 1
+            properties = message.get("properties")
+            if properties:
+                delivered(properties.get(ID_PROPERTY), subscription)
         counters.consumed_messages += len(messages)
         counters.consumed_bytes += len(messages) * size
         counters.redelivered_messages += len(messages) - first

@@ -222,7 +222,8 @@ def add_commands(
         type=_positive,
         metavar="S",
         help="after the run, let consumers catch up for up to S s; results.drain says "
-        "whether every stored message reached every subscription",
+        "whether every stored message reached every subscription (each message counted "
+        "once: drain.missing)",
     )
     _token_arguments(
         loadgen,

@@ -4,14 +4,22 @@ drain tell a message the broker lost from one it delivered twice.
 The run's plain counters (``Run.first_deliveries_ever``: deliveries whose redelivery
 count is 0) cannot: a broker that restarts before the acknowledgements reached its
 store delivers those messages again as first deliveries of the new broker, and one
-such repeat hides a message that never came. Here each message has an identity, its
+such repeat hides a message that never came. Here each message has an identity: its
 producer's slot (one per producer of the run) and the sequence number that producer gave
-it, carried with the message (the ``loadgen-id`` property ``slot:sequence`` for the
-HTTP and pulsar drivers; the producer name and sequence id of the entry's metadata for
-the simulation's clients). Per producer one bitset says which of its messages were
-acknowledged on publish, and one per subscription which were delivered there (at
-least once, whatever their redelivery count). A message delivered twice sets its bit
-once, so the counts are of distinct messages.
+it. Per producer one bitset says which of its messages were acknowledged on publish,
+and one per subscription which were delivered there (at least once, whatever their
+redelivery count). A message delivered twice sets its bit once, so the counts are of
+distinct messages.
+
+How a message carries its identity, packed into one integer (``sequence x producers +
+slot``, below 2^48):
+
+- the HTTP and pulsar drivers: the first :data:`ID_BYTES` bytes of the payload, big
+  endian (the rest is the producer's seeded random bytes), so the broker sees the
+  payload-only messages it saw before (the HTTP produce route's fast path takes only
+  those); a message shorter than that carries it in the :data:`ID_PROPERTY` property
+  instead, in decimal;
+- the simulation's clients: the producer name and sequence id of the entry's metadata.
 
 Memory: ``1 + subscriptions`` bits per message a producer sent (125 kB per million
 messages and subscription), grown as the sequence grows. Each call is O(1) but
@@ -20,7 +28,10 @@ messages and subscription), grown as the sequence grows. Each call is O(1) but
 
 from __future__ import annotations
 
-#: the message property that carries a message's identity (``slot:sequence``)
+#: payload bytes that carry a message's identity (a multiple of 3: base64 encodes them
+#: into 8 characters of their own, the rest of the payload after them)
+ID_BYTES = 6
+#: the message property that carries the identity of a message too short for it
 ID_PROPERTY = "loadgen-id"
 
 
@@ -31,7 +42,8 @@ def _room(bits: bytearray, byte: int) -> None:
 
 
 class Deliveries:
-    """The messages of every producer of a run, and where they have been delivered.
+    """The messages of the run's ``producers`` producers, and where they have been
+    delivered.
 
     ``published_count`` is how many distinct messages were acknowledged on publish;
     ``distinct`` how many (message, subscription) pairs of those were delivered, each
@@ -40,6 +52,7 @@ class Deliveries:
     __slots__ = (
         "_delivered",
         "_issued",
+        "_producers",
         "_published",
         "_slots",
         "_subscriptions",
@@ -47,7 +60,7 @@ class Deliveries:
         "published_count",
     )
 
-    def __init__(self, subscriptions: int) -> None:
+    def __init__(self, subscriptions: int, producers: int) -> None:
         self._slots: dict[str, int] = {}
         #: per slot: sequence numbers given so far (the next one)
         self._issued: list[int] = []
@@ -57,14 +70,20 @@ class Deliveries:
         self._delivered: list[list[bytearray]] = []
         #: subscriptions per topic: each message is owed once to each
         self._subscriptions = subscriptions
+        #: how many slots there can be (an identity packs its slot below it)
+        self._producers = max(producers, 1)
         self.published_count = 0
         self.distinct = 0
 
     def producer(self, name: str) -> int:
-        """The slot of the producer ``name`` (a new one for a new name). O(1)."""
+        """The slot of the producer ``name`` (a new one for a new name). O(1).
+        ValueError past the run's number of producers."""
         slot = self._slots.get(name)
         if slot is None:
-            slot = self._slots[name] = len(self._issued)
+            slot = len(self._issued)
+            if slot >= self._producers:
+                raise ValueError(f"producer {name}: the run has {self._producers} producers")
+            self._slots[name] = slot
             self._issued.append(0)
             self._published.append(bytearray())
             self._delivered.append([bytearray() for _ in range(self._subscriptions)])
@@ -80,6 +99,15 @@ class Deliveries:
         sequence = self._issued[slot]
         self._issued[slot] = sequence + count
         return sequence
+
+    def identity(self, slot: int, sequence: int) -> int:
+        """The message's identity as one integer (what a message carries). O(1)."""
+        return sequence * self._producers + slot
+
+    @property
+    def producers(self) -> int:
+        """The step between the identities of one producer's consecutive messages."""
+        return self._producers
 
     def published(self, slot: int, sequence: int) -> None:
         """The broker acknowledged the message's publish (again: counted once); pairs
@@ -112,16 +140,21 @@ class Deliveries:
             self.distinct += 1
         return True
 
-    def delivered_id(self, identity: str | None, subscription: int) -> bool:
-        """``delivered`` for an identity as the ``loadgen-id`` property carries it
-        (``slot:sequence``); anything else is ignored (False). O(1)."""
-        if not identity:
+    def delivered_identity(self, identity: int, subscription: int) -> bool:
+        """``delivered`` for a message's identity (:meth:`identity`). O(1)."""
+        sequence, slot = divmod(identity, self._producers)
+        return self.delivered(slot, sequence, subscription)
+
+    def delivered_property(self, value: str | None, subscription: int) -> bool:
+        """``delivered`` for the identity an :data:`ID_PROPERTY` property carries;
+        anything else is ignored (False). O(1)."""
+        if not value:
             return False
-        slot, _, sequence = identity.partition(":")
         try:
-            return self.delivered(int(slot), int(sequence), subscription)
+            identity = int(value)
         except ValueError:
             return False
+        return self.delivered_identity(identity, subscription)
 
     def missing(self) -> int:
         """(message, subscription) pairs acknowledged on publish and never delivered.
@@ -129,6 +162,17 @@ class Deliveries:
         return self.published_count * self._subscriptions - self.distinct
 
 
-def identity(slot: int, sequence: int) -> str:
-    """The ``loadgen-id`` property's value for a message."""
-    return f"{slot}:{sequence}"
+def carries_identity_in_payload(message_size: int) -> bool:
+    """Whether messages of ``message_size`` bytes carry their identity in their payload
+    (else in the :data:`ID_PROPERTY` property)."""
+    return message_size >= ID_BYTES
+
+
+def identity_bytes(identity: int) -> bytes:
+    """The payload's first :data:`ID_BYTES` bytes for a message's identity. O(1)."""
+    return identity.to_bytes(ID_BYTES, "big")
+
+
+def identity_of(payload: bytes) -> int:
+    """The identity in a payload's first :data:`ID_BYTES` bytes. O(1)."""
+    return int.from_bytes(payload[:ID_BYTES], "big")

@@ -14,12 +14,14 @@ import pybase64
 
 from loadgen.bounded import backoff_s
 from loadgen.client import BrokerClient, BrokerError, Unavailable
-from loadgen.deliveries import ID_PROPERTY
+from loadgen.deliveries import ID_BYTES, ID_PROPERTY, carries_identity_in_payload, identity_of
 from loadgen.keys import DelayedMessages, KeyDistributor, key_name
 from loadgen.run import Run, create_subscriptions, reconnect_delay_s, reset_subscriptions
 
 #: requests one producer keeps in flight before it waits
 MAX_IN_FLIGHT = 8
+#: base64 characters of a payload's identity bytes
+ID_CHARS = ID_BYTES * 4 // 3
 
 
 class HttpDriver:
@@ -60,8 +62,9 @@ class ProducerWorker:
     """One producer of one topic: requests of ``messagesPerRequest`` messages at
     ``rate`` messages/s (0: as fast as ``MAX_IN_FLIGHT`` requests allow), round robin
     over the topic's partitions, or by key (key index modulo partitions) when keyed.
-    Each message carries its identity (loadgen.deliveries) in its ``loadgen-id``
-    property, first in its JSON: the rest of a message's JSON is built once per key."""
+    Each message carries its identity (loadgen.deliveries) at the start of its JSON, in
+    its payload's first bytes (or its ``loadgen-id`` property, for a payload too short):
+    the rest of a message's JSON is built once per key."""
 
     __slots__ = (
         "_delayed",
@@ -69,6 +72,7 @@ class ProducerWorker:
         "_fragments",
         "_id_head",
         "_in_flight",
+        "_in_payload",
         "_keys",
         "_next_partition",
         "_prefix",
@@ -102,13 +106,19 @@ class ProducerWorker:
         self._next_partition = 0
         self._slot = run.deliveries.producer(name)
         payload = random.Random(seed).randbytes(scenario.messageSize)
-        encoded = pybase64.b64encode(payload).decode()
+        self._in_payload = carries_identity_in_payload(scenario.messageSize)
         self._prefix = orjson.dumps({"producerName": name})[:-1] + b',"messages":['
-        #: a message's JSON up to its sequence number: '{"properties":{"loadgen-id":"3:'
-        self._id_head = orjson.dumps({"properties": {ID_PROPERTY: f"{self._slot}:"}})[:-3]
-        #: by key, what follows a sequence number up to the next one: the message's end
-        #: ('"},"payload":"...","key":"..."}') and the next message's start, so that a
-        #: body is one join of numbers and fragments (one copy of the payloads)
+        #: a message's JSON up to its identity: '{"payload":"' (the identity's base64,
+        #: then the rest of the payload's), or '{"properties":{"loadgen-id":"'
+        if self._in_payload:
+            self._id_head = b'{"payload":"'
+            encoded = pybase64.b64encode(payload[ID_BYTES:]).decode()
+        else:
+            self._id_head = orjson.dumps({"properties": {ID_PROPERTY: ""}})[:-3]
+            encoded = pybase64.b64encode(payload).decode()
+        #: by key, what follows an identity up to the next one: the message's end
+        #: ('...","key":"..."}') and the next message's start, so that a body is one
+        #: join of identities and fragments (one copy of the payloads)
         messages: dict[int | None, dict[str, Any]] = {None: {"payload": encoded}}
         if self._keys.keyed:
             for key in range(scenario.keys):
@@ -125,8 +135,27 @@ class ProducerWorker:
             }
 
     def _fragment_of(self, fields: dict[str, Any]) -> bytes:
-        """What follows a message's sequence number up to the next message's."""
-        return b'"},' + orjson.dumps(fields)[1:] + b"," + self._id_head
+        """What follows a message's identity up to the next message's."""
+        if self._in_payload:
+            # '{"payload":"<rest of the payload>"...}' after '{"payload":"<identity>'
+            end = orjson.dumps(fields)[len(self._id_head) :]
+        else:
+            end = b'"},' + orjson.dumps(fields)[1:]
+        return end + b"," + self._id_head
+
+    def _identities(self, first: int, count: int) -> list[bytes]:
+        """The identities of the producer's messages ``first`` to ``first + count - 1``
+        as their JSON carries them: base64 of the payload's first bytes (encoded
+        together: the bytes of each are a whole number of base64 groups), or decimal.
+        O(count)."""
+        deliveries = self.run.deliveries
+        step = deliveries.producers
+        start = deliveries.identity(self._slot, first)
+        identities = range(start, start + count * step, step)
+        if not self._in_payload:
+            return [b"%d" % identity for identity in identities]
+        encoded = pybase64.b64encode(b"".join(i.to_bytes(ID_BYTES, "big") for i in identities))
+        return [encoded[at : at + ID_CHARS] for at in range(0, len(encoded), ID_CHARS)]
 
     async def open(self) -> None:
         """Nothing to open: each request is on its own."""
@@ -145,12 +174,12 @@ class ProducerWorker:
                 return topic, *self._body([self._fragment(None) for _ in range(count)])
             first = self.run.deliveries.issue(self._slot, count)
             # one copy of the payloads: the body's start and end go with the first and
-            # the last number (a 100 kB concatenation costs more than the join)
+            # the last identity (a 100 kB concatenation costs more than the join)
             between = self._fragments[None]
-            numbers = [b"%d" % n for n in range(first, first + count)]
-            numbers[0] = self._prefix + self._id_head + numbers[0]
-            numbers[-1] += self._last(between)
-            return topic, between.join(numbers), count, first
+            identities = self._identities(first, count)
+            identities[0] = self._prefix + self._id_head + identities[0]
+            identities[-1] += self._last(between)
+            return topic, between.join(identities), count, first
         fragment = self._fragment
         draw = self._keys.next
         if len(partitions) == 1:
@@ -176,8 +205,8 @@ class ProducerWorker:
         count = len(fragments)
         first = self.run.deliveries.issue(self._slot, count)
         parts = [self._prefix + self._id_head]
-        for number, fragment in enumerate(fragments, first):
-            parts.append(b"%d" % number)
+        for identity, fragment in zip(self._identities(first, count), fragments, strict=True):
+            parts.append(identity)
             parts.append(fragment)
         parts[-1] = self._last(parts[-1])
         return b"".join(parts), count, first
@@ -187,7 +216,7 @@ class ProducerWorker:
         return fragment[: -len(self._id_head) - 1] + b"]}"
 
     def _fragment(self, key: int | None) -> bytes:
-        """One message's fragment (what follows its sequence number): with
+        """One message's fragment (what follows its identity): with
         ``deliverAfterMs`` when drawn delayed (delayedRatio). O(1)."""
         delays = self._delayed_fragments
         if delays and self._delayed.next():
@@ -462,16 +491,22 @@ class ConsumerWorker:
         now_ms = run.clock.wall_ms()
         record = run.end_to_end.record_us
         size = run.scenario.messageSize
-        delivered = run.deliveries.delivered_id
+        deliveries = run.deliveries
         subscription = self.subscription_index
+        in_payload = carries_identity_in_payload(size)
         first = 0
         for message in messages:
             record((now_ms - message["publishTime"]) * 1000)
             if message.get("redeliveryCount", 0) == 0:
                 first += 1
-            properties = message.get("properties")
-            if properties:
-                delivered(properties.get(ID_PROPERTY), subscription)
+            if in_payload:
+                head = message["payload"][:ID_CHARS]
+                if len(head) == ID_CHARS:
+                    identity = identity_of(pybase64.b64decode(head))
+                    deliveries.delivered_identity(identity, subscription)
+            else:
+                properties = message.get("properties") or {}
+                deliveries.delivered_property(properties.get(ID_PROPERTY), subscription)
         counters.consumed_messages += len(messages)
         counters.consumed_bytes += len(messages) * size
         counters.redelivered_messages += len(messages) - first

@@ -42,7 +42,13 @@ import pulsar.asyncio  # type: ignore[import-untyped, unused-ignore]
 
 from loadgen.bounded import backoff_s
 from loadgen.client import BrokerError, Unavailable
-from loadgen.deliveries import ID_PROPERTY
+from loadgen.deliveries import (
+    ID_BYTES,
+    ID_PROPERTY,
+    carries_identity_in_payload,
+    identity_bytes,
+    identity_of,
+)
 from loadgen.keys import DelayedMessages, KeyDistributor, key_name
 from loadgen.run import Run
 from loadgen.scenario import Scenario
@@ -270,18 +276,21 @@ class PulsarProducer:
     at ``rate`` messages/s (0: as fast as ``pendingQueueSize`` lets it), round robin over
     the partitions, or by key (key index modulo partitions) when keyed; the client
     batches them by the ``[pulsar]`` batching options. Each message carries its
-    identity (loadgen.deliveries) in its ``loadgen-id`` property."""
+    identity (loadgen.deliveries) in its payload's first bytes (or its ``loadgen-id``
+    property, for a payload too short)."""
 
     __slots__ = (
         "_delay",
         "_delayed",
         "_idle",
+        "_in_payload",
         "_key_names",
         "_keys",
         "_next_partition",
         "_payload",
         "_pending",
         "_producers",
+        "_rest",
         "_room",
         "_slot",
         "driver",
@@ -314,6 +323,9 @@ class PulsarProducer:
         )
         self._payload = random.Random(seed).randbytes(scenario.messageSize)
         self._slot = run.deliveries.producer(name)
+        self._in_payload = carries_identity_in_payload(scenario.messageSize)
+        #: what follows a message's identity in its payload
+        self._rest = self._payload[ID_BYTES:]
         #: which messages go with deliver_after (the scenario's delayedRatio), drawn from
         #: the seed
         self._delayed = DelayedMessages(scenario.delayedRatio, seed)
@@ -376,12 +388,19 @@ class PulsarProducer:
             partition_key = self._key_names[key]
         self._pending += 1
         self._idle.clear()
-        sequence = self.run.deliveries.issue(self._slot)
-        properties = {ID_PROPERTY: f"{self._slot}:{sequence}"}
+        deliveries = self.run.deliveries
+        sequence = deliveries.issue(self._slot)
+        identity = deliveries.identity(self._slot, sequence)
+        payload = self._payload
+        properties = None
+        if self._in_payload:
+            payload = identity_bytes(identity) + self._rest
+        else:
+            properties = {ID_PROPERTY: str(identity)}
         callback = functools.partial(self._sent_on_client_thread, time.perf_counter_ns(), sequence)
         if self._delayed.next():
             producer.send_async(
-                self._payload,
+                payload,
                 callback,
                 properties=properties,
                 partition_key=partition_key,
@@ -389,7 +408,7 @@ class PulsarProducer:
             )
         else:
             producer.send_async(
-                self._payload, callback, properties=properties, partition_key=partition_key
+                payload, callback, properties=properties, partition_key=partition_key
             )
 
     def _sent_on_client_thread(
@@ -566,7 +585,14 @@ class PulsarConsumer:
             counters.redelivered_messages += 1
         else:
             run.first_deliveries_ever += 1
-        run.deliveries.delivered_id(message.properties().get(ID_PROPERTY), self.subscription_index)
+        deliveries = run.deliveries
+        if carries_identity_in_payload(run.scenario.messageSize):
+            data = message.data()
+            if len(data) >= ID_BYTES:
+                deliveries.delivered_identity(identity_of(data), self.subscription_index)
+        else:
+            value = message.properties().get(ID_PROPERTY)
+            deliveries.delivered_property(value, self.subscription_index)
 
 
 async def _bounded(calls: list[Callable[[], Awaitable[None]]]) -> None:

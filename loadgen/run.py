@@ -235,7 +235,9 @@ class Run:
         self.first_deliveries_ever = 0
         #: each message by its identity: which were published, which reached which
         #: subscription (distinct messages, where the counts above count deliveries)
-        self.deliveries = Deliveries(scenario.subscriptionsPerTopic)
+        self.deliveries = Deliveries(
+            scenario.subscriptionsPerTopic, scenario.topics * scenario.producersPerTopic
+        )
         #: every message a consumer received, redeliveries too
         self.received_ever = 0
         self.acked_ever = 0

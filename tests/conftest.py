@@ -112,6 +112,28 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+#: modules of long tests outside any xdist group that were collected among the last,
+#: moved to the front of the run's order: ``--dist loadgroup`` hands out the groups
+#: (largest first) and then single tests in collection order, so these now start once
+#: the groups are out rather than near the end, where one worker ran one alone while the
+#: others had nothing left (the README's commands, 11 s, were a run's last test; the S3
+#: walk-through's 26 s started a minute before the end). Not test_agreement's live runs
+#: (9 s each, also late): they compare a live broker's pace with virtual time, and the
+#: front of the run is its busiest stretch (the Spark JVMs starting)
+LONG_FIRST = ("tests/pipeline/test_s3.py", "tests/test_readme.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """:data:`LONG_FIRST`'s modules first, each whole and in its own order (a module's
+    fixtures are made once); every other test after them, in collection order."""
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.partition("::")[0]
+        return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a module and of the rest is kept
+
+
 __all__ = [
     "CONF",
     "ROOT",

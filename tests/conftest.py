@@ -42,7 +42,9 @@ something these do not give extends them with an option.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import gc
 import json
 import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -77,7 +79,28 @@ from tests.harness import (
     url_of,
 )
 from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
-from tests.pipeline.servers import xdist_group
+from tests.pipeline.servers import SERVERS_GROUP, SESSION_GROUP, xdist_group
+
+# Collecting the suite (importing some 230 test modules, each rewritten by pytest's
+# assertion rewriting, and what they import) builds a heap of some 260,000 objects that
+# lives until the session ends. With the cycle collector on, its full passes over that
+# growing heap were 2.7 of the 10 s of CPU each test process (each xdist worker)
+# spent before its first test, and every pass after it (each full one during the tests,
+# pytest's five at the session's end) walked it again (measured: `pytest --collect-only
+# -n 0`, 10.3 s of CPU before, 6.3 s with this). So the collector is off while the suite is imported
+# and collected, and what collection left alive is then frozen (``gc.freeze``: kept out
+# of every later pass) once the garbage it made is collected.
+gc.disable()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Any:
+    try:
+        return (yield)
+    finally:
+        gc.collect()
+        gc.freeze()
+        gc.enable()
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -90,10 +113,61 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     starting each JVM once, rather than every worker its own. Marked as each item is
     collected: xdist reads the mark in its own ``pytest_collection_modifyitems``, which
     ran before a conftest's (tryfirst or not), so a mark added there named no group and
-    the Spark tests were spread over both workers, each starting its own JVMs."""
-    group = xdist_group(getattr(item, "fixturenames", ()))
+    the Spark tests were spread over both workers, each starting its own JVMs.
+
+    The tests of a module that shares ``brokerlab serve`` processes
+    (``shared_served_broker``, one per module and configuration) are a group of their
+    own, the module: each worker running some of them started the module's brokers."""
+    names = getattr(item, "fixturenames", ())
+    group = xdist_group(names)
+    if group is None and "shared_served_broker" in names:
+        group = item.nodeid.partition("::")[0]
     if group is not None:
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+#: the order in which xdist hands out units of work (``--no-loadscope-reorder`` in
+#: pyproject.toml's addopts: in the order of each unit's first test, which
+#: :func:`pytest_collection_modifyitems` sets). First the two Spark groups: each is the
+#: longest chain one worker runs (its JVMs start slowly and its tests run one after
+#: another), and ordered by their numbers of tests, as xdist would, the servers' four
+#: came after every module's group. Then the other groups, most tests first.
+FIRST_GROUPS = (SERVERS_GROUP, SESSION_GROUP)
+#: then, of the single tests, these modules' (long, and collected among the last): they
+#: start once the groups are out rather than near the end, where one worker ran one
+#: alone while the others had nothing left (the README's commands, 11 s, were a run's
+#: last test; the S3 walk-through's 26 s started a minute before the end). Not
+#: test_agreement's live runs (9 s each, also late): they compare a live broker's pace
+#: with virtual time, and the front of the run is its busiest stretch
+LONG_FIRST = ("tests/pipeline/test_s3.py", "tests/test_readme.py")
+
+
+def _group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return None
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The run's order (a stable sort: within a group or a module, and of the rest, the
+    collection's): in an xdist worker, the groups first (:data:`FIRST_GROUPS`, then the
+    others by size); then :data:`LONG_FIRST`'s modules, each whole; then every other
+    test. Without xdist the groups stay where they were collected (a group spanning
+    modules would set a module's fixtures up again for each of its parts)."""
+    worker = hasattr(config, "workerinput")
+    groups = {item.nodeid: _group(item) for item in items} if worker else {}
+    sizes = collections.Counter(groups.values())
+
+    def rank(item: pytest.Item) -> tuple[int, int, int, str]:
+        group = groups.get(item.nodeid)
+        if group is not None:
+            first = FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
+            return (0, first, -sizes[group], group)
+        path = item.nodeid.partition("::")[0]
+        return (1, LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST), 0, "")
+
+    items.sort(key=rank)
 
 
 __all__ = [

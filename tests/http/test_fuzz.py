@@ -42,6 +42,12 @@ EXAMPLES_WITHOUT_INPUT = 1
 ANSWER_BOUND_S = 15.0
 HEALTH = "/admin/v2/brokers/health"
 
+#: every case on one xdist worker: each worker that ran some of them started its own
+#: broker, loaded the document into schemathesis and warmed hypothesis' engine up (its
+#: first case cost 1.2 to 1.6 s of CPU, a later one some 0.05 s); the group, the largest
+#: unit of work, is handed out first (``--dist loadgroup`` orders units by size)
+pytestmark = pytest.mark.xdist_group("fuzz")
+
 
 @pytest.fixture(scope="module")
 def served(

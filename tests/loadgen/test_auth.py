@@ -48,6 +48,12 @@ def token_for(role: str, key: bytes = SECRET, expires_in_s: int | None = None) -
     return create_token(key, "HS256", role, expires_in_s)
 
 
+#: the module's tests on one xdist worker, which starts the secured broker (a module
+#: fixture, a `brokerlab serve` process) once: each worker running some of them
+#: started and stopped its own
+pytestmark = pytest.mark.xdist_group("test_auth")
+
+
 @pytest.fixture(scope="module")
 def secured(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
     """One ``brokerlab serve`` with authentication on for the module's runs (each run

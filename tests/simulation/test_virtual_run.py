@@ -102,6 +102,11 @@ def _run_in_process(scenario: pathlib.Path, seed: int, hash_seed: str, out: path
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT, timeout=600)
 
 
+#: the module's tests on one xdist worker, which makes its seed-7 run (a module fixture)
+#: once: each worker running some of them made its own
+pytestmark = pytest.mark.xdist_group("test_virtual_run")
+
+
 @pytest.fixture(scope="module")
 def seven(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[pathlib.Path, dict]]:
     """SMALL with seed 7, run once in this process for the module's tests, written to

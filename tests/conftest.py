@@ -16,7 +16,10 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   module and configuration (started again if a test stopped it);
   ``served_broker(...)`` starts a fresh one per test. Both give a :class:`ServedBroker`
   (blocking; ``.http_url``, ``.service_url``, ``.ok()``, ``.request()``, ``.log()`` with
-  ``.mark()``, ``.stop()``, ``.kill()``, ``.start()``). Async tests that need the
+  ``.mark()``, ``.stop()``, ``.kill()``, ``.start()``). A module whose tests all speak
+  to one broker takes ``broker``, the module's shared one of ``broker_conf`` (``{}``; a
+  module sets keys by overriding that module-scoped fixture), and ``client``, an
+  official client of it closed after each test. Async tests that need the
   process use ``broker_process(*args)``, a :class:`BrokerProcess` over the same launcher.
   All three fork the process from a warm interpreter (``broker_spawn``); a test that
   builds a :class:`ServedBroker` itself passes ``spawn=broker_spawn`` for the same.
@@ -263,6 +266,27 @@ def shared_served_broker(
     for broker in made.values():
         if broker.running:
             broker.kill()
+
+
+@pytest.fixture(scope="module")
+def broker_conf() -> dict[str, Any]:
+    """What ``broker`` passes to ``shared_served_broker``: nothing (the shipped conf)
+    unless the module overrides this fixture, module-scoped, with its own keys."""
+    return {}
+
+
+@pytest.fixture
+def broker(shared_served_broker: ServedBrokerFactory, broker_conf: dict[str, Any]) -> ServedBroker:
+    """The module's shared ``brokerlab serve`` of ``broker_conf``, for modules whose
+    tests all speak to one broker; looked up at each test, so one that a test left
+    stopped is started again."""
+    return shared_served_broker(**broker_conf)
+
+
+@pytest.fixture
+def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> Any:
+    """An official Pulsar client of ``broker`` (a ``pulsar.Client``), closed at the end."""
+    return pulsar_client(broker.service_url)
 
 
 BrokerProcessFactory = Callable[..., BrokerProcess]

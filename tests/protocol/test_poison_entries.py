@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -40,8 +40,6 @@ from tests.protocol.raw import (
     unparsable_metadata,
 )
 
-ServedBrokerFactory = Callable[..., ServedBroker]
-
 POISON = {
     "a batch header claiming 2**31 - 1 messages": lying_batch(b"lie", 7, 2**31 - 1),
     "a batch header claiming 0 messages": lying_batch(b"lie", 7, 0),
@@ -49,18 +47,6 @@ POISON = {
     "metadata that does not parse": unparsable_metadata(b"garbled"),
     "a batch message whose metadata does not parse": broken_batch_message(b"half", 7),
 }
-
-
-@pytest.fixture(scope="module")
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-@pytest.fixture
-def raw(broker: ServedBroker) -> Iterator[RawConnection]:
-    connection = RawConnection(broker.service_url)
-    yield connection
-    connection.close()
 
 
 def stored_entries(broker: ServedBroker, topic: str) -> int:

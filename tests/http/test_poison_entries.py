@@ -16,17 +16,14 @@ import pytest
 
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
-from broker.http.app_state import NODE
 from broker.ledger.entry import check_entry, encode_message
 from tests.harness import (
     Client,
     eventually_async,
-    make_settings,
+    in_process_node,
     new_topic,
     persistent,
-    served,
     unb64,
-    url_of,
 )
 from tests.protocol.raw import broken_batch_message, lying_batch, unparsable_metadata
 
@@ -53,15 +50,9 @@ STORED = [
 
 @pytest.fixture
 async def broker() -> AsyncIterator[tuple[Client, BrokerService]]:
-    runner = await served(make_settings(None))
-    client = Client(url_of(runner))
-    service = runner.app[NODE].service
-    assert service is not None
-    try:
-        yield client, service
-    finally:
-        await client.close()
-        await runner.cleanup()
+    async with in_process_node() as (client, node):
+        assert node.service is not None
+        yield client, node.service
 
 
 async def store_directly(service: BrokerService, topic: str) -> None:

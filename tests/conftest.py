@@ -10,7 +10,9 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   nobody else touched: then ``live_broker(**broker_conf)`` (fresh, in-memory unless
   ``data_dir`` is given, stopped at the end of the test), or ``in_process_broker()``
   as a context manager when the test stops and reopens a broker over a data dir
-  (``in_process_node()`` also gives the broker itself, for tests that reach inside).
+  (``in_process_node()`` also gives the broker itself, for tests that reach inside;
+  ``broker_service`` is a fresh one's client and service, for a test that stores
+  something directly).
 - ``brokerlab serve`` as a process (the official client, signals, restarts, clusters):
   ``shared_served_broker(**broker_conf, storage=..., brokers=N)`` shares one per
   module and configuration (started again if a test stopped it);
@@ -49,7 +51,7 @@ import contextlib
 import json
 import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiohttp import web
@@ -71,6 +73,7 @@ from tests.harness import (
     eventually_async,
     in_process_broker,
     in_process_cluster,
+    in_process_node,
     make_settings,
     new_topic,
     persistent,
@@ -81,6 +84,9 @@ from tests.harness import (
 )
 from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
 from tests.pipeline.servers import xdist_group
+
+if TYPE_CHECKING:
+    from broker.dispatch.service import BrokerService
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -156,6 +162,15 @@ async def live_broker() -> AsyncIterator[LiveBroker]:
         await client.close()
     for runner in runners:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def broker_service() -> AsyncIterator[tuple[Client, BrokerService]]:
+    """A fresh in-process broker for the test (``in_process_node``, in-memory storage):
+    its client and its service, for tests that put things in it past the HTTP API."""
+    async with in_process_node() as (client, node):
+        assert node.service is not None
+        yield client, node.service
 
 
 @pytest.fixture(scope="module")

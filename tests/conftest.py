@@ -86,6 +86,8 @@ from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
 from tests.pipeline.servers import xdist_group
 
 if TYPE_CHECKING:
+    import pulsar
+
     from broker.dispatch.service import BrokerService
 
 
@@ -299,8 +301,8 @@ def broker(shared_served_broker: ServedBrokerFactory, broker_conf: dict[str, Any
 
 
 @pytest.fixture
-def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> Any:
-    """An official Pulsar client of ``broker`` (a ``pulsar.Client``), closed at the end."""
+def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> pulsar.Client:
+    """An official Pulsar client of ``broker``, closed at the end of the test."""
     return pulsar_client(broker.service_url)
 
 

@@ -10,13 +10,18 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   nobody else touched: then ``live_broker(**broker_conf)`` (fresh, in-memory unless
   ``data_dir`` is given, stopped at the end of the test), or ``in_process_broker()``
   as a context manager when the test stops and reopens a broker over a data dir
-  (``in_process_node()`` also gives the broker itself, for tests that reach inside).
+  (``in_process_node()`` also gives the broker itself, for tests that reach inside;
+  ``broker_service`` is a fresh one's client and service, for a test that stores
+  something directly).
 - ``brokerlab serve`` as a process (the official client, signals, restarts, clusters):
   ``shared_served_broker(**broker_conf, storage=..., brokers=N)`` shares one per
   module and configuration (started again if a test stopped it);
   ``served_broker(...)`` starts a fresh one per test. Both give a :class:`ServedBroker`
   (blocking; ``.http_url``, ``.service_url``, ``.ok()``, ``.request()``, ``.log()`` with
-  ``.mark()``, ``.stop()``, ``.kill()``, ``.start()``). Async tests that need the
+  ``.mark()``, ``.stop()``, ``.kill()``, ``.start()``). A module whose tests all speak
+  to one broker takes ``broker``, the module's shared one of ``broker_conf`` (``{}``; a
+  module sets keys by overriding that module-scoped fixture), and ``client``, an
+  official client of it closed after each test. Async tests that need the
   process use ``broker_process(*args)``, a :class:`BrokerProcess` over the same launcher.
   All three fork the process from a warm interpreter (``broker_spawn``); a test that
   builds a :class:`ServedBroker` itself passes ``spawn=broker_spawn`` for the same.
@@ -48,7 +53,7 @@ import gc
 import json
 import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiohttp import web
@@ -70,6 +75,7 @@ from tests.harness import (
     eventually_async,
     in_process_broker,
     in_process_cluster,
+    in_process_node,
     make_settings,
     new_topic,
     persistent,
@@ -101,6 +107,11 @@ def pytest_collection(session: pytest.Session) -> Any:
         gc.collect()
         gc.freeze()
         gc.enable()
+
+if TYPE_CHECKING:
+    import pulsar
+
+    from broker.dispatch.service import BrokerService
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -229,6 +240,15 @@ async def live_broker() -> AsyncIterator[LiveBroker]:
         await runner.cleanup()
 
 
+@pytest.fixture
+async def broker_service() -> AsyncIterator[tuple[Client, BrokerService]]:
+    """A fresh in-process broker for the test (``in_process_node``, in-memory storage):
+    its client and its service, for tests that put things in it past the HTTP API."""
+    async with in_process_node() as (client, node):
+        assert node.service is not None
+        yield client, node.service
+
+
 @pytest.fixture(scope="module")
 def _broker_threads() -> Iterator[dict[str, BrokerThread]]:
     """The module's shared in-process brokers, by configuration."""
@@ -337,6 +357,27 @@ def shared_served_broker(
     for broker in made.values():
         if broker.running:
             broker.kill()
+
+
+@pytest.fixture(scope="module")
+def broker_conf() -> dict[str, Any]:
+    """What ``broker`` passes to ``shared_served_broker``: nothing (the shipped conf)
+    unless the module overrides this fixture, module-scoped, with its own keys."""
+    return {}
+
+
+@pytest.fixture
+def broker(shared_served_broker: ServedBrokerFactory, broker_conf: dict[str, Any]) -> ServedBroker:
+    """The module's shared ``brokerlab serve`` of ``broker_conf``, for modules whose
+    tests all speak to one broker; looked up at each test, so one that a test left
+    stopped is started again."""
+    return shared_served_broker(**broker_conf)
+
+
+@pytest.fixture
+def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> pulsar.Client:
+    """An official Pulsar client of ``broker``, closed at the end of the test."""
+    return pulsar_client(broker.service_url)
 
 
 BrokerProcessFactory = Callable[..., BrokerProcess]

@@ -20,11 +20,6 @@ RETAIN = {"retentionTimeInMinutes": 60, "retentionSizeInMB": 1024}
 QUOTA = {"limitSize": 1024, "limitTime": -1, "policy": "producer_exception"}
 
 
-@pytest.fixture
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
 def error(broker: ServedBroker, method: str, path: str, body: Any = None) -> tuple[int, str]:
     answer = broker.request(method, path, body)
     assert answer.status >= 400 and answer.body["reason"], answer

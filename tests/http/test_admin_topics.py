@@ -4,7 +4,6 @@ with Pulsar's headers, skip, clear and expire it, answered with Pulsar's statuse
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pulsar
@@ -14,16 +13,6 @@ from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, eventually, new_topic, persistent
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-@pytest.fixture
-def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> pulsar.Client:
-    return pulsar_client(broker.service_url)
 
 
 def admin(topic: str, rest: str = "") -> str:

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, eventually, new_topic
+from tests.protocol.conftest import ClientFactory
 
 pytestmark = pytest.mark.slow
 
@@ -24,13 +25,6 @@ RECEIVE_MS = 20_000
 DEDUP = {"storage": {"syncMode": "always"}, "brokerDeduplicationEnabled": True}
 #: a duplicate's message id, as Pulsar's receipt names it
 DUPLICATE = (-1, -1)
-
-ClientFactory = Callable[[ServedBroker], pulsar.Client]
-
-
-@pytest.fixture
-def client_of(pulsar_client: Callable[..., pulsar.Client]) -> ClientFactory:
-    return lambda broker: pulsar_client(broker.service_url)
 
 
 def admin_path(topic: str) -> str:

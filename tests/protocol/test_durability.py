@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pulsar
@@ -15,6 +14,7 @@ import pytest
 
 from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, eventually, new_topic
+from tests.protocol.conftest import ClientFactory
 
 pytestmark = pytest.mark.slow
 
@@ -28,15 +28,6 @@ ALWAYS = {"storage": {"syncMode": "always"}}
 
 def admin_path(topic: str) -> str:
     return "/admin/v2/persistent/" + topic.removeprefix("persistent://")
-
-
-ClientFactory = Callable[[ServedBroker], pulsar.Client]
-
-
-@pytest.fixture
-def client_of(pulsar_client: Callable[..., pulsar.Client]) -> ClientFactory:
-    """Official clients of a broker; those still open are closed at the end."""
-    return lambda broker: pulsar_client(broker.service_url)
 
 
 class Sends:

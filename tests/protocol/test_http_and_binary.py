@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import base64
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pulsar
 import pytest
 
-from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, eventually, new_topic_and_path
 
 pytestmark = pytest.mark.slow
@@ -38,22 +36,6 @@ MESSAGES: list[Sent] = [
     (b"last of the second batch", "key-c", {}, 0),
     (b"\n", None, {"": "empty name"}, 1),
 ]
-
-
-@pytest.fixture(scope="module")
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-@pytest.fixture(scope="module")
-def client(broker: ServedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=20,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-    yield client
-    client.close()
 
 
 def client_produce(client: pulsar.Client, topic: str, batching: bool) -> list[Any]:

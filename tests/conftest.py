@@ -108,6 +108,7 @@ def pytest_collection(session: pytest.Session) -> Any:
         gc.freeze()
         gc.enable()
 
+
 if TYPE_CHECKING:
     import pulsar
 

@@ -15,9 +15,11 @@ import itertools
 import json
 import os
 import pathlib
+import random
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -548,6 +550,27 @@ def _popen(argv: list[str]) -> BrokerChild:
     )
 
 
+#: where a broker that restarts on its binary port gets that port: below Linux's
+#: ephemeral range (32768-60999 by default), so that while the broker is down no
+#: outgoing connection of another test takes it as its local port (a restart once
+#: found its port in use that way)
+STABLE_PORTS = range(20000, 32768)
+
+
+def stable_port() -> int:
+    """A port of :data:`STABLE_PORTS` free on 127.0.0.1 now (another process may still
+    bind it before the caller does: :meth:`ServedBroker.start` then takes another)."""
+    for _ in range(200):
+        port = random.choice(STABLE_PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {STABLE_PORTS}")
+
+
 class ServedBroker:
     """``brokerlab serve`` (``--brokers N`` when ``brokers`` > 1) as a child process on
     free ports over ``data_dir``, which outlives it: stop, kill and start again. Keyword
@@ -598,7 +621,21 @@ class ServedBroker:
         return command + self.args
 
     def start(self) -> ServedBroker:
-        """Start and wait until every broker listens (HTTP and binary protocol)."""
+        """Start and wait until every broker listens (HTTP and binary protocol). A
+        single broker's first start takes its binary port from :func:`stable_port`
+        (another, if that one was taken meanwhile), and keeps it for its restarts."""
+        if self.brokers > 1 or self._broker_port != -1:
+            return self._start()
+        for attempt in range(3):
+            self._broker_port = stable_port()
+            try:
+                return self._start()
+            except RuntimeError:
+                if attempt == 2 or f"port {self._broker_port} is already in use" not in self.log():
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self) -> ServedBroker:
         self.process = self.spawn(self.command())
         stdout = self.process.stdout
         assert stdout is not None

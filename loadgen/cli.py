@@ -222,7 +222,8 @@ def add_commands(
         type=_positive,
         metavar="S",
         help="after the run, let consumers catch up for up to S s; results.drain says "
-        "whether every stored message reached every subscription",
+        "whether every stored message reached every subscription (each message counted "
+        "once: drain.missing)",
     )
     _token_arguments(
         loadgen,
@@ -430,7 +431,9 @@ def _loadgen(args: argparse.Namespace, console: Console) -> int:
     print_summary(results, console)
     if "drain" in results:
         drain = results["drain"]
-        state = "caught up" if drain["caughtUp"] else f"left {drain['backlog']:,} undelivered"
+        # a message delivered twice can hide a lost one from the backlog, not from missing
+        undelivered = max(drain["backlog"], drain["missing"])
+        state = "caught up" if drain["caughtUp"] else f"left {undelivered:,} undelivered"
         console.print(f"drain: {state} after {drain['seconds']:.1f} s", highlight=False)
     plotted = "" if args.no_plots else " (plots beside it)"
     console.print(f"results: {out / 'results.json'}{plotted}", highlight=False)

@@ -199,15 +199,16 @@ class BrokerClient:
 
     async def produce(self, topic: str, body: bytes) -> int:
         """POST a produce body (already JSON); returns how many messages were stored."""
+        return sum(await self.produce_each(topic, body))
+
+    async def produce_each(self, topic: str, body: bytes) -> list[bool]:
+        """POST a produce body (already JSON); whether each of its messages was stored,
+        in the body's order."""
         payload, _ = await self._topic_call(
             topic, "POST", "/topics/" + topic_path(topic), body=body
         )
         result = orjson.loads(payload)
-        stored = 0
-        for item in result["messagePublishResults"]:
-            if item.get("errorCode", 0) == 0:
-                stored += 1
-        return stored
+        return [item.get("errorCode", 0) == 0 for item in result["messagePublishResults"]]
 
     async def create_consumer(self, topic: str, subscription: str, spec: dict[str, Any]) -> str:
         path = f"/consumers/{topic_path(topic)}/{quote(subscription, safe='')}"

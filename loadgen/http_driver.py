@@ -14,11 +14,14 @@ import pybase64
 
 from loadgen.bounded import backoff_s
 from loadgen.client import BrokerClient, BrokerError, Unavailable
+from loadgen.deliveries import ID_BYTES, ID_PROPERTY, carries_identity_in_payload, identity_of
 from loadgen.keys import DelayedMessages, KeyDistributor, key_name
 from loadgen.run import Run, create_subscriptions, reconnect_delay_s, reset_subscriptions
 
 #: requests one producer keeps in flight before it waits
 MAX_IN_FLIGHT = 8
+#: base64 characters of a payload's identity bytes
+ID_CHARS = ID_BYTES * 4 // 3
 
 
 class HttpDriver:
@@ -58,17 +61,22 @@ class HttpDriver:
 class ProducerWorker:
     """One producer of one topic: requests of ``messagesPerRequest`` messages at
     ``rate`` messages/s (0: as fast as ``MAX_IN_FLIGHT`` requests allow), round robin
-    over the topic's partitions, or by key (key index modulo partitions) when keyed."""
+    over the topic's partitions, or by key (key index modulo partitions) when keyed.
+    Each message carries its identity (loadgen.deliveries) at the start of its JSON, in
+    its payload's first bytes (or its ``loadgen-id`` property, for a payload too short):
+    the rest of a message's JSON is built once per key."""
 
     __slots__ = (
-        "_bodies",
         "_delayed",
         "_delayed_fragments",
         "_fragments",
+        "_id_head",
         "_in_flight",
+        "_in_payload",
         "_keys",
         "_next_partition",
         "_prefix",
+        "_slot",
         "client",
         "interval_ns",
         "name",
@@ -96,31 +104,66 @@ class ProducerWorker:
             scenario.keyDistributor, scenario.keys, scenario.zipfExponent, seed
         )
         self._next_partition = 0
+        self._slot = run.deliveries.producer(name)
         payload = random.Random(seed).randbytes(scenario.messageSize)
-        encoded = pybase64.b64encode(payload).decode()
+        self._in_payload = carries_identity_in_payload(scenario.messageSize)
         self._prefix = orjson.dumps({"producerName": name})[:-1] + b',"messages":['
-        self._fragments: dict[int | None, bytes] = {None: orjson.dumps({"payload": encoded})}
+        #: a message's JSON up to its identity: '{"payload":"' (the identity's base64,
+        #: then the rest of the payload's), or '{"properties":{"loadgen-id":"'
+        if self._in_payload:
+            self._id_head = b'{"payload":"'
+            encoded = pybase64.b64encode(payload[ID_BYTES:]).decode()
+        else:
+            self._id_head = orjson.dumps({"properties": {ID_PROPERTY: ""}})[:-3]
+            encoded = pybase64.b64encode(payload).decode()
+        #: by key, what follows an identity up to the next one: the message's end
+        #: ('...","key":"..."}') and the next message's start, so that a body is one
+        #: join of identities and fragments (one copy of the payloads)
+        messages: dict[int | None, dict[str, Any]] = {None: {"payload": encoded}}
         if self._keys.keyed:
             for key in range(scenario.keys):
-                self._fragments[key] = orjson.dumps({"payload": encoded, "key": key_name(key)})
-        # unkeyed requests are all the same bytes: build them once
-        unkeyed = b",".join([self._fragments[None]] * scenario.messagesPerRequest)
-        self._bodies = self._prefix + unkeyed + b"]}"
-        #: delayed messages (delayedRatio): the same fragments with deliverAfterMs, drawn
-        #: message by message from the seed
+                messages[key] = {"payload": encoded, "key": key_name(key)}
+        self._fragments = {key: self._fragment_of(fields) for key, fields in messages.items()}
+        #: delayed messages (delayedRatio): the same with deliverAfterMs, drawn message by
+        #: message from the seed
         self._delayed = DelayedMessages(scenario.delayedRatio, seed)
         self._delayed_fragments: dict[int | None, bytes] = {}
         if scenario.delayedRatio > 0:
-            delay = b',"deliverAfterMs":' + str(scenario.deliverAfterMs).encode() + b"}"
+            delay = {"deliverAfterMs": scenario.deliverAfterMs}
             self._delayed_fragments = {
-                key: fragment[:-1] + delay for key, fragment in self._fragments.items()
+                key: self._fragment_of({**fields, **delay}) for key, fields in messages.items()
             }
+
+    def _fragment_of(self, fields: dict[str, Any]) -> bytes:
+        """What follows a message's identity up to the next message's."""
+        if self._in_payload:
+            # '{"payload":"<rest of the payload>"...}' after '{"payload":"<identity>'
+            end = orjson.dumps(fields)[len(self._id_head) :]
+        else:
+            end = b'"},' + orjson.dumps(fields)[1:]
+        return end + b"," + self._id_head
+
+    def _identities(self, first: int, count: int) -> list[bytes]:
+        """The identities of the producer's messages ``first`` to ``first + count - 1``
+        as their JSON carries them: base64 of the payload's first bytes (encoded
+        together: the bytes of each are a whole number of base64 groups), or decimal.
+        O(count)."""
+        deliveries = self.run.deliveries
+        step = deliveries.producers
+        start = deliveries.identity(self._slot, first)
+        identities = range(start, start + count * step, step)
+        if not self._in_payload:
+            return [b"%d" % identity for identity in identities]
+        encoded = pybase64.b64encode(b"".join(i.to_bytes(ID_BYTES, "big") for i in identities))
+        return [encoded[at : at + ID_CHARS] for at in range(0, len(encoded), ID_CHARS)]
 
     async def open(self) -> None:
         """Nothing to open: each request is on its own."""
 
-    def _next_request(self) -> tuple[str, bytes, int]:
-        """The next request: its topic (partition), body and number of messages."""
+    def _next_request(self) -> tuple[str, bytes, int, int]:
+        """The next request: its topic (partition), body, number of messages and the
+        sequence number of the first (the others follow it). O(messages) plus their
+        bytes' copy."""
         partitions = self.partitions
         count = self.run.scenario.messagesPerRequest
         delays = self._delayed_fragments
@@ -128,19 +171,24 @@ class ProducerWorker:
             topic = partitions[self._next_partition % len(partitions)]
             self._next_partition += 1
             if delays:
-                chosen = [self._fragment(None) for _ in range(count)]
-                return topic, self._prefix + b",".join(chosen) + b"]}", count
-            return topic, self._bodies, count
+                return topic, *self._body([self._fragment(None) for _ in range(count)])
+            first = self.run.deliveries.issue(self._slot, count)
+            # one copy of the payloads: the body's start and end go with the first and
+            # the last identity (a 100 kB concatenation costs more than the join)
+            between = self._fragments[None]
+            identities = self._identities(first, count)
+            identities[0] = self._prefix + self._id_head + identities[0]
+            identities[-1] += self._last(between)
+            return topic, between.join(identities), count, first
         fragment = self._fragment
         draw = self._keys.next
         if len(partitions) == 1:
-            chosen = [fragment(draw()) for _ in range(count)]
-            return partitions[0], self._prefix + b",".join(chosen) + b"]}", count
+            return partitions[0], *self._body([fragment(draw()) for _ in range(count)])
         # keyed and partitioned: a request goes to one partition, with keys of that
         # partition only (drawn from the distribution, keeping the partition's keys)
         partition = self._next_partition % len(partitions)
         self._next_partition += 1
-        chosen = []
+        chosen: list[bytes] = []
         attempts = 0
         while len(chosen) < count and attempts < count * len(partitions) * 8:
             key = draw()
@@ -149,12 +197,27 @@ class ProducerWorker:
                 chosen.append(fragment(key))
         if not chosen:
             chosen = [fragment(partition % self.run.scenario.keys)]
-        body = self._prefix + b",".join(chosen) + b"]}"
-        return partitions[partition], body, len(chosen)
+        return partitions[partition], *self._body(chosen)
+
+    def _body(self, fragments: list[bytes]) -> tuple[bytes, int, int]:
+        """A request of these messages (each its fragment), each given the next sequence
+        number: the body, its messages and the first number. One copy of the payloads."""
+        count = len(fragments)
+        first = self.run.deliveries.issue(self._slot, count)
+        parts = [self._prefix + self._id_head]
+        for identity, fragment in zip(self._identities(first, count), fragments, strict=True):
+            parts.append(identity)
+            parts.append(fragment)
+        parts[-1] = self._last(parts[-1])
+        return b"".join(parts), count, first
+
+    def _last(self, fragment: bytes) -> bytes:
+        """The last message's fragment: its end, and the body's."""
+        return fragment[: -len(self._id_head) - 1] + b"]}"
 
     def _fragment(self, key: int | None) -> bytes:
-        """One message's JSON: with ``deliverAfterMs`` when drawn delayed (delayedRatio).
-        O(1)."""
+        """One message's fragment (what follows its identity): with
+        ``deliverAfterMs`` when drawn delayed (delayedRatio). O(1)."""
         delays = self._delayed_fragments
         if delays and self._delayed.next():
             return delays[key]
@@ -183,8 +246,8 @@ class ProducerWorker:
                 await run.produce_slots.acquire()
                 if not self.interval_ns:
                     scheduled = run.clock.now_ns()
-                topic, body, count = self._next_request()
-                task = asyncio.create_task(self._send(topic, body, count, scheduled))
+                topic, body, count, first = self._next_request()
+                task = asyncio.create_task(self._send(topic, body, count, first, scheduled))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 scheduled += self.interval_ns
@@ -193,17 +256,20 @@ class ProducerWorker:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _send(self, topic: str, body: bytes, count: int, scheduled_ns: int) -> None:
-        """Send one request; while the topic's broker is unavailable (restarting, its
-        topic moving) send it again, as a Pulsar producer keeps its pending messages and
-        resends them after reconnecting, until the run stops."""
+    async def _send(
+        self, topic: str, body: bytes, count: int, first: int, scheduled_ns: int
+    ) -> None:
+        """Send one request (messages ``first``, ``first + 1``, ... of the producer);
+        while the topic's broker is unavailable (restarting, its topic moving) send it
+        again, as a Pulsar producer keeps its pending messages and resends them after
+        reconnecting, until the run stops."""
         run = self.run
         counters = run.counters
         failures = 0
         try:
             while True:
                 try:
-                    stored = await self.client.produce(topic, body)
+                    results = await self.client.produce_each(topic, body)
                     break
                 except Unavailable:
                     if run.stopping:
@@ -218,6 +284,12 @@ class ProducerWorker:
             self._in_flight.release()
             run.produce_slots.release()
         run.publish.record_us((run.clock.now_ns() - scheduled_ns) / 1000, count)
+        published = run.deliveries.published
+        stored = 0
+        for index, ok in enumerate(results):
+            if ok:
+                published(self._slot, first + index)
+                stored += 1
         counters.published_messages += stored
         counters.published_bytes += stored * run.scenario.messageSize
         counters.publish_errors += count - stored
@@ -419,11 +491,22 @@ class ConsumerWorker:
         now_ms = run.clock.wall_ms()
         record = run.end_to_end.record_us
         size = run.scenario.messageSize
+        deliveries = run.deliveries
+        subscription = self.subscription_index
+        in_payload = carries_identity_in_payload(size)
         first = 0
         for message in messages:
             record((now_ms - message["publishTime"]) * 1000)
             if message.get("redeliveryCount", 0) == 0:
                 first += 1
+            if in_payload:
+                head = message["payload"][:ID_CHARS]
+                if len(head) == ID_CHARS:
+                    identity = identity_of(pybase64.b64decode(head))
+                    deliveries.delivered_identity(identity, subscription)
+            else:
+                properties = message.get("properties") or {}
+                deliveries.delivered_property(properties.get(ID_PROPERTY), subscription)
         counters.consumed_messages += len(messages)
         counters.consumed_bytes += len(messages) * size
         counters.redelivered_messages += len(messages) - first

@@ -42,6 +42,13 @@ import pulsar.asyncio  # type: ignore[import-untyped, unused-ignore]
 
 from loadgen.bounded import backoff_s
 from loadgen.client import BrokerError, Unavailable
+from loadgen.deliveries import (
+    ID_BYTES,
+    ID_PROPERTY,
+    carries_identity_in_payload,
+    identity_bytes,
+    identity_of,
+)
 from loadgen.keys import DelayedMessages, KeyDistributor, key_name
 from loadgen.run import Run
 from loadgen.scenario import Scenario
@@ -268,19 +275,24 @@ class PulsarProducer:
     """One producer of one topic, a client producer per partition: messages one by one
     at ``rate`` messages/s (0: as fast as ``pendingQueueSize`` lets it), round robin over
     the partitions, or by key (key index modulo partitions) when keyed; the client
-    batches them by the ``[pulsar]`` batching options."""
+    batches them by the ``[pulsar]`` batching options. Each message carries its
+    identity (loadgen.deliveries) in its payload's first bytes (or its ``loadgen-id``
+    property, for a payload too short)."""
 
     __slots__ = (
         "_delay",
         "_delayed",
         "_idle",
+        "_in_payload",
         "_key_names",
         "_keys",
         "_next_partition",
         "_payload",
         "_pending",
         "_producers",
+        "_rest",
         "_room",
+        "_slot",
         "driver",
         "interval_ns",
         "name",
@@ -310,6 +322,10 @@ class PulsarProducer:
             [key_name(key) for key in range(scenario.keys)] if self._keys.keyed else []
         )
         self._payload = random.Random(seed).randbytes(scenario.messageSize)
+        self._slot = run.deliveries.producer(name)
+        self._in_payload = carries_identity_in_payload(scenario.messageSize)
+        #: what follows a message's identity in its payload
+        self._rest = self._payload[ID_BYTES:]
         #: which messages go with deliver_after (the scenario's delayedRatio), drawn from
         #: the seed
         self._delayed = DelayedMessages(scenario.delayedRatio, seed)
@@ -372,21 +388,38 @@ class PulsarProducer:
             partition_key = self._key_names[key]
         self._pending += 1
         self._idle.clear()
-        callback = functools.partial(self._sent_on_client_thread, time.perf_counter_ns())
+        deliveries = self.run.deliveries
+        sequence = deliveries.issue(self._slot)
+        identity = deliveries.identity(self._slot, sequence)
+        payload = self._payload
+        properties = None
+        if self._in_payload:
+            payload = identity_bytes(identity) + self._rest
+        else:
+            properties = {ID_PROPERTY: str(identity)}
+        callback = functools.partial(self._sent_on_client_thread, time.perf_counter_ns(), sequence)
         if self._delayed.next():
             producer.send_async(
-                self._payload, callback, partition_key=partition_key, deliver_after=self._delay
+                payload,
+                callback,
+                properties=properties,
+                partition_key=partition_key,
+                deliver_after=self._delay,
             )
         else:
-            producer.send_async(self._payload, callback, partition_key=partition_key)
+            producer.send_async(
+                payload, callback, properties=properties, partition_key=partition_key
+            )
 
-    def _sent_on_client_thread(self, send_ns: int, result: Any, _message_id: Any) -> None:
+    def _sent_on_client_thread(
+        self, send_ns: int, sequence: int, result: Any, _message_id: Any
+    ) -> None:
         """On the client's I/O thread: stamp the time, hand the rest to the loop."""
         self.driver.inbox.post(
-            self._sent, send_ns, time.perf_counter_ns(), result == pulsar.Result.Ok
+            self._sent, send_ns, time.perf_counter_ns(), result == pulsar.Result.Ok, sequence
         )
 
-    def _sent(self, send_ns: int, acknowledged_ns: int, stored: bool) -> None:
+    def _sent(self, send_ns: int, acknowledged_ns: int, stored: bool, sequence: int) -> None:
         run = self.run
         counters = run.counters
         self._pending -= 1
@@ -397,6 +430,7 @@ class PulsarProducer:
             counters.publish_errors += 1
             return
         run.publish.record_us((acknowledged_ns - send_ns) / 1000)
+        run.deliveries.published(self._slot, sequence)
         counters.published_messages += 1
         counters.published_bytes += len(self._payload)
         run.sent_ever += 1
@@ -551,6 +585,14 @@ class PulsarConsumer:
             counters.redelivered_messages += 1
         else:
             run.first_deliveries_ever += 1
+        deliveries = run.deliveries
+        if carries_identity_in_payload(run.scenario.messageSize):
+            data = message.data()
+            if len(data) >= ID_BYTES:
+                deliveries.delivered_identity(identity_of(data), self.subscription_index)
+        else:
+            value = message.properties().get(ID_PROPERTY)
+            deliveries.delivered_property(value, self.subscription_index)
 
 
 async def _bounded(calls: list[Callable[[], Awaitable[None]]]) -> None:

@@ -43,6 +43,13 @@ Shape (``version`` 1):
   to catch up and whether they did (``caughtUp``, ``backlog``), with the run's lifetime
   ``publishedMessages``, ``firstDeliveries`` and ``ackedMessages``, and how many
   negatively acknowledged messages were still to come back (``awaitingRedelivery``);
+  ``distinctDeliveries``, the (message, subscription) pairs delivered at least once,
+  each counted once however often it came and only for messages acknowledged on
+  publish, and ``missing``, the pairs of such messages never delivered (published x
+  subscriptions minus ``distinctDeliveries``): ``firstDeliveries`` counts deliveries
+  with redelivery count 0, which a broker restart repeats for acks it had not stored,
+  so a repeat can make ``backlog`` 0 with a message lost; ``missing`` cannot be made up
+  that way, and ``caughtUp`` is false while it is above 0 (see loadgen.deliveries);
   ``endToEndLatencyMaxMs``, the largest end-to-end latency of the run and the drain
   together (a delayed message due after the run is delivered in the drain).
 """
@@ -261,6 +268,24 @@ def validate_results(results: dict[str, Any]) -> list[str]:
         for key in ("at", "type", "ok", "detail"):
             if key not in event:
                 problems.append(f"event {event} has no {key}")
+    if "drain" in results:
+        problems += _drain_problems(results["drain"])
+    return problems
+
+
+def _drain_problems(drain: dict[str, Any]) -> list[str]:
+    """A drain's counts are non-negative integers, and it did not catch up while a
+    message was missing (``distinctDeliveries`` and ``missing`` are absent from results
+    written before they were recorded)."""
+    problems = []
+    for name in ("publishedMessages", "firstDeliveries", "ackedMessages", "backlog"):
+        if not isinstance(drain.get(name), int) or drain[name] < 0:
+            problems.append(f"drain.{name} is not a non-negative integer")
+    for name in ("distinctDeliveries", "missing"):
+        if name in drain and (not isinstance(drain[name], int) or drain[name] < 0):
+            problems.append(f"drain.{name} is not a non-negative integer")
+    if drain.get("caughtUp") and (drain.get("missing") or drain.get("backlog")):
+        problems.append(f"drain caught up with messages undelivered: {drain}")
     return problems
 
 

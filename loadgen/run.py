@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from loadgen.bounded import ADMIN_CONCURRENCY, bounded, partial_call
 from loadgen.client import BrokerError, Unavailable
 from loadgen.clock import LiveClock, RunClock
+from loadgen.deliveries import Deliveries
 from loadgen.recorder import Counters, Latency
 from loadgen.scenario import ConsumerBehaviour, Scenario
 
@@ -232,6 +233,11 @@ class Run:
         #: while building a catch-up backlog: stop producing once this many are stored
         self.stop_at_sent: int | None = None
         self.first_deliveries_ever = 0
+        #: each message by its identity: which were published, which reached which
+        #: subscription (distinct messages, where the counts above count deliveries)
+        self.deliveries = Deliveries(
+            scenario.subscriptionsPerTopic, scenario.topics * scenario.producersPerTopic
+        )
         #: every message a consumer received, redeliveries too
         self.received_ever = 0
         self.acked_ever = 0
@@ -298,6 +304,16 @@ class Run:
     def backlog(self) -> int:
         expected = self.sent_ever * self.scenario.subscriptionsPerTopic
         return max(0, expected - self.first_deliveries_ever)
+
+    def caught_up(self) -> bool:
+        """Whether every message acknowledged on publish reached every subscription
+        (each distinct message, not a count a repeat can make up: see
+        loadgen.deliveries), none awaits redelivery after a nack, and (unless ackMode is
+        none) as many were acknowledged as first delivered. O(1)."""
+        if self.backlog() or self.deliveries.missing() or self.nacked_pending:
+            return False
+        acking = self.scenario.consumers.ackMode != "none"
+        return not acking or self.acked_ever >= self.first_deliveries_ever
 
     def in_flight(self) -> int:
         """Messages in flight as maxMessagesInFlight counts them (the public PIP-430

@@ -352,29 +352,32 @@ async def _drain(
     run: Run, producing: Sequence[asyncio.Task[None]], timeout_s: float
 ) -> dict[str, Any]:
     """After the measured run: wait for the producers' last sends, then for the consumers
-    to have received every stored message once per subscription (and acknowledged it,
-    unless ackMode is none), for up to ``timeout_s``. Counts are over the whole run,
-    warm-up and catch-up backlog included."""
+    to have received every message acknowledged on publish, each one in every
+    subscription (a repeat of one message does not stand in for another), and
+    acknowledged them unless ackMode is none, for up to ``timeout_s``. Counts are over
+    the whole run, warm-up and catch-up backlog included."""
     began = run.now_s()
     deadline = began + timeout_s
     if producing:
         await asyncio.wait(producing, timeout=timeout_s)
-    acking = run.scenario.consumers.ackMode != "none"
-
-    def caught_up() -> bool:
-        if run.backlog() or run.nacked_pending:
-            return False
-        return not acking or run.acked_ever >= run.first_deliveries_ever
-
     while run.now_s() < deadline:
-        if caught_up():
+        if run.caught_up():
             break
         await asyncio.sleep(DRAIN_POLL_S)
+    return drain_results(run, run.now_s() - began)
+
+
+def drain_results(run: Run, seconds: float) -> dict[str, Any]:
+    """The drain's part of the results (loadgen.results), from the run's lifetime
+    counts: ``caughtUp`` is ``Run.caught_up``."""
+    deliveries = run.deliveries
     return {
-        "seconds": round(run.now_s() - began, 3),
-        "caughtUp": caught_up(),
+        "seconds": round(seconds, 3),
+        "caughtUp": run.caught_up(),
         "publishedMessages": run.sent_ever,
         "firstDeliveries": run.first_deliveries_ever,
+        "distinctDeliveries": deliveries.distinct,
+        "missing": deliveries.missing(),
         "ackedMessages": run.acked_ever,
         "backlog": run.backlog(),
         "awaitingRedelivery": len(run.nacked_pending),

@@ -122,8 +122,8 @@ class PartitionProducer:
         #: its part of the topic's stats, as a client producer's
         self.stats = PublisherStats(f"simulated-{name.local_name}", 0)
         self.topic: PersistentTopic | None = None
-        #: (entry, scheduled ns) sent and not yet published, in send order
-        self.queue: list[tuple[bytes, int]] = []
+        #: (entry, scheduled ns, sequence id) sent and not yet published, in send order
+        self.queue: list[tuple[bytes, int, int]] = []
         self._writing = False
 
     def close_from_broker(self) -> None:
@@ -164,7 +164,7 @@ class PartitionProducer:
             return
         oldest_kept = owner.run.clock.now_ns() - timeout_ns
         expired = 0
-        for _, scheduled_ns in self.queue:
+        for _, scheduled_ns, _ in self.queue:
             if scheduled_ns > oldest_kept:
                 break
             expired += 1
@@ -194,7 +194,7 @@ class PartitionProducer:
                     await owner.cpu_of(topic).work(owner.cpu_cost_ns * len(group))
                 try:
                     await topic.publish(
-                        [entry for entry, _ in group], len(group), publisher=self.stats
+                        [entry for entry, _, _ in group], len(group), publisher=self.stats
                     )
                 except RETRYABLE:
                     if self.topic is topic:
@@ -210,7 +210,7 @@ class PartitionProducer:
                     log.warning("publish to %s refused: %s", self.name, error)
                     owner.failed(len(group))
                     continue
-                owner.published([scheduled for _, scheduled in group])
+                owner.published(group)
         finally:
             self._writing = False
 
@@ -253,7 +253,9 @@ class ProducerClient:
         self._delayed = DelayedMessages(scenario.delayedRatio, seed)
         self._delay_ms = scenario.deliverAfterMs
         self._next_partition = 0
-        self._sequence_id = 0
+        #: its slot in the run's deliveries, which numbers its messages (their sequence
+        #: ids, from 0)
+        self._slot = run.deliveries.producer(name)
         pending = scenario.pulsar.pendingQueueSize or self.options.maxPendingMessages
         self._max_pending = pending
         self._pending = 0
@@ -276,27 +278,30 @@ class ProducerClient:
         else:
             connection = connections[key % len(connections)]
         now_ms = round(self.run.clock.wall_ms())
+        sequence_id = self.run.deliveries.issue(self._slot)
         entry = encode_message(
             self._payload,
             now_ms,
             key=None if key is None else key_name(key),
             producer_name=self.name,
-            sequence_id=self._sequence_id,
+            sequence_id=sequence_id,
             deliver_at=now_ms + self._delay_ms if self._delayed.next() else None,
         )
-        self._sequence_id += 1
         self._pending += 1
-        connection.queue.append((entry, scheduled_ns))
+        connection.queue.append((entry, scheduled_ns, sequence_id))
         connection.kick()
 
-    def published(self, scheduled: list[int]) -> None:
+    def published(self, group: list[tuple[bytes, int, int]]) -> None:
         """Receipts for a group: latency from each message's scheduled time."""
         run = self.run
         now_ns = run.clock.now_ns()
         record = run.publish.record_us
-        for scheduled_ns in scheduled:
+        published = run.deliveries.published
+        slot = self._slot
+        for _, scheduled_ns, sequence_id in group:
             record((now_ns - scheduled_ns) / 1000)
-        count = len(scheduled)
+            published(slot, sequence_id)
+        count = len(group)
         counters = run.counters
         counters.published_messages += count
         counters.published_bytes += count * run.scenario.messageSize
@@ -674,11 +679,18 @@ class ConsumerClient:
         counters = run.counters
         now_ms = run.clock.wall_ms()
         record = run.end_to_end.record_us
+        deliveries = run.deliveries
+        slot_of = deliveries.slot_of
+        subscription = self.subscription_index
         first = 0
         latency_ms = -1.0
         same = 0
         for entry, redelivery_count in taken:
             value = now_ms - entry.publish_time()
+            producer, sequence_id = entry.origin()
+            slot = slot_of(producer)
+            if slot is not None:
+                deliveries.delivered(slot, sequence_id, subscription)
             if value != latency_ms:
                 if same:
                     record(latency_ms * 1000, same)

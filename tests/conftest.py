@@ -9,51 +9,64 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   own, so it outlives each test's event loop). Use it unless the test needs a broker
   nobody else touched: then ``live_broker(**broker_conf)`` (fresh, in-memory unless
   ``data_dir`` is given, stopped at the end of the test), or ``in_process_broker()``
-  as a context manager when the test stops and reopens a broker over a data dir.
+  as a context manager when the test stops and reopens a broker over a data dir
+  (``in_process_node()`` also gives the broker itself, for tests that reach inside;
+  ``broker_service`` is a fresh one's client and service, for a test that stores
+  something directly).
 - ``brokerlab serve`` as a process (the official client, signals, restarts, clusters):
   ``shared_served_broker(**broker_conf, storage=..., brokers=N)`` shares one per
   module and configuration (started again if a test stopped it);
   ``served_broker(...)`` starts a fresh one per test. Both give a :class:`ServedBroker`
   (blocking; ``.http_url``, ``.service_url``, ``.ok()``, ``.request()``, ``.log()`` with
-  ``.mark()``, ``.stop()``, ``.kill()``, ``.start()``). Async tests that need the
+  ``.mark()``, ``.stop()``, ``.kill()``, ``.start()``). A module whose tests all speak
+  to one broker takes ``broker``, the module's shared one of ``broker_conf`` (``{}``; a
+  module sets keys by overriding that module-scoped fixture), and ``client``, an
+  official client of it closed after each test. Async tests that need the
   process use ``broker_process(*args)``, a :class:`BrokerProcess` over the same launcher.
   All three fork the process from a warm interpreter (``broker_spawn``); a test that
   builds a :class:`ServedBroker` itself passes ``spawn=broker_spawn`` for the same.
-- An in-process cluster with one HTTP front end per broker: ``local_cluster()``.
+- An in-process cluster with one HTTP front end per broker: ``local_cluster()``, or
+  ``in_process_cluster()`` as a context manager when the test looks at what the
+  cluster left behind once closed (its trace).
 - Official Pulsar clients closed at the end of the test: ``pulsar_client(service_url)``.
 - Waiting for something: ``eventually(condition, what, deadline_s)`` (blocking) or
   ``await eventually_async(...)`` (either kind of condition); never a fixed sleep.
+  ``what`` may be a callable naming what was last seen; ``every_s`` spaces the looks
+  (0 when each look is a long poll); a passed deadline raises ``DeadlinePassed`` (an
+  AssertionError), which only a reader that reports a short read itself catches.
 - A topic name no other test uses: ``new_topic(prefix)`` (``tenant/ns/prefix-N``;
-  ``persistent(topic)`` is the client's full name); in a given bundle:
-  ``topics_in_distinct_bundles``, ``topic_in_bundle``.
+  ``new_topic(prefix, full=True)`` or ``persistent(topic)`` is the client's full name,
+  ``new_topic_and_path`` both the client's name and the HTTP path); in a given
+  bundle: ``topics_in_distinct_bundles``, ``topic_in_bundle``.
 
-Duplicates of these still live in test files that have not moved to the harness yet;
-new tests should not add more.
+- ``brokerlab`` run to its end (tests of the command line): ``brokerlab(*argv)``.
+
+New tests should not add other launchers, pollers or topic makers: a test that needs
+something these do not give extends them with an option.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import gc
 import json
 import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiohttp import web
 
-from broker.cluster import Cluster, http_url
-from broker.http.app import node_app
 from tests.harness import (
     CONF,
-    NAMESPACE,
     ROOT,
     STARTUP_DEADLINE_S,
     Answer,
     BrokerProcess,
     BrokerThread,
     Client,
+    LocalCluster,
     ServedBroker,
     Spawn,
     b64,
@@ -61,17 +74,45 @@ from tests.harness import (
     eventually,
     eventually_async,
     in_process_broker,
+    in_process_cluster,
+    in_process_node,
     make_settings,
     new_topic,
     persistent,
-    pulsar_bundle,
     served,
     short,
     unb64,
     url_of,
 )
 from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
-from tests.pipeline.servers import xdist_group
+from tests.pipeline.servers import SERVERS_GROUP, SESSION_GROUP, xdist_group
+
+# Collecting the suite (importing some 230 test modules, each rewritten by pytest's
+# assertion rewriting, and what they import) builds a heap of some 260,000 objects that
+# lives until the session ends. With the cycle collector on, its full passes over that
+# growing heap were 2.7 of the 10 s of CPU each test process (each xdist worker)
+# spent before its first test, and every pass after it (each full one during the tests,
+# pytest's five at the session's end) walked it again (measured: `pytest --collect-only
+# -n 0`, 10.3 s of CPU before, 6.3 s with this). So the collector is off while the suite is imported
+# and collected, and what collection left alive is then frozen (``gc.freeze``: kept out
+# of every later pass) once the garbage it made is collected.
+gc.disable()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Any:
+    try:
+        return (yield)
+    finally:
+        gc.collect()
+        gc.freeze()
+        gc.enable()
+
+
+if TYPE_CHECKING:
+    import pulsar
+
+    from broker.dispatch.service import BrokerService
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -84,10 +125,61 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     starting each JVM once, rather than every worker its own. Marked as each item is
     collected: xdist reads the mark in its own ``pytest_collection_modifyitems``, which
     ran before a conftest's (tryfirst or not), so a mark added there named no group and
-    the Spark tests were spread over both workers, each starting its own JVMs."""
-    group = xdist_group(getattr(item, "fixturenames", ()))
+    the Spark tests were spread over both workers, each starting its own JVMs.
+
+    The tests of a module that shares ``brokerlab serve`` processes
+    (``shared_served_broker``, one per module and configuration) are a group of their
+    own, the module: each worker running some of them started the module's brokers."""
+    names = getattr(item, "fixturenames", ())
+    group = xdist_group(names)
+    if group is None and "shared_served_broker" in names:
+        group = item.nodeid.partition("::")[0]
     if group is not None:
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+#: the order in which xdist hands out units of work (``--no-loadscope-reorder`` in
+#: pyproject.toml's addopts: in the order of each unit's first test, which
+#: :func:`pytest_collection_modifyitems` sets). First the two Spark groups: each is the
+#: longest chain one worker runs (its JVMs start slowly and its tests run one after
+#: another), and ordered by their numbers of tests, as xdist would, the servers' four
+#: came after every module's group. Then the other groups, most tests first.
+FIRST_GROUPS = (SERVERS_GROUP, SESSION_GROUP)
+#: then, of the single tests, these modules' (long, and collected among the last): they
+#: start once the groups are out rather than near the end, where one worker ran one
+#: alone while the others had nothing left (the README's commands, 11 s, were a run's
+#: last test; the S3 walk-through's 26 s started a minute before the end). Not
+#: test_agreement's live runs (9 s each, also late): they compare a live broker's pace
+#: with virtual time, and the front of the run is its busiest stretch
+LONG_FIRST = ("tests/pipeline/test_s3.py", "tests/test_readme.py")
+
+
+def _group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return None
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The run's order (a stable sort: within a group or a module, and of the rest, the
+    collection's): in an xdist worker, the groups first (:data:`FIRST_GROUPS`, then the
+    others by size); then :data:`LONG_FIRST`'s modules, each whole; then every other
+    test. Without xdist the groups stay where they were collected (a group spanning
+    modules would set a module's fixtures up again for each of its parts)."""
+    worker = hasattr(config, "workerinput")
+    groups = {item.nodeid: _group(item) for item in items} if worker else {}
+    sizes = collections.Counter(groups.values())
+
+    def rank(item: pytest.Item) -> tuple[int, int, int, str]:
+        group = groups.get(item.nodeid)
+        if group is not None:
+            first = FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
+            return (0, first, -sizes[group], group)
+        path = item.nodeid.partition("::")[0]
+        return (1, LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST), 0, "")
+
+    items.sort(key=rank)
 
 
 __all__ = [
@@ -147,6 +239,15 @@ async def live_broker() -> AsyncIterator[LiveBroker]:
         await client.close()
     for runner in runners:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def broker_service() -> AsyncIterator[tuple[Client, BrokerService]]:
+    """A fresh in-process broker for the test (``in_process_node``, in-memory storage):
+    its client and its service, for tests that put things in it past the HTTP API."""
+    async with in_process_node() as (client, node):
+        assert node.service is not None
+        yield client, node.service
 
 
 @pytest.fixture(scope="module")
@@ -259,6 +360,27 @@ def shared_served_broker(
             broker.kill()
 
 
+@pytest.fixture(scope="module")
+def broker_conf() -> dict[str, Any]:
+    """What ``broker`` passes to ``shared_served_broker``: nothing (the shipped conf)
+    unless the module overrides this fixture, module-scoped, with its own keys."""
+    return {}
+
+
+@pytest.fixture
+def broker(shared_served_broker: ServedBrokerFactory, broker_conf: dict[str, Any]) -> ServedBroker:
+    """The module's shared ``brokerlab serve`` of ``broker_conf``, for modules whose
+    tests all speak to one broker; looked up at each test, so one that a test left
+    stopped is started again."""
+    return shared_served_broker(**broker_conf)
+
+
+@pytest.fixture
+def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> pulsar.Client:
+    """An official Pulsar client of ``broker``, closed at the end of the test."""
+    return pulsar_client(broker.service_url)
+
+
 BrokerProcessFactory = Callable[..., BrokerProcess]
 
 
@@ -282,59 +404,22 @@ async def broker_process(
 
 # ---------------------------------------------------------------------- clusters in process
 
-
-@dataclass
-class LocalCluster:
-    """An in-process cluster: ``clients[i]`` speaks HTTP to broker ``i``'s front end,
-    which stays up while the broker itself is stopped (it then answers 503)."""
-
-    cluster: Cluster
-    runners: list[web.AppRunner]
-    clients: list[Client]
-
-    @property
-    def urls(self) -> list[str]:
-        return [client.base_url for client in self.clients]
-
-    def owner_index(self, topic: str) -> int | None:
-        """The broker owning the topic's bundle now (None: no owner), from the table."""
-        return self.cluster.ownership.owners.get((NAMESPACE, pulsar_bundle(topic)))
-
-
 LocalClusterFactory = Callable[..., Awaitable[LocalCluster]]
 
 
 @pytest.fixture
 async def local_cluster() -> AsyncIterator[LocalClusterFactory]:
-    """Start in-process clusters (in-memory storage) with one HTTP front end per broker
-    on a free port, as ``brokerlab serve`` does; keyword arguments are broker.conf keys,
-    ``storage`` storage.conf ones. All are closed at the end."""
-    made: list[LocalCluster] = []
+    """Start in-process clusters (``in_process_cluster``: in-memory storage, one HTTP
+    front end per broker); keyword arguments are broker.conf keys, ``storage``
+    storage.conf ones. All are closed at the end."""
+    async with contextlib.AsyncExitStack() as made:
 
-    async def start(
-        brokers: int = 2, storage: dict[str, Any] | None = None, **broker: Any
-    ) -> LocalCluster:
-        cluster = Cluster(make_settings(None, storage, **broker), brokers=brokers)
-        await cluster.open()
-        local = LocalCluster(cluster, [], [])
-        made.append(local)
-        for node in cluster.nodes:
-            runner = web.AppRunner(node_app(node), access_log=None)
-            await runner.setup()
-            local.runners.append(runner)
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            node.address.http_url = http_url("127.0.0.1", runner.addresses[0][1])
-            local.clients.append(Client(node.address.http_url))
-        await cluster.start()
-        return local
+        async def start(
+            brokers: int = 2, storage: dict[str, Any] | None = None, **broker: Any
+        ) -> LocalCluster:
+            return await made.enter_async_context(in_process_cluster(brokers, storage, **broker))
 
-    yield start
-    for local in made:
-        for client in local.clients:
-            await client.close()
-        for runner in local.runners:
-            await runner.cleanup()
-        await local.cluster.close()
+        yield start
 
 
 # ---------------------------------------------------------------------- official clients

@@ -15,9 +15,11 @@ import itertools
 import json
 import os
 import pathlib
+import random
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -33,8 +35,10 @@ import aiohttp
 from aiohttp import web
 
 from broker.bench.http import child_pids
+from broker.cluster import BrokerNode, Cluster, http_url
 from broker.config import load_broker_config, load_storage_config
-from broker.http.app import Settings, create_app
+from broker.http.app import Settings, create_app, node_app
+from broker.http.app_state import NODE
 from broker.http.listener import LimitedTCPSite, http_runner
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -59,40 +63,63 @@ def unb64(text: str) -> bytes:
 # ---------------------------------------------------------------------- polling
 
 
+class DeadlinePassed(AssertionError):
+    """A poller's deadline passed before its condition held: an AssertionError, so a
+    test that waited in vain fails; a caller that wants what came by then catches it."""
+
+
+def _described(what: str | Callable[[], str]) -> str:
+    return what if isinstance(what, str) else what()
+
+
 def eventually(
-    condition: Callable[[], T], what: str = "the condition", deadline_s: float = 30.0
+    condition: Callable[[], T],
+    what: str | Callable[[], str] = "the condition",
+    deadline_s: float = 30.0,
+    *,
+    every_s: float = 0.02,
 ) -> T:
-    """Call ``condition`` until it returns something truthy and return that; fail naming
-    ``what`` once ``deadline_s`` passed. Never a fixed sleep: it returns as soon as the
-    condition holds."""
+    """Call ``condition`` every ``every_s`` until it returns something truthy and return
+    that; fail naming ``what`` once ``deadline_s`` passed (a callable ``what`` is asked
+    then, so it can name the last thing the condition saw). Never a fixed sleep: it
+    returns as soon as the condition holds. A longer ``every_s`` spares a program that
+    a look costs work (Prometheus answering a query)."""
     end = time.monotonic() + deadline_s
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
-        time.sleep(0.02)
+            raise DeadlinePassed(f"timed out after {deadline_s} s waiting for {_described(what)}")
+        time.sleep(every_s)
 
 
 async def eventually_async(
     condition: Callable[[], Awaitable[T] | T],
-    what: str = "the condition",
+    what: str | Callable[[], str] = "the condition",
     deadline_s: float = 30.0,
+    *,
+    every_s: float = 0.01,
 ) -> T:
     """:func:`eventually` inside an event loop: ``condition`` may be a coroutine function
-    or a plain one; the loop runs between looks."""
+    or a plain one; the loop runs between looks. The deadline also ends a look that
+    hangs (a coroutine that never returns fails the test, it does not hang it)."""
     loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while True:
-        value = condition()
-        if isinstance(value, Awaitable):
-            value = await value
-        if value:
-            return value  # type: ignore[return-value]
-        if loop.time() > end:
-            raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
-        await asyncio.sleep(0.01)
+    try:
+        async with asyncio.timeout_at(loop.time() + deadline_s) as scope:
+            while True:
+                value = condition()
+                if isinstance(value, Awaitable):
+                    value = await value
+                if value:
+                    return value  # type: ignore[return-value]
+                await asyncio.sleep(every_s)
+    except TimeoutError as error:
+        if not scope.expired():
+            raise  # the condition's own timeout, not the deadline's
+        raise DeadlinePassed(
+            f"timed out after {deadline_s} s waiting for {_described(what)}"
+        ) from error
 
 
 # ---------------------------------------------------------------------- topics
@@ -100,10 +127,18 @@ async def eventually_async(
 _names = itertools.count()
 
 
-def new_topic(prefix: str = "topic", namespace: str = NAMESPACE) -> str:
+def new_topic(prefix: str = "topic", namespace: str = NAMESPACE, *, full: bool = False) -> str:
     """A topic name no other test of this process uses: ``tenant/namespace/prefix-N``
-    (what HTTP paths take; :func:`persistent` gives the client's full name)."""
-    return f"{namespace}/{prefix}-{next(_names)}"
+    (what HTTP paths take), or with ``full`` the client's ``persistent://`` name."""
+    name = f"{namespace}/{prefix}-{next(_names)}"
+    return persistent(name) if full else name
+
+
+def new_topic_and_path(prefix: str = "topic") -> tuple[str, str]:
+    """A new topic as a binary client names it (``persistent://...``) and as an HTTP
+    path does (``persistent/...``)."""
+    name = new_topic(prefix)
+    return persistent(name), f"persistent/{name}"
 
 
 def persistent(topic: str) -> str:
@@ -209,12 +244,17 @@ class Client:
     async def receive_until(
         self, consumer_id: str, count: int, deadline_s: float = 20.0
     ) -> list[dict[str, Any]]:
-        """Poll until ``count`` messages arrived (or the deadline passed)."""
+        """Poll until ``count`` messages arrived, or the deadline passed: what came (the
+        caller's assertion names what is missing)."""
         got: list[dict[str, Any]] = []
-        loop = asyncio.get_running_loop()
-        end = loop.time() + deadline_s
-        while len(got) < count and loop.time() < end:
-            got += await self.receive(consumer_id, min(1000, count - len(got)), 500)
+
+        async def enough() -> bool:
+            got.extend(await self.receive(consumer_id, min(1000, count - len(got)), 500))
+            return len(got) >= count
+
+        if count > 0:
+            with contextlib.suppress(DeadlinePassed):  # each look is a long poll: no pause
+                await eventually_async(enough, f"{count} messages", deadline_s, every_s=0)
         return got
 
     async def ack(self, consumer_id: str, ids: list[str], ack_type: str = "Individual") -> None:
@@ -305,12 +345,20 @@ def make_settings(
     )
 
 
-async def served(settings: Settings) -> web.AppRunner:
+async def served_site(settings: Settings) -> tuple[web.AppRunner, LimitedTCPSite]:
     """The broker of ``settings`` served as ``brokerlab serve`` serves it, with the
-    listener's limits and timeouts, on the configured address and port (0: a free one)."""
+    listener's limits and timeouts, on the configured address and port (0: a free one):
+    its runner and its site (whose limiter tests of the listener look at)."""
     runner = http_runner(create_app(settings), settings.broker)
     await runner.setup()
-    await LimitedTCPSite.for_config(runner, settings.broker).start()
+    site = LimitedTCPSite.for_config(runner, settings.broker)
+    await site.start()
+    return runner, site
+
+
+async def served(settings: Settings) -> web.AppRunner:
+    """:func:`served_site`'s runner."""
+    runner, _ = await served_site(settings)
     return runner
 
 
@@ -319,17 +367,28 @@ def url_of(runner: web.AppRunner) -> str:
 
 
 @contextlib.asynccontextmanager
-async def in_process_broker(
+async def in_process_node(
     data_dir: pathlib.Path | None = None, storage: dict[str, Any] | None = None, **broker: Any
-) -> AsyncIterator[Client]:
-    """One in-process broker on a real port, stopped cleanly (files closed) on exit."""
+) -> AsyncIterator[tuple[Client, BrokerNode]]:
+    """One in-process broker on a real port, stopped cleanly (files closed) on exit: a
+    client and the broker itself (its service, protocol server, config), for tests that
+    reach inside it."""
     runner = await served(make_settings(data_dir, storage, **broker))
     client = Client(url_of(runner))
     try:
-        yield client
+        yield client, runner.app[NODE]
     finally:
         await client.close()
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def in_process_broker(
+    data_dir: pathlib.Path | None = None, storage: dict[str, Any] | None = None, **broker: Any
+) -> AsyncIterator[Client]:
+    """:func:`in_process_node`'s client."""
+    async with in_process_node(data_dir, storage, **broker) as (client, _):
+        yield client
 
 
 class BrokerThread:
@@ -379,6 +438,55 @@ class BrokerThread:
         asyncio.run(serve())
 
 
+# ---------------------------------------------------------------------- clusters in process
+
+
+@dataclass
+class LocalCluster:
+    """An in-process cluster: ``clients[i]`` speaks HTTP to broker ``i``'s front end,
+    which stays up while the broker itself is stopped (it then answers 503)."""
+
+    cluster: Cluster
+    runners: list[web.AppRunner]
+    clients: list[Client]
+
+    @property
+    def urls(self) -> list[str]:
+        return [client.base_url for client in self.clients]
+
+    def owner_index(self, topic: str) -> int | None:
+        """The broker owning the topic's bundle now (None: no owner), from the table."""
+        return self.cluster.ownership.owners.get((NAMESPACE, pulsar_bundle(topic)))
+
+
+@contextlib.asynccontextmanager
+async def in_process_cluster(
+    brokers: int = 2, storage: dict[str, Any] | None = None, **broker: Any
+) -> AsyncIterator[LocalCluster]:
+    """An in-process cluster (in-memory storage) with one HTTP front end per broker on a
+    free port, as ``brokerlab serve`` does; keyword arguments are broker.conf keys,
+    ``storage`` storage.conf ones. Closed on exit (a trace it records is complete then)."""
+    cluster = Cluster(make_settings(None, storage, **broker), brokers=brokers)
+    await cluster.open()
+    local = LocalCluster(cluster, [], [])
+    try:
+        for node in cluster.nodes:
+            runner = web.AppRunner(node_app(node), access_log=None)
+            await runner.setup()
+            local.runners.append(runner)
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            node.address.http_url = http_url("127.0.0.1", runner.addresses[0][1])
+            local.clients.append(Client(node.address.http_url))
+        await cluster.start()
+        yield local
+    finally:
+        for client in local.clients:
+            await client.close()
+        for runner in local.runners:
+            await runner.cleanup()
+        await cluster.close()
+
+
 # ---------------------------------------------------------------------- broker processes
 
 
@@ -419,16 +527,48 @@ class BrokerChild(Protocol):
 Spawn = Callable[[list[str]], BrokerChild]
 
 
+#: ``brokerlab`` in a fresh interpreter of this environment
+BROKERLAB = [sys.executable, "-m", "broker.cli"]
+
+
+def brokerlab(*argv: str, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``brokerlab *argv`` run to its end in a fresh interpreter, its output captured:
+    for tests of the command itself (exit codes, what it says when it cannot start).
+    A broker that should stay up is a :class:`ServedBroker`."""
+    return subprocess.run([*BROKERLAB, *argv], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
 def _popen(argv: list[str]) -> BrokerChild:
     """``python -m broker.cli *argv``: a fresh interpreter."""
     return subprocess.Popen(
-        [sys.executable, "-m", "broker.cli", *argv],
+        [*BROKERLAB, *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         cwd=str(ROOT),
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+#: where a broker that restarts on its binary port gets that port: below Linux's
+#: ephemeral range (32768-60999 by default), so that while the broker is down no
+#: outgoing connection of another test takes it as its local port (a restart once
+#: found its port in use that way)
+STABLE_PORTS = range(20000, 32768)
+
+
+def stable_port() -> int:
+    """A port of :data:`STABLE_PORTS` free on 127.0.0.1 now (another process may still
+    bind it before the caller does: :meth:`ServedBroker.start` then takes another)."""
+    for _ in range(200):
+        port = random.choice(STABLE_PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {STABLE_PORTS}")
 
 
 class ServedBroker:
@@ -481,7 +621,21 @@ class ServedBroker:
         return command + self.args
 
     def start(self) -> ServedBroker:
-        """Start and wait until every broker listens (HTTP and binary protocol)."""
+        """Start and wait until every broker listens (HTTP and binary protocol). A
+        single broker's first start takes its binary port from :func:`stable_port`
+        (another, if that one was taken meanwhile), and keeps it for its restarts."""
+        if self.brokers > 1 or self._broker_port != -1:
+            return self._start()
+        for attempt in range(3):
+            self._broker_port = stable_port()
+            try:
+                return self._start()
+            except RuntimeError:
+                if attempt == 2 or f"port {self._broker_port} is already in use" not in self.log():
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self) -> ServedBroker:
         self.process = self.spawn(self.command())
         stdout = self.process.stdout
         assert stdout is not None
@@ -587,6 +741,13 @@ class ServedBroker:
         return answer.body
 
     http = ok  # the name tests outside tests/protocol and tests/cluster use
+
+    def new_namespace(self, prefix: str = "ns", tenant: str = "public") -> str:
+        """A namespace no other test of this process uses (``tenant/prefix-N``), created
+        on the broker (topics in it: ``new_topic(prefix, namespace)``)."""
+        namespace = f"{tenant}/{prefix}-{next(_names)}"
+        self.ok("PUT", f"/admin/v2/namespaces/{namespace}")
+        return namespace
 
     def listing(self, broker: int = 0) -> list[dict[str, Any]]:
         """The cluster's brokers, as broker ``broker`` lists them."""

@@ -1,11 +1,8 @@
 """One client connection speaking Pulsar's binary protocol: a thin front end that turns
-commands into calls on the broker service and results into commands.
-
-The hot paths stay plain: SEND frames are queued on their producer and written to the
-ledger as one group per write (one write in flight per producer, so receipts leave in
-order and a failure fails everything after it, which the client then resends in
-order: nothing lost, nothing stored twice); MESSAGE frames are written by the
-dispatcher's call to :meth:`BinaryConsumer.deliver`, the stored entry as it is.
+commands into calls on the broker service and results into commands. Its producers are
+:class:`~broker.protocol.binary_producer.BinaryProducer`, its consumers
+:class:`~broker.protocol.binary_consumer.BinaryConsumer`; a broker error's ServerError
+code comes from :func:`broker.protocol.errors.server_error`.
 
 Write backpressure, as Pulsar's channel writability: a connection whose output not yet
 taken by its client (queued in this turn plus the transport's buffer) passes
@@ -15,12 +12,6 @@ hands them nothing until the transport has drained below
 ``pulsarChannelWriteBufferLowWaterMark``. What one dispatch round may add before the gate
 closes is bounded by ``maxUnwrittenBytesPerConsumer`` (the session counts this
 connection's unsent output as its own).
-
-A write outlives its connection: if the client goes while it is on its way to disk, it
-is stored without a receipt, and a client that resends it stores it again (at least
-once, as Pulsar without deduplication); on a topic that deduplicates, the resend is
-recognised by its producer name and sequence id and acknowledged with message id -1:-1
-instead (the session core decides, :mod:`broker.session.producer`).
 """
 
 from __future__ import annotations
@@ -35,42 +26,25 @@ from typing import TYPE_CHECKING, Any
 
 from broker.auth.errors import AuthenticationError
 from broker.auth.service import TOKEN_METHOD
-from broker.dispatch.backlog_quota import ProducerBlockedError
-from broker.dispatch.deduplication import NOT_DUP, UNKNOWN
 from broker.dispatch.errors import (
     BrokerError,
-    ConflictError,
-    ConsumerLimitError,
     CorruptEntryError,
-    IncompatibleSchemaError,
     InvalidRequestError,
     InvalidSchemaError,
-    LimitReachedError,
     NotFoundError,
     NotImplementedYetError,
-    PreconditionFailedError,
-    ProducerBusyError,
-    ProducerFencedError,
-    ProducerLimitError,
-    ReservedNameError,
-    SubscriptionFencedError,
-    TooLargeError,
-    UnavailableError,
 )
 from broker.dispatch.names import TopicName
-from broker.dispatch.ownership import NotOwnerError, ServiceNotReadyError
-from broker.dispatch.schema_registry import (
-    NONE,
-    SchemaData,
-    schema_id,
-    version_bytes,
-    version_of,
-)
+from broker.dispatch.ownership import ServiceNotReadyError
+from broker.dispatch.schema_registry import NONE, SchemaData, schema_id, version_bytes, version_of
 from broker.dispatch.service import ConsumerOptions
-from broker.ledger.entry import Entry, metadata_of, sent_payload_size
+from broker.ledger.entry import metadata_of, sent_payload_size
 from broker.ledger.managed_ledger import ManagedLedgerError
 from broker.ledger.position import Position
 from broker.limits import peer_ip
+from broker.protocol.binary_consumer import BinaryConsumer
+from broker.protocol.binary_producer import BinaryProducer
+from broker.protocol.errors import server_error
 from broker.protocol.frames import (
     SIZES,
     U32,
@@ -94,11 +68,10 @@ from broker.pulsar_api import (
     ServerError,
     Type,
 )
-from broker.session.acks import mask_of, words_of
-from broker.session.consumer import PushConsumer
+from broker.session.acks import mask_of
 from broker.session.message_ids import Start, start_of
 from broker.session.payload import check_entry
-from broker.session.producer import SHARED, ProducerSession, Sent, access_of
+from broker.session.producer import Sent, access_of
 from broker.tasks import TaskOwner
 from storage_stub.bookie.api import BookieError
 
@@ -110,8 +83,6 @@ log = logging.getLogger(__name__)
 SERVER_VERSION = "brokerlab"
 #: the request id of an ERROR that answers no request (Pulsar's -1, as a uint64)
 NO_REQUEST_ID = (1 << 64) - 1
-#: -1 in a uint64 field (a duplicate's receipt names ledger and entry -1, as Pulsar's)
-MINUS_ONE_U64 = (1 << 64) - 1
 _producer_names = itertools.count()
 
 #: what a client may ask that brokerlab does not serve, answered as Pulsar's broker
@@ -135,44 +106,6 @@ REFUSED: dict[int, tuple[int, str]] = {
 }
 
 
-def server_error(error: BaseException) -> int:
-    """Pulsar's ServerError code for a broker error."""
-    if isinstance(error, ProducerFencedError):
-        return ServerError.ProducerFenced
-    if isinstance(error, ProducerBusyError):
-        return ServerError.ProducerBusy
-    if isinstance(error, LimitReachedError):
-        if isinstance(error, ProducerLimitError):
-            return ServerError.ProducerBusy
-        if isinstance(error, ConsumerLimitError):
-            return ServerError.ConsumerBusy
-        return ServerError.NotAllowedError
-    if isinstance(error, NotOwnerError | ServiceNotReadyError | SubscriptionFencedError):
-        return ServerError.ServiceNotReady  # the client looks the topic up again
-    if isinstance(error, ReservedNameError):
-        return ServerError.ProducerBusy  # Pulsar's NamingException
-    if isinstance(error, ProducerBlockedError):
-        if error.hold:
-            return ServerError.ProducerBlockedQuotaExceededError
-        return ServerError.ProducerBlockedQuotaExceededException
-    if isinstance(error, IncompatibleSchemaError | InvalidSchemaError):
-        # Pulsar answers an invalid schema as incompatible too, for older clients
-        return ServerError.IncompatibleSchema
-    if isinstance(error, ConflictError | PreconditionFailedError):
-        return ServerError.ConsumerBusy
-    if isinstance(error, NotFoundError):
-        return ServerError.TopicNotFound
-    if isinstance(error, CorruptEntryError):
-        return ServerError.MetadataError
-    if isinstance(error, InvalidRequestError):
-        return ServerError.InvalidTopicName
-    if isinstance(error, NotImplementedYetError | TooLargeError):
-        return ServerError.NotAllowedError
-    if isinstance(error, UnavailableError | BookieError | ManagedLedgerError | OSError):
-        return ServerError.PersistenceError
-    return ServerError.UnknownError
-
-
 def topic_name(text: str) -> TopicName:
     """A client's topic: ``persistent://t/ns/x``, or a short name in public/default as
     Pulsar's clients expand it. InvalidRequestError otherwise."""
@@ -183,246 +116,6 @@ def topic_name(text: str) -> TopicName:
         if len(parts) == 3:
             return TopicName.of(*parts)
     return TopicName.parse(text)
-
-
-class BinaryProducer(ProducerSession):
-    """A producer session of one connection. Sends queue in ``_queue``; one write
-    carries everything queued when it starts. The client gives every message its
-    sequence id. Receipts leave in the order of the sends, a duplicate's (message id
-    -1:-1) included: Pulsar answers a duplicate at once, possibly before the receipts of
-    sends still on their way, which a client takes for theirs; here it waits for them."""
-
-    __slots__ = ("_connection", "_failed", "_queue", "_writing", "producer_id")
-
-    def __init__(
-        self,
-        connection: Connection,
-        producer_id: int,
-        name: str,
-        topic_name: TopicName,
-        access_mode: str = SHARED,
-        topic_epoch: int | None = None,
-    ) -> None:
-        super().__init__(
-            connection.service, topic_name, name, access_mode=access_mode, topic_epoch=topic_epoch
-        )
-        self._connection = connection
-        self.producer_id = producer_id
-        #: sends waiting for a write
-        self._queue: list[Sent] = []
-        self._writing = False
-        self._failed = False
-
-    def send(
-        self, sequence_id: int, highest: int, messages: int, entry: bytes, is_chunk: bool
-    ) -> None:
-        """Queue one SEND. O(1)."""
-        self._queue.append((sequence_id, highest, messages, entry, is_chunk))
-        if not self._writing:
-            self._writing = True
-            # owned by the server, not the connection: a write the bookie has begun must
-            # end in the ledger's count even if the client leaves meanwhile (cancelled,
-            # the ledger never counted it and every later entry of the topic stayed unread)
-            self._connection.server.spawn(self._write(), f"produce {self.name}")
-
-    async def _write(self) -> None:
-        """Write queued sends, group by group, until the queue is empty."""
-        connection = self._connection
-        try:
-            while self._queue and not connection.closed:
-                group, self._queue = self._queue, []
-                try:
-                    await self._write_group(group)
-                finally:
-                    # answered (or the connection went): no longer held for the client
-                    connection.sends_done(group)
-        finally:
-            self._writing = False
-
-    async def _write_group(self, group: list[Sent]) -> None:
-        """Store one group of sends and answer each of them."""
-        if self._failed:
-            self._fail(group, ServerError.PersistenceError, "an earlier send failed")
-            return
-        try:
-            first, verdicts = await self.publish_sequenced(group)
-        except (BookieError, ManagedLedgerError, BrokerError, OSError) as error:
-            # nothing of this group is stored; the ones queued behind it must not be
-            # either: the client resends all of them, in order
-            self._failed = True
-            self._fail(group, server_error(error), f"{type(error).__name__}: {error}")
-            return
-        ledger_id, entry_id = first
-        if verdicts is not None:
-            self._answer_deduplicated(group, verdicts, ledger_id, entry_id)
-            return
-        # one command for the group's receipts, its fields set and serialized for each
-        # in turn (building a command per receipt cost about 1.6 us more each), framed
-        # here (command_frame's two lines) and queued together: one call per receipt
-        # less, and the output's water marks checked once per group, not per receipt
-        command = BaseCommand(type=Type.SEND_RECEIPT)
-        receipt = command.send_receipt
-        receipt.producer_id = self.producer_id
-        message_id = receipt.message_id
-        message_id.ledgerId = ledger_id
-        serialize = command.SerializeToString
-        pack = SIZES.pack
-        frames: list[bytes] = []
-        size = 0
-        for offset, (sequence_id, highest, _, _, _) in enumerate(group):
-            receipt.sequence_id = sequence_id
-            receipt.highest_sequence_id = highest
-            message_id.entryId = entry_id + offset
-            body = serialize()
-            frame = pack(len(body) + 4, len(body)) + body
-            frames.append(frame)
-            size += len(frame)
-        self._connection.write_frames(frames, size)
-
-    def _answer_deduplicated(
-        self, group: list[Sent], verdicts: list[int], ledger_id: int, entry_id: int
-    ) -> None:
-        """Receipts of a group on a topic that deduplicates: a stored send's position,
-        a duplicate's -1:-1 (Pulsar's), and for a send whose first copy is still on its
-        way, SEND_ERROR PersistenceError (Pulsar's answer to MessageDupUnknownException:
-        the client reconnects and resends it, by then a plain duplicate)."""
-        write = self._connection.write_command
-        offset = 0
-        for (sequence_id, highest, _, _, _), verdict in zip(group, verdicts, strict=True):
-            if verdict == UNKNOWN:
-                self._send_error(
-                    sequence_id,
-                    ServerError.PersistenceError,
-                    "cannot determine whether the message is a duplicate at this time",
-                )
-                continue
-            command = BaseCommand(type=Type.SEND_RECEIPT)
-            receipt = command.send_receipt
-            receipt.producer_id = self.producer_id
-            receipt.sequence_id = sequence_id
-            receipt.highest_sequence_id = highest
-            if verdict == NOT_DUP:
-                receipt.message_id.ledgerId = ledger_id
-                receipt.message_id.entryId = entry_id + offset
-                offset += 1
-            else:  # a duplicate: -1:-1 as uint64, as Pulsar's receipt carries it
-                receipt.message_id.ledgerId = MINUS_ONE_U64
-                receipt.message_id.entryId = MINUS_ONE_U64
-            write(command)
-
-    def _fail(self, group: list[Sent], code: int, message: str) -> None:
-        for sent in group:
-            self._send_error(sent[0], code, message)
-
-    def _send_error(self, sequence_id: int, code: int, message: str) -> None:
-        command = BaseCommand(type=Type.SEND_ERROR)
-        error = command.send_error
-        error.producer_id = self.producer_id
-        error.sequence_id = sequence_id
-        error.error = code
-        error.message = message
-        self._connection.write_command(command)
-
-    def close_from_broker(self) -> None:
-        """The topic unloads, or an ExclusiveWithFencing producer fences this one out:
-        the client reconnects through lookup (writes queued still go to the topic they
-        were for). A wait for exclusive access ends."""
-        self.end_wait()
-        connection = self._connection
-        if connection.producers.pop(self.producer_id, None) is None:
-            return
-        connection.closed_by_broker(self.producer_id)
-        command = BaseCommand(type=Type.CLOSE_PRODUCER)
-        command.close_producer.producer_id = self.producer_id
-        command.close_producer.request_id = connection.next_request_id()
-        connection.write_command(command)
-
-
-class BinaryConsumer(PushConsumer):
-    """A consumer whose receiver queue is the client's: the session's permits are the
-    ones the client grants with FLOW, and each entry handed over goes out as a MESSAGE
-    frame."""
-
-    __slots__ = ("_active", "_connection", "client_id", "non_durable")
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # the connection buffers what the client has not taken: bounded in bytes
-        self.max_unwritten_bytes = self.subscription.config.max_unwritten_bytes_per_consumer
-        self.client_id = 0
-        self._connection: Connection | None = None
-        self._active: bool | None = None
-        #: a reader's subscription, deleted when it closes
-        self.non_durable = False
-
-    def bind(self, connection: Connection, client_id: int) -> None:
-        self._connection = connection
-        self.client_id = client_id
-        self.set_writable(connection.writable)
-
-    def unwritten_bytes(self) -> int:
-        """The connection's output its client has not taken yet (shared by the
-        connection's consumers). O(1)."""
-        connection = self._connection
-        return 0 if connection is None else connection.unsent_bytes()
-
-    def gate_room(self) -> int | None:
-        """Bytes until the connection's output passes its high water mark (where it
-        turns unwritable). O(1)."""
-        connection = self._connection
-        if connection is None:
-            return None
-        return max(connection.high_water - connection.unsent_bytes(), 0)
-
-    def send(self, entry: Entry, redelivery_count: int) -> None:
-        """Write the entry to the client as a MESSAGE frame, with what is left of a
-        partly acked batch. O(len(entry)) in the kernel's copy; the Python work is the
-        command (about 1 us reusing the connection's, 2.5 building one)."""
-        connection = self._connection
-        if connection is None or connection.closed:
-            return
-        position = entry.position
-        remaining = None
-        ack_sets = self.subscription.ack_sets
-        if ack_sets and connection.batch_index_acks:
-            remaining = ack_sets.get(position)
-        if redelivery_count or remaining is not None:
-            command = BaseCommand(type=Type.MESSAGE)
-            message = command.message
-            message.consumer_id = self.client_id
-            message.message_id.ledgerId = position.ledger_id
-            message.message_id.entryId = position.entry_id
-            if redelivery_count:
-                message.redelivery_count = redelivery_count
-            if remaining is not None:
-                message.ack_set.extend(words_of(remaining))
-            connection.write_payload(command, entry.data)
-            return
-        # the usual MESSAGE (no redelivery count, no ack set): the connection's one
-        # command, about 1.4 us less than a new one
-        connection.write_message(self.client_id, position.ledger_id, position.entry_id, entry.data)
-
-    def detached(self) -> None:
-        connection = self._connection
-        if connection is None or connection.consumers.pop(self.client_id, None) is None:
-            return
-        connection.forget_consumer(self)
-        command = BaseCommand(type=Type.CLOSE_CONSUMER)
-        command.close_consumer.consumer_id = self.client_id
-        command.close_consumer.request_id = connection.next_request_id()
-        connection.write_command(command)
-
-    def active_changed(self, active: bool) -> None:
-        if active == self._active:
-            return
-        self._active = active
-        connection = self._connection
-        if connection is None or connection.closed:
-            return
-        command = BaseCommand(type=Type.ACTIVE_CONSUMER_CHANGE)
-        command.active_consumer_change.consumer_id = self.client_id
-        command.active_consumer_change.is_active = active
-        connection.write_command(command)
 
 
 #: the data of an AUTH_CHALLENGE that asks for new credentials (Pulsar's AuthData

@@ -131,11 +131,11 @@ async def chromium(profile: pathlib.Path) -> AsyncIterator[DevTools]:
     )
     try:
         port_file = profile / "DevToolsActivePort"
-        loop = asyncio.get_running_loop()
-        end = loop.time() + DEADLINE_S
-        while not (port_file.exists() and port_file.read_text().strip()):
-            assert loop.time() < end, "chromium did not open its DevTools port"
-            await asyncio.sleep(0.05)  # polling a file the browser writes, with a deadline
+        await eventually_async(
+            lambda: port_file.exists() and port_file.read_text().strip(),
+            "chromium to open its DevTools port",
+            DEADLINE_S,
+        )
         port = int(port_file.read_text().split()[0])
         async with aiohttp.ClientSession() as session:
             async with session.get(f"http://127.0.0.1:{port}/json/list") as response:

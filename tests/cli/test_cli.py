@@ -4,22 +4,10 @@ with file, line and key named, the self-check passes end to end."""
 from __future__ import annotations
 
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def brokerlab(*args: str, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "broker.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.harness import brokerlab
 
 
 def test_analyze_without_a_trace_says_so_with_exit_2(tmp_path: pathlib.Path) -> None:

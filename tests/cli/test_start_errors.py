@@ -9,24 +9,11 @@ import pathlib
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import CONF, ServedBroker, Spawn
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def brokerlab(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "broker.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.harness import CONF, ServedBroker, Spawn, brokerlab
 
 
 def serve(data_dir: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -4,25 +4,16 @@ shadows, and the legacy rules re-decide which cursors are backlogged only then."
 
 from __future__ import annotations
 
-import asyncio
-
 from broker.cache import CacheConfig, create_stream
 from broker.clock import ManualClock
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfig
 from broker.ledger.entry import encode_message
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
+from tests.harness import eventually_async
 
 TOPIC = TopicName("t", "ns", "checked")
 STATS_PERIOD_S = 10
-
-
-async def until(condition: object, deadline_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while not condition():  # type: ignore[operator]
-        assert loop.time() < end, "condition not met before the deadline"
-        await asyncio.sleep(0.001)
 
 
 async def test_a_cursor_that_falls_behind_is_backlogged_at_the_next_stats_period() -> None:
@@ -41,7 +32,7 @@ async def test_a_cursor_that_falls_behind_is_backlogged_at_the_next_stats_period
         TOPIC, "lagging", ConsumerOptions(receiver_queue_size=1, subscription_type="Shared")
     )
     await topic.publish([encode_message(b"m%d" % i, clock.wall_ms()) for i in range(20)])
-    await until(lambda: len(consumer.queue) == 1)
+    await eventually_async(lambda: len(consumer.queue) == 1, "the one permitted entry dispatched")
     stats = cache.stats()
     assert stats["inserted"] == 20, "subscribed with nothing to read: active, adds cached"
     await service.upkeep()  # within the period: no check yet

@@ -17,7 +17,7 @@ from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfi
 from broker.ledger import entry as entry_module
 from broker.ledger.entry import encode_batch, encode_message
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
-from tests.dispatch.test_idle_topics import until
+from tests.harness import eventually_async
 
 TOPIC = TopicName("public", "default", "decoded")
 
@@ -69,7 +69,9 @@ async def test_a_polling_consumer_decodes_each_entry_once(
     assert consumer.drain(100, 0) == []  # its client polls: nothing yet
     decodes = Decodes(monkeypatch)
     entries = await publish(service)
-    await until(lambda: len(consumer.queue) == len(entries), "the entries to be handed over")
+    await eventually_async(
+        lambda: len(consumer.queue) == len(entries), "the entries to be handed over"
+    )
 
     deliveries = consumer.drain(100, 0)
     assert payloads(deliveries) == [b"message %d" % i for i in range(5)] + [b"a", b"b"]
@@ -83,7 +85,9 @@ async def test_a_receiver_queue_nobody_polled_keeps_no_decoded_metadata(
     consumer = await service.create_consumer(TOPIC, "s", ConsumerOptions())
     decodes = Decodes(monkeypatch)
     entries = await publish(service)
-    await until(lambda: len(consumer.queue) == len(entries), "the entries to be handed over")
+    await eventually_async(
+        lambda: len(consumer.queue) == len(entries), "the entries to be handed over"
+    )
     assert decodes.count == len(entries)  # the counts, nothing kept
 
     deliveries = consumer.drain(100, 0)

@@ -5,7 +5,6 @@ under PIP-430 a release is a read: its expected read count goes down, as Pulsar'
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from broker.cache import CacheConfig, create_stream
 from broker.clock import ManualClock
@@ -14,6 +13,7 @@ from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfi
 from broker.ledger.entry import encode_message
 from broker.ledger.position import Position
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
+from tests.harness import eventually_async
 
 TOPIC = TopicName("t", "ns", "dropped")
 
@@ -32,14 +32,6 @@ class GatedReadBookie(InMemoryBookie):
             self.reading.set()
             await self.gate.wait()
         return await super().read_entries(ledger_id, first, last)
-
-
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while not condition():
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.001)
 
 
 async def test_a_replay_read_acknowledged_while_in_flight_counts_its_expected_reads_down() -> None:
@@ -63,7 +55,7 @@ async def test_a_replay_read_acknowledged_while_in_flight_counts_its_expected_re
 
     shared = ConsumerOptions(subscription_type="Shared", receiver_queue_size=10)
     first = await service.create_consumer(TOPIC, "s", shared)
-    await _until(lambda: len(first.pending) == 5, "A got the five")
+    await eventually_async(lambda: len(first.pending) == 5, "A got the five")
     bookie.hold = True
     service.close_consumer(first)  # its five wait in the replay queue
     # each still expects the replay's read, so a TTL pass requeues it; past the fifth
@@ -79,8 +71,8 @@ async def test_a_replay_read_acknowledged_while_in_flight_counts_its_expected_re
     await subscription.reset_cursor(Position(last.ledger_id, last.entry_id + 1))
     assert all(subscription.cursor.is_acknowledged(p) for p in positions)
     bookie.gate.set()
-    await _until(lambda: not topic.ledger.pending_reads, "the replay read completed")
-    await _until(lambda: cache.stats()["entries"] == 5, "the read's entries were cached")
+    await eventually_async(lambda: not topic.ledger.pending_reads, "the replay read completed")
+    await eventually_async(lambda: cache.stats()["entries"] == 5, "the read's entries were cached")
     assert not second.pending, "nothing acknowledged was handed over"
     assert cache.live.manager.stats()["entriesWithExpectedReads"] == 0
     await service.close()

@@ -18,9 +18,8 @@ import pytest
 
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
-from broker.http.app_state import NODE
 from broker.ledger.entry import encode_message
-from tests.conftest import Client, make_settings, served
+from tests.harness import Client, eventually_async, in_process_node
 
 TOPICS = int(os.environ.get("BROKERLAB_SCALE_TOPICS", "2000"))
 #: the upkeep's period (0.5 s in a broker) and the stats period after which an untouched
@@ -33,13 +32,9 @@ ROUNDS_AT_REST = 4
 DEADLINE_S = 120.0
 
 
-async def until(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after the deadline."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while not condition():
-        assert loop.time() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """The harness poller at a look every 50 ms: a broker at rest is measured meanwhile."""
+    await eventually_async(condition, what, DEADLINE_S, every_s=0.05)
 
 
 async def rounds(service: BrokerService, count: int) -> None:
@@ -66,30 +61,22 @@ async def create_topics(service: BrokerService, count: int, prefix: str) -> None
 async def idle_broker() -> AsyncIterator[tuple[Client, BrokerService]]:
     """A real broker on a real port holding TOPICS topics nobody uses (kept loaded:
     neither deleted nor unloaded), all of them quiet."""
-    runner = await served(
-        make_settings(
-            None,
-            statsUpdateFrequencyInSecs=1,
-            brokerDeleteInactiveTopicsEnabled=False,
-            brokerlabUnloadInactiveTopicsEnabled=False,
+    async with in_process_node(
+        statsUpdateFrequencyInSecs=1,
+        brokerDeleteInactiveTopicsEnabled=False,
+        brokerlabUnloadInactiveTopicsEnabled=False,
+    ) as (client, node):
+        service = node.service
+        assert service is not None
+        # read by the upkeep loop at each round (its first round is still 0.5 s away)
+        service.config = dataclasses.replace(
+            service.config,
+            maintenance_interval_s=UPKEEP_INTERVAL_S,
+            stats_update_frequency_s=STATS_PERIOD_S,
         )
-    )
-    client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
-    service = runner.app[NODE].service
-    assert service is not None
-    # read by the upkeep loop at each round (its first round is still 0.5 s away)
-    service.config = dataclasses.replace(
-        service.config,
-        maintenance_interval_s=UPKEEP_INTERVAL_S,
-        stats_update_frequency_s=STATS_PERIOD_S,
-    )
-    try:
         await create_topics(service, TOPICS, "idle-")
         await until(lambda: service.active_topics == 0, "every topic to go quiet")
         yield client, service
-    finally:
-        await client.close()
-        await runner.cleanup()
 
 
 async def test_thousands_of_idle_topics_cost_the_upkeep_nothing_at_rest(

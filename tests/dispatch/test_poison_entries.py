@@ -17,7 +17,6 @@ from broker.ledger.entry import encode_message
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
 from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
-from tests.dispatch.test_idle_topics import until
 from tests.harness import eventually_async
 from tests.protocol.raw import lying_batch, unparsable_metadata
 
@@ -52,7 +51,9 @@ async def test_skipped_entries_are_never_handed_over_and_their_ack_is_durable(
     poison = [Position(first.ledger_id, first.entry_id + i) for i in (1, 3)]
     options = ConsumerOptions(subscription_type=sub_type, initial_position="Earliest")
     consumer = await service.create_consumer(TOPIC, "s", options)
-    await until(lambda: len(consumer.queue) == 2, "the two good entries to be handed over")
+    await eventually_async(
+        lambda: len(consumer.queue) == 2, "the two good entries to be handed over"
+    )
     assert [m.payload for d in consumer.drain(10, 0) for m in d.entry.decoded_messages()] == [
         b"first",
         b"second",

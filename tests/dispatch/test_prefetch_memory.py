@@ -19,7 +19,7 @@ from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfi
 from broker.ledger.entry import encode_message
 from storage_stub.bookie import open_storage
 from storage_stub.config import StorageConfig
-from tests.dispatch.test_idle_topics import until
+from tests.harness import eventually_async
 
 TOPIC = TopicName("public", "default", "prefetched")
 MESSAGES = 50
@@ -54,7 +54,7 @@ async def test_never_polled_consumers_of_many_subscriptions_share_each_prefetche
         await service.create_consumer(TOPIC, f"s{i}", ConsumerOptions())
         for i in range(SUBSCRIPTIONS)
     ]
-    await until(
+    await eventually_async(
         lambda: all(len(c.queue) == MESSAGES for c in consumers), "every receiver queue to fill"
     )
 

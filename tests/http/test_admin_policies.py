@@ -5,7 +5,6 @@ and a backlog quota refusing the official client's producers with Pulsar's error
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -17,20 +16,8 @@ from tests.harness import ServedBroker, new_topic, persistent
 
 pytestmark = pytest.mark.slow
 
-_names = itertools.count()
 RETAIN = {"retentionTimeInMinutes": 60, "retentionSizeInMB": 1024}
 QUOTA = {"limitSize": 1024, "limitTime": -1, "policy": "producer_exception"}
-
-
-@pytest.fixture
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-def new_namespace(broker: ServedBroker) -> str:
-    namespace = f"public/policies-{next(_names)}"
-    broker.ok("PUT", f"/admin/v2/namespaces/{namespace}")
-    return namespace
 
 
 def error(broker: ServedBroker, method: str, path: str, body: Any = None) -> tuple[int, str]:
@@ -45,7 +32,7 @@ def unset(broker: ServedBroker, path: str) -> bool:
 
 
 def test_a_namespaces_policies_read_back_as_pulsar_shapes_them(broker: ServedBroker) -> None:
-    namespace = new_namespace(broker)
+    namespace = broker.new_namespace("policies")
     base = f"/admin/v2/namespaces/{namespace}"
     policies = broker.ok("GET", base)
     assert policies["replication_clusters"] == ["standalone"]
@@ -78,7 +65,7 @@ def test_a_namespaces_policies_read_back_as_pulsar_shapes_them(broker: ServedBro
 def test_bad_policies_are_refused_with_pulsars_statuses_and_nothing_is_stored(
     broker: ServedBroker,
 ) -> None:
-    namespace = new_namespace(broker)
+    namespace = broker.new_namespace("policies")
     base = f"/admin/v2/namespaces/{namespace}"
     one_zero = {"retentionTimeInMinutes": 0, "retentionSizeInMB": 10}
     assert error(broker, "POST", base + "/retention", one_zero) == (412, "precondition-failed")
@@ -123,7 +110,7 @@ def test_bad_policies_are_refused_with_pulsars_statuses_and_nothing_is_stored(
 
 
 def test_a_topics_own_policies_win_over_its_namespaces(broker: ServedBroker) -> None:
-    namespace = new_namespace(broker)
+    namespace = broker.new_namespace("policies")
     topic = new_topic("own", namespace)
     base = f"/admin/v2/persistent/{topic}"
     assert error(broker, "POST", base + "/messageTTL?messageTTL=5") == (404, "not-found")
@@ -160,7 +147,7 @@ def test_a_topics_own_policies_win_over_its_namespaces(broker: ServedBroker) -> 
 
 def test_policies_survive_a_restart(served_broker: ServedBrokerFactory) -> None:
     broker = served_broker()
-    namespace = new_namespace(broker)
+    namespace = broker.new_namespace("policies")
     topic = new_topic("kept", namespace)
     broker.ok("PUT", f"/admin/v2/persistent/{topic}")
     broker.ok("POST", f"/admin/v2/namespaces/{namespace}/retention", RETAIN)
@@ -182,7 +169,7 @@ def test_a_producer_is_refused_with_pulsars_error_while_the_backlog_is_over_quot
     broker: ServedBroker, pulsar_client: Callable[..., Any], policy: str, refusal: str
 ) -> None:
     client = pulsar_client(broker.service_url, operation_timeout_seconds=5)
-    namespace = new_namespace(broker)
+    namespace = broker.new_namespace("policies")
     topic = new_topic("quota", namespace)
     quota = {"limitSize": 1024, "limitTime": -1, "policy": policy}
     broker.ok("POST", f"/admin/v2/namespaces/{namespace}/backlogQuota", quota)

@@ -4,8 +4,6 @@ with Pulsar's headers, skip, clear and expire it, answered with Pulsar's statuse
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
 from typing import Any
 
 import pulsar
@@ -15,18 +13,6 @@ from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, eventually, new_topic, persistent
 
 pytestmark = pytest.mark.slow
-
-_namespaces = itertools.count()
-
-
-@pytest.fixture
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-@pytest.fixture
-def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> pulsar.Client:
-    return pulsar_client(broker.service_url)
 
 
 def admin(topic: str, rest: str = "") -> str:
@@ -243,8 +229,7 @@ def test_expired_messages_are_acknowledged_and_young_ones_kept(
 def test_a_namespaces_backlogs_are_cleared_on_every_topic_and_partition(
     broker: ServedBroker, client: pulsar.Client
 ) -> None:
-    namespace = f"public/clear-{next(_namespaces)}"
-    broker.ok("PUT", f"/admin/v2/namespaces/{namespace}")
+    namespace = broker.new_namespace("clear")
     plain = new_topic("plain", namespace)
     partitioned = new_topic("parts", namespace)
     broker.ok("PUT", admin(partitioned, "/partitions"), 2)

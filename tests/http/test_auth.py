@@ -14,8 +14,8 @@ import pytest
 from broker.auth.tokens import create_key_pair, create_secret_key, create_token, private_key
 from broker.config import load_broker_config
 from storage_stub.confparse import ConfigError
-from tests import harness
 from tests.conftest import Client, LiveBroker, b64
+from tests.harness import new_topic
 
 TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
 SECRET = create_secret_key()
@@ -52,10 +52,6 @@ def hs256_by_hand(key: bytes, claims: dict[str, Any]) -> str:
     return (head + b"." + body + b"." + signature).decode()
 
 
-def new_topic() -> str:
-    return harness.new_topic("auth")
-
-
 async def call(
     client: Client, method: str, path: str, token: str | None = None, json: Any = None
 ) -> tuple[int, Any, Any]:
@@ -87,7 +83,7 @@ async def test_without_a_token_admin_and_client_routes_answer_401_and_public_pag
     live_broker: LiveBroker,
 ) -> None:
     client = await live_broker(**auth_settings())
-    topic = new_topic()
+    topic = new_topic("auth")
     refused = [
         *ADMIN_CHANGES,
         ("POST", f"/topics/persistent/{topic}", produce_body("x")),
@@ -116,7 +112,7 @@ async def test_a_role_that_is_not_a_super_user_may_produce_and_consume_but_not_a
 ) -> None:
     client = await live_broker(**auth_settings())
     alice, admin = token_for("alice"), token_for("admin")
-    topic = new_topic()
+    topic = new_topic("auth")
     status, body, _ = await call(
         client, "POST", f"/topics/persistent/{topic}", alice, produce_body("a")
     )
@@ -151,7 +147,7 @@ async def test_a_role_that_is_not_a_super_user_may_produce_and_consume_but_not_a
 async def test_a_consumer_belongs_to_the_role_that_made_it(live_broker: LiveBroker) -> None:
     client = await live_broker(**auth_settings())
     alice, bob, admin = token_for("alice"), token_for("bob"), token_for("admin")
-    topic = new_topic()
+    topic = new_topic("auth")
     options = {"subscriptionInitialPosition": "Earliest"}
     status, body, _ = await call(client, "POST", f"/consumers/persistent/{topic}/s", alice, options)
     assert status == 200, body
@@ -196,7 +192,7 @@ async def test_an_expired_or_badly_signed_token_answers_401(
 ) -> None:
     client = await live_broker(**auth_settings())
     async with client.session.post(
-        f"{client.base_url}/topics/persistent/{new_topic()}",
+        f"{client.base_url}/topics/persistent/{new_topic('auth')}",
         json=produce_body("x"),
         headers={"Authorization": authorization},
     ) as response:
@@ -233,7 +229,7 @@ async def test_authentication_without_authorization_lets_every_role_administer(
 
 async def test_the_anonymous_role_serves_clients_without_a_token(live_broker: LiveBroker) -> None:
     client = await live_broker(**auth_settings(anonymousUserRole="guest"))
-    topic = new_topic()
+    topic = new_topic("auth")
     assert (await call(client, "POST", f"/topics/persistent/{topic}", None, produce_body("g")))[
         0
     ] == 200
@@ -257,7 +253,7 @@ async def test_the_websocket_api_takes_the_token_as_header_or_query(
     live_broker: LiveBroker,
 ) -> None:
     client = await live_broker(**auth_settings())
-    path = f"/ws/v2/producer/persistent/{new_topic()}"
+    path = f"/ws/v2/producer/persistent/{new_topic('auth')}"
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await client.session.ws_connect(client.base_url + path)
     assert refused.value.status == 401

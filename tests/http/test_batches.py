@@ -7,7 +7,6 @@ its own, and the entry is acknowledged (durably) when its last message is.
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
 from typing import Any
 
@@ -327,18 +326,18 @@ async def test_key_shared_sends_each_batch_whole_to_the_consumer_of_its_key(
 
     owner: dict[str, str] = {}
     seen: dict[str, list[str]] = {key: [] for key in keys}
-    received = 0
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 20
-    while received < total and loop.time() < end:
+
+    async def all_received() -> bool:
         for consumer in consumers:
             got = await client.receive(consumer, 100, 50)
             for m in got:
                 assert owner.setdefault(m["key"], consumer) == consumer, "a key moved"
                 seen[m["key"]].append(m["messageId"])
-            received += len(got)
             if got:
                 await client.ack(consumer, ids_of(got))
+        return sum(map(len, seen.values())) >= total
+
+    await eventually_async(all_received, lambda: f"{total} messages (got {seen})", 20)
     assert seen == sent, "every message, each key's in order, each batch whole"
     assert len(set(owner.values())) == 2, "the keys are spread over both consumers"
     assert await backlog(client) == 0
@@ -355,15 +354,17 @@ async def test_key_shared_routes_a_batch_by_the_key_of_its_first_message(
     owner: dict[str, str] = {}  # message id -> consumer
 
     async def deliver_all(count: int) -> None:
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 20
         wanted = len(owner) + count
-        while len(owner) < wanted and loop.time() < end:
+
+        async def all_delivered() -> bool:
             for consumer in consumers:
                 got = await client.receive(consumer, 100, 50)
                 owner.update((m["messageId"], consumer) for m in got)
                 if got:
                     await client.ack(consumer, ids_of(got))
+            return len(owner) >= wanted
+
+        await eventually_async(all_delivered, lambda: f"{wanted} messages (got {owner})", 20)
 
     keys = [f"k{n}" for n in range(16)]
     status, body = await client.request(

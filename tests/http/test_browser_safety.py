@@ -9,14 +9,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests import harness
 from tests.conftest import Client, LiveBroker, b64
+from tests.harness import new_topic
 
 EVIL = "https://evil.example"
-
-
-def new_topic() -> str:
-    return harness.new_topic("browser")
 
 
 def produce_json(payload: str = "x") -> bytes:
@@ -50,7 +46,7 @@ async def topics(client: Client) -> list[str]:
 
 async def test_a_cross_origin_post_is_refused_and_stores_nothing(live_broker: LiveBroker) -> None:
     client = await live_broker()
-    topic = new_topic()
+    topic = new_topic("browser")
     json_type = {"Content-Type": "application/json"}
     for method, path, body in [
         ("POST", f"/topics/persistent/{topic}", produce_json()),
@@ -94,7 +90,7 @@ async def test_a_produce_a_web_page_could_send_without_a_preflight_is_refused(
     live_broker: LiveBroker, content_type: str | None
 ) -> None:
     client = await live_broker()
-    topic = new_topic()
+    topic = new_topic("browser")
     headers = {} if content_type is None else {"Content-Type": content_type}
     status, answer, _ = await send(
         client, "POST", f"/topics/persistent/{topic}", produce_json(), headers
@@ -133,7 +129,7 @@ async def test_bound_to_loopback_only_loopback_host_names_are_answered(
         status, answer, _ = await send(
             client,
             "POST",
-            f"/topics/persistent/{new_topic()}",
+            f"/topics/persistent/{new_topic('browser')}",
             produce_json(),
             {**headers, "Content-Type": "application/json"},
         )
@@ -159,7 +155,7 @@ async def test_cors_is_off_unless_origins_are_configured(live_broker: LiveBroker
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "content-type",
     }
-    path = f"/topics/persistent/{new_topic()}"
+    path = f"/topics/persistent/{new_topic('browser')}"
     closed = await live_broker()
     status, _, headers = await send(closed, "OPTIONS", path, None, preflight)
     assert status == 403 and "Access-Control-Allow-Origin" not in headers
@@ -188,7 +184,7 @@ async def test_cors_is_off_unless_origins_are_configured(live_broker: LiveBroker
 
 async def test_a_web_page_of_another_site_cannot_open_a_websocket(live_broker: LiveBroker) -> None:
     client = await live_broker()
-    url = f"{client.base_url}/ws/v2/producer/persistent/{new_topic()}"
+    url = f"{client.base_url}/ws/v2/producer/persistent/{new_topic('browser')}"
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await client.session.ws_connect(url, origin=EVIL)
     assert refused.value.status == 403

@@ -12,7 +12,6 @@ The run is bounded (a few examples per operation, derandomized) so it fits the s
 
 from __future__ import annotations
 
-import pathlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +25,8 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 
 from broker.http.app import contract
 from broker.http.openapi import openapi_spec
-from tests.harness import ServedBroker, Spawn, http_request
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker, http_request
 
 #: each operation, in each mode, gets its own derandomized run: breadth over operations
 #: finds what depth per operation finds (a 500 on an optional field of produce was found
@@ -42,17 +42,11 @@ EXAMPLES_WITHOUT_INPUT = 1
 ANSWER_BOUND_S = 15.0
 HEALTH = "/admin/v2/brokers/health"
 
-
-@pytest.fixture(scope="module")
-def served(
-    tmp_path_factory: pytest.TempPathFactory, broker_spawn: Spawn | None
-) -> Iterator[ServedBroker]:
-    data_dir: pathlib.Path = tmp_path_factory.mktemp("fuzz") / "data"
-    broker = ServedBroker(data_dir, {}, spawn=broker_spawn).start()
-    try:
-        yield broker
-    finally:
-        broker.kill()
+#: every case on one xdist worker: each worker that ran some of them started its own
+#: broker, loaded the document into schemathesis and warmed hypothesis' engine up (its
+#: first case cost 1.2 to 1.6 s of CPU, a later one some 0.05 s); the group, the largest
+#: unit of work, is handed out first (``--dist loadgroup`` orders units by size)
+pytestmark = pytest.mark.xdist_group("fuzz")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +60,9 @@ def session() -> Iterator[requests.Session]:
 
 
 @pytest.fixture(scope="module")
-def fuzz_schema(served: ServedBroker) -> Any:
+def fuzz_schema(shared_served_broker: ServedBrokerFactory) -> Any:
+    """The document of the module's ``broker``, its requests sent there."""
+    served = shared_served_broker()
     schema = schemathesis.openapi.from_dict(served.http("GET", "/openapi.json"))
     schema.config.update(base_url=served.http_url, request_timeout=ANSWER_BOUND_S)
     # Strings of any character UTF-8 can encode, that is every one but the surrogates:
@@ -119,7 +115,7 @@ def _runs() -> list[Any]:
 
 @pytest.mark.parametrize(("operation_id", "mode", "examples"), _runs())
 def test_every_operation_answers_as_documented_and_never_fails_inside(
-    served: ServedBroker,
+    broker: ServedBroker,
     fuzz_schema: Any,
     session: requests.Session,
     operation_id: str,
@@ -139,7 +135,7 @@ def test_every_operation_answers_as_documented_and_never_fails_inside(
     def answers_as_documented(case: Any) -> None:
         response = case.call(session=session)
         if operation_id == "setFault":
-            served.http("DELETE", "/admin/v2/brokerlab/faults")  # faults stay out of others
+            broker.http("DELETE", "/admin/v2/brokerlab/faults")  # faults stay out of others
         case.validate_response(
             response,
             checks=[not_a_server_error, status_code_conformance, response_schema_conformance],
@@ -147,5 +143,5 @@ def test_every_operation_answers_as_documented_and_never_fails_inside(
 
     answers_as_documented()
     # whatever the examples left running, the broker still answers
-    health = http_request(served.http_url, "GET", HEALTH, timeout=ANSWER_BOUND_S)
+    health = http_request(broker.http_url, "GET", HEALTH, timeout=ANSWER_BOUND_S)
     assert health.status == 200, health

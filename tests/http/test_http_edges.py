@@ -8,7 +8,6 @@ import socket
 
 import pytest
 
-from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker
 
 pytestmark = pytest.mark.slow
@@ -29,11 +28,6 @@ def exchange(broker: ServedBroker, request: bytes) -> tuple[int, bytes]:
             answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), body
-
-
-@pytest.fixture(scope="module")
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
 
 
 def test_a_request_without_host_is_answered_in_json_and_logs_no_traceback(

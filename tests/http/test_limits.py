@@ -9,21 +9,19 @@ import asyncio
 import contextlib
 import json
 import resource
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from broker.config import load_broker_config
-from broker.http.app import create_app
-from broker.http.listener import LimitedTCPSite, http_runner
+from broker.http.listener import LimitedTCPSite
 from loadgen.bounded import ADMIN_CONCURRENCY
 from loadgen.run import PRODUCE_CONNECTIONS
 from loadgen.runner import _connection_limit
 from loadgen.scenario import load_scenario
 from tests.conftest import CONF, Client, make_settings
-from tests.harness import eventually_async
+from tests.harness import eventually_async, served_site, url_of
 
 DEADLINE_S = 30.0
 
@@ -31,12 +29,8 @@ DEADLINE_S = 30.0
 @contextlib.asynccontextmanager
 async def limited_broker(**broker: Any) -> AsyncIterator[tuple[LimitedTCPSite, Client]]:
     """A broker served as ``brokerlab serve`` serves it: runner and site from config."""
-    settings = make_settings(None, **broker)
-    runner = http_runner(create_app(settings), settings.broker)
-    await runner.setup()
-    site = LimitedTCPSite.for_config(runner, settings.broker)  # port 0: a free one
-    await site.start()
-    client = Client(f"http://127.0.0.1:{site.port}")
+    runner, site = await served_site(make_settings(None, **broker))
+    client = Client(url_of(runner))
     try:
         yield site, client
     finally:
@@ -74,9 +68,10 @@ async def test_a_slowloris_client_is_cut_before_its_request_head_completes() -> 
         reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
         sent = 0
         cut = False
-        deadline = time.monotonic() + DEADLINE_S
-        while not cut and sent < len(head):
-            assert time.monotonic() < deadline, "the slow client was never cut"
+
+        async def one_more_byte() -> bool:
+            """Send the head's next byte; whether the client was cut or sent it all."""
+            nonlocal sent, cut
             writer.write(head[sent : sent + 1])
             sent += 1
             try:
@@ -89,6 +84,9 @@ async def test_a_slowloris_client_is_cut_before_its_request_head_completes() -> 
                 # an end of file
                 cut = True
             cut = cut or reader.at_eof()
+            return cut or sent >= len(head)
+
+        await eventually_async(one_more_byte, "the slow client to be cut", DEADLINE_S, every_s=0)
         assert cut, "the head completed before the broker cut the client"
         assert sent < len(head)
         assert site.limiter.total == 0
@@ -138,19 +136,23 @@ async def test_a_request_body_trickled_below_the_minimum_rate_is_answered_408_an
         reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
         writer.write(produce_head(topic, len(body)))
         sent = 0
-        deadline = time.monotonic() + DEADLINE_S
         answer = b""
-        while sent < len(body):
-            assert time.monotonic() < deadline, "the trickled body was never cut"
+
+        async def one_more_byte() -> bool:
+            """Send the body's next byte; whether the broker answered (or cut) or the
+            whole body went."""
+            nonlocal sent, answer
             try:
                 writer.write(body[sent : sent + 1])  # never silent for a whole look
                 sent += 1
                 answer = await asyncio.wait_for(reader.read(), 0.05)  # the client's pace
             except TimeoutError:
-                continue
+                return sent >= len(body)
             except ConnectionError:  # cut between two of its bytes: a reset, not an EOF
-                break
-            break  # the broker answered and closed
+                pass
+            return True  # the broker answered and closed
+
+        await eventually_async(one_more_byte, "the trickled body to be cut", DEADLINE_S, every_s=0)
         assert sent < len(body), "the whole trickled body was read"
         assert answer.startswith(b"HTTP/1.1 408 "), answer
         error = json.loads(answer.partition(b"\r\n\r\n")[2])

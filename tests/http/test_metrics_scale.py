@@ -9,9 +9,9 @@ from collections import defaultdict
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.http.app_state import NODE
-from tests.conftest import Client, LiveBroker, make_settings, served
+from tests.conftest import Client, LiveBroker
 from tests.dispatch.test_idle_topics import TOPICS, create_topics
+from tests.harness import in_process_node
 
 TOPIC_FAMILIES = ("pulsar_msg_backlog", "pulsar_rate_in", "pulsar_rate_out", "pulsar_storage_size")
 
@@ -62,11 +62,9 @@ async def test_thousands_of_topics_give_a_bounded_scrape() -> None:
     """TOPICS (2,000; 50,000 with BROKERLAB_SCALE_TOPICS=50000) topics, the topic-labelled
     series capped at a tenth of them (the shipped cap, 1000, at 50,000 topics)."""
     cap = min(1000, TOPICS // 10)
-    runner = await served(make_settings(None, brokerlabMetricsMaxTopics=cap))
-    client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
-    service = runner.app[NODE].service
-    assert service is not None
-    try:
+    async with in_process_node(brokerlabMetricsMaxTopics=cap) as (client, node):
+        service = node.service
+        assert service is not None
         await create_topics(service, TOPICS, "t")
 
         started = time.perf_counter()
@@ -74,7 +72,7 @@ async def test_thousands_of_topics_give_a_bounded_scrape() -> None:
         print(f"\n/metrics of {TOPICS} topics: {len(text) / 1e6:.2f} MB in "
               f"{time.perf_counter() - started:.2f} s")  # fmt: skip
 
-        assert runner.app[NODE].config.brokerlabMetricsMaxTopics == cap
+        assert node.config.brokerlabMetricsMaxTopics == cap
         for family in TOPIC_FAMILIES:
             assert len(by_topic[family]) == cap + 1, family
         assert value(text, "brokerlab_metrics_topics_aggregated") == TOPICS - cap
@@ -82,9 +80,6 @@ async def test_thousands_of_topics_give_a_bounded_scrape() -> None:
         assert sum(storage.values()) == sum(t.ledger.total_size() for t in service.topics.values())
         series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
         assert series < 10 * cap, f"{series} series"
-    finally:
-        await client.close()
-        await runner.cleanup()
 
 
 async def test_topic_series_carry_pulsars_namespace_label_and_other_is_per_namespace(

@@ -9,7 +9,6 @@ session, as Pulsar's client discards a corrupt message)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -17,17 +16,13 @@ import pytest
 
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
-from broker.http.app_state import NODE
 from broker.ledger.entry import check_entry, encode_message
 from tests.harness import (
     Client,
     eventually_async,
-    make_settings,
     new_topic,
     persistent,
-    served,
     unb64,
-    url_of,
 )
 from tests.protocol.raw import (
     broken_batch_message,
@@ -60,19 +55,6 @@ STORED = [
 ]
 
 
-@pytest.fixture
-async def broker() -> AsyncIterator[tuple[Client, BrokerService]]:
-    runner = await served(make_settings(None))
-    client = Client(url_of(runner))
-    service = runner.app[NODE].service
-    assert service is not None
-    try:
-        yield client, service
-    finally:
-        await client.close()
-        await runner.cleanup()
-
-
 async def store_directly(service: BrokerService, topic: str) -> None:
     loaded = await service.get_topic(TopicName.parse(persistent(topic)), create=True)
     await loaded.ledger.add_entries(STORED)
@@ -90,9 +72,9 @@ async def drained(client: Client, topic: str, sub: str) -> None:
 
 @pytest.mark.parametrize("sub_type", ["Exclusive", "Shared", "Key_Shared"])
 async def test_an_http_consumer_receives_the_good_messages_around_poison_entries(
-    broker: tuple[Client, BrokerService], sub_type: str
+    broker_service: tuple[Client, BrokerService], sub_type: str
 ) -> None:
-    client, service = broker
+    client, service = broker_service
     topic = new_topic("poison-http")
     await store_directly(service, topic)
     options = {"subscriptionType": sub_type, "subscriptionInitialPosition": "Earliest"}
@@ -112,9 +94,9 @@ async def test_an_http_consumer_receives_the_good_messages_around_poison_entries
 
 
 async def test_a_websocket_consumer_keeps_pushing_the_good_messages_around_poison_entries(
-    broker: tuple[Client, BrokerService],
+    broker_service: tuple[Client, BrokerService],
 ) -> None:
-    client, service = broker
+    client, service = broker_service
     topic = new_topic("poison-ws")
     await store_directly(service, topic)
     url = client.base_url.replace("http://", "ws://", 1)
@@ -139,12 +121,12 @@ async def receive(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
 
 
 async def test_what_http_and_websocket_producers_store_passes_the_produce_check(
-    broker: tuple[Client, BrokerService],
+    broker_service: tuple[Client, BrokerService],
 ) -> None:
     """The HTTP and WebSocket producers send fields, not metadata: the broker builds
     their entries, and the binary SEND's check (``check_entry``) finds nothing wrong
     with any of them, batches of many messages, keys and properties included."""
-    client, service = broker
+    client, service = broker_service
     topic = new_topic("poison-built")
     await client.produce(topic, ["plain", ""])
     status, body = await client.request(
@@ -175,11 +157,11 @@ async def test_what_http_and_websocket_producers_store_passes_the_produce_check(
 
 
 async def test_a_reset_by_time_and_an_expiry_search_past_poison_entries(
-    broker: tuple[Client, BrokerService],
+    broker_service: tuple[Client, BrokerService],
 ) -> None:
     """Finding a position by publish time reads entries' metadata: one it cannot read
     counts as not published earlier (Pulsar's message finder), never a 500."""
-    client, service = broker
+    client, service = broker_service
     topic = new_topic("poison-seek")
     admin = f"/admin/v2/persistent/{topic}/subscription/s"
     await store_directly(service, topic)
@@ -196,12 +178,12 @@ async def test_a_reset_by_time_and_an_expiry_search_past_poison_entries(
 
 
 async def test_peeking_an_entry_whose_metadata_does_not_parse_says_so(
-    broker: tuple[Client, BrokerService], caplog: pytest.LogCaptureFixture
+    broker_service: tuple[Client, BrokerService], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Pulsar's admin answers an entry it cannot parse with a 500 carrying the parser's
     message; brokerlab answers the same status with ``{"reason", "code"}`` naming the
     entry, logs no traceback, and peeks the good entries around it as usual."""
-    client, service = broker
+    client, service = broker_service
     topic = new_topic("poison-peek")
     await store_directly(service, topic)
     peek = f"/admin/v2/persistent/{topic}/subscription/s/position"

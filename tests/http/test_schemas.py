@@ -6,7 +6,6 @@ fails) with no field the model does not name, unless the model allows more (coun
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
 from typing import Any, TypeVar, get_args
 
@@ -177,14 +176,16 @@ async def test_produced_and_received_messages_answer_as_their_models(
         conforming(ProduceResponse, produced)
 
     received: list[dict[str, Any]] = []
-    loop = asyncio.get_running_loop()
-    end = loop.time() + RECEIVE_DEADLINE_S
-    while len(received) < 5 and loop.time() < end:
+
+    async def all_five() -> bool:
         polled = await answer(
             client, "GET", f"/consumers/{consumer}/messages", maxMessages=10, timeoutMs=500
         )
         conforming(ReceiveResponse, polled)
-        received += polled["messages"]
+        received.extend(polled["messages"])
+        return len(received) >= 5
+
+    await eventually_async(all_five, "the five messages", RECEIVE_DEADLINE_S)
     assert len(received) == 5
     assert any("key" in message for message in received)
     assert any(message["messageId"].count(":") == 2 for message in received)  # a batch's

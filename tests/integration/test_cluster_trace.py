@@ -5,25 +5,21 @@ hits and misses that broker's cache counted live, summed over its incarnations."
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import pathlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from broker.cache import DESIGNS
 from broker.cache.config import CacheConfig
-from broker.cluster import Cluster, http_url
+from broker.cluster import Cluster
 from broker.dispatch.names import TopicName
-from broker.http.app import node_app
 from broker.trace.recorder import read_meta, read_trace
 from loadgen.client import BrokerClient
 from pipeline.analyze import trace_settings
 from pipeline.replay import ReplaySpec, replay_trace_dir
-from tests.conftest import make_settings
+from tests.harness import in_process_cluster
 
 BATCH, PAYLOAD = 100, b"p" * 1500
 #: a TTL longer than the test and no stats period in it: what is cached depends on the
@@ -33,32 +29,6 @@ DETERMINISTIC = {
     "managedLedgerCacheEvictionTimeThresholdMillis": 120_000,
     "statsUpdateFrequencyInSecs": 3600,
 }
-
-
-@contextlib.asynccontextmanager
-async def cluster_of_two(trace_dir: pathlib.Path, design: str) -> AsyncIterator[Cluster]:
-    settings = make_settings(
-        None,
-        managedLedgerCacheImplementation=design,
-        brokerlabTraceDir=str(trace_dir),
-        **DETERMINISTIC,
-    )
-    cluster = Cluster(settings, brokers=2)
-    await cluster.open()
-    runners = []
-    try:
-        for node in cluster.nodes:
-            runner = web.AppRunner(node_app(node), access_log=None)
-            await runner.setup()
-            runners.append(runner)
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            node.address.http_url = http_url("127.0.0.1", runner.addresses[0][1])
-        await cluster.start()
-        yield cluster
-    finally:
-        for runner in runners:
-            await runner.cleanup()
-        await cluster.close()
 
 
 def topics_on_both(cluster: Cluster) -> list[str]:
@@ -122,9 +92,14 @@ async def test_each_brokers_replay_counts_its_live_hits(
     tmp_path: pathlib.Path, design: str
 ) -> None:
     trace_dir = tmp_path / "trace"
-    async with cluster_of_two(trace_dir, design) as cluster:
-        live = await workload(cluster)
-        assert [node.restarts for node in cluster.nodes] == [1, 1]
+    async with in_process_cluster(
+        2,
+        managedLedgerCacheImplementation=design,
+        brokerlabTraceDir=str(trace_dir),
+        **DETERMINISTIC,
+    ) as local:
+        live = await workload(local.cluster)
+        assert [node.restarts for node in local.cluster.nodes] == [1, 1]
     # both brokers read from storage (legacy caches no storage read, so its hits may be 0)
     assert all(stats["misses"] > 0 for stats in live.values())
     if design == "pip430":

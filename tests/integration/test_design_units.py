@@ -103,6 +103,11 @@ async def run(design: str, trace_dir: pathlib.Path) -> dict[str, Any]:
     return cache
 
 
+#: the module's tests on one xdist worker, which makes its run per design (a module fixture)
+#: once: each worker running some of them made its own
+pytestmark = pytest.mark.xdist_group("test_design_units")
+
+
 @pytest.fixture(scope="module")
 def runs(
     tmp_path_factory: pytest.TempPathFactory,

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import BrokerProcessFactory, Client, b64, unb64
+from tests.harness import eventually_async
 from tests.smallfs import SmallFileSystem, small_file_system
 
 pytestmark = pytest.mark.slow
@@ -51,17 +52,19 @@ async def _produce(client: Client, payload: str) -> tuple[int, dict[str, object]
 async def _until_produce(client: Client, want: int, acknowledged: list[str]) -> dict[str, object]:
     """Produce until the answer has status ``want`` (polling, with a deadline); what
     was answered 200 meanwhile joins ``acknowledged``."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + DEADLINE_S
-    while True:
-        payload = f"poll-{len(acknowledged)}-{loop.time()}"
-        status, body = await _produce(client, payload)
-        if status == 200:
+    last: list[tuple[int, dict[str, object]]] = []
+
+    async def answered() -> bool:
+        payload = f"poll-{len(acknowledged)}-{asyncio.get_running_loop().time()}"
+        last[:] = [await _produce(client, payload)]
+        if last[0][0] == 200:
             acknowledged.append(payload)
-        if status == want:
-            return body
-        assert loop.time() < end, f"still {status} {body} after {DEADLINE_S} s"
-        await asyncio.sleep(0.05)
+        return last[0][0] == want
+
+    await eventually_async(
+        answered, lambda: f"a produce answered {want} (last: {last})", DEADLINE_S
+    )
+    return last[0][1]
 
 
 async def _read_all(client: Client, subscription: str, count: int) -> list[str]:

@@ -8,16 +8,11 @@ resets and the checks go over HTTP, as in the matrix."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from broker.dispatch.names import TopicName
 from broker.dispatch.service import BrokerService
 from broker.dispatch.topic import PersistentTopic
-from broker.http.app_state import NODE
 from broker.ledger.entry import encode_message
-from tests.conftest import Client, make_settings, served
+from tests.harness import Client
 from tests.integration.fault_workload import (
     ORDERS,
     Ledger,
@@ -29,19 +24,6 @@ from tests.integration.fault_workload import (
 )
 
 T = 1_700_000_000_000  # a publish time (epoch ms)
-
-
-@pytest.fixture
-async def broker() -> AsyncIterator[tuple[Client, BrokerService]]:
-    runner = await served(make_settings(None))
-    client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
-    service = runner.app[NODE].service
-    assert service is not None
-    try:
-        yield client, service
-    finally:
-        await client.close()
-        await runner.cleanup()
 
 
 async def _orders(client: Client, service: BrokerService, ledger: Ledger) -> PersistentTopic:
@@ -65,7 +47,7 @@ async def _check_rewind(client: Client, ledger: Ledger) -> list[str]:
 
 
 async def test_a_message_older_than_a_reset_time_stored_after_the_reset_is_where_it_starts(
-    broker: tuple[Client, BrokerService],
+    broker_service: tuple[Client, BrokerService],
 ) -> None:
     """A produce takes its publish time when the broker reads it, then may wait (for a
     rollover, or a topic load, whose metadata writes fail and are retried) while
@@ -74,7 +56,7 @@ async def test_a_message_older_than_a_reset_time_stored_after_the_reset_is_where
     than the time. ``rewind`` starts at it, as Pulsar's would (its search sees what is
     stored when it runs). The matrix's metadataPut/error cell once reported this as
     "rewind starts at 7:0; its resets (time:...) allow 7:4"."""
-    client, service = broker
+    client, service = broker_service
     ledger = Ledger(seed=0, tag="oracle")
     topic = await _orders(client, service, ledger)
     for i in range(3):
@@ -89,12 +71,12 @@ async def test_a_message_older_than_a_reset_time_stored_after_the_reset_is_where
 
 
 async def test_a_reset_by_time_that_did_not_happen_is_caught(
-    broker: tuple[Client, BrokerService],
+    broker_service: tuple[Client, BrokerService],
 ) -> None:
     """The other side: a reset to a time answered 204 whose cursor is found where it
     was before (a reset lost, or never applied) is reported, though messages older than
     the time were stored around it."""
-    client, service = broker
+    client, service = broker_service
     ledger = Ledger(seed=0, tag="oracle")
     topic = await _orders(client, service, ledger)
     before = [await _store(ledger, topic, f"before-{i}", T) for i in range(3)]

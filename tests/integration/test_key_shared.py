@@ -4,10 +4,10 @@ messages to be acknowledged."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 
 from tests.conftest import Client, LiveBroker, unb64
+from tests.harness import eventually_async
 
 TOPIC = "public/default/keyed"
 
@@ -46,18 +46,20 @@ async def test_each_key_goes_to_one_consumer_in_order_and_nothing_is_lost(
     seen: dict[str, list[int]] = defaultdict(list)
     owner: dict[str, str] = {}
     got: list[str] = []
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 30
-    while len(got) < len(ids) and loop.time() < end:
+
+    async def all_received() -> bool:
         for consumer in consumers:
             batch = await client.receive(consumer, 15, 20)
             for message in batch:
                 key = str(message["key"])
                 assert owner.setdefault(key, consumer) == consumer, f"{key} moved consumers"
                 seen[key].append(index_of(message))
-            got += [str(m["messageId"]) for m in batch]
+            got.extend(str(m["messageId"]) for m in batch)
             if batch:
                 await client.ack(consumer, [str(m["messageId"]) for m in batch])
+        return len(got) >= len(ids)
+
+    await eventually_async(all_received, lambda: f"{len(ids)} messages (got {len(got)})", 30)
     assert sorted(got) == sorted(ids), "every message exactly once"
     assert all(indexes == sorted(indexes) for indexes in seen.values()), "per-key order"
     assert len(set(owner.values())) == 3, "keys spread over all three consumers"
@@ -79,10 +81,10 @@ async def test_a_slow_consumer_s_replays_come_from_the_cache_in_key_order(
     ids = await produce_keyed(client, 500, keys=100)
     seen: dict[str, list[int]] = defaultdict(list)
     received = 0
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 60
     rounds = 0
-    while received < len(ids) and loop.time() < end:
+
+    async def all_received() -> bool:
+        nonlocal received, rounds
         rounds += 1
         for name, consumer in consumers.items():
             if name == "slow" and rounds % 10:
@@ -93,6 +95,9 @@ async def test_a_slow_consumer_s_replays_come_from_the_cache_in_key_order(
             received += len(batch)
             if batch:
                 await client.ack(consumer, [str(m["messageId"]) for m in batch])
+        return received >= len(ids)
+
+    await eventually_async(all_received, lambda: f"{len(ids)} messages (got {received})", 60)
     assert received == len(ids)
     assert all(indexes == sorted(indexes) for indexes in seen.values()), "per-key order"
     _, cache = await client.request("GET", "/admin/v2/broker-stats/cache")

@@ -6,16 +6,20 @@ from __future__ import annotations
 import asyncio
 
 from tests.conftest import Client, LiveBroker, unb64
+from tests.harness import eventually_async
 
 TOPIC = "public/default/events"
 
 
 async def _poll_until(client: Client, consumer: str, wanted: set[str]) -> list[dict[str, object]]:
+    """What ``consumer`` receives until every one of ``wanted`` has come."""
     got: list[dict[str, object]] = []
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 20
-    while not wanted <= {m["messageId"] for m in got} and loop.time() < end:
-        got += await client.receive(consumer, 100, 100)
+
+    async def all_came() -> bool:
+        got.extend(await client.receive(consumer, 100, 100))
+        return wanted <= {m["messageId"] for m in got}
+
+    await eventually_async(all_came, lambda: f"messages {sorted(wanted)} (got {got})", 20)
     return got
 
 

@@ -3,10 +3,10 @@ nack redelivery, hand-over of a closed consumer's unacked messages."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 
 from tests.conftest import LiveBroker, unb64
+from tests.harness import eventually_async
 
 TOPIC = "public/default/orders"
 
@@ -60,15 +60,20 @@ async def test_shared_subscription_spreads_across_three_consumers_without_loss(
         produced += await client.produce(TOPIC, [f"job-{i}" for i in range(start, start + 50)])
 
     received: dict[str, list[str]] = {c: [] for c in consumers}
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 30
-    while sum(len(v) for v in received.values()) < total and loop.time() < end:
+
+    def count() -> int:
+        return sum(len(v) for v in received.values())
+
+    async def all_received() -> bool:
         for consumer in consumers:
             messages = await client.receive(consumer, 7, 50)
             ids = [m["messageId"] for m in messages]
             received[consumer] += ids
             if ids:
                 await client.ack(consumer, ids)
+        return count() >= total
+
+    await eventually_async(all_received, lambda: f"{total} messages (got {count()})", 30)
 
     all_ids = [i for ids in received.values() for i in ids]
     assert sorted(all_ids) == sorted(produced), "every message exactly once"
@@ -132,13 +137,15 @@ async def test_closed_consumer_hands_unacked_messages_to_another(live_broker: Li
 
     remaining = set(produced) - set(first_ids[:1])
     got: list[dict[str, object]] = []
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 20
-    while {m["messageId"] for m in got} != remaining and loop.time() < end:
+
+    async def all_remaining() -> bool:
         batch = await client.receive(second, 100, 200)
-        got += batch
+        got.extend(batch)
         if batch:
             await client.ack(second, [str(m["messageId"]) for m in batch])
+        return {m["messageId"] for m in got} == remaining
+
+    await eventually_async(all_remaining, lambda: f"{sorted(remaining)} (got {got})", 20)
     assert {m["messageId"] for m in got} == remaining
     handed = [m for m in got if m["messageId"] in first_ids[1:]]
     assert all(m["redeliveryCount"] == 1 for m in handed)

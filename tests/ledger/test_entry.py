@@ -527,3 +527,12 @@ def test_a_zlib_payload_that_does_not_inflate_to_its_declared_size_is_corrupt(
     finally:
         tracemalloc.stop()
     assert peak < len(entry) + max(declared, 1) + (1 << 20), peak  # never the inflated size
+
+
+def test_an_entry_names_its_producer_and_sequence_id_from_either_metadata() -> None:
+    plain = encode_message(b"p", 1_763_700_000_000, producer_name="p-0-1", sequence_id=41)
+    keyed = encode_message(b"p", 1_763_700_000_000, key="k", producer_name="p-0-1", sequence_id=42)
+    assert plain_fields(plain) is not None and plain_fields(keyed) is None
+    assert Entry(Position(1, 2), plain).origin() == ("p-0-1", 41)
+    assert Entry(Position(1, 3), keyed).origin() == ("p-0-1", 42)
+    assert Entry(Position(1, 4), b"not an entry").origin() == ("", -1)

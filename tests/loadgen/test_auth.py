@@ -8,13 +8,13 @@ from __future__ import annotations
 import base64
 import json
 import pathlib
-from collections.abc import Iterator
 
 import pytest
 
 from broker.auth.tokens import create_secret_key, create_token
 from broker.cli import main
-from tests.protocol.conftest import ServedBroker
+from tests.conftest import ServedBrokerFactory
+from tests.harness import ServedBroker
 
 TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
 SECRET = create_secret_key()
@@ -48,15 +48,17 @@ def token_for(role: str, key: bytes = SECRET, expires_in_s: int | None = None) -
     return create_token(key, "HS256", role, expires_in_s)
 
 
+#: the module's tests on one xdist worker, which starts the secured broker (a module
+#: fixture, a `brokerlab serve` process) once: each worker running some of them
+#: started and stopped its own
+pytestmark = pytest.mark.xdist_group("test_auth")
+
+
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedBroker]:
+def secured(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
     """One ``brokerlab serve`` with authentication on for the module's runs (each run
     has topics of its own)."""
-    broker = ServedBroker(tmp_path_factory.mktemp("secured"), AUTH_SETTINGS).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
+    return shared_served_broker(**AUTH_SETTINGS)
 
 
 @pytest.fixture

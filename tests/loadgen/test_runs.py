@@ -247,6 +247,9 @@ def test_events_restart_pause_resume_and_seek_to_a_time(tmp_path: pathlib.Path) 
     # the paused subscription caught up, and the seek's re-reads were acknowledged
     drain = results["drain"]
     assert drain["caughtUp"] and drain["backlog"] == 0, drain
+    # the restart's and the seek's repeats counted once: no message missing anywhere
+    assert drain["missing"] == 0, drain
+    assert drain["distinctDeliveries"] == drain["publishedMessages"] * 2 > 0, drain
 
 
 def test_nacked_messages_come_back_over_http_and_a_drain_sees_them_acknowledged(
@@ -277,5 +280,6 @@ negativeAckRedeliveryDelayMs = 100
     drain = results["drain"]
     assert drain["caughtUp"] and drain["awaitingRedelivery"] == 0, drain
     assert drain["firstDeliveries"] == drain["publishedMessages"]
+    assert drain["distinctDeliveries"] == drain["publishedMessages"] and drain["missing"] == 0
     assert drain["ackedMessages"] >= drain["firstDeliveries"]
     assert results["broker"]["statsUnavailable"] is None

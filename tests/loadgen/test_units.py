@@ -106,3 +106,29 @@ def test_the_results_checker_accepts_consistent_and_catches_inconsistent_documen
     assert any("hitRatio" in p for p in validate_results(broken))
     del broken["cache"]
     assert validate_results(broken) == ["missing cache"]
+
+
+def test_the_results_checker_refuses_a_drain_caught_up_with_a_message_missing() -> None:
+    drained = document([1000.0, 1000.0], 2000)
+    drained["drain"] = {
+        "caughtUp": True,
+        "publishedMessages": 2000,
+        "firstDeliveries": 2000,
+        "distinctDeliveries": 2000,
+        "missing": 0,
+        "ackedMessages": 2000,
+        "backlog": 0,
+    }
+    assert validate_results(drained) == []
+    # results written before the distinct counts were recorded
+    older = {
+        k: v for k, v in drained["drain"].items() if k not in ("distinctDeliveries", "missing")
+    }
+    assert validate_results({**drained, "drain": older}) == []
+    # a repeat made the backlog 0, and one message never came
+    drained["drain"].update(distinctDeliveries=1999, missing=1)
+    assert any("caught up" in problem for problem in validate_results(drained))
+    drained["drain"].update(caughtUp=False)
+    assert validate_results(drained) == []
+    drained["drain"]["missing"] = -1
+    assert validate_results(drained) == ["drain.missing is not a non-negative integer"]

@@ -12,7 +12,6 @@ import pathlib
 import shutil
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 import yaml
 
 from broker.scrape_targets import TARGETS_FILE
-from tests.harness import ServedBroker, Spawn
+from tests.harness import ServedBroker, Spawn, eventually
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -131,17 +130,19 @@ def scraped_by_prometheus(tmp_path: pathlib.Path, served: ServedBroker) -> None:
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
         up: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
+
+        def both_up() -> bool:
             assert prometheus.poll() is None, prometheus.stderr.read().decode()[-3000:]
             try:
-                up = query(base, 'up{job="brokerlab"} == 1')
+                up[:] = query(base, 'up{job="brokerlab"} == 1')
             except OSError:
-                up = []  # not listening yet
-            if len(up) == 2:
-                break
-            time.sleep(0.2)  # polling Prometheus's API with a deadline
+                up.clear()  # not listening yet
+            return len(up) == 2
+
+        eventually(
+            both_up, lambda: f"Prometheus to scrape both brokers (up: {up})", 90, every_s=0.2
+        )
         instances = sorted(series["metric"]["instance"] for series in up)
         assert instances == sorted(url.removeprefix("http://") for url in served.http_urls)
         assert {series["metric"]["cluster"] for series in up} == {"standalone"}

@@ -23,6 +23,10 @@ from pipeline.replay import (
 from tests.pipeline.test_replay import live_spec
 from tests.pipeline.workload import record
 
+#: the module's tests on one xdist worker, which records its trace and makes its row-by-row
+#: replays (module fixtures) once: each worker running some of them made its own
+pytestmark = pytest.mark.xdist_group("test_columns")
+
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:

@@ -75,6 +75,11 @@ def record(directory: pathlib.Path, broker: int = 0, rounds: int = 40) -> None:
     recorders[0].close()
 
 
+#: the module's tests on one xdist worker, which makes its recorded trace (a module fixture)
+#: once: each worker running some of them made its own
+pytestmark = pytest.mark.xdist_group("test_export")
+
+
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """One broker's trace, recorded once for the module's tests."""

@@ -71,6 +71,11 @@ def _analysis() -> dict[str, Any]:
     return summary
 
 
+#: the module's tests on one xdist worker, which makes its rendered page (a module fixture)
+#: once: each worker running some of them made its own
+pytestmark = pytest.mark.xdist_group("test_report")
+
+
 @pytest.fixture(scope="module")
 def page() -> str:
     """The page of :func:`_analysis`, rendered once for the module's tests."""

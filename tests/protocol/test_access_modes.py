@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -16,23 +15,12 @@ import pulsar
 import pytest
 
 from broker.pulsar_api import BaseCommand, ServerError, Type
-from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, eventually, new_topic, persistent
 from tests.protocol.raw import RawConnection, frame
 
 pytestmark = pytest.mark.slow
 
 Mode = pulsar.ProducerAccessMode
-
-
-@pytest.fixture(scope="module")
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-@pytest.fixture
-def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> pulsar.Client:
-    return pulsar_client(broker.service_url)
 
 
 def entries(broker: ServedBroker, topic: str) -> int:

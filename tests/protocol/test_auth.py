@@ -14,7 +14,6 @@ import pytest
 from broker.auth.tokens import create_secret_key, create_token
 from broker.protocol.frames import command_frame, parse_command
 from broker.pulsar_api import BaseCommand, ServerError, Type
-from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, eventually
 from tests.protocol.raw import ping
 
@@ -24,15 +23,15 @@ TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProvider
 SECRET = create_secret_key()
 
 
-@pytest.fixture
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker(
-        authenticationEnabled=True,
-        authenticationProviders=TOKEN_PROVIDER,
-        authorizationEnabled=True,
-        superUserRoles="admin",
-        tokenSecretKey="data:;base64," + base64.b64encode(SECRET).decode(),
-    )
+@pytest.fixture(scope="module")
+def broker_conf() -> dict[str, Any]:
+    return {
+        "authenticationEnabled": True,
+        "authenticationProviders": TOKEN_PROVIDER,
+        "authorizationEnabled": True,
+        "superUserRoles": "admin",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+    }
 
 
 def test_a_client_with_a_valid_token_produces_and_consumes(broker: ServedBroker) -> None:

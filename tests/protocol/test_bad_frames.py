@@ -9,6 +9,7 @@ import itertools
 import re
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 import pulsar
 import pytest
@@ -71,23 +72,20 @@ class Bystander:
 
 
 @pytest.fixture(scope="module")
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker(maxMessageSize=MAX_MESSAGE_SIZE)
+def broker_conf() -> dict[str, Any]:
+    return {"maxMessageSize": MAX_MESSAGE_SIZE}
 
 
 @pytest.fixture(scope="module")
-def bystander(broker: ServedBroker) -> Iterator[Bystander]:
-    client = Bystander(broker)
+def bystander(
+    shared_served_broker: ServedBrokerFactory, broker_conf: dict[str, Any]
+) -> Iterator[Bystander]:
+    """An official client of the module's broker for all its tests (``broker`` is
+    looked up per test)."""
+    client = Bystander(shared_served_broker(**broker_conf))
     client.round_trip()
     yield client
     client.close()
-
-
-@pytest.fixture
-def raw(broker: ServedBroker) -> Iterator[RawConnection]:
-    connection = RawConnection(broker.service_url)
-    yield connection
-    connection.close()
 
 
 def close_reason(broker: ServedBroker, connection: RawConnection) -> str:

@@ -11,7 +11,6 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, eventually, new_topic, short
 
 pytestmark = pytest.mark.slow
@@ -20,9 +19,9 @@ pytestmark = pytest.mark.slow
 MAX_MESSAGE_SIZE = 64 * 1024
 
 
-@pytest.fixture
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker(maxMessageSize=str(MAX_MESSAGE_SIZE))
+@pytest.fixture(scope="module")
+def broker_conf() -> dict[str, Any]:
+    return {"maxMessageSize": str(MAX_MESSAGE_SIZE)}
 
 
 def test_a_message_larger_than_the_limit_arrives_whole_and_is_stored_as_chunks(

@@ -6,7 +6,7 @@ carries a request id (ack receipts) with ACK_RESPONSE."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pulsar
@@ -14,7 +14,6 @@ import pytest
 from pulsar.schema import AvroSchema, Integer, Record, String
 
 from broker.pulsar_api import ACK_CUMULATIVE, BaseCommand, ServerError, Type
-from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, eventually, new_topic
 from tests.protocol.raw import RawConnection, entry, frame, producer, send, send_frame
 
@@ -23,17 +22,11 @@ pytestmark = pytest.mark.slow
 _request_ids = itertools.count(1000)
 
 
-@pytest.fixture(scope="module")
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
 @pytest.fixture
-def raw(broker: ServedBroker) -> Iterator[RawConnection]:
-    connection = RawConnection(broker.service_url)
-    connection.handshake()
-    yield connection
-    connection.close()
+def raw(raw: RawConnection) -> RawConnection:
+    """The package's raw connection, past its handshake."""
+    raw.handshake()
+    return raw
 
 
 def request(kind: int, field: str, **values: Any) -> tuple[Any, int]:

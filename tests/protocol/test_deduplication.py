@@ -14,8 +14,8 @@ import pulsar
 import pytest
 
 from tests.conftest import ServedBrokerFactory
-from tests.harness import ServedBroker, eventually, persistent
-from tests.harness import new_topic as new_name
+from tests.harness import ServedBroker, eventually, new_topic
+from tests.protocol.conftest import ClientFactory
 
 pytestmark = pytest.mark.slow
 
@@ -25,17 +25,6 @@ RECEIVE_MS = 20_000
 DEDUP = {"storage": {"syncMode": "always"}, "brokerDeduplicationEnabled": True}
 #: a duplicate's message id, as Pulsar's receipt names it
 DUPLICATE = (-1, -1)
-
-ClientFactory = Callable[[ServedBroker], pulsar.Client]
-
-
-@pytest.fixture
-def client_of(pulsar_client: Callable[..., pulsar.Client]) -> ClientFactory:
-    return lambda broker: pulsar_client(broker.service_url)
-
-
-def new_topic(name: str, namespace: str = "public/default") -> str:
-    return persistent(new_name(name, namespace))
 
 
 def admin_path(topic: str) -> str:
@@ -103,7 +92,7 @@ def test_resends_of_the_same_sequence_ids_are_stored_once(
     receipts name their entries, the resends' -1:-1."""
     broker = shared_served_broker(**DEDUP)
     client = client_of(broker)
-    topic = new_topic("resends")
+    topic = new_topic("resends", full=True)
     producer = client.create_producer(topic, producer_name="app", batching_enabled=False)
     originals = send_with_ids(producer, [(f"m{i}".encode(), i) for i in range(4)])
     resends = send_with_ids(producer, [(f"again{i}".encode(), i) for i in (0, 1, 2, 3, 0)])
@@ -119,7 +108,7 @@ def test_a_reopened_producer_gets_its_last_sequence_id_and_goes_on_after_it(
 ) -> None:
     broker = shared_served_broker(**DEDUP)
     client = client_of(broker)
-    topic = new_topic("reopen")
+    topic = new_topic("reopen", full=True)
     producer = client.create_producer(topic, producer_name="reopened")
     assert producer.last_sequence_id() == -1
     for index in range(5):  # the client numbers them 0..4
@@ -147,7 +136,7 @@ def test_deduplication_survives_a_restart_of_the_broker(
     entries after it, so the recovery uses both the snapshot and the replay."""
     broker = served_broker(brokerDeduplicationEntriesInterval=4, **DEDUP)
     client = client_of(broker)
-    topic = new_topic("crash")
+    topic = new_topic("crash", full=True)
     producer = client.create_producer(topic, producer_name="survivor")
     # one at a time: one entry per write, so the snapshots fall at the 4th and 8th
     ids = [entry(producer.send(f"m{i}".encode(), sequence_id=i)) for i in range(10)]
@@ -198,9 +187,8 @@ def test_the_namespace_and_topic_policies_turn_deduplication_on_and_off(
 ) -> None:
     broker = shared_served_broker()  # brokerDeduplicationEnabled=false
     client = client_of(broker)
-    namespace = f"public/dedup-{id(client)}"
-    broker.ok("PUT", f"/admin/v2/namespaces/{namespace}")
-    topic = new_topic("policy", namespace)
+    namespace = broker.new_namespace("dedup")
+    topic = new_topic("policy", namespace, full=True)
     topic_path = admin_path(topic) + "/deduplicationEnabled"
     first = resend_twice(client, topic, "p", 0)  # off: the resend is stored again
     assert DUPLICATE not in first and first[0] != first[1]
@@ -237,7 +225,7 @@ def test_bad_policy_requests_get_pulsars_status_and_change_nothing(
 ) -> None:
     broker = shared_served_broker()
     client = client_of(broker)
-    topic = new_topic("bad-policy")
+    topic = new_topic("bad-policy", full=True)
     client.create_producer(topic).close()  # the topic exists
     topic_path = admin_path(topic) + "/deduplicationEnabled"
     for body in ("yes", 1, "true", {"enabled": True}):
@@ -254,7 +242,7 @@ def test_bad_policy_requests_get_pulsars_status_and_change_nothing(
     assert broker.request("GET", topic_path).status == 204
     missing = broker.request("POST", namespace_path("public/no-such-namespace"), True)
     assert missing.status == 404 and set(missing.body) == {"reason", "code"}
-    no_topic = admin_path(new_topic("never-created")) + "/deduplicationEnabled"
+    no_topic = admin_path(new_topic("never-created", full=True)) + "/deduplicationEnabled"
     assert broker.request("POST", no_topic, True).status == 404
     assert broker.request("GET", no_topic).status == 404
     assert status_is(broker, topic, "Disabled")
@@ -267,7 +255,7 @@ def test_the_deduplication_cursor_is_no_subscription_and_its_name_is_reserved(
     # the broker answers ProducerBusy (Pulsar's NamingException), which the client
     # retries until its operation timeout, as against Pulsar
     client = pulsar_client(broker.service_url, operation_timeout_seconds=2)
-    topic = new_topic("reserved")
+    topic = new_topic("reserved", full=True)
     producer = client.create_producer(topic, producer_name="owner")
     producer.send(b"m0")
     with pytest.raises((pulsar.ProducerBusy, pulsar.Timeout)):

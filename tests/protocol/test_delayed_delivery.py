@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +21,6 @@ import pytest
 from crc32c import crc32c
 
 from broker.pulsar_api import MessageMetadata, ServerError, Type
-from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, new_topic, persistent, short
 from tests.protocol.test_bad_frames import RawConnection, frame, producer, send, send_frame
 
@@ -38,17 +36,12 @@ def now_ms() -> int:
 
 
 @pytest.fixture(scope="module")
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker(
-        isDelayedDeliveryDeliverAtTimeStrict=True,
-        delayedDeliveryTickTimeMillis=100,
-        delayedDeliveryMaxDelayInMillis=MAX_DELAY_MS,
-    )
-
-
-@pytest.fixture
-def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> pulsar.Client:
-    return pulsar_client(broker.service_url)
+def broker_conf() -> dict[str, Any]:
+    return {
+        "isDelayedDeliveryDeliverAtTimeStrict": True,
+        "delayedDeliveryTickTimeMillis": 100,
+        "delayedDeliveryMaxDelayInMillis": MAX_DELAY_MS,
+    }
 
 
 def received_at(consumer: pulsar.Consumer, count: int) -> dict[bytes, int]:
@@ -127,13 +120,6 @@ def delayed_entry(payload: bytes, sequence_id: int, deliver_at: int, publish_tim
     ).SerializeToString()
     size = struct.pack(">I", len(metadata))
     return struct.pack(">HI", 0x0E01, crc32c(size + metadata + payload)) + size + metadata + payload
-
-
-@pytest.fixture
-def raw(broker: ServedBroker) -> Iterator[RawConnection]:
-    connection = RawConnection(broker.service_url)
-    yield connection
-    connection.close()
 
 
 def test_a_deliver_at_beyond_the_max_delay_is_refused_and_not_stored(

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pulsar
 import pytest
 
 from tests.conftest import ServedBrokerFactory
-from tests.harness import ServedBroker, eventually, persistent
-from tests.harness import new_topic as new_name
+from tests.harness import ServedBroker, eventually, new_topic
+from tests.protocol.conftest import ClientFactory
 
 pytestmark = pytest.mark.slow
 
@@ -27,21 +26,8 @@ RECEIVE_MS = 20_000
 ALWAYS = {"storage": {"syncMode": "always"}}
 
 
-def new_topic(name: str) -> str:
-    return persistent(new_name(name))
-
-
 def admin_path(topic: str) -> str:
     return "/admin/v2/persistent/" + topic.removeprefix("persistent://")
-
-
-ClientFactory = Callable[[ServedBroker], pulsar.Client]
-
-
-@pytest.fixture
-def client_of(pulsar_client: Callable[..., pulsar.Client]) -> ClientFactory:
-    """Official clients of a broker; those still open are closed at the end."""
-    return lambda broker: pulsar_client(broker.service_url)
 
 
 class Sends:
@@ -177,8 +163,8 @@ def plans(client: pulsar.Client, kind: str) -> list[AckPlan]:
     """Two topics, 30 messages each: unbatched, with the first ten acked and every third
     after them (holes after the mark-delete position); batched in six batches of five,
     with batches 0, 1 and 3 acked whole and two messages of batch 4."""
-    unbatched = new_topic(f"{kind}-unbatched")
-    batched = new_topic(f"{kind}-batched")
+    unbatched = new_topic(f"{kind}-unbatched", full=True)
+    batched = new_topic(f"{kind}-batched", full=True)
     unbatched_ids = produce(client, unbatched, 30, batching=False)
     batched_ids = produce(client, batched, 30, batching=True)
     assert len({entry(i) for i in batched_ids}) == 6
@@ -220,7 +206,7 @@ def test_batch_index_acks_survive_a_restart(
 ) -> None:
     broker = shared_served_broker(**ALWAYS, acknowledgmentAtBatchIndexLevelEnabled=True)
     client = client_of(broker)
-    topic = new_topic("batch-index")
+    topic = new_topic("batch-index", full=True)
     ids = produce(client, topic, BATCH, batching=True)
     assert len({entry(i) for i in ids}) == 1
     consumer = client.subscribe(
@@ -271,7 +257,7 @@ def test_while_storage_refuses_writes_the_client_resends_and_each_message_is_sto
 ) -> None:
     broker = shared_served_broker(**ALWAYS)
     client = client_of(broker)
-    topic = new_topic("outage")
+    topic = new_topic("outage", full=True)
     producer = producer_for(client, topic, batching)
     send_all(producer, [b"before"])
 
@@ -307,7 +293,7 @@ def test_a_failed_write_fails_the_sends_queued_behind_it_so_the_resend_keeps_ord
 ) -> None:
     broker = shared_served_broker(**ALWAYS)
     client = client_of(broker)
-    topic = new_topic("queued")
+    topic = new_topic("queued", full=True)
     producer = producer_for(client, topic, batching=False)
     # the first write waits 1 s and then fails; the fault is gone before it ends, so a
     # write of the sends queued behind it would succeed: they must fail with it
@@ -346,7 +332,7 @@ def test_a_client_leaving_while_its_write_is_on_disk_does_not_stall_the_topic(
     slow_commit_broker: ServedBroker, client_of: ClientFactory
 ) -> None:
     broker = slow_commit_broker
-    topic = new_topic("left")
+    topic = new_topic("left", full=True)
     leaving = client_of(broker)
     producer = leaving.create_producer(topic)
     before = add_calls(broker)

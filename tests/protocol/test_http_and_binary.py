@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import base64
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pulsar
 import pytest
 
-from tests.conftest import ServedBrokerFactory
-from tests.harness import ServedBroker, eventually, persistent
-from tests.harness import new_topic as new_name
+from tests.harness import ServedBroker, eventually, new_topic_and_path
 
 pytestmark = pytest.mark.slow
 
@@ -39,28 +36,6 @@ MESSAGES: list[Sent] = [
     (b"last of the second batch", "key-c", {}, 0),
     (b"\n", None, {"": "empty name"}, 1),
 ]
-
-
-def new_topic(name: str) -> tuple[str, str]:
-    """A fresh topic: its full name and its path under ``persistent/``."""
-    topic = new_name(name)
-    return persistent(topic), f"persistent/{topic}"
-
-
-@pytest.fixture(scope="module")
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-@pytest.fixture(scope="module")
-def client(broker: ServedBroker) -> Iterator[pulsar.Client]:
-    client = pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=20,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-    yield client
-    client.close()
 
 
 def client_produce(client: pulsar.Client, topic: str, batching: bool) -> list[Any]:
@@ -147,7 +122,7 @@ def entries_of(ids: list[str]) -> set[str]:
 def test_what_the_client_sends_is_read_over_http_as_sent(
     broker: ServedBroker, client: pulsar.Client, batching: bool
 ) -> None:
-    topic, path = new_topic("client-to-http")
+    topic, path = new_topic_and_path("client-to-http")
     ids = [http_id(message_id) for message_id in client_produce(client, topic, batching)]
     assert all(message_id.count(":") == (2 if batching else 1) for message_id in ids)
     assert len(entries_of(ids)) == (len(MESSAGES) // BATCH if batching else len(MESSAGES))
@@ -170,7 +145,7 @@ def test_what_the_client_sends_is_read_over_http_as_sent(
 def test_what_is_produced_over_http_reaches_the_client_as_sent(
     broker: ServedBroker, client: pulsar.Client, batch: bool
 ) -> None:
-    topic, path = new_topic("http-to-client")
+    topic, path = new_topic_and_path("http-to-client")
     consumer = client.subscribe(topic, "binary", initial_position=pulsar.InitialPosition.Earliest)
     ids = http_produce(broker, path, batch)
     assert len(entries_of(ids)) == (1 if batch else len(MESSAGES))
@@ -189,7 +164,7 @@ def test_what_is_produced_over_http_reaches_the_client_as_sent(
 def test_a_batch_is_one_entry_in_the_ledger_and_in_the_cache(
     broker: ServedBroker, client: pulsar.Client
 ) -> None:
-    topic, path = new_topic("entries")
+    topic, path = new_topic_and_path("entries")
     inserted = broker.ok("GET", "/admin/v2/broker-stats/cache")["inserted"]
 
     from_client = client_produce(client, topic, batching=True)

@@ -17,8 +17,7 @@ import pytest
 from broker.protocol.frames import command_frame, parse_command
 from broker.pulsar_api import BaseCommand, Type
 from tests.conftest import ServedBrokerFactory
-from tests.harness import ServedBroker, eventually, persistent
-from tests.harness import new_topic as new_name
+from tests.harness import ServedBroker, eventually, new_topic
 
 pytestmark = pytest.mark.slow
 
@@ -34,10 +33,6 @@ PER_TOPIC_LIMITS = {
 }
 #: and these (maxConsumersPerTopic's test uses three subscriptions)
 PRODUCER_AND_CONSUMER_LIMITS = {"maxProducersPerTopic": 1, "maxConsumersPerTopic": 2}
-
-
-def new_topic() -> str:
-    return persistent(new_name("limits"))
 
 
 @pytest.fixture
@@ -112,7 +107,7 @@ def test_connections_over_broker_max_connections_are_closed_until_one_closes(
     served_broker: ServedBrokerFactory, clients: list[pulsar.Client]
 ) -> None:
     broker = served_broker(brokerMaxConnections=1)
-    topic = new_topic()
+    topic = new_topic("limits", full=True)
     first = open_client(broker, clients)
     producer = first.create_producer(topic)  # the client's one connection: the limit
     # another address is over the total limit too
@@ -134,7 +129,7 @@ def test_broker_max_connections_per_ip_closes_a_second_connection_from_one_addre
     served_broker: ServedBrokerFactory, clients: list[pulsar.Client]
 ) -> None:
     broker = served_broker(brokerMaxConnectionsPerIp=1)
-    topic = new_topic()
+    topic = new_topic("limits", full=True)
     first = open_client(broker, clients)
     producer = first.create_producer(topic)  # from 127.0.0.1
     with raw_connection(broker, "127.0.0.1") as refused:
@@ -159,11 +154,11 @@ def test_max_producers_per_topic_answers_producer_busy_until_a_producer_closes(
 ) -> None:
     broker = shared_served_broker(**PER_TOPIC_LIMITS)
     client = open_client(broker, clients)
-    topic = new_topic()
+    topic = new_topic("limits", full=True)
     producers = [client.create_producer(topic) for _ in range(2)]
     with pytest.raises(pulsar.ProducerBusy):
         client.create_producer(topic)
-    assert produces(client, new_topic())  # the limit is per topic
+    assert produces(client, new_topic("limits", full=True))  # the limit is per topic
     producers[0].close()
     producers.append(client.create_producer(topic))
     for producer in producers[1:]:
@@ -202,7 +197,7 @@ def test_binary_and_websocket_producers_share_max_producers_per_topic(
 ) -> None:
     broker = shared_served_broker(**PRODUCER_AND_CONSUMER_LIMITS)
     client = open_client(broker, clients)
-    topic = new_topic()
+    topic = new_topic("limits", full=True)
     producer = client.create_producer(topic)
     refused, status, body = websocket_producer(broker, topic)
     refused.close()
@@ -233,7 +228,7 @@ def test_max_consumers_per_subscription_answers_consumer_busy_until_one_closes(
 ) -> None:
     broker = shared_served_broker(**PER_TOPIC_LIMITS)
     client = open_client(broker, clients)
-    topic = new_topic()
+    topic = new_topic("limits", full=True)
     shared = pulsar.ConsumerType.Shared
     consumers = [client.subscribe(topic, "s", consumer_type=shared) for _ in range(2)]
     with pytest.raises(pulsar.ConsumerBusy):
@@ -248,7 +243,7 @@ def test_max_consumers_per_topic_answers_consumer_busy_across_subscriptions(
 ) -> None:
     broker = shared_served_broker(**PRODUCER_AND_CONSUMER_LIMITS)
     client = open_client(broker, clients)
-    topic = new_topic()
+    topic = new_topic("limits", full=True)
     shared = pulsar.ConsumerType.Shared
     first = client.subscribe(topic, "a", consumer_type=shared)
     client.subscribe(topic, "b", consumer_type=shared)
@@ -256,7 +251,7 @@ def test_max_consumers_per_topic_answers_consumer_busy_across_subscriptions(
         client.subscribe(topic, "a", consumer_type=shared)
     with pytest.raises(pulsar.ConsumerBusy):
         client.subscribe(topic, "c", consumer_type=shared)
-    client.subscribe(new_topic(), "a", consumer_type=shared).close()  # per topic
+    client.subscribe(new_topic("limits", full=True), "a", consumer_type=shared).close()  # per topic
     first.close()
     client.subscribe(topic, "c", consumer_type=shared).close()
 
@@ -269,7 +264,7 @@ def test_max_subscriptions_per_topic_answers_not_allowed_until_one_is_deleted(
 ) -> None:
     broker = shared_served_broker(**PER_TOPIC_LIMITS)
     client = open_client(broker, clients)
-    topic = new_topic()
+    topic = new_topic("limits", full=True)
     shared = pulsar.ConsumerType.Shared
     client.subscribe(topic, "a", consumer_type=shared)
     second = client.subscribe(topic, "b", consumer_type=shared)
@@ -290,7 +285,11 @@ def test_max_topics_per_namespace_answers_not_allowed_until_one_is_deleted(
 ) -> None:
     broker = served_broker(maxTopicsPerNamespace=2)
     client = open_client(broker, clients)
-    first, second, third = new_topic(), new_topic(), new_topic()
+    first, second, third = (
+        new_topic("limits", full=True),
+        new_topic("limits", full=True),
+        new_topic("limits", full=True),
+    )
     assert produces(client, first)
     assert produces(client, second)
     with pytest.raises(pulsar.NotAllowedError):

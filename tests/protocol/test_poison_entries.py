@@ -10,23 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from broker.dispatch.names import TopicName
-from broker.http.app_state import NODE
 from broker.ledger.entry import encode_message
 from broker.pulsar_api import ServerError, Type
 from tests.harness import (
     ServedBroker,
     Spawn,
     eventually,
-    make_settings,
+    in_process_node,
     new_topic,
     persistent,
-    served,
 )
 from tests.protocol.raw import (
     RawConnection,
@@ -40,8 +38,6 @@ from tests.protocol.raw import (
     unparsable_metadata,
 )
 
-ServedBrokerFactory = Callable[..., ServedBroker]
-
 POISON = {
     "a batch header claiming 2**31 - 1 messages": lying_batch(b"lie", 7, 2**31 - 1),
     "a batch header claiming 0 messages": lying_batch(b"lie", 7, 0),
@@ -49,18 +45,6 @@ POISON = {
     "metadata that does not parse": unparsable_metadata(b"garbled"),
     "a batch message whose metadata does not parse": broken_batch_message(b"half", 7),
 }
-
-
-@pytest.fixture(scope="module")
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-@pytest.fixture
-def raw(broker: ServedBroker) -> Iterator[RawConnection]:
-    connection = RawConnection(broker.service_url)
-    yield connection
-    connection.close()
 
 
 def stored_entries(broker: ServedBroker, topic: str) -> int:
@@ -117,14 +101,10 @@ def test_a_send_whose_num_messages_differs_from_its_metadata_is_refused(
 async def _store_directly(data_dir: pathlib.Path, topic: str, entries: list[bytes]) -> None:
     """Write ``entries`` to the topic's ledger as they are, past every produce check,
     with a broker in this process over ``data_dir``, then stop it."""
-    runner = await served(make_settings(data_dir))
-    try:
-        service = runner.app[NODE].service
-        assert service is not None
-        loaded = await service.get_topic(TopicName.parse(persistent(topic)), create=True)
+    async with in_process_node(data_dir) as (_, node):
+        assert node.service is not None
+        loaded = await node.service.get_topic(TopicName.parse(persistent(topic)), create=True)
         await loaded.ledger.add_entries(entries)
-    finally:
-        await runner.cleanup()
 
 
 def good(payload: bytes) -> bytes:

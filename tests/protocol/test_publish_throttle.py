@@ -20,18 +20,16 @@ from typing import Any
 
 import pytest
 
-from broker.http.app_state import NODE
-from broker.protocol.connection import BinaryProducer, Connection
+from broker.protocol.binary_producer import BinaryProducer
+from broker.protocol.connection import Connection
 from broker.protocol.server import ProtocolServer
 from broker.pulsar_api import BaseCommand, Type
 from tests.harness import (
     Client,
     eventually_async,
-    make_settings,
+    in_process_node,
     new_topic,
     persistent,
-    served,
-    url_of,
 )
 from tests.protocol.raw import connect, entry, frame, ping, producer, send, send_frame
 
@@ -96,15 +94,9 @@ def storage_gate(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
 
 
 async def broker(**keys: Any) -> AsyncIterator[tuple[ProtocolServer, Client]]:
-    runner = await served(make_settings(None, brokerServicePort=-1, **keys))
-    http = Client(url_of(runner))
-    try:
-        protocol = runner.app[NODE].protocol
-        assert protocol is not None
-        yield protocol, http
-    finally:
-        await http.close()
-        await runner.cleanup()
+    async with in_process_node(brokerServicePort=-1, **keys) as (http, node):
+        assert node.protocol is not None
+        yield node.protocol, http
 
 
 async def barrier(http: Client) -> None:

@@ -16,16 +16,6 @@ from tests.harness import ServedBroker, eventually, new_topic, persistent, short
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-@pytest.fixture
-def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> pulsar.Client:
-    return pulsar_client(broker.service_url)
-
-
 def produce(
     client: pulsar.Client, topic: str, count: int, batching: bool, keys: int = 0
 ) -> list[str]:

@@ -69,16 +69,6 @@ def get_schema(broker: ServedBroker, topic: str, tail: str = "/schema") -> Any:
     return http_request(broker.http_urls[0], "GET", f"/admin/v2/schemas/{topic}{tail}")
 
 
-@pytest.fixture
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-@pytest.fixture
-def client(broker: ServedBroker, pulsar_client: Callable[..., pulsar.Client]) -> pulsar.Client:
-    return pulsar_client(broker.service_urls[0])
-
-
 def test_avro_topic_evolves_compatibly_and_refuses_a_new_required_field(
     broker: ServedBroker, client: pulsar.Client
 ) -> None:

@@ -9,14 +9,12 @@ the time)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pulsar
 import pytest
 
-from tests.conftest import ServedBrokerFactory
-from tests.harness import ServedBroker, new_topic, persistent
+from tests.harness import new_topic, persistent
 
 pytestmark = pytest.mark.slow
 
@@ -26,16 +24,6 @@ READ_MS = 20_000
 #: how long "nothing more" is looked for: a message that was to come would come at once
 #: (the broker dispatches what it has as soon as the client resubscribed)
 NOTHING_MS = 200
-
-
-@pytest.fixture(scope="module")
-def broker(shared_served_broker: ServedBrokerFactory) -> ServedBroker:
-    return shared_served_broker()
-
-
-@pytest.fixture
-def client(broker: ServedBroker, pulsar_client: Callable[..., Any]) -> pulsar.Client:
-    return pulsar_client(broker.service_url)
 
 
 def produce(client: pulsar.Client, topic: str, batched: bool) -> None:

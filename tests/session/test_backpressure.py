@@ -18,7 +18,7 @@ from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfi
 from broker.ledger.entry import Entry, encode_message
 from broker.ledger.position import Position
 from broker.session.consumer import ConsumerSession, PushConsumer
-from tests.dispatch.test_idle_topics import until
+from tests.harness import eventually_async
 from tests.session.conftest import in_memory_service
 from tests.session.test_consumer_session import TOPIC, batch, publish
 
@@ -105,7 +105,7 @@ async def test_an_unwritable_session_is_handed_nothing_until_its_gate_opens(
     assert consumer.permits == 1000  # the client's permits are kept for later
 
     consumer.set_writable(True)  # wakes the dispatcher: nothing else happens meanwhile
-    await until(lambda: len(consumer.sent) == 3, "everything sent once writable")
+    await eventually_async(lambda: len(consumer.sent) == 3, "everything sent once writable")
     assert consumer.sent == positions
 
 
@@ -116,7 +116,7 @@ async def test_a_session_takes_no_more_than_its_byte_bound_until_its_client_take
     consumer.grant(1000)
     size = len(entry_data(0))
     positions = await publish(bounded, *(entry_data(i) for i in range(30)))
-    await until(lambda: consumer.buffered >= BOUND - size, "the bound reached")
+    await eventually_async(lambda: consumer.buffered >= BOUND - size, "the bound reached")
     await settled()
     # one read may overshoot by an entry (the room is counted in average entries)
     assert BOUND - size <= consumer.buffered <= BOUND + size
@@ -124,7 +124,7 @@ async def test_a_session_takes_no_more_than_its_byte_bound_until_its_client_take
 
     while len(consumer.sent) < 30:
         consumer.taken()
-        await until(lambda: consumer.buffered > 0, "more sent once the client took it")
+        await eventually_async(lambda: consumer.buffered > 0, "more sent once the client took it")
         assert consumer.buffered <= BOUND + size
     assert consumer.sent == positions
 
@@ -139,7 +139,7 @@ async def test_a_receiver_queue_nobody_polls_holds_no_more_than_the_byte_bound(
     assert isinstance(consumer, ConsumerSession)
     size = len(entry_data(0))
     positions = await publish(bounded, *(entry_data(i) for i in range(30)))
-    await until(lambda: consumer.queue.bytes >= BOUND - size, "the bound reached")
+    await eventually_async(lambda: consumer.queue.bytes >= BOUND - size, "the bound reached")
     await settled()
     assert consumer.queue.bytes <= BOUND + size
     assert consumer.queue.bytes == sum(len(d.entry.data) for d in consumer.queue)
@@ -152,7 +152,7 @@ async def test_a_receiver_queue_nobody_polls_holds_no_more_than_the_byte_bound(
         assert consumer.queue.bytes == 0
         consumer.wake_dispatcher()  # as a poll does
         if len(received) < 30:
-            await until(lambda: bool(consumer.queue), "the queue filled again")
+            await eventually_async(lambda: bool(consumer.queue), "the queue filled again")
             assert consumer.queue.bytes <= BOUND + size
     assert received == positions
 
@@ -188,12 +188,12 @@ async def test_shared_gives_an_unwritable_consumers_share_to_the_others(
     reading.grant(1000)
     stalled.set_writable(False)
     positions = await publish(service, *(entry_data(i) for i in range(10)))
-    await until(lambda: len(reading.sent) == 10, "everything sent to the one that reads")
+    await eventually_async(lambda: len(reading.sent) == 10, "everything sent to the one that reads")
     assert reading.sent == positions and stalled.sent == []
 
     stalled.set_writable(True)  # round robin again
     more = await publish(service, *(entry_data(i) for i in range(10, 14)))
-    await until(lambda: len(reading.sent) + len(stalled.sent) == 14, "the rest sent")
+    await eventually_async(lambda: len(reading.sent) + len(stalled.sent) == 14, "the rest sent")
     assert stalled.sent and sorted(reading.sent[10:] + stalled.sent) == more
 
 
@@ -225,17 +225,17 @@ async def test_shared_reads_for_a_gated_session_no_more_than_its_gate_lets_throu
     consumer, dispatcher = await shared_push_consumer(service, GatedPushConsumer)
     consumer.grant(1000)
     first = await publish(service, entry_data(0))  # tells the entries' size
-    await until(lambda: consumer.sent == first, "the first entry sent")
+    await eventually_async(lambda: consumer.sent == first, "the first entry sent")
     consumer.taken()
     positions = first + await publish(service, *(entry_data(i) for i in range(1, 30)))
     while len(consumer.sent) < 30:
-        await until(lambda: not consumer.writable, "sent up to the gate")
+        await eventually_async(lambda: not consumer.writable, "sent up to the gate")
         await settled()
         assert len(dispatcher.replay) == 0  # nothing read that could not be handed over
         assert consumer.buffered <= GatedPushConsumer.MARK + len(entry_data(0))
         consumer.taken()
         if len(consumer.sent) < 30:
-            await until(lambda: consumer.buffered > 0, "more sent once the gate opened")
+            await eventually_async(lambda: consumer.buffered > 0, "more sent once the gate opened")
     assert consumer.sent == positions
 
 
@@ -248,11 +248,11 @@ async def test_a_push_sessions_first_batch_sets_its_average_of_messages_per_entr
     ten = batch(*(bytes([i]) * 100 for i in range(10)))
     consumer.grant(10)
     first = await publish(service, ten)
-    await until(lambda: consumer.sent == first, "the first batch sent")
+    await eventually_async(lambda: consumer.sent == first, "the first batch sent")
     positions = await publish(service, *([ten] * 5))
     await settled()
     consumer.grant(25)  # two batches and part of a third
-    await until(lambda: len(consumer.sent) == 4, "three more batches sent")
+    await eventually_async(lambda: len(consumer.sent) == 4, "three more batches sent")
     await settled()
     assert consumer.sent == first + positions[:3] and consumer.permits == -5
     assert len(dispatcher.replay) == 0  # the two batches left were never read

@@ -19,7 +19,7 @@ from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.ledger.entry import Entry, encode_batch, encode_message
 from broker.ledger.position import Position
 from broker.session.consumer import ConsumerSession, PushConsumer
-from tests.dispatch.test_idle_topics import until
+from tests.harness import eventually_async
 
 TOPIC = TopicName("public", "default", "sessions")
 
@@ -55,7 +55,7 @@ def single(payload: bytes) -> bytes:
 async def receive(consumer: ConsumerSession, entries: int) -> list[tuple[str, int, int]]:
     """Take ``entries`` entries as a client does: (payload, batch index, redelivery
     count) of each message the session gives it."""
-    await until(lambda: len(consumer.queue) >= entries, f"{entries} entries handed over")
+    await eventually_async(lambda: len(consumer.queue) >= entries, f"{entries} entries handed over")
     received = []
     for delivery in consumer.drain(entries, 1):
         messages, _ = consumer.unacked_messages(delivery.entry)
@@ -127,7 +127,7 @@ async def test_cumulative_acks_on_shared_are_refused_before_anything_changes(
 async def test_ids_the_client_was_not_given_are_ignored(service: BrokerService) -> None:
     consumer = await consumer_of(service, receiver_queue_size=5)
     plain, batched = await publish(service, single(b"x"), batch(b"a", b"b"))
-    await until(lambda: len(consumer.queue) == 2, "two entries handed over")
+    await eventually_async(lambda: len(consumer.queue) == 2, "two entries handed over")
     # the batch waits in the receiver queue: its size is not known, its indexes unknown
     assert consumer.acknowledge([], [(batched, 0), (plain, 0)], False) is None
     await receive(consumer, 2)
@@ -145,7 +145,9 @@ async def test_an_ack_through_another_consumer_of_the_subscription_acks_for_its_
     first = await consumer_of(service, subscription_type="Shared", receiver_queue_size=1)
     second = await consumer_of(service, subscription_type="Shared", receiver_queue_size=1)
     await publish(service, single(b"x"), single(b"y"))
-    await until(lambda: len(first.queue) == 1 and len(second.queue) == 1, "one entry each")
+    await eventually_async(
+        lambda: len(first.queue) == 1 and len(second.queue) == 1, "one entry each"
+    )
     [held] = [delivery.entry.position for delivery in second.drain(1, 1)]
     await durable(first.acknowledge([held], [], False))
     assert held not in second.pending
@@ -206,7 +208,7 @@ async def test_a_push_session_sends_against_permits_counted_in_messages(
     assert consumer.sent == [] and consumer.available_permits == 0
 
     consumer.grant(1)  # room for one message: the batch goes, as in Pulsar, whole
-    await until(lambda: len(consumer.sent) == 1, "the batch sent")
+    await eventually_async(lambda: len(consumer.sent) == 1, "the batch sent")
     assert consumer.sent == [(positions[0], 0)]
     # the hand-over is the read the cache expected (PIP-430's released event)
     assert released == [("s", positions[0].ledger_id, positions[0].entry_id)]
@@ -217,7 +219,7 @@ async def test_a_push_session_sends_against_permits_counted_in_messages(
     assert set(consumer.pending) == {positions[0]}
 
     consumer.grant(1)
-    await until(lambda: len(consumer.sent) == 2, "the next entry sent")
+    await eventually_async(lambda: len(consumer.sent) == 2, "the next entry sent")
     assert consumer.sent[1] == (positions[1], 0)
 
 

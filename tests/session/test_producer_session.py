@@ -17,7 +17,7 @@ from broker.session.producer import (
     WAIT_FOR_EXCLUSIVE,
     ProducerSession,
 )
-from tests.dispatch.test_idle_topics import until
+from tests.harness import eventually_async
 from tests.session.conftest import in_memory_service
 
 TOPIC = TopicName("public", "default", "producers")
@@ -94,7 +94,7 @@ async def test_waiting_producers_get_the_topic_in_turn_and_an_unload_ends_a_wait
     second = ProducerSession(roomy, TOPIC, "second", access_mode=WAIT_FOR_EXCLUSIVE)
     first_wait = asyncio.ensure_future(first.attach_with_access(topic, lambda: told.append("1")))
     second_wait = asyncio.ensure_future(second.attach_with_access(topic, lambda: told.append("2")))
-    await until(lambda: len(told) == 2, "both producers queued")
+    await eventually_async(lambda: len(told) == 2, "both producers queued")
     assert told == ["1", "2"] and list(topic.waiting_producers) == [first, second]
 
     holder.detach()
@@ -114,7 +114,7 @@ async def test_exclusive_with_fencing_closes_the_holder_and_fails_the_waiting(
     await holder.attach_with_access(topic)
     waiter = ProducerSession(roomy, TOPIC, "waiter", access_mode=WAIT_FOR_EXCLUSIVE)
     wait = asyncio.ensure_future(waiter.attach_with_access(topic))
-    await until(lambda: waiter.waiting, "the producer queued")
+    await eventually_async(lambda: waiter.waiting, "the producer queued")
     fencer = ProducerSession(roomy, TOPIC, "fencer", access_mode=EXCLUSIVE_WITH_FENCING)
     assert await fencer.attach_with_access(topic) == 1
     assert holder.topic is None and list(topic.producers) == [fencer]

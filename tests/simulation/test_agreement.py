@@ -32,7 +32,6 @@ compared with :data:`PACE_EDGE`, the live producer's pace on a busy machine."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -46,18 +45,13 @@ from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def fork_server() -> Iterator[LazyForkServer]:
-    server = LazyForkServer()
-    yield server
-    server.close()
-
-
 @pytest.fixture(autouse=True)
-def forked_brokers(fork_server: LazyForkServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The live runs' brokers forked from a warm interpreter (tests/loadgen/forked.py)."""
+def forked_brokers(lazy_fork_server: LazyForkServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live runs' brokers forked from a warm interpreter (tests/loadgen/forked.py):
+    the test process's one fork server (tests/conftest.py), not one of the module's own,
+    which cost a second interpreter's imports on each worker running these tests."""
     if not EXEC_BROKERS:
-        monkeypatch.setattr(loadgen.broker_process, "launcher", fork_server.launch)
+        monkeypatch.setattr(loadgen.broker_process, "launcher", lazy_fork_server.launch)
 
 
 #: live runs per preset; one more when the virtual run falls outside the first's spread

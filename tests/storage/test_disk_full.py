@@ -9,11 +9,10 @@ should do by itself, and never assert on timing.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pathlib
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -24,16 +23,14 @@ from storage_stub.bookie import (
     StorageFaultError,
     open_storage,
 )
-from storage_stub.bookie.disk import DiskBookie
 from storage_stub.bookie.disk_monitor import UsageProbe, statvfs_probe
 from storage_stub.bookie.entry_log import EntryLogger
 from storage_stub.bookie.frame import FRAME_HEADER_SIZE, LENGTH_SIZE, Frame
-from storage_stub.bookie.instrumented import InstrumentedBookie
-from storage_stub.bookie.last_entry_cache import LastEntryCachingBookie
 from storage_stub.config import StorageConfig
+from tests.harness import eventually_async
 from tests.smallfs import MiB, SmallFileSystem, small_file_system
+from tests.storage.test_bookie_disk_recovery import disk_bookie
 
-T = TypeVar("T")
 #: How long the bookie gets to do what it should by itself (it checks every 100 ms).
 DEADLINE_S = 15.0
 
@@ -63,16 +60,6 @@ async def open_on(
     return await open_storage(cfg, fs.path / "data", seed=7, disk_usage_probe=probe)
 
 
-def disk_bookie(storage: Storage) -> DiskBookie:
-    cached = storage.bookie
-    assert isinstance(cached, LastEntryCachingBookie)
-    instrumented = cached.inner
-    assert isinstance(instrumented, InstrumentedBookie)
-    inner = instrumented.inner
-    assert isinstance(inner, DiskBookie)
-    return inner
-
-
 class HeldProbe:
     """The real statvfs, except that while held it repeats the last answer: the bookie
     does not see the disk fill, so a write meets the full disk first."""
@@ -91,40 +78,36 @@ class HeldProbe:
         self._held = None
 
 
-async def eventually(attempt: Callable[[], Awaitable[T]]) -> T:
-    """``attempt()`` until it returns without a BookieReadOnlyError (or the deadline)."""
-    async with asyncio.timeout(DEADLINE_S):
-        while True:
-            try:
-                return await attempt()
-            except BookieReadOnlyError:
-                await asyncio.sleep(0.01)
+async def add_when_writable(storage: Storage, ledger: int, entry: bytes) -> None:
+    """Add ``entry`` once the bookie takes adds again (polled, with the deadline)."""
 
+    async def added() -> bool:
+        try:
+            await storage.bookie.add_entries(ledger, [entry])
+        except BookieReadOnlyError:
+            return False
+        return True
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Poll ``condition`` until it holds (or the deadline)."""
-    async with asyncio.timeout(DEADLINE_S):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.01)
+    await eventually_async(added, "the bookie to take an add again", DEADLINE_S)
 
 
 async def add_until_refused(storage: Storage, ledger: int, acked: list[bytes]) -> Exception:
     """Add entries (appending the acknowledged ones to ``acked``) until one fails."""
-    async with asyncio.timeout(DEADLINE_S):
-        while True:
-            entry = os.urandom(4096)
-            try:
-                await storage.bookie.add_entries(ledger, [entry])
-            except StorageFaultError as error:
-                if "readOnlyModeEnabled=false" not in str(error):
-                    raise
-                return error  # the bookie refuses writes without read-only mode
-            except BookieReadOnlyError as error:
-                return error
-            acked.append(entry)
-            await asyncio.sleep(0.005)
+
+    async def refused() -> Exception | None:
+        entry = os.urandom(4096)
+        try:
+            await storage.bookie.add_entries(ledger, [entry])
+        except StorageFaultError as error:
+            if "readOnlyModeEnabled=false" not in str(error):
+                raise
+            return error  # the bookie refuses writes without read-only mode
+        except BookieReadOnlyError as error:
+            return error
+        acked.append(entry)
+        return None
+
+    return await eventually_async(refused, "an add to be refused", DEADLINE_S)
 
 
 async def add_entries(storage: Storage, ledger: int, count: int, acked: list[bytes]) -> None:
@@ -175,7 +158,7 @@ async def test_a_full_disk_refuses_adds_serves_everything_else_and_recovers_by_i
 
         filler.unlink()
         entry = os.urandom(4096)
-        await eventually(lambda: storage.bookie.add_entries(ledger, [entry]))
+        await add_when_writable(storage, ledger, entry)
         acked.append(entry)
 
         assert not storage.read_only
@@ -213,7 +196,7 @@ async def test_rocksdb_out_of_space_is_recovered_once_space_is_back(
         assert isinstance(refused, BookieReadOnlyError)
         assert "location index write failed" in str(refused)
         assert "No space left on device" in str(refused)
-        assert not disk_bookie(storage).index.database.writable
+        assert not disk_bookie(storage.bookie).index.database.writable
         with pytest.raises(StorageFaultError, match="metadataPut"):
             await storage.metadata.put("cursor", b"x" * 100_000)
         assert await read_all(storage, ledger) == acked
@@ -221,10 +204,10 @@ async def test_rocksdb_out_of_space_is_recovered_once_space_is_back(
 
         filler.unlink()
         entry = os.urandom(4096)
-        await eventually(lambda: storage.bookie.add_entries(ledger, [entry]))
+        await add_when_writable(storage, ledger, entry)
         acked.append(entry)
 
-        assert disk_bookie(storage).index.database.writable
+        assert disk_bookie(storage.bookie).index.database.writable
         await storage.metadata.put("cursor", b"1")
         await add_entries(storage, ledger, 5, acked)
         assert await read_all(storage, ledger) == acked
@@ -347,7 +330,7 @@ async def test_start_up_on_a_full_disk_comes_up_read_only_and_serves_reads(
 
         filler.unlink()
         entry = os.urandom(4096)
-        await eventually(lambda: storage.bookie.add_entries(still_open, [entry]))
+        await add_when_writable(storage, still_open, entry)
         open_entries.append(entry)
 
         await storage.metadata.put("cursor", b"1")
@@ -412,7 +395,9 @@ async def test_without_read_only_mode_a_full_disk_stops_adds_until_a_restart(
         assert await read_all(storage, ledger) == acked
 
         filler.unlink()
-        await until(lambda: storage.disk_usage < 0.5)  # the bookie saw the space come back
+        await eventually_async(
+            lambda: storage.disk_usage < 0.5, "the bookie to see the space come back", DEADLINE_S
+        )
         with pytest.raises(StorageFaultError, match="readOnlyModeEnabled=false"):
             await storage.bookie.add_entries(ledger, [b"still refused"])
     finally:
@@ -449,23 +434,26 @@ async def test_a_database_rocksdb_recovered_by_itself_is_not_reopened(
             probe.hold()
             filler = fs.fill_up()
             await add_until_refused(storage, ledger, acked)
-            index = disk_bookie(storage).index.database
+            index = disk_bookie(storage.bookie).index.database
             assert not index.writable
             rocksdb = index.db
             probe.release()
             probe.hold()  # the bookie sees the disk full until RocksDB has recovered
             filler.unlink()
 
-            async with asyncio.timeout(DEADLINE_S):
-                while True:
-                    try:
-                        rocksdb.delete(b"probe")
-                        break
-                    except Exception:  # rocksdict raises a plain Exception
-                        await asyncio.sleep(0.1)
+            def rocksdb_writes() -> bool:
+                try:
+                    rocksdb.delete(b"probe")
+                except Exception:  # rocksdict raises a plain Exception
+                    return False
+                return True
+
+            await eventually_async(
+                rocksdb_writes, "RocksDB to clear its no-space error", DEADLINE_S
+            )
             probe.release()
             entry = os.urandom(4096)
-            await eventually(lambda: storage.bookie.add_entries(ledger, [entry]))
+            await add_when_writable(storage, ledger, entry)
             acked.append(entry)
 
             assert index.db is rocksdb  # not reopened

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from storage_stub.bookie import BookieError, BookieReadOnlyError, StorageFaultError
 from storage_stub.bookie.disk_monitor import DiskUsageMonitor
 from storage_stub.config import StorageConfig
+from tests.harness import eventually_async
 
 TOTAL = 1_000_000
 
@@ -148,11 +149,7 @@ async def test_the_monitor_task_checks_every_interval_and_stops_when_told() -> N
     monitor = disk.monitor(diskCheckInterval=5)
     monitor.start()
     try:
-        async with asyncio.timeout(10):
-            while True:
-                if disk.probes >= 3:
-                    break
-                await asyncio.sleep(0.005)
+        await eventually_async(lambda: disk.probes >= 3, "three periodic checks", 10)
     finally:
         await monitor.stop()
     probes = disk.probes

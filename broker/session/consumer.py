@@ -174,13 +174,14 @@ class ConsumerSession(Consumer):
 
     def give_back(self, deliveries: list[Delivery]) -> None:
         """Deliveries a poll took (``drain``) but does not answer: back at the head of
-        the receiver queue in their order, no longer pending, as if never taken; the
-        next poll takes them. O(len(deliveries))."""
+        the receiver queue in their order, as if never taken: still pending, as not
+        yet received (so a close or a redelivery gives them back to the subscription
+        with the rest); the next poll takes them. O(len(deliveries))."""
         queue = self.queue
         pending = self.pending
         for delivery in reversed(deliveries):
             queue.appendleft(delivery)
-            pending.pop(delivery.entry.position, None)
+            pending[delivery.entry.position] = NOT_RECEIVED
         if queue:
             self._available.set()
 

@@ -75,3 +75,34 @@ async def test_a_poll_answers_a_bounded_payload_and_the_next_polls_the_rest(
         if body["messages"]:
             await client.ack(consumer, [message["messageId"] for message in body["messages"]])
     assert received == list(range(ENTRIES))  # every one once, in order
+
+
+async def test_what_a_poll_gave_back_goes_to_the_next_consumer_when_its_holder_closes(
+    broker: tuple[Client, BrokerService],
+) -> None:
+    """The entries a bounded poll left in the queue are still the consumer's unacked
+    ones: when it closes, they are redelivered with the answered ones, none lost."""
+    client, service = broker
+    topic = new_topic("inflating")
+    first = await client.subscribe(topic, "s", subscriptionType="Shared")
+    loaded = await service.get_topic(TopicName.parse(persistent(topic)), create=False)
+    await loaded.ledger.add_entries([inflating(i) for i in range(ENTRIES)])
+    status, body = await client.request(
+        "GET", f"/consumers/{first}/messages?maxMessages=1000&timeoutMs=2000"
+    )
+    assert status == 200 and 0 < len(body["messages"]) < ENTRIES, body
+    assert (await client.request("DELETE", f"/consumers/{first}"))[0] == 204
+
+    second = await client.subscribe(topic, "s", subscriptionType="Shared")
+    received: set[int] = set()
+    polls = 0
+    while len(received) < ENTRIES and polls < 5 * ENTRIES:
+        status, body = await client.request(
+            "GET", f"/consumers/{second}/messages?maxMessages=1000&timeoutMs=500"
+        )
+        assert status == 200, body
+        received |= {int.from_bytes(unb64(m["payload"])[:4], "big") for m in body["messages"]}
+        polls += 1
+        if body["messages"]:
+            await client.ack(second, [message["messageId"] for message in body["messages"]])
+    assert received == set(range(ENTRIES))

@@ -21,7 +21,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from broker.auth.errors import AuthenticationError
@@ -72,7 +72,7 @@ from broker.session.acks import mask_of
 from broker.session.message_ids import Start, start_of
 from broker.session.payload import check_entry
 from broker.session.producer import Sent, access_of
-from broker.tasks import TaskOwner
+from broker.tasks import COOPERATIVE_BATCH, TaskOwner, cooperative
 from storage_stub.bookie.api import BookieError
 
 if TYPE_CHECKING:
@@ -342,15 +342,43 @@ class Connection(asyncio.Protocol):
         if self.counted_ip is not None:
             self.server.limiter.release(self.counted_ip)
             self.counted_ip = None
-        for producer in self.producers.values():
-            producer.detach()
+        producers = list(self.producers.values())
         self.producers.clear()
         consumers = list(self.consumers.values())
         self.consumers.clear()
-        for consumer in consumers:
-            self._release(consumer)
+        if len(producers) + len(consumers) <= COOPERATIVE_BATCH:
+            self._detach_all(producers, consumers)
+        else:
+            # tens of thousands (a client that opened them one by one, each under the
+            # pending-requests bound) are let go a batch per turn of the loop, so the
+            # hang-up holds no other client for their whole count; meanwhile nothing
+            # more is handed to the consumers (their messages go back as they go)
+            for consumer in consumers:
+                consumer.set_writable(False)
+            self.server.spawn(
+                self._detach_in_turns(producers, consumers), f"detach from {self.peer}"
+            )
         self.server.spawn(self._tasks.close(), f"close connection {self.peer}")
         self.server.spawn(self._acks.close(), f"close connection acks {self.peer}")
+
+    def _detach_all(
+        self, producers: Iterable[BinaryProducer], consumers: Iterable[BinaryConsumer]
+    ) -> None:
+        """Detach the closed connection's producers and release its consumers (their
+        unacked messages go back to their subscriptions). O(producers + consumers)."""
+        for producer in producers:
+            producer.detach()
+        for consumer in consumers:
+            self._release(consumer)
+
+    async def _detach_in_turns(
+        self, producers: list[BinaryProducer], consumers: list[BinaryConsumer]
+    ) -> None:
+        """:meth:`_detach_all`, COOPERATIVE_BATCH of them a turn of the event loop."""
+        async for producer in cooperative(producers):
+            producer.detach()
+        async for consumer in cooperative(consumers):
+            self._release(consumer)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> bool:
         """Run a request's work; a connection with brokerlabMaxPendingRequestsPerConnection

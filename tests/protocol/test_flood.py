@@ -22,8 +22,9 @@ import pulsar
 import pytest
 
 from broker.pulsar_api import BaseCommand, ServerError, Type
+from broker.tasks import COOPERATIVE_BATCH
 from tests.conftest import ServedBrokerFactory
-from tests.harness import ServedBroker, new_topic, persistent
+from tests.harness import ServedBroker, b64, eventually, new_topic, new_topic_and_path, persistent
 from tests.protocol.raw import RawConnection, frame, ping, producer
 
 pytestmark = pytest.mark.slow
@@ -179,3 +180,54 @@ def test_a_connection_past_its_pending_requests_is_closed_and_others_are_not(
     finally:
         within.close()
         past.close()
+
+
+def flow(consumer_id: int, permits: int) -> Any:
+    command = BaseCommand(type=Type.FLOW)
+    command.flow.consumer_id = consumer_id
+    command.flow.messagePermits = permits
+    return command
+
+
+def test_a_hang_up_of_many_consumers_releases_each_and_their_messages_go_on(
+    broker: ServedBroker,
+) -> None:
+    """One connection holds more consumers than the broker lets go in one turn of its
+    loop (COOPERATIVE_BATCH), the first ones handed a message each; after it hangs up,
+    every consumer is released (a batch a turn) and the messages they held reach the
+    subscription's next consumer."""
+    topic, path = new_topic_and_path("many-consumers")
+    count, held = 3 * COOPERATIVE_BATCH + 1, 10
+    raw = RawConnection(broker.service_url)
+    try:
+        raw.handshake()
+        raw.write(b"".join(frame(subscribe(topic, i, i)) for i in range(count)))
+        answered = 0
+        while answered < count:
+            answer = raw.read()
+            assert answer is not None, "the broker closed the connection"
+            assert answer.type == Type.SUCCESS, answer
+            answered += 1
+        for index in range(held):
+            broker.ok("POST", f"/topics/{path}", {"messages": [{"payload": b64(f"m{index}")}]})
+        raw.write(b"".join(frame(flow(i, 1)) for i in range(held)) + frame(ping()))
+        delivered = 0
+        while delivered < held:
+            answer = raw.read()
+            assert answer is not None, "the broker closed the connection"
+            delivered += answer.type == Type.MESSAGE
+    finally:
+        raw.close()
+
+    def consumers_left() -> int:
+        stats = broker.ok("GET", f"/admin/v2/{path}/stats")
+        return len(stats["subscriptions"]["flood"]["consumers"])
+
+    eventually(lambda: consumers_left() == 0, lambda: f"{consumers_left()} consumers left")
+    client = pulsar.Client(broker.service_url)
+    try:
+        consumer = client.subscribe(topic, "flood", consumer_type=pulsar.ConsumerType.Shared)
+        got = {consumer.receive(timeout_millis=10_000).data() for _ in range(held)}
+        assert got == {f"m{index}".encode() for index in range(held)}
+    finally:
+        client.close()

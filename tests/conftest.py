@@ -12,7 +12,8 @@ re-exported here too, for tests that import them from ``tests.conftest``):
   as a context manager when the test stops and reopens a broker over a data dir
   (``in_process_node()`` also gives the broker itself, for tests that reach inside;
   ``broker_service`` is a fresh one's client and service, for a test that stores
-  something directly).
+  something directly; ``harness.in_memory_service()`` is the service alone, no HTTP,
+  on a manual clock: the ``service`` fixture of tests/dispatch and tests/session).
 - ``brokerlab serve`` as a process (the official client, signals, restarts, clusters):
   ``shared_served_broker(**broker_conf, storage=..., brokers=N)`` shares one per
   module and configuration (started again if a test stopped it);

@@ -35,11 +35,15 @@ import aiohttp
 from aiohttp import web
 
 from broker.bench.http import child_pids
+from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
+from broker.clock import ManualClock
 from broker.cluster import BrokerNode, Cluster, http_url
 from broker.config import load_broker_config, load_storage_config
+from broker.dispatch.service import BrokerService, ServiceConfig
 from broker.http.app import Settings, create_app, node_app
 from broker.http.app_state import NODE
 from broker.http.listener import LimitedTCPSite, http_runner
+from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -364,6 +368,21 @@ async def served(settings: Settings) -> web.AppRunner:
 
 def url_of(runner: web.AppRunner) -> str:
     return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+@contextlib.asynccontextmanager
+async def in_memory_service(config: ServiceConfig | None = None) -> AsyncIterator[BrokerService]:
+    """A broker service over the in-memory bookie and metadata store, on a manual clock:
+    no sockets, no HTTP (the dispatch and session tests drive it directly); closed on
+    exit."""
+    stream = create_stream(DEFAULT_DESIGN, CacheConfig(), ManualClock())
+    service = BrokerService(
+        config or ServiceConfig(), InMemoryBookie(), InMemoryMetadataStore(), stream, ManualClock()
+    )
+    try:
+        yield service
+    finally:
+        await service.close()
 
 
 @contextlib.asynccontextmanager

@@ -6,16 +6,11 @@ of 4,900 SUBSCRIBEs each hanging up held another client's send 8 s."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
-from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
-from broker.clock import ManualClock
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.names import TopicName
-from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfig
-from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
+from broker.dispatch.service import BrokerService, ConsumerOptions
 
 TOPIC = TopicName("public", "default", "churn")
 CONNECTIONS = 8
@@ -34,18 +29,6 @@ class Compared(Consumer):
         return self is other
 
     __hash__ = Consumer.__hash__
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[BrokerService]:
-    stream = create_stream(DEFAULT_DESIGN, CacheConfig(), ManualClock())
-    broker = BrokerService(
-        ServiceConfig(), InMemoryBookie(), InMemoryMetadataStore(), stream, ManualClock()
-    )
-    try:
-        yield broker
-    finally:
-        await broker.close()
 
 
 @pytest.mark.parametrize("sub_type", ["Shared", "Key_Shared", "Failover"])

@@ -4,19 +4,15 @@ hand-over, where the message count is taken, and its poll builds the messages fr
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
-from broker.clock import ManualClock
 from broker.dispatch.consumer import Delivery
 from broker.dispatch.names import TopicName
-from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfig
+from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.ledger import entry as entry_module
 from broker.ledger.entry import encode_batch, encode_message
-from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 from tests.harness import eventually_async
 
 TOPIC = TopicName("public", "default", "decoded")
@@ -34,18 +30,6 @@ class Decodes:
             return decode(data)
 
         monkeypatch.setattr(entry_module, "metadata_of", counted)
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[BrokerService]:
-    stream = create_stream(DEFAULT_DESIGN, CacheConfig(), ManualClock())
-    broker = BrokerService(
-        ServiceConfig(), InMemoryBookie(), InMemoryMetadataStore(), stream, ManualClock()
-    )
-    try:
-        yield broker
-    finally:
-        await broker.close()
 
 
 async def publish(service: BrokerService) -> list[bytes]:

@@ -5,34 +5,17 @@ consumer's ack happens to write the cursor."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
-from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
-from broker.clock import ManualClock
 from broker.dispatch.names import TopicName
-from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfig
+from broker.dispatch.service import BrokerService, ConsumerOptions
 from broker.ledger.entry import encode_message
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
-from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
 from tests.harness import eventually_async
 from tests.protocol.raw import lying_batch, unparsable_metadata
 
 TOPIC = TopicName("public", "default", "poison")
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[BrokerService]:
-    stream = create_stream(DEFAULT_DESIGN, CacheConfig(), ManualClock())
-    broker = BrokerService(
-        ServiceConfig(), InMemoryBookie(), InMemoryMetadataStore(), stream, ManualClock()
-    )
-    try:
-        yield broker
-    finally:
-        await broker.close()
 
 
 @pytest.mark.parametrize("sub_type", ["Exclusive", "Failover", "Shared", "Key_Shared"])

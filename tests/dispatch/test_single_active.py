@@ -7,17 +7,13 @@ turn of the loop, walked the others)."""
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
-from broker.clock import ManualClock
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.names import TopicName
-from broker.dispatch.service import BrokerService, ConsumerOptions, ServiceConfig
-from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
+from broker.dispatch.service import BrokerService, ConsumerOptions
 
 TOPIC = TopicName("public", "default", "single-active")
 _LEVEL: Any = Consumer.priority_level  # the slot's descriptor
@@ -52,18 +48,6 @@ class Heard(Counted):
     def active_changed(self, active: bool) -> None:
         self.heard = active
         super().active_changed(active)
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[BrokerService]:
-    stream = create_stream(DEFAULT_DESIGN, CacheConfig(), ManualClock())
-    broker = BrokerService(
-        ServiceConfig(), InMemoryBookie(), InMemoryMetadataStore(), stream, ManualClock()
-    )
-    try:
-        yield broker
-    finally:
-        await broker.close()
 
 
 async def attach(service: BrokerService, name: str, level: int = 0) -> Consumer:

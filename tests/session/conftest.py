@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
 
-from broker.cache import DEFAULT_DESIGN, CacheConfig, create_stream
-from broker.clock import ManualClock
 from broker.dispatch.service import BrokerService, ServiceConfig
-from storage_stub.bookie.memory import InMemoryBookie, InMemoryMetadataStore
-
-
-@contextlib.asynccontextmanager
-async def in_memory_service(config: ServiceConfig) -> AsyncIterator[BrokerService]:
-    stream = create_stream(DEFAULT_DESIGN, CacheConfig(), ManualClock())
-    broker = BrokerService(config, InMemoryBookie(), InMemoryMetadataStore(), stream, ManualClock())
-    try:
-        yield broker
-    finally:
-        await broker.close()
+from tests.harness import in_memory_service
 
 
 @pytest.fixture

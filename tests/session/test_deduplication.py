@@ -19,7 +19,7 @@ from broker.ledger.managed_cursor import DEDUPLICATION_CURSOR_NAME
 from broker.ledger.position import Position
 from broker.pulsar_api import MessageMetadata
 from broker.session.producer import DUPLICATE_POSITION, ProducerSession, Sent
-from tests.session.conftest import in_memory_service
+from tests.harness import in_memory_service
 
 TOPIC = TopicName("public", "default", "dedup")
 

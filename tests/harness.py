@@ -126,6 +126,24 @@ async def eventually_async(
         ) from error
 
 
+def python_calls(work: Callable[[], T]) -> tuple[T, int]:
+    """``work()``'s result and how many Python function calls it made (counted by a
+    ``sys.setprofile`` hook): a measure of an algorithm's work that does not depend on
+    the machine's speed or load, for tests that bound a cost."""
+    calls = 0
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        result = work()
+    finally:
+        sys.setprofile(None)
+    return result, calls
+
+
 # ---------------------------------------------------------------------- topics
 
 _names = itertools.count()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import random
-import sys
 from typing import Any, cast
 
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.key_shared import SLOTS, AutoSplitSelector, sticky_slot
+from tests.harness import python_calls
 
 
 def test_sticky_slot_is_murmur3_32_of_the_key_modulo_65536() -> None:
@@ -107,20 +107,14 @@ def test_a_flood_of_consumers_joins_and_leaves_without_a_walk_over_the_ranges() 
     for 7 s) makes millions."""
     pool = consumers(2000)
     selector = AutoSplitSelector()
-    calls = 0
 
-    def count(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        calls += event == "call"
-
-    sys.setprofile(count)
-    try:
+    def churn() -> None:
         for consumer in pool:
             selector.add(consumer)
         for consumer in pool:
             selector.remove(consumer)
-    finally:
-        sys.setprofile(None)
+
+    _, calls = python_calls(churn)
     assert calls < 20 * len(pool), calls
 
 

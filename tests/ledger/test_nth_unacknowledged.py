@@ -5,14 +5,13 @@ a time, so a client's count (up to 2^31 - 1) costs no walk over that much backlo
 from __future__ import annotations
 
 import asyncio
-import sys
-from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.ledger.managed_cursor import ManagedCursor
 from broker.ledger.position import Position
+from tests.harness import python_calls
 from tests.ledger.test_cursor_ack_runs import _ledger_with
 
 
@@ -65,17 +64,7 @@ def test_a_count_deep_in_the_backlog_costs_no_walk_over_it() -> None:
         first = await ledger.add_entries([b"m"] * 22_000)
         cursor = await ManagedCursor.create(ledger, "sub", "earliest")
         cursor.acknowledge([Position(first.ledger_id, i) for i in range(0, 22_000, 10)])
-        calls = 0
-
-        def count(frame: Any, event: str, arg: Any) -> None:
-            nonlocal calls
-            calls += event == "call"
-
-        sys.setprofile(count)
-        try:
-            found = cursor.nth_unacknowledged(19_800)
-        finally:
-            sys.setprofile(None)
+        found, calls = python_calls(lambda: cursor.nth_unacknowledged(19_800))
         assert found == Position(first.ledger_id, 21_999)
         assert calls < 10_000, calls
         await ledger.close()

@@ -804,10 +804,9 @@ class Connection(asyncio.Protocol):
             mode = ACCESS_MODES.get(request.producer_access_mode)
             if mode is None:
                 raise BrokerError(f"Invalid producer access mode: {request.producer_access_mode}")
-            if self.server.detaching:
-                # a hung-up client's producers still going: this one finds them gone
-                # (an exclusive access or a producer name of theirs free)
-                await self.server.detached()
+            # a hung-up client's producers still going: this one finds them gone (an
+            # exclusive access or a producer name of theirs free)
+            await self.service.detached()
             existing = self.producers.get(request.producer_id)
             topic = await self.service.get_topic(name, create=True)
             if existing is not None and existing.topic is topic and not existing.waiting:
@@ -964,10 +963,6 @@ class Connection(asyncio.Protocol):
             if request.HasField("start_message_id"):
                 given = request.start_message_id
                 start = start_of(given.ledgerId, given.entryId)
-            if self.server.detaching:
-                # a hung-up client's consumers still going: this one finds them gone
-                # (an Exclusive subscription of theirs free, their messages given back)
-                await self.server.detached()
             options = ConsumerOptions(
                 name=request.consumer_name or None,
                 subscription_type=sub_type,

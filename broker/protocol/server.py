@@ -63,10 +63,6 @@ class ProtocolServer:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._tasks = TaskOwner("pulsar protocol")
-        #: hung-up connections' producers and consumers being let go a batch a turn of
-        #: the loop (``Connection._detach_in_turns``): a PRODUCER or SUBSCRIBE waits for
-        #: them, so it finds them gone as if they had all gone in the hang-up's turn
-        self._detaching: set[asyncio.Task[Any]] = set()
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0: any free port); returns the port."""
@@ -80,24 +76,10 @@ class ProtocolServer:
         self._tasks.spawn(coro, name=name)
 
     def spawn_detach(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
-        """Run a hung-up connection's detach; :meth:`detached` waits for it."""
-        task = self._tasks.spawn(coro, name=name)
-        self._detaching.add(task)
-        task.add_done_callback(self._detaching.discard)
-
-    @property
-    def detaching(self) -> bool:
-        """Whether some hung-up connection's producers or consumers are still attached,
-        being let go a batch a turn. O(1)."""
-        return bool(self._detaching)
-
-    async def detached(self) -> None:
-        """Return once the producers and consumers of the connections that hung up
-        before the call are let go (at once when none is being let go); later hang-ups
-        are not waited for, so hang-ups that keep coming starve no one. Cancelling the
-        wait leaves them going."""
-        if self._detaching:
-            await asyncio.wait(set(self._detaching))
+        """Run a hung-up connection's detach (``Connection._detach_in_turns``); the
+        service's new consumers and this server's new producers wait for it
+        (``BrokerService.detached``)."""
+        self.service.detaching(self._tasks.spawn(coro, name=name))
 
     async def partitions(self, name: TopicName, auto_create: bool) -> int:
         """PARTITIONED_METADATA: the topic's partitions (0: not partitioned)."""

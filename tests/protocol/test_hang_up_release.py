@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from broker.dispatch.names import TopicName
+from broker.dispatch.service import BrokerService
+from broker.dispatch.service_config import ConsumerOptions
 from broker.protocol.connection import Connection
 from broker.pulsar_api import BaseCommand, Type
 from broker.tasks import COOPERATIVE_BATCH
@@ -52,7 +55,8 @@ class Peers:
     """Two clients of one in-process broker (``a`` and ``b``), each a stream and the
     broker's Connection of it."""
 
-    def __init__(self) -> None:
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
         self.streams: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
         self.served: dict[str, Connection] = {}
 
@@ -79,7 +83,8 @@ async def peers() -> AsyncIterator[Peers]:
     async with in_process_node(brokerServicePort=-1) as (_, node):
         server = node.protocol
         assert server is not None
-        peers = Peers()
+        assert node.service is not None
+        peers = Peers(node.service)
         by_port = {}
         for name in "ab":
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
@@ -119,3 +124,18 @@ async def test_an_exclusive_producer_access_of_a_hung_up_connection_is_free_at_o
     await peers.ask("a", [*commands, exclusive_producer(exclusive, shared)])
     answer = await peers.hang_up_a_then_b_asks(exclusive_producer(exclusive, 1))
     assert answer.type == Type.PRODUCER_SUCCESS, answer
+
+
+async def test_any_front_ends_consumer_finds_a_hung_up_connections_consumers_gone(
+    peers: Peers,
+) -> None:
+    """The service's consumers of every front end (HTTP, WebSocket) wait as well."""
+    topic = new_topic("hang-up", full=True)
+    shared = 2 * COOPERATIVE_BATCH
+    commands = [subscribe(topic, "flood", 1, i) for i in range(shared)]
+    await peers.ask("a", [*commands, subscribe(topic, "ex", EXCLUSIVE, shared)])
+    peers.served["a"].connection_lost(None)
+    consumer = await peers.service.create_consumer(
+        TopicName.parse(topic), "ex", ConsumerOptions(subscription_type="Exclusive")
+    )
+    assert list(consumer.subscription.consumers) == [consumer]

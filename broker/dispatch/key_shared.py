@@ -31,7 +31,8 @@ class AutoSplitSelector:
     the first largest range comes from a heap, not a walk over every range, which made
     a connection's 12,000 Key_Shared consumers take 17 s to attach, the loop held 7 s.
     More consumers than slots: a consumer that joins when every range is one slot owns
-    none (Pulsar refuses it)."""
+    none (Pulsar refuses it, and its client retries) until a consumer leaves; then the
+    first of them joins."""
 
     __slots__ = ("_end_of", "_ends", "_idle", "_owners", "_widest")
 
@@ -42,7 +43,8 @@ class AutoSplitSelector:
         #: (-size, first slot, last slot) of ranges, stale ones included (a range split
         #: or merged since): the first valid one is the first largest range
         self._widest: list[tuple[int, int, int]] = []
-        self._idle: list[Consumer] = []  # consumers that own no slot
+        #: consumers that own no slot, in the order they joined (a dict as an ordered set)
+        self._idle: dict[Consumer, None] = {}
 
     def select(self, slot: int) -> Consumer | None:
         index = bisect.bisect_left(self._ends, slot)
@@ -75,7 +77,7 @@ class AutoSplitSelector:
                 break
             heapq.heappop(widest)
         if start == end:
-            self._idle.append(consumer)
+            self._idle[consumer] = None
             return
         middle = start + (end - start) // 2
         ends.insert(index, middle)
@@ -89,7 +91,10 @@ class AutoSplitSelector:
         ends = self._ends
         end = self._end_of.pop(id(consumer), None)
         if end is None:
-            self._idle.remove(consumer)
+            try:
+                del self._idle[consumer]
+            except KeyError:
+                raise ValueError(f"{consumer!r} is not a consumer here") from None
             return
         index = bisect.bisect_left(ends, end)
         if index == len(self._owners) - 1 and index > 0:
@@ -104,6 +109,11 @@ class AutoSplitSelector:
             taker = index
         if self._owners:
             self._push(self._start(taker), ends[taker])
+        idle = self._idle
+        if idle:  # a range of two slots at least now: the first that owns none joins
+            waiting = next(iter(idle))
+            del idle[waiting]
+            self.add(waiting)
 
     def _start(self, index: int) -> int:
         return self._ends[index - 1] + 1 if index else 0

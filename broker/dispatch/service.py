@@ -125,6 +125,10 @@ class BrokerService:
         #: topics being unloaded or deleted: a load waits, so two ledgers never coexist
         self._closing: dict[TopicName, asyncio.Future[None]] = {}
         self._owner = TaskOwner("broker service")
+        #: a front end's hung-up clients' producers and consumers being let go a batch a
+        #: turn of the loop (the binary protocol's): a new consumer waits for them, so
+        #: it finds them gone as if they had all gone in the hang-up's turn
+        self._detaching: set[asyncio.Future[object]] = set()
         self._last_stats_ns = clock.monotonic_ns()
         #: the topics each upkeep round visits (a dict as an insertion-ordered set)
         self._active: dict[PersistentTopic, None] = {}
@@ -543,6 +547,20 @@ class BrokerService:
 
     # ------------------------------------------------------------------ consumers
 
+    def detaching(self, release: asyncio.Future[object]) -> None:
+        """``release`` lets a hung-up client's producers and consumers go (a batch a
+        turn); :meth:`detached` waits for it. O(1)."""
+        self._detaching.add(release)
+        release.add_done_callback(self._detaching.discard)
+
+    async def detached(self) -> None:
+        """Return once the producers and consumers of the clients that hung up before
+        the call are let go (at once when none is being let go; O(1) then); later
+        hang-ups are not waited for, so hang-ups that keep coming starve no one.
+        Cancelling the wait leaves them going."""
+        if self._detaching:
+            await asyncio.wait(set(self._detaching))
+
     async def create_consumer(
         self,
         name: TopicName,
@@ -553,8 +571,10 @@ class BrokerService:
     ) -> Consumer:
         """Attach a new consumer (of class ``factory``: the HTTP consumer, or a front
         end's own) to the subscription, creating it at ``start`` (else the initial
-        position) if it does not exist."""
+        position) if it does not exist. Clients that hung up before are gone first
+        (:meth:`detached`): an Exclusive subscription of theirs is free."""
         check_subscription_type(options.subscription_type)
+        await self.detached()
         topic = await self.get_topic(name, create=True)
         self._check_consumer_limits(topic, subscription_name)
         await self.schemas.consumer_schema(topic, options.schema)  # IncompatibleSchemaError

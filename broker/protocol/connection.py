@@ -355,7 +355,7 @@ class Connection(asyncio.Protocol):
             # more is handed to the consumers (their messages go back as they go)
             for consumer in consumers:
                 consumer.set_writable(False)
-            self.server.spawn(
+            self.server.spawn_detach(
                 self._detach_in_turns(producers, consumers), f"detach from {self.peer}"
             )
         self.server.spawn(self._tasks.close(), f"close connection {self.peer}")
@@ -804,6 +804,9 @@ class Connection(asyncio.Protocol):
             mode = ACCESS_MODES.get(request.producer_access_mode)
             if mode is None:
                 raise BrokerError(f"Invalid producer access mode: {request.producer_access_mode}")
+            # a hung-up client's producers still going: this one finds them gone (an
+            # exclusive access or a producer name of theirs free)
+            await self.service.detached()
             existing = self.producers.get(request.producer_id)
             topic = await self.service.get_topic(name, create=True)
             if existing is not None and existing.topic is topic and not existing.waiting:

@@ -75,6 +75,12 @@ class ProtocolServer:
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         self._tasks.spawn(coro, name=name)
 
+    def spawn_detach(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        """Run a hung-up connection's detach (``Connection._detach_in_turns``); the
+        service's new consumers and this server's new producers wait for it
+        (``BrokerService.detached``)."""
+        self.service.detaching(self._tasks.spawn(coro, name=name))
+
     async def partitions(self, name: TopicName, auto_create: bool) -> int:
         """PARTITIONED_METADATA: the topic's partitions (0: not partitioned)."""
         return await self.service.partitions.metadata_for_client(name, auto_create)

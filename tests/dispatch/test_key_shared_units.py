@@ -129,3 +129,25 @@ def test_a_consumer_past_one_per_slot_owns_none_and_can_leave() -> None:
     selector.remove(pool[-1])
     selector.remove(pool[0])
     assert len(selector.ranges()) == SLOTS - 1
+
+
+def test_a_consumer_that_owned_none_joins_when_one_leaves() -> None:
+    """Past one consumer per slot, a joining consumer owns none (Pulsar refuses it; its
+    client retries); once a consumer leaves, the first of those joins as any join does,
+    so no consumer waits for slots while another holds a range it could split, and
+    keyed messages never lack an owner while a consumer is attached."""
+    pool = consumers(SLOTS + 2)
+    selector = AutoSplitSelector()
+    for consumer in pool:
+        selector.add(consumer)
+    first_idle, second_idle = pool[-2], pool[-1]
+    selector.remove(pool[0])
+    ranges = selector.ranges()
+    owners = {owner for _, _, owner in ranges}
+    assert len(ranges) == SLOTS and first_idle in owners and second_idle not in owners
+    assert [first for first, _, _ in ranges] == list(range(SLOTS))
+    # the owners all leave but one, which was idle: it ends with every slot
+    for consumer in pool[1:-1]:
+        selector.remove(consumer)
+    assert selector.ranges() == [(0, SLOTS - 1, second_idle)]
+    assert selector.select(0) is second_idle and selector.select(SLOTS - 1) is second_idle

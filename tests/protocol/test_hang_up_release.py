@@ -102,14 +102,20 @@ async def peers() -> AsyncIterator[Peers]:
                 writer.close()
 
 
+async def a_holds_an_exclusive_subscription_behind_many(peers: Peers) -> str:
+    """Client a subscribes many Shared consumers, then an Exclusive one of subscription
+    "ex", last: the topic."""
+    topic = new_topic("hang-up", full=True)
+    shared = 2 * COOPERATIVE_BATCH
+    commands = [subscribe(topic, "flood", 1, i) for i in range(shared)]
+    await peers.ask("a", [*commands, subscribe(topic, "ex", EXCLUSIVE, shared)])
+    return topic
+
+
 async def test_an_exclusive_subscription_of_a_hung_up_connection_is_free_at_once(
     peers: Peers,
 ) -> None:
-    topic = new_topic("hang-up", full=True)
-    shared = 2 * COOPERATIVE_BATCH
-    # the Exclusive subscription's consumer last, after many Shared ones
-    commands = [subscribe(topic, "flood", 1, i) for i in range(shared)]
-    await peers.ask("a", [*commands, subscribe(topic, "ex", EXCLUSIVE, shared)])
+    topic = await a_holds_an_exclusive_subscription_behind_many(peers)
     answer = await peers.hang_up_a_then_b_asks(subscribe(topic, "ex", EXCLUSIVE, 1))
     assert answer.type == Type.SUCCESS, answer
 
@@ -130,10 +136,7 @@ async def test_any_front_ends_consumer_finds_a_hung_up_connections_consumers_gon
     peers: Peers,
 ) -> None:
     """The service's consumers of every front end (HTTP, WebSocket) wait as well."""
-    topic = new_topic("hang-up", full=True)
-    shared = 2 * COOPERATIVE_BATCH
-    commands = [subscribe(topic, "flood", 1, i) for i in range(shared)]
-    await peers.ask("a", [*commands, subscribe(topic, "ex", EXCLUSIVE, shared)])
+    topic = await a_holds_an_exclusive_subscription_behind_many(peers)
     peers.served["a"].connection_lost(None)
     consumer = await peers.service.create_consumer(
         TopicName.parse(topic), "ex", ConsumerOptions(subscription_type="Exclusive")

@@ -86,7 +86,13 @@ from tests.harness import (
     url_of,
 )
 from tests.loadgen.forked import EXEC_BROKERS, LazyForkServer
-from tests.pipeline.servers import SERVERS_GROUP, SESSION_GROUP, xdist_group
+from tests.pipeline.servers import (
+    SERVERS_GROUP,
+    SESSION_GROUP,
+    start_class_archive,
+    starts_jvms,
+    xdist_group,
+)
 
 # Collecting the suite (importing some 230 test modules, each rewritten by pytest's
 # assertion rewriting, and what they import) builds a heap of some 260,000 objects that
@@ -167,7 +173,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collection's): in an xdist worker, the groups first (:data:`FIRST_GROUPS`, then the
     others by size); then :data:`LONG_FIRST`'s modules, each whole; then every other
     test. Without xdist the groups stay where they were collected (a group spanning
-    modules would set a module's fixtures up again for each of its parts)."""
+    modules would set a module's fixtures up again for each of its parts).
+
+    If the tests start JVMs, the machine's class archive for them is made now unless it
+    is there (``tests.pipeline.servers.start_class_archive``: the first test process
+    to get here makes it, and every JVM's start waits for it)."""
+    if starts_jvms(items):
+        start_class_archive(config)
     worker = hasattr(config, "workerinput")
     groups = {item.nodeid: _group(item) for item in items} if worker else {}
     sizes = collections.Counter(groups.values())

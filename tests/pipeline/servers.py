@@ -16,6 +16,7 @@ every test that needs one shares it: the pipeline's and the sweep's alike.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -75,12 +76,14 @@ SPARK_SETTINGS = {
 #: JVMs a run of these tests starts (measured: a local job's JVM 17.5 s of CPU without
 #: it, 9.2 s with it). Made once per machine, Java and jars (its name is a hash of
 #: them; the jars are :func:`spark_home`'s copy, the same for every venv) by a short
-#: local job (:func:`make_class_archive`), in the background as the
-#: first Spark test starts, and kept in the temporary directory for later runs: making
-#: it costs a JVM's run and its dump (some 2 minutes of wall on a loaded machine), so a
-#: machine's first run gains little (the JVMs started before it is there run without
-#: it) and every later run the whole. A JVM whose archive does not match (another Java
-#: or jars) ignores it, saying "Unable to use shared archive" in its log.
+#: local job (:func:`make_class_archive`), and kept in the temporary directory for later
+#: runs. On a machine without one (a fresh CI machine) the run makes it before its
+#: first JVM starts (:func:`start_class_archive` as the tests are collected, every JVM's
+#: start waiting for it in :func:`java_options`): making it costs about 30 s of CPU, and
+#: the Spark tests' JVMs then spend some 65 s less (measured on this 2-core machine: the
+#: pipeline's and the sweep's tests, 133 s of JVM CPU without an archive, 68 s with).
+#: A JVM whose archive does not match (another Java or jars) ignores it, saying
+#: "Unable to use shared archive" in its log.
 CLASS_ARCHIVE_JOB = """
 import pyarrow as pa
 from pyspark.sql import SparkSession, functions as F
@@ -120,12 +123,68 @@ def class_archive() -> pathlib.Path | None:
 _archive_stop = threading.Event()
 
 
+def _archive_lock(target: pathlib.Path) -> pathlib.Path:
+    return target.with_suffix(".lock")
+
+
+def start_class_archive(config: pytest.Config) -> None:
+    """Make :func:`class_archive` in a thread of this process, unless it is there or
+    another process is making it (it holds the archive's lock, an exclusive ``flock``,
+    until it is done): called as each test process's collection ends, before any test,
+    so the lock is held before the first JVM of the run starts (:func:`java_options`
+    waits for it). The maker is stopped, leaving no archive, as the session ends."""
+    target = class_archive()
+    if target is None or target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(_archive_lock(target), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)  # another process of this run (or another run) is making it
+        return
+
+    def make() -> None:
+        try:
+            if not target.exists():
+                make_class_archive()
+        finally:
+            os.close(lock)  # releases the lock: the JVMs waiting for it start
+
+    thread = threading.Thread(target=_quietly, args=(make,), name="class archive", daemon=True)
+    thread.start()
+
+    def join() -> None:
+        _archive_stop.set()
+        thread.join(timeout=2 * START_SECONDS)
+
+    config.add_cleanup(join)
+
+
+def wait_for_class_archive(seconds: float = START_SECONDS) -> None:
+    """Wait (at most ``seconds``) while a process makes :func:`class_archive`, that is,
+    while it holds the archive's lock (:func:`start_class_archive`)."""
+    target = class_archive()
+    if target is None or target.exists() or not _archive_lock(target).exists():
+        return
+    lock = os.open(_archive_lock(target), os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if _archive_stop.wait(0.2):
+                    return
+    finally:
+        os.close(lock)
+
+
 def make_class_archive() -> None:
     """Make :func:`class_archive` unless it is there: a local job in a JVM that writes it
-    as it exits, to a name of its own renamed into place (test runs on the machine at
-    once each make a whole one). Run by :func:`prestart` in a thread of its own: JVMs
-    that start before it is there run without it (as they do if the JVM cannot make
-    one). Stopped, leaving no archive, when :data:`_archive_stop` is set."""
+    as it exits, to a name of its own renamed into place. Stopped, leaving no archive,
+    when :data:`_archive_stop` is set."""
     target = class_archive()
     if target is None or target.exists():
         return
@@ -168,7 +227,9 @@ def _group_alive(group: int) -> bool:
 
 
 def java_options() -> str:
-    """:data:`JAVA_OPTIONS`, and the class archive if it is there."""
+    """:data:`JAVA_OPTIONS`, and the class archive if it is there, once any process
+    making it is done (:func:`wait_for_class_archive`)."""
+    wait_for_class_archive()
     archive = class_archive()
     if archive is not None and archive.exists():
         return f"{JAVA_OPTIONS} -XX:SharedArchiveFile={archive}"
@@ -260,6 +321,14 @@ SESSION_FIXTURES = frozenset({"spark", "local_run", "local_master"})
 #: with analyses and runs made without a JVM), each server started once, there
 SERVERS_GROUP = "spark-servers"
 SERVER_FIXTURES = frozenset({"cluster", "connect_url"})
+#: the fixtures of the tests that start JVMs: the groups' and the S3 module's (its
+#: walk-through runs the documented ``brokerlab analyze``)
+JVM_FIXTURES = SESSION_FIXTURES | SERVER_FIXTURES | {"s3"}
+
+
+def starts_jvms(items: Sequence[pytest.Item]) -> bool:
+    """Whether any of ``items`` starts a JVM (asks for one of :data:`JVM_FIXTURES`)."""
+    return any(JVM_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items)
 
 
 def xdist_group(fixturenames: Sequence[str]) -> str | None:
@@ -282,8 +351,7 @@ def prestart(
     """Start, each in a thread of its own, the servers that the tests of this session
     (``items``) of xdist group ``group`` (:func:`xdist_group`) will ask for: the
     standalone cluster and the Connect server, which tests otherwise start one after
-    another when each first needs one; and, for :data:`SESSION_GROUP`, the class archive
-    (:func:`make_class_archive`) if the machine has none yet. Called by the first Spark
+    another when each first needs one. Called by the first Spark
     fixture of a group a test asks for; later calls for the group do nothing. The
     threads are joined at the end of the session, before what they started is
     stopped."""
@@ -310,13 +378,6 @@ def prestart(
         "minimal python": lambda: shared_minimal_python(config, factory),
     }
     threads = []
-    if group == SESSION_GROUP:
-        # one worker's job: two would each make a whole archive on a machine without one
-        threads.append(
-            threading.Thread(
-                target=_quietly, args=(make_class_archive,), name="class archive", daemon=True
-            )
-        )
     for name in sorted(wanted):
         # a failed start is raised again to the test that asks for the server
         thread = threading.Thread(
@@ -327,7 +388,6 @@ def prestart(
         thread.start()
 
     def join() -> None:
-        _archive_stop.set()
         for thread in threads:
             thread.join(timeout=2 * START_SECONDS)
 

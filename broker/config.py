@@ -362,6 +362,18 @@ class BrokerConfig(BaseModel):
         origin="Pulsar: same key and default (PIP-434).",
         ge=0,
     )
+    pulsarChannelPauseReceivingRequestsIfUnwritable: bool = key(
+        True,
+        BINARY,
+        "Stop reading a binary connection while its unsent output is over "
+        "pulsarChannelWriteBufferHighWaterMark, and read it again once below the low one; "
+        "the requests already received wait unparsed meanwhile. A client that sends "
+        "requests (PINGs, lookups, topic lists, schemas) and does not read the answers "
+        "then costs the broker about the high water mark, not everything it asked for.",
+        origin="Pulsar: same key (PIP-434), off by default there (apache/pulsar#24423: a "
+        "broker out of memory from answers its clients did not read); on here, so that "
+        "no command stream grows the broker's memory without bound.",
+    )
     acknowledgmentAtBatchIndexLevelEnabled: bool = key(
         False,
         BINARY,

@@ -54,7 +54,7 @@ from broker.protocol.frames import (
     split_frame,
     split_frame_parts,
 )
-from broker.protocol.throttle import PENDING_SENDS
+from broker.protocol.throttle import PENDING_SENDS, UNWRITABLE
 from broker.pulsar_api import (
     ACCESS_MODES,
     ACK_CUMULATIVE,
@@ -192,6 +192,9 @@ class Connection(asyncio.Protocol):
         self.writable = True
         #: the transport said its buffer passed the high water mark (pause_writing)
         self._transport_paused = False
+        #: pulsarChannelPauseReceivingRequestsIfUnwritable: while the transport's buffer
+        #: is over the mark, no more requests are read, nor parsed out of what came
+        self._pause_unwritable = config.pulsarChannelPauseReceivingRequestsIfUnwritable
         #: why reads are off (broker.protocol.throttle's reasons, or-ed; 0: reading)
         self._throttled = 0
         #: SENDs accepted and not answered yet, and their bytes
@@ -253,8 +256,16 @@ class Connection(asyncio.Protocol):
         then its entry is one join of them (:func:`split_frame_parts`). A bytearray that
         the parts were copied into, then copied out of, took three copies of every entry
         larger than what one read brings (a batch of 1 KiB messages), and the reallocs of
-        its growth."""
+        its growth.
+
+        With pulsarChannelPauseReceivingRequestsIfUnwritable, parsing stops once the
+        transport's buffer is over the high water mark (reads are off then too): the rest
+        waits in ``_parts`` (``_needed`` 0) until the client has read the answers."""
         self._heard = True
+        self._parse(data)
+
+    def _parse(self, data: bytes) -> None:
+        """:meth:`data_received`'s work on ``data``, after what waits in ``_parts``."""
         parts = self._parts
         offset = 0
         if parts:
@@ -284,6 +295,8 @@ class Connection(asyncio.Protocol):
         length = len(data)
         try:
             while length - offset >= 4:
+                if self._transport_paused and self._pause_unwritable:
+                    break  # the client is not reading its answers: the rest waits
                 total = U32.unpack_from(data, offset)[0]
                 if total > self._max_frame:
                     raise FrameError(f"frame of {total} bytes is over the limit {self._max_frame}")
@@ -301,9 +314,12 @@ class Connection(asyncio.Protocol):
                 # a view of its own (``view`` is released below): it keeps ``data`` alive
                 parts.append(memoryview(data)[offset:])
                 self._have = length - offset
-                # what the cut frame needs in all: its size, once its 4 bytes are there
-                head = length - offset >= 4
-                self._needed = 4 + U32.unpack_from(data, offset)[0] if head else 4
+                if self._transport_paused and self._pause_unwritable:
+                    self._needed = 0  # held back, parsed again once the output drains
+                else:
+                    # what the cut frame needs in all: its size, once its 4 bytes are there
+                    head = length - offset >= 4
+                    self._needed = 4 + U32.unpack_from(data, offset)[0] if head else 4
             else:
                 self._needed = 0
         except FrameError as error:
@@ -494,12 +510,24 @@ class Connection(asyncio.Protocol):
         reading (as fast as it is sent to)."""
         self._transport_paused = True
         self._set_writable(False)
+        if self._pause_unwritable:
+            self.throttle(UNWRITABLE, True)
 
     def resume_writing(self) -> None:
         """The transport's buffer drained below the low water mark."""
         self._transport_paused = False
         if not self._out_bytes:
             self._set_writable(True)  # else the flush due this turn decides
+        if self._throttled & UNWRITABLE:
+            self.throttle(UNWRITABLE, False)
+            if self._parts and not self._needed:
+                self._loop.call_soon(self._parse_held)
+
+    def _parse_held(self) -> None:
+        """Parse the requests held back while the output was over the mark (unless it is
+        again, or new bytes parsed them meanwhile)."""
+        if not self.closed and not self._transport_paused and self._parts and not self._needed:
+            self._parse(b"")
 
     def _set_writable(self, writable: bool) -> None:
         """Open or close the gate of every consumer of this connection. O(consumers)."""

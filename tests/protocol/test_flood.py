@@ -14,6 +14,9 @@ that started it fails the load, and every waiter with it at once (before the fix
 from __future__ import annotations
 
 import contextlib
+import select
+import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,7 +28,7 @@ from broker.pulsar_api import BaseCommand, ServerError, Type
 from broker.tasks import COOPERATIVE_BATCH
 from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, b64, eventually, new_topic, new_topic_and_path, persistent
-from tests.protocol.raw import RawConnection, frame, ping, producer
+from tests.protocol.raw import READ_DEADLINE_S, RawConnection, frame, ping, producer
 
 pytestmark = pytest.mark.slow
 
@@ -231,3 +234,86 @@ def test_a_hang_up_of_many_consumers_releases_each_and_their_messages_go_on(
         assert got == {f"m{index}".encode() for index in range(held)}
     finally:
         client.close()
+
+
+#: PINGs the client below may send (about 12 bytes each, as is each PONG): the broker
+#: answering every one of them unread held some 170 MiB more (5,000,000: 420 MiB more)
+UNREAD_PINGS = 2_000_000
+#: how much the broker's resident memory may grow meanwhile: the output over the high
+#: water mark (64 KiB), one read of requests held unparsed (256 KiB), allocator slack
+UNREAD_BOUND_MIB = 24
+#: no byte of the client's taken by the broker for this long: it has stopped reading (a
+#: deadline, not a wait: a broker still reading moves the test on at once)
+STOPPED_S = 3.0
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+def test_requests_whose_answers_are_not_read_stop_being_read(broker: ServedBroker) -> None:
+    """pulsarChannelPauseReceivingRequestsIfUnwritable (PIP-434; apache/pulsar#24423): a
+    client that keeps sending requests (PINGs here; lookups, topic lists and schemas
+    alike) and reads none of the answers is not read once its unread output passes the
+    high water mark, so the broker holds about that, not every answer; once the client
+    reads, every request it sent is answered, in order, and the connection goes on."""
+    pid = broker.process.pid  # type: ignore[union-attr]
+    raw = RawConnection(broker.service_url)
+    try:
+        raw.handshake()
+        ping_frame = frame(ping())
+        chunk = ping_frame * 10_000
+        total = len(ping_frame) * UNREAD_PINGS
+        before = rss_mib(pid)
+        peak = before
+        sent = 0
+        raw.sock.setblocking(False)
+        while sent < total:
+            if not select.select([], [raw.sock], [], STOPPED_S)[1]:
+                break  # the broker stopped reading
+            with contextlib.suppress(BlockingIOError):
+                sent += raw.sock.send(chunk[: min(len(chunk), total - sent)])
+            peak = max(peak, rss_mib(pid))
+        raw.sock.setblocking(True)
+        raw.sock.settimeout(READ_DEADLINE_S)
+        broker.ok("GET", "/admin/v2/brokers/health")  # the broker is done with what it read
+        peak = max(peak, rss_mib(pid))
+        print(f"{sent // len(ping_frame):,} PINGs taken; broker RSS {before:.0f} -> {peak:.0f}")
+        assert sent < total, "the broker read every request while none of its answers was"
+        assert peak - before < UNREAD_BOUND_MIB, (before, peak)
+
+        # the client reads: the rest of a PING cut by the stop goes out meanwhile, and
+        # every PING sent is answered
+        rest = -sent % len(ping_frame)
+        finisher = threading.Thread(target=raw.sock.sendall, args=(ping_frame[-rest:],))
+        if rest:
+            finisher.start()
+        expected = (sent + rest) // len(ping_frame)
+        answered = 0
+        pending = b""
+        while answered < expected:
+            data = raw.sock.recv(1 << 20)
+            assert data, f"the broker closed the connection after {answered} PONGs"
+            pending += data
+            offset = 0
+            while len(pending) - offset >= 4:
+                (size,) = struct.unpack_from(">I", pending, offset)
+                if len(pending) - offset - 4 < size:
+                    break
+                (command_size,) = struct.unpack_from(">I", pending, offset + 4)
+                body = pending[offset + 8 : offset + 8 + command_size]
+                assert BaseCommand.FromString(body).type == Type.PONG
+                offset += 4 + size
+                answered += 1
+            pending = pending[offset:]
+        if rest:
+            finisher.join()
+        assert pending == b""
+        raw.write(ping_frame)
+        raw.expect(Type.PONG)
+    finally:
+        raw.close()

@@ -41,16 +41,23 @@ class Framing:
         connection._max_frame = MAX_FRAME
         connection.closed = False
         connection._heard = False
+        connection._transport_paused = False
+        connection._pause_unwritable = True
         self.handled: list[tuple[int, int | None, bytes]] = []
         self.aborted: list[str] = []
         #: sequence ids of SENDs whose handling breaks the protocol
         self.refused: set[int] = set()
+
+        #: sequence ids of SENDs whose answer passes the output's high water mark
+        self.fill_output: set[int] = set()
 
         def handle(command: Any, payload: bytes) -> None:
             sequence = command.send.sequence_id if command.type == Type.SEND else None
             if sequence in self.refused:  # as the connection refuses a bad SEND
                 raise FrameError(f"SEND {sequence} refused")
             self.handled.append((command.type, sequence, payload))
+            if sequence in self.fill_output:  # as pause_writing does
+                connection._transport_paused = True
 
         def abort(reason: str) -> None:
             self.aborted.append(reason)
@@ -92,6 +99,35 @@ def test_every_frame_is_handled_once_in_order_however_the_bytes_are_cut(seed: in
     assert framing.aborted == []
     assert framing.handled == expected
     assert not framing.connection._parts  # nothing left over
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_frames_after_the_output_passes_its_mark_wait_and_are_handled_once_in_order(
+    seed: int,
+) -> None:
+    """pulsarChannelPauseReceivingRequestsIfUnwritable: once a frame's answer takes the
+    output over the high water mark, the frames after it (already received, or cut)
+    wait unparsed; once the output drains, they are handled, each once, in order."""
+    rng = random.Random(seed)
+    data, expected = _stream(rng)
+    cuts = rng.sample(range(1, len(data)), k=rng.choice((1, 10, 100)))
+    framing = Framing()
+    sends = [sequence for kind, sequence, _ in expected if kind == Type.SEND]
+    framing.fill_output = set(rng.sample(sends, k=5))
+    connection = framing.connection
+    start = 0
+    for cut in [*sorted(cuts), len(data)]:
+        connection.data_received(data[start:cut])
+        start = cut
+        while connection._transport_paused:  # the client reads: the output drains
+            last = framing.handled[-1][1]
+            assert last in framing.fill_output, "handled on past the mark"
+            framing.fill_output.discard(last)
+            connection._transport_paused = False
+            connection._parse_held()
+    assert framing.aborted == []
+    assert framing.handled == expected
+    assert not connection._parts
 
 
 def test_bytes_one_at_a_time_give_every_frame() -> None:

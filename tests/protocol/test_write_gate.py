@@ -29,6 +29,8 @@ class Socket(asyncio.Transport):
         self.buffered = 0
         self.high = self.low = 0
         self.paused = False
+        #: the protocol turned reading off (pause_reading)
+        self.reads_paused = False
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 40000) if name == "peername" else default
@@ -47,6 +49,12 @@ class Socket(asyncio.Transport):
             if self.buffered > self.high and not self.paused:
                 self.paused = True
                 self.protocol.pause_writing()
+
+    def pause_reading(self) -> None:
+        self.reads_paused = True
+
+    def resume_reading(self) -> None:
+        self.reads_paused = False
 
     def drain(self) -> None:
         """The client reads everything buffered."""
@@ -109,12 +117,15 @@ async def test_a_client_that_does_not_read_closes_the_gate_until_it_drains() -> 
     message(connection, 2 * connection.high_water)
     assert not connection.writable  # the transport could not pass it on
     assert changes == [False]
+    # pulsarChannelPauseReceivingRequestsIfUnwritable: no more requests read meanwhile
+    assert socket.reads_paused
     message(connection, 100)  # more output while paused: queued for the turn's write
     await next_turn()
     assert not connection.writable  # the flush leaves it closed while paused
     socket.drain()
     assert connection.writable
     assert changes == [False, True]
+    assert not socket.reads_paused
 
 
 async def test_output_below_the_mark_waits_for_the_turns_one_write() -> None:

@@ -926,6 +926,32 @@ class BrokerConfig(BaseModel):
         "pending lookups).",
         ge=0,
     )
+    brokerlabMaxProducersPerConnection: int = key(
+        20000,
+        LIMITS,
+        "Most producers one binary-protocol connection holds (those being created "
+        "included): a connection that asks for one more is closed, not served, and its "
+        "producers and consumers let go. A PRODUCER repeated for a producer it has is "
+        "answered again, as always. Each producer costs the broker memory and its "
+        "hang-up time, so one client cannot open them without end; the many-topics "
+        "preset over the binary protocol opens 10,000 on one connection.",
+        unit="producers; 0 = no limit",
+        origin="brokerlab only (Pulsar bounds producers per topic, maxProducersPerTopic, "
+        "not per connection).",
+        ge=0,
+    )
+    brokerlabMaxConsumersPerConnection: int = key(
+        20000,
+        LIMITS,
+        "Most consumers one binary-protocol connection holds (those being subscribed "
+        "included): a connection that asks for one more is closed, not served, as with "
+        "brokerlabMaxProducersPerConnection. A SUBSCRIBE repeated for a consumer it has is "
+        "answered again.",
+        unit="consumers; 0 = no limit",
+        origin="brokerlab only (Pulsar bounds consumers per topic and subscription, "
+        "maxConsumersPerTopic and maxConsumersPerSubscription, not per connection).",
+        ge=0,
+    )
     maxConcurrentLookupRequest: int = key(
         50000,
         LIMITS,

@@ -154,6 +154,9 @@ class Connection(asyncio.Protocol):
         self._closed_producers: dict[int, float] = {}
         self._max_message_size = server.config.maxMessageSize
         self.consumers: dict[int, BinaryConsumer] = {}
+        #: PRODUCERs and SUBSCRIBEs under way, not in ``producers`` / ``consumers`` yet
+        self._producers_opening = 0
+        self._consumers_opening = 0
         self.batch_index_acks = server.config.acknowledgmentAtBatchIndexLevelEnabled
         #: the frame cut at the end of what arrived, as its parts came (views of the
         #: chunks), waiting for the rest
@@ -410,6 +413,15 @@ class Connection(asyncio.Protocol):
         self._tasks.spawn(coro, name=name)
         return True
 
+    def _room_for(self, held: int, limit: int, what: str, key: str) -> bool:
+        """Whether the connection may have one more of ``what`` (it holds ``held``, those
+        being created included); if not, it is closed (brokerlabMaxProducersPerConnection,
+        brokerlabMaxConsumersPerConnection). O(1)."""
+        if limit and held >= limit:
+            self.abort(f"more than {limit} {what} ({key})")
+            return False
+        return True
+
     def next_request_id(self) -> int:
         return next(self._request_ids)
 
@@ -618,8 +630,9 @@ class Connection(asyncio.Protocol):
             return
         handler(getattr(command, field) if field is not None else command)
 
-    def _async(self, request_id: int, work: Coroutine[Any, Any, Any], name: str) -> None:
-        """Run a request; a broker error answers it with ERROR and Pulsar's code."""
+    def _async(self, request_id: int, work: Coroutine[Any, Any, Any], name: str) -> bool:
+        """Run a request; a broker error answers it with ERROR and Pulsar's code. False
+        if the connection was closed instead (``spawn``): ``work`` never runs."""
 
         async def run() -> None:
             try:
@@ -629,6 +642,8 @@ class Connection(asyncio.Protocol):
 
         if not self.spawn(run(), name):
             work.close()
+            return False
+        return True
 
     def _error(self, request_id: int, code: int, message: str) -> None:
         command = BaseCommand(type=Type.ERROR)
@@ -827,7 +842,30 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ produce
 
     def _producer(self, request: Any) -> None:
+        if request.producer_id not in self.producers and not self._room_for(
+            len(self.producers) + self._producers_opening,
+            self.server.config.brokerlabMaxProducersPerConnection,
+            "producers",
+            "brokerlabMaxProducersPerConnection",
+        ):
+            return
+        self._producers_opening += 1
+        opening = True
+
+        def opened() -> None:
+            """The producer is in ``producers``, or will not be: no longer opening."""
+            nonlocal opening
+            if opening:
+                opening = False
+                self._producers_opening -= 1
+
         async def create() -> None:
+            try:
+                await open_producer()
+            finally:
+                opened()
+
+        async def open_producer() -> None:
             name = topic_name(request.topic)
             mode = ACCESS_MODES.get(request.producer_access_mode)
             if mode is None:
@@ -866,6 +904,7 @@ class Connection(asyncio.Protocol):
                     return
                 # registered before it may wait, so a CLOSE_PRODUCER finds it
                 self.producers[request.producer_id] = producer
+                opened()
 
                 def queued() -> None:
                     # as Pulsar: the client learns it waits (and stops timing the request)
@@ -883,7 +922,8 @@ class Connection(asyncio.Protocol):
                     return
             self._producer_success(request, producer, epoch, ready=True)
 
-        self._async(request.request_id, create(), "producer")
+        if not self._async(request.request_id, create(), "producer"):
+            opened()
 
     def _producer_success(
         self, request: Any, producer: BinaryProducer, epoch: int | None, ready: bool
@@ -979,7 +1019,22 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ consume
 
     def _subscribe(self, request: Any) -> None:
+        if request.consumer_id not in self.consumers and not self._room_for(
+            len(self.consumers) + self._consumers_opening,
+            self.server.config.brokerlabMaxConsumersPerConnection,
+            "consumers",
+            "brokerlabMaxConsumersPerConnection",
+        ):
+            return
+        self._consumers_opening += 1
+
         async def subscribe() -> None:
+            try:
+                await open_consumer()
+            finally:
+                self._consumers_opening -= 1
+
+        async def open_consumer() -> None:
             name = topic_name(request.topic)
             sub_type = SUB_TYPES.get(request.subType)
             if sub_type is None:
@@ -1024,7 +1079,8 @@ class Connection(asyncio.Protocol):
                 active = getattr(dispatcher, "active_consumer", lambda: None)()
                 consumer.active_changed(active is consumer)
 
-        self._async(request.request_id, subscribe(), "subscribe")
+        if not self._async(request.request_id, subscribe(), "subscribe"):
+            self._consumers_opening -= 1
 
     def _flow(self, flow: Any) -> None:
         consumer = self.consumers.get(flow.consumer_id)

@@ -317,3 +317,50 @@ def test_requests_whose_answers_are_not_read_stop_being_read(broker: ServedBroke
         raw.expect(Type.PONG)
     finally:
         raw.close()
+
+
+@pytest.mark.parametrize("command", [producer, subscribe], ids=["producers", "consumers"])
+def test_a_connection_past_its_producers_or_consumers_is_closed_and_others_are_not(
+    served_broker: ServedBrokerFactory, command: Callable[[str, int, int], Any]
+) -> None:
+    """brokerlabMaxProducersPerConnection / brokerlabMaxConsumersPerConnection = 3: a
+    connection holding three that asks for a fourth is closed, unanswered, and what it
+    held is let go; so is one asking for four at once (those being created count); a
+    connection with three goes on, and asking again for one it has is answered again."""
+    broker = served_broker(
+        brokerlabMaxProducersPerConnection=3, brokerlabMaxConsumersPerConnection=3
+    )
+    topic, path = new_topic_and_path("per-connection")
+    within, past = RawConnection(broker.service_url), RawConnection(broker.service_url)
+    success = Type.PRODUCER_SUCCESS if command is producer else Type.SUCCESS
+    try:
+        within.handshake()
+        past.handshake()
+        for connection in (within, past):
+            connection.write(b"".join(frame(command(topic, i, i)) for i in range(3)))
+            for _ in range(3):
+                connection.expect(success)
+        past.write(frame(command(topic, 3, 3)))
+        assert past.read_until_closed() == []
+        eager = RawConnection(broker.service_url)
+        try:
+            eager.handshake()
+            eager.write(b"".join(frame(command(topic, i, i)) for i in range(4)))
+            assert eager.read_until_closed() == []
+        finally:
+            eager.close()
+        within.write(frame(command(topic, 2, 4)))  # one it has: answered again
+        answer = within.expect(success)
+        field = answer.producer_success if command is producer else answer.success
+        assert field.request_id == 4
+
+        def held() -> int:
+            stats = broker.ok("GET", f"/admin/v2/{path}/stats")
+            if command is producer:
+                return len(stats["publishers"])
+            return len(stats["subscriptions"]["flood"]["consumers"])
+
+        eventually(lambda: held() == 3, lambda: f"{held()} held, not the 3 of the open one")
+    finally:
+        within.close()
+        past.close()

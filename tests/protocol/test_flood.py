@@ -106,7 +106,36 @@ def probe(producer_: pulsar.Producer, consumer: pulsar.Consumer, until: float) -
     return rounds
 
 
-@pytest.mark.parametrize("command", [producer, subscribe], ids=["PRODUCER", "SUBSCRIBE"])
+def get_schema(topic: str, _id: int, request_id: int) -> Any:
+    command = BaseCommand(type=Type.GET_SCHEMA)
+    command.getSchema.topic = topic
+    command.getSchema.request_id = request_id
+    return command
+
+
+def topics_of_namespace(_topic: str, _id: int, request_id: int) -> Any:
+    command = BaseCommand(type=Type.GET_TOPICS_OF_NAMESPACE)
+    command.getTopicsOfNamespace.namespace = "public/default"
+    command.getTopicsOfNamespace.request_id = request_id
+    return command
+
+
+def partitioned_metadata_of(topic: str, _id: int, request_id: int) -> Any:
+    return partitioned_metadata(topic, request_id)
+
+
+#: the requests a flood is made of: those that wait for a topic's load (PRODUCER,
+#: SUBSCRIBE), for its schema, for the metadata store (its reads slowed below)
+FLOODS = {
+    "PRODUCER": producer,
+    "SUBSCRIBE": subscribe,
+    "GET_SCHEMA": get_schema,
+    "GET_TOPICS_OF_NAMESPACE": topics_of_namespace,
+    "PARTITIONED_METADATA": partitioned_metadata_of,
+}
+
+
+@pytest.mark.parametrize("command", list(FLOODS.values()), ids=list(FLOODS))
 def test_a_flood_then_a_hang_up_leaves_other_clients_served(
     broker: ServedBroker, command: Callable[[str, int, int], Any]
 ) -> None:

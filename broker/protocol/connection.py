@@ -72,7 +72,7 @@ from broker.session.acks import mask_of
 from broker.session.message_ids import Start, start_of
 from broker.session.payload import check_entry
 from broker.session.producer import Sent, access_of
-from broker.tasks import COOPERATIVE_BATCH, TaskOwner, cooperative
+from broker.tasks import COOPERATIVE_BATCH, FifoLock, TaskOwner, cooperative
 from storage_stub.bookie.api import BookieError
 
 if TYPE_CHECKING:
@@ -198,6 +198,12 @@ class Connection(asyncio.Protocol):
         #: pulsarChannelPauseReceivingRequestsIfUnwritable: while the transport's buffer
         #: is over the mark, no more requests are read, nor parsed out of what came
         self._pause_unwritable = config.pulsarChannelPauseReceivingRequestsIfUnwritable
+        #: with it, answers as large as the client makes them (topic lists, schemas) are
+        #: made one at a time, each once the output is below the mark: requests parsed
+        #: before the output passed it wait unanswered, not as answers nobody reads
+        self._large_answers = FifoLock()
+        #: resolved when the transport's buffer drains below the low water mark
+        self._drained: asyncio.Future[None] | None = None
         #: why reads are off (broker.protocol.throttle's reasons, or-ed; 0: reading)
         self._throttled = 0
         #: SENDs accepted and not answered yet, and their bytes
@@ -530,10 +536,23 @@ class Connection(asyncio.Protocol):
         self._transport_paused = False
         if not self._out_bytes:
             self._set_writable(True)  # else the flush due this turn decides
+        drained = self._drained
+        if drained is not None and not drained.done():
+            drained.set_result(None)
         if self._throttled & UNWRITABLE:
             self.throttle(UNWRITABLE, False)
             if self._parts and not self._needed:
                 self._loop.call_soon(self._parse_held)
+
+    async def _large_answer_turn(self) -> None:
+        """With pulsarChannelPauseReceivingRequestsIfUnwritable, wait until the output
+        is below the high water mark (at once when it is). Call holding
+        ``_large_answers``: one waiter at a time. O(1)."""
+        while self._pause_unwritable and self._transport_paused and not self.closed:
+            drained = self._drained
+            if drained is None or drained.done():
+                drained = self._drained = self._loop.create_future()
+            await drained
 
     def _parse_held(self) -> None:
         """Parse the requests held back while the output was over the mark (unless it is
@@ -1275,13 +1294,15 @@ class Connection(asyncio.Protocol):
 
     def _topics_of_namespace(self, request: Any) -> None:
         async def answer() -> None:
-            tenant, _, namespace = request.namespace.partition("/")
-            topics = await self.service.list_topics(tenant, namespace)
-            command = BaseCommand(type=Type.GET_TOPICS_OF_NAMESPACE_RESPONSE)
-            response = command.getTopicsOfNamespaceResponse
-            response.request_id = request.request_id
-            response.topics.extend(topics)
-            self.write_command(command)
+            async with self._large_answers:  # a namespace's topics: any size
+                await self._large_answer_turn()
+                tenant, _, namespace = request.namespace.partition("/")
+                topics = await self.service.list_topics(tenant, namespace)
+                command = BaseCommand(type=Type.GET_TOPICS_OF_NAMESPACE_RESPONSE)
+                response = command.getTopicsOfNamespaceResponse
+                response.request_id = request.request_id
+                response.topics.extend(topics)
+                self.write_command(command)
 
         self._async(request.request_id, answer(), "topics of namespace")
 
@@ -1302,6 +1323,11 @@ class Connection(asyncio.Protocol):
         response, as Pulsar: TopicNotFound when there is none."""
 
         async def answer() -> None:
+            async with self._large_answers:  # a schema: as large as its producer made it
+                await self._large_answer_turn()
+                await respond()
+
+        async def respond() -> None:
             command = BaseCommand(type=Type.GET_SCHEMA_RESPONSE)
             response = command.getSchemaResponse
             response.request_id = request.request_id

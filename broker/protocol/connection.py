@@ -361,7 +361,10 @@ class Connection(asyncio.Protocol):
         length = len(data)
         try:
             while length - offset >= 4:
-                if self._holding():
+                # _holding(), inline: once a frame
+                if self._turn_frames >= FRAMES_PER_TURN or (
+                    self._transport_paused and self._pause_unwritable
+                ):
                     self._hold(data, offset)
                     return
                 total = U32.unpack_from(data, offset)[0]
@@ -377,7 +380,11 @@ class Connection(asyncio.Protocol):
                 self._handle(command, payload)
                 if self.closed:
                     return
-                self._count_frame()
+                # _count_frame(), inline: once a frame
+                self._turn_frames += 1
+                if not self._turn_end_scheduled:
+                    self._turn_end_scheduled = True
+                    self._loop.call_soon(self._end_turn)
             if offset < length:
                 # a view of its own (``view`` is released below): it keeps ``data`` alive
                 parts.append(memoryview(data)[offset:])

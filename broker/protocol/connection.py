@@ -597,11 +597,13 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         """The transport's buffer drained below the low water mark."""
         self._transport_paused = False
-        if not self._out_bytes:
-            self._set_writable(True)  # else the flush due this turn decides
         drained = self._drained
         if drained is not None and not drained.done():
+            # first, so the answer waiting for it goes out before the consumers woken
+            # next can fill the output again
             drained.set_result(None)
+        if not self._out_bytes:
+            self._set_writable(True)  # else the flush due this turn decides
         if self._throttled & UNWRITABLE:
             self.throttle(UNWRITABLE, False)
             if self._held is not None:

@@ -362,6 +362,18 @@ class BrokerConfig(BaseModel):
         origin="Pulsar: same key and default (PIP-434).",
         ge=0,
     )
+    pulsarChannelPauseReceivingRequestsIfUnwritable: bool = key(
+        True,
+        BINARY,
+        "Stop reading a binary connection while its unsent output is over "
+        "pulsarChannelWriteBufferHighWaterMark, and read it again once below the low one; "
+        "the requests already received wait unparsed meanwhile. A client that sends "
+        "requests (PINGs, lookups, topic lists, schemas) and does not read the answers "
+        "then costs the broker about the high water mark, not everything it asked for.",
+        origin="Pulsar: same key (PIP-434), off by default there (apache/pulsar#24423: a "
+        "broker out of memory from answers its clients did not read); on here, so that "
+        "no command stream grows the broker's memory without bound.",
+    )
     acknowledgmentAtBatchIndexLevelEnabled: bool = key(
         False,
         BINARY,
@@ -912,6 +924,32 @@ class BrokerConfig(BaseModel):
         unit="requests; 0 = no limit",
         origin="brokerlab only (Pulsar has no such bound; its clients bound their own "
         "pending lookups).",
+        ge=0,
+    )
+    brokerlabMaxProducersPerConnection: int = key(
+        20000,
+        LIMITS,
+        "Most producers one binary-protocol connection holds (those being created "
+        "included): a connection that asks for one more is closed, not served, and its "
+        "producers and consumers let go. A PRODUCER repeated for a producer it has is "
+        "answered again, as always. Each producer costs the broker memory and its "
+        "hang-up time, so one client cannot open them without end; the many-topics "
+        "preset over the binary protocol opens 10,000 on one connection.",
+        unit="producers; 0 = no limit",
+        origin="brokerlab only (Pulsar bounds producers per topic, maxProducersPerTopic, "
+        "not per connection).",
+        ge=0,
+    )
+    brokerlabMaxConsumersPerConnection: int = key(
+        20000,
+        LIMITS,
+        "Most consumers one binary-protocol connection holds (those being subscribed "
+        "included): a connection that asks for one more is closed, not served, as with "
+        "brokerlabMaxProducersPerConnection. A SUBSCRIBE repeated for a consumer it has is "
+        "answered again.",
+        unit="consumers; 0 = no limit",
+        origin="brokerlab only (Pulsar bounds consumers per topic and subscription, "
+        "maxConsumersPerTopic and maxConsumersPerSubscription, not per connection).",
         ge=0,
     )
     maxConcurrentLookupRequest: int = key(

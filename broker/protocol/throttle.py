@@ -13,8 +13,17 @@ full, in the client:
   reading, and all read again at half. brokerlab serves every connection on one event
   loop, so the budget is the whole broker's.
 
+A third reason is the connection's own output (PIP-434's
+``pulsarChannelPauseReceivingRequestsIfUnwritable``): while what the client has not read
+is over the high water mark, its further requests are not read either (:data:`UNWRITABLE`).
+
+A fourth is brokerlab's own: a connection whose frames had their share of a turn of
+the event loop is not read again until the next turn (:data:`BUSY`), so that one
+connection's flood of cheap commands cannot hold the loop.
+
 A connection is paused while any reason holds (:data:`PENDING_SENDS`,
-:data:`PUBLISH_BUFFER`), as Pulsar's ``ServerCnxThrottleTracker`` counts its reasons.
+:data:`PUBLISH_BUFFER`, :data:`UNWRITABLE`, :data:`BUSY`), as Pulsar's
+``ServerCnxThrottleTracker`` counts its reasons.
 """
 
 from __future__ import annotations
@@ -25,6 +34,11 @@ from typing import Protocol
 PENDING_SENDS = 1
 #: the broker's unanswered SEND bytes passed maxMessagePublishBufferSizeInMB
 PUBLISH_BUFFER = 2
+#: the connection's unsent output passed pulsarChannelWriteBufferHighWaterMark (with
+#: pulsarChannelPauseReceivingRequestsIfUnwritable)
+UNWRITABLE = 4
+#: the connection had its share of frames for this turn of the event loop
+BUSY = 8
 
 
 class Throttled(Protocol):

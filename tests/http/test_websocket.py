@@ -427,6 +427,29 @@ async def test_bad_json_or_bad_base64_gets_pulsars_error_result_and_stores_nothi
         assert await entries_added(client) == 1
 
 
+@pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
+async def test_a_payload_over_max_message_size_is_refused_and_the_session_goes_on(
+    live_broker: LiveBroker, batching: bool
+) -> None:
+    """maxMessageSize holds for every payload, the WebSocket producer's too (as HTTP's
+    413 and the binary protocol's SEND_ERROR): one byte over is that message's error,
+    stored nowhere; at the limit it is stored."""
+    limit = 4096
+    client = await live_broker(maxMessageSize=limit)
+    path = producer_path(batchingEnabled=str(batching).lower())
+    async with connect(client, path) as producer:
+        await send(producer, payload=base64.b64encode(bytes(limit + 1)).decode(), context="big")
+        answer = await receive(producer)
+        assert answer["result"].startswith("send-error:") and answer["context"] == "big"
+        assert "maxMessageSize" in answer["errorMsg"], answer
+        await send(producer, payload=base64.b64encode(bytes(limit)).decode(), context="at")
+        answer = await receive(producer)
+        assert (answer["result"], answer["context"]) == ("ok", "at"), answer
+    assert await entries_added(client) == 1
+    stats = await client.stats(TOPIC)
+    assert stats["msgInCounter"] == 1
+
+
 @pytest.mark.parametrize(
     "command",
     [

@@ -22,10 +22,13 @@ more than an unbounded broker grows, in less than half the time).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import select
 import socket
 import struct
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -318,3 +321,80 @@ def test_http_consumer_that_does_not_poll(served_broker: ServedBrokerFactory) ->
     )
     print(f"received over HTTP in {time.monotonic() - started:.1f} s")
     assert received == list(range(MESSAGES))
+
+
+def text_frame(text: str) -> bytes:
+    """One text frame as a client sends it: masked, with the all-zero key (a valid key
+    that leaves the bytes as they are, so the test spends no time masking)."""
+    data = text.encode()
+    if len(data) < 126:
+        head = struct.pack(">BB", 0x81, 0x80 | len(data))
+    else:
+        head = struct.pack(">BBH", 0x81, 0x80 | 126, len(data))
+    return head + bytes(4) + data
+
+
+#: messages the producer below may send (1 KiB payloads): a session that took them all,
+#: their answers unread, grew the broker by 171 MiB (now it takes some 73,000, +31 MiB)
+UNREAD_SENDS = 200_000
+#: no byte of the client's taken for this long: the broker stopped reading (a deadline,
+#: not a wait: a broker still reading moves the test on at once)
+STOPPED_S = 3.0
+
+
+def test_websocket_producer_that_does_not_read_its_answers(
+    served_broker: ServedBrokerFactory,
+) -> None:
+    """A WebSocket producer with no limit on its queue (maxPendingMessages=0) whose client
+    sends and never reads the answers: once the answers wait for the client, the writes
+    wait, and once maxMessageSize bytes are queued the session takes no more messages, so
+    the client's sends stop in its socket instead of queueing in the broker; once it
+    reads, every message it sent is answered ok, in order."""
+    broker = served_broker(managedLedgerCacheSizeMB=CACHE_MIB)
+    pid = broker.process.pid  # type: ignore[union-attr]
+    topic = new_topic("unread-answers")
+    session = RawWebSocket(
+        broker.http_url,
+        f"/ws/v2/producer/persistent/{topic}?batchingEnabled=true&maxPendingMessages=0",
+    )
+    try:
+        payload = base64.b64encode(bytes(1024)).decode()
+        # a thousand frames of one size (contexts of six digits), sent over and over
+        chunk = b"".join(
+            text_frame(json.dumps({"payload": payload, "context": f"{i:06}"})) for i in range(1000)
+        )
+        size = len(chunk) // 1000
+        total = size * UNREAD_SENDS
+        before = peak = rss_mib(pid)
+        sent = 0
+        session.sock.setblocking(False)
+        while sent < total:
+            if not select.select([], [session.sock], [], STOPPED_S)[1]:
+                break  # the broker stopped reading
+            start = sent % len(chunk)
+            with contextlib.suppress(BlockingIOError):
+                sent += session.sock.send(chunk[start:])
+            peak = max(peak, rss_mib(pid))
+        session.sock.setblocking(True)
+        session.sock.settimeout(READ_DEADLINE_S)
+        stats_of(broker, "persistent://" + topic)  # the broker is done with what it read
+        peak = max(peak, rss_mib(pid))
+        print(f"{sent // size:,} messages taken; broker RSS {before:.0f} -> {peak:.0f} MiB")
+        assert sent < total, "the broker took every message while no answer was read"
+        assert peak - before < BOUND_MIB, (before, peak)
+
+        rest = -sent % size
+        finisher = threading.Thread(
+            target=session.sock.sendall, args=(chunk[sent % len(chunk) : sent % len(chunk) + rest],)
+        )
+        if rest:
+            finisher.start()
+        expected = (sent + rest) // size
+        for index in range(expected):
+            answer = json.loads(session.read_text())
+            assert answer["result"] == "ok", answer
+            assert answer["context"] == f"{index % 1000:06}", answer
+        if rest:
+            finisher.join()
+    finally:
+        session.close()

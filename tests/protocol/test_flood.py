@@ -14,6 +14,9 @@ that started it fails the load, and every waiter with it at once (before the fix
 from __future__ import annotations
 
 import contextlib
+import select
+import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,7 +28,7 @@ from broker.pulsar_api import BaseCommand, ServerError, Type
 from broker.tasks import COOPERATIVE_BATCH
 from tests.conftest import ServedBrokerFactory
 from tests.harness import ServedBroker, b64, eventually, new_topic, new_topic_and_path, persistent
-from tests.protocol.raw import RawConnection, frame, ping, producer
+from tests.protocol.raw import READ_DEADLINE_S, RawConnection, frame, ping, producer
 
 pytestmark = pytest.mark.slow
 
@@ -103,7 +106,36 @@ def probe(producer_: pulsar.Producer, consumer: pulsar.Consumer, until: float) -
     return rounds
 
 
-@pytest.mark.parametrize("command", [producer, subscribe], ids=["PRODUCER", "SUBSCRIBE"])
+def get_schema(topic: str, _id: int, request_id: int) -> Any:
+    command = BaseCommand(type=Type.GET_SCHEMA)
+    command.getSchema.topic = topic
+    command.getSchema.request_id = request_id
+    return command
+
+
+def topics_of_namespace(_topic: str, _id: int, request_id: int) -> Any:
+    command = BaseCommand(type=Type.GET_TOPICS_OF_NAMESPACE)
+    command.getTopicsOfNamespace.namespace = "public/default"
+    command.getTopicsOfNamespace.request_id = request_id
+    return command
+
+
+def partitioned_metadata_of(topic: str, _id: int, request_id: int) -> Any:
+    return partitioned_metadata(topic, request_id)
+
+
+#: the requests a flood is made of: those that wait for a topic's load (PRODUCER,
+#: SUBSCRIBE), for its schema, for the metadata store (its reads slowed below)
+FLOODS = {
+    "PRODUCER": producer,
+    "SUBSCRIBE": subscribe,
+    "GET_SCHEMA": get_schema,
+    "GET_TOPICS_OF_NAMESPACE": topics_of_namespace,
+    "PARTITIONED_METADATA": partitioned_metadata_of,
+}
+
+
+@pytest.mark.parametrize("command", list(FLOODS.values()), ids=list(FLOODS))
 def test_a_flood_then_a_hang_up_leaves_other_clients_served(
     broker: ServedBroker, command: Callable[[str, int, int], Any]
 ) -> None:
@@ -121,6 +153,54 @@ def test_a_flood_then_a_hang_up_leaves_other_clients_served(
         broker.ok("PUT", "/admin/v2/brokerlab/faults", fault)
         with flood_then_hang_up(broker, command):
             assert probe(producer_, consumer, time.monotonic() + PROBE_S) >= 3
+    finally:
+        client.close()
+    broker.ok("GET", "/admin/v2/brokers/health")
+
+
+#: ACKs of the flood below: 26 MB of cheap commands; read a buffer after another in one
+#: turn of the loop, 300,000 held it 2.7 s and 1,000,000 held another client's round
+#: trips 10.7 s (0.1 s with the per-turn share)
+ACK_FLOOD = 1_000_000
+
+
+def test_a_flood_of_acks_then_a_hang_up_leaves_other_clients_served(
+    broker: ServedBroker,
+) -> None:
+    """ACKs are no requests (no pending bound holds them) and each is cheap, but a
+    connection sending them as fast as the broker reads gets a share of each turn of the
+    loop (FRAMES_PER_TURN frames), so another client's sends and receives stay within
+    RESPONSIVE_S while the flood is read, and after the hang-up."""
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=int(RESPONSIVE_S))
+    try:
+        topic = persistent(new_topic("bystander"))
+        producer_ = client.create_producer(
+            topic, send_timeout_millis=int(RESPONSIVE_S * 1000), batching_enabled=False
+        )
+        consumer = client.subscribe(topic, "probe", consumer_type=pulsar.ConsumerType.Shared)
+        probe(producer_, consumer, 0)
+        flooder = RawConnection(broker.service_url)
+        try:
+            flooder.handshake()
+            flooder.write(frame(subscribe(persistent(new_topic("acked")), 1, 1)))
+            flooder.expect(Type.SUCCESS)
+            acks = []
+            for index in range(1000):  # a thousand kinds, over and over
+                command = BaseCommand(type=Type.ACK)
+                command.ack.consumer_id = 1
+                command.ack.ack_type = 0  # individual
+                message_id = command.ack.message_id.add()
+                message_id.ledgerId, message_id.entryId = 1 + index % 7, index
+                acks.append(frame(command))
+            flood = b"".join(acks) * (ACK_FLOOD // 1000)
+            sender = threading.Thread(target=flooder.sock.sendall, args=(flood,))
+            sender.start()
+            while sender.is_alive():  # the broker is reading the flood
+                probe(producer_, consumer, 0)
+            sender.join()
+        finally:
+            flooder.close()
+        assert probe(producer_, consumer, time.monotonic() + PROBE_S) >= 3
     finally:
         client.close()
     broker.ok("GET", "/admin/v2/brokers/health")
@@ -231,3 +311,133 @@ def test_a_hang_up_of_many_consumers_releases_each_and_their_messages_go_on(
         assert got == {f"m{index}".encode() for index in range(held)}
     finally:
         client.close()
+
+
+#: PINGs the client below may send (about 12 bytes each, as is each PONG): the broker
+#: answering every one of them unread held some 170 MiB more (5,000,000: 420 MiB more)
+UNREAD_PINGS = 2_000_000
+#: how much the broker's resident memory may grow meanwhile: the output over the high
+#: water mark (64 KiB), one read of requests held unparsed (256 KiB), allocator slack
+UNREAD_BOUND_MIB = 24
+#: no byte of the client's taken by the broker for this long: it has stopped reading (a
+#: deadline, not a wait: a broker still reading moves the test on at once)
+STOPPED_S = 3.0
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+def test_requests_whose_answers_are_not_read_stop_being_read(broker: ServedBroker) -> None:
+    """pulsarChannelPauseReceivingRequestsIfUnwritable (PIP-434; apache/pulsar#24423): a
+    client that keeps sending requests (PINGs here; lookups, topic lists and schemas
+    alike) and reads none of the answers is not read once its unread output passes the
+    high water mark, so the broker holds about that, not every answer; once the client
+    reads, every request it sent is answered, in order, and the connection goes on."""
+    pid = broker.process.pid  # type: ignore[union-attr]
+    raw = RawConnection(broker.service_url)
+    try:
+        raw.handshake()
+        ping_frame = frame(ping())
+        chunk = ping_frame * 10_000
+        total = len(ping_frame) * UNREAD_PINGS
+        before = rss_mib(pid)
+        peak = before
+        sent = 0
+        raw.sock.setblocking(False)
+        while sent < total:
+            if not select.select([], [raw.sock], [], STOPPED_S)[1]:
+                break  # the broker stopped reading
+            with contextlib.suppress(BlockingIOError):
+                sent += raw.sock.send(chunk[: min(len(chunk), total - sent)])
+            peak = max(peak, rss_mib(pid))
+        raw.sock.setblocking(True)
+        raw.sock.settimeout(READ_DEADLINE_S)
+        broker.ok("GET", "/admin/v2/brokers/health")  # the broker is done with what it read
+        peak = max(peak, rss_mib(pid))
+        print(f"{sent // len(ping_frame):,} PINGs taken; broker RSS {before:.0f} -> {peak:.0f}")
+        assert sent < total, "the broker read every request while none of its answers was"
+        assert peak - before < UNREAD_BOUND_MIB, (before, peak)
+
+        # the client reads: the rest of a PING cut by the stop goes out meanwhile, and
+        # every PING sent is answered
+        rest = -sent % len(ping_frame)
+        finisher = threading.Thread(target=raw.sock.sendall, args=(ping_frame[-rest:],))
+        if rest:
+            finisher.start()
+        expected = (sent + rest) // len(ping_frame)
+        answered = 0
+        pending = b""
+        while answered < expected:
+            data = raw.sock.recv(1 << 20)
+            assert data, f"the broker closed the connection after {answered} PONGs"
+            pending += data
+            offset = 0
+            while len(pending) - offset >= 4:
+                (size,) = struct.unpack_from(">I", pending, offset)
+                if len(pending) - offset - 4 < size:
+                    break
+                (command_size,) = struct.unpack_from(">I", pending, offset + 4)
+                body = pending[offset + 8 : offset + 8 + command_size]
+                assert BaseCommand.FromString(body).type == Type.PONG
+                offset += 4 + size
+                answered += 1
+            pending = pending[offset:]
+        if rest:
+            finisher.join()
+        assert pending == b""
+        raw.write(ping_frame)
+        raw.expect(Type.PONG)
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("command", [producer, subscribe], ids=["producers", "consumers"])
+def test_a_connection_past_its_producers_or_consumers_is_closed_and_others_are_not(
+    served_broker: ServedBrokerFactory, command: Callable[[str, int, int], Any]
+) -> None:
+    """brokerlabMaxProducersPerConnection / brokerlabMaxConsumersPerConnection = 3: a
+    connection holding three that asks for a fourth is closed, unanswered, and what it
+    held is let go; so is one asking for four at once (those being created count); a
+    connection with three goes on, and asking again for one it has is answered again."""
+    broker = served_broker(
+        brokerlabMaxProducersPerConnection=3, brokerlabMaxConsumersPerConnection=3
+    )
+    topic, path = new_topic_and_path("per-connection")
+    within, past = RawConnection(broker.service_url), RawConnection(broker.service_url)
+    success = Type.PRODUCER_SUCCESS if command is producer else Type.SUCCESS
+    try:
+        within.handshake()
+        past.handshake()
+        for connection in (within, past):
+            connection.write(b"".join(frame(command(topic, i, i)) for i in range(3)))
+            for _ in range(3):
+                connection.expect(success)
+        past.write(frame(command(topic, 3, 3)))
+        assert past.read_until_closed() == []
+        eager = RawConnection(broker.service_url)
+        try:
+            eager.handshake()
+            eager.write(b"".join(frame(command(topic, i, i)) for i in range(4)))
+            assert eager.read_until_closed() == []
+        finally:
+            eager.close()
+        within.write(frame(command(topic, 2, 4)))  # one it has: answered again
+        answer = within.expect(success)
+        field = answer.producer_success if command is producer else answer.success
+        assert field.request_id == 4
+
+        def held() -> int:
+            stats = broker.ok("GET", f"/admin/v2/{path}/stats")
+            if command is producer:
+                return len(stats["publishers"])
+            return len(stats["subscriptions"]["flood"]["consumers"])
+
+        eventually(lambda: held() == 3, lambda: f"{held()} held, not the 3 of the open one")
+    finally:
+        within.close()
+        past.close()

@@ -8,12 +8,14 @@ try many cuts; tests/protocol/test_bad_frames.py does the same against a served 
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from broker.protocol.connection import Connection
+from broker.protocol.connection import FRAMES_PER_TURN, Connection
 from broker.protocol.frames import FrameError, command_frame, payload_frame_head
+from broker.protocol.throttle import BUSY
 from broker.pulsar_api import BaseCommand, Type
 
 MAX_FRAME = 64 * 1024
@@ -41,16 +43,43 @@ class Framing:
         connection._max_frame = MAX_FRAME
         connection.closed = False
         connection._heard = False
+        connection._transport_paused = False
+        connection._pause_unwritable = True
+        connection._held = None
+        connection._held_at = 0
+        connection._turn_frames = 0
+        connection._turn_end_scheduled = False
+        #: callbacks for the next turn of the loop (``call_soon``), run by ``next_turn``
+        self.soon: list[Any] = []
+        connection._loop = SimpleNamespace(call_soon=self.soon.append)  # type: ignore[assignment]
+        #: reads are off (``throttle``)
+        self.reads_off: set[int] = set()
+
+        def throttle(reason: int, on: bool) -> None:
+            if on:
+                self.reads_off.add(reason)
+                connection._throttled |= reason
+            else:
+                self.reads_off.discard(reason)
+                connection._throttled &= ~reason
+
+        connection._throttled = 0
+        connection.throttle = throttle  # type: ignore[method-assign]
         self.handled: list[tuple[int, int | None, bytes]] = []
         self.aborted: list[str] = []
         #: sequence ids of SENDs whose handling breaks the protocol
         self.refused: set[int] = set()
+
+        #: sequence ids of SENDs whose answer passes the output's high water mark
+        self.fill_output: set[int] = set()
 
         def handle(command: Any, payload: bytes) -> None:
             sequence = command.send.sequence_id if command.type == Type.SEND else None
             if sequence in self.refused:  # as the connection refuses a bad SEND
                 raise FrameError(f"SEND {sequence} refused")
             self.handled.append((command.type, sequence, payload))
+            if sequence in self.fill_output:  # as pause_writing does
+                connection._transport_paused = True
 
         def abort(reason: str) -> None:
             self.aborted.append(reason)
@@ -59,6 +88,12 @@ class Framing:
         connection._handle = handle  # type: ignore[method-assign]
         connection.abort = abort  # type: ignore[method-assign]
         self.connection = connection
+
+    def next_turn(self) -> None:
+        """Run what was scheduled for the next turn of the loop."""
+        soon, self.soon[:] = list(self.soon), []
+        for callback in soon:
+            callback()
 
     def feed(self, data: bytes, cuts: list[int]) -> None:
         start = 0
@@ -92,6 +127,53 @@ def test_every_frame_is_handled_once_in_order_however_the_bytes_are_cut(seed: in
     assert framing.aborted == []
     assert framing.handled == expected
     assert not framing.connection._parts  # nothing left over
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_frames_after_the_output_passes_its_mark_wait_and_are_handled_once_in_order(
+    seed: int,
+) -> None:
+    """pulsarChannelPauseReceivingRequestsIfUnwritable: once a frame's answer takes the
+    output over the high water mark, the frames after it (already received, or cut)
+    wait unparsed; once the output drains, they are handled, each once, in order."""
+    rng = random.Random(seed)
+    data, expected = _stream(rng)
+    cuts = rng.sample(range(1, len(data)), k=rng.choice((1, 10, 100)))
+    framing = Framing()
+    sends = [sequence for kind, sequence, _ in expected if kind == Type.SEND]
+    framing.fill_output = set(rng.sample(sends, k=5))
+    connection = framing.connection
+    start = 0
+    for cut in [*sorted(cuts), len(data)]:
+        connection.data_received(data[start:cut])
+        start = cut
+        while connection._transport_paused:  # the client reads: the output drains
+            last = framing.handled[-1][1]
+            assert last in framing.fill_output, "handled on past the mark"
+            framing.fill_output.discard(last)
+            connection._transport_paused = False
+            connection._parse_held()
+    assert framing.aborted == []
+    assert framing.handled == expected
+    assert not connection._parts
+
+
+def test_a_turn_of_the_loop_handles_a_share_of_frames_and_the_rest_waits_unread() -> None:
+    """One connection's flood of cheap commands (300,000 ACKs held the loop 2.7 s): a
+    turn handles FRAMES_PER_TURN frames, the rest waits with reads off, and each next
+    turn handles the next share, in order, until none is left and reads are back on."""
+    count = 3 * FRAMES_PER_TURN + 10
+    framing = Framing()
+    framing.feed(b"".join(_send(n, b"\x0e\x01") for n in range(count)), [])
+    shares = [len(framing.handled)]
+    while framing.soon:
+        assert framing.reads_off == ({BUSY} if shares[-1] < count else set())
+        framing.next_turn()
+        shares.append(len(framing.handled))
+    assert shares == [FRAMES_PER_TURN, 2 * FRAMES_PER_TURN, 3 * FRAMES_PER_TURN, count, count]
+    assert framing.handled == [(Type.SEND, n, b"\x0e\x01") for n in range(count)]
+    assert framing.reads_off == set()
+    assert framing.connection._held is None and not framing.connection._parts
 
 
 def test_bytes_one_at_a_time_give_every_frame() -> None:

@@ -466,3 +466,42 @@ async def test_closing_a_ledger_waits_for_its_adds_in_the_pipeline(
     assert await deadline(closing) == 1
     assert (await deadline(first), await deadline(second)) == (0, 1)
     assert isinstance(disk, DiskBookie)
+
+
+async def test_a_ledger_created_while_a_sync_is_out_keeps_its_id_when_that_sync_fails(
+    open_store: OpenStorage, held_fsync: HeldFsync
+) -> None:
+    """Ledger ids while a sync is out: a ledger created then has an id of its own, its
+    first add is written behind the sync and fails with it, its entry ids start again
+    at 0, and the ids of every ledger survive a reopen (none reused, none lost)."""
+    storage = await open_store(syncMode="batch", journalMaxGroupWaitMSec=0)
+    bookie = storage.bookie
+    disk = disk_bookie(bookie)
+    first = await bookie.create_ledger()
+    assert await bookie.add_entries(first, [b"first-0"]) == 0
+
+    held_fsync.hold = True
+    held_fsync.fail = True
+    lost = asyncio.ensure_future(bookie.add_entries(first, [b"lost"]))
+    await eventually_async(held_fsync.waiting.is_set, "the first add's fsync")
+    created = await deadline(bookie.create_ledger())  # while the sync is out
+    offset = disk.entry_log.write_offset
+    behind = asyncio.ensure_future(bookie.add_entries(created, [b"created-lost"]))
+    await eventually_async(lambda: disk.entry_log.write_offset > offset, "its add written")
+    held_fsync.release()
+    outcomes = await deadline(asyncio.gather(lost, behind, return_exceptions=True))
+    assert all(isinstance(o, StorageFaultError) for o in outcomes), outcomes
+
+    later = await bookie.create_ledger()
+    assert len({first, created, later}) == 3
+    assert await bookie.last_add_confirmed(created) == -1
+    assert await bookie.add_entries(created, [b"created-0"]) == 0
+    assert await bookie.add_entries(later, [b"later-0"]) == 0
+    await storage.close()
+
+    reopened = (await open_store(syncMode="batch")).bookie
+    assert await reopened.read_entries(first, 0, 0) == [b"first-0"]
+    assert await reopened.read_entries(created, 0, 0) == [b"created-0"]
+    assert await reopened.read_entries(later, 0, 0) == [b"later-0"]
+    assert await reopened.get_last_entry_in_ledger(created) == 0
+    assert await reopened.create_ledger() not in {first, created, later}

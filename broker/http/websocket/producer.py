@@ -163,6 +163,8 @@ class WebSocketProducer(ProducerSession):
     __slots__ = (
         "_full",
         "_queue",
+        "_queued_bytes",
+        "_room",
         "_wake",
         "_writing",
         "batch_delay_s",
@@ -207,9 +209,21 @@ class WebSocketProducer(ProducerSession):
         self._writing = 0
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
+        #: payload bytes queued or being written
+        self._queued_bytes = 0
+        #: set while ``_queued_bytes`` is below maxMessageSize
+        self._room = asyncio.Event()
+        self._room.set()
 
     async def receive(self, text: str) -> None:
-        """One message from the client: queued for a write, or refused at once."""
+        """One message from the client: queued for a write, or refused at once. While
+        the messages queued and being written hold maxMessageSize bytes of payload, the
+        next one waits (and no more is read from the socket): the session holds at most
+        about that much, whatever ``maxPendingMessages`` allows (0: no limit), for a
+        client faster than storage or one that does not read its answers (which holds
+        the writes up). O(1) but the message's decoding."""
+        if not self._room.is_set():
+            await self._room.wait()
         context: str | None = None
         try:
             try:
@@ -231,6 +245,9 @@ class WebSocketProducer(ProducerSession):
             )
             return
         self._queue.append(send)
+        self._queued_bytes += len(send.payload)
+        if self._queued_bytes >= self.config.maxMessageSize:
+            self._room.clear()
         self._wake.set()
         if len(self._queue) >= self.batch_max_messages:
             self._full.set()
@@ -315,6 +332,9 @@ class WebSocketProducer(ProducerSession):
                 await self._write(group, loop)
             finally:
                 self._writing = 0
+                self._queued_bytes -= sum(len(send.payload) for send in group)
+                if self._queued_bytes < self.config.maxMessageSize:
+                    self._room.set()
 
     def _encode(self, group: list[_Send]) -> tuple[list[Sent], list[int]]:
         """The group's entries as sends (with their sequence ids) and the messages in

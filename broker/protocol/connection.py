@@ -46,8 +46,10 @@ from broker.protocol.binary_consumer import BinaryConsumer
 from broker.protocol.binary_producer import BinaryProducer
 from broker.protocol.errors import server_error
 from broker.protocol.frames import (
+    CUT_ENTRY_MIN_BYTES,
     SIZES,
     U32,
+    CutEntry,
     FrameError,
     command_frame,
     payload_frame_head,
@@ -126,7 +128,7 @@ def topic_name(text: str) -> TopicName:
 REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     """One client connection. Frames are parsed as they arrive; a frame that breaks the
     protocol closes this connection (logged with its reason) and nothing else."""
 
@@ -163,7 +165,11 @@ class Connection(asyncio.Protocol):
         self.batch_index_acks = server.config.acknowledgmentAtBatchIndexLevelEnabled
         #: the frame cut at the end of what arrived, as its parts came (views of the
         #: chunks), waiting for the rest
-        self._parts: list[memoryview] = []
+        self._parts: list[memoryview] = []  # of bytes (the read buffer's: copied)
+        #: the entry of a frame cut at the end of a read, being read into
+        self._cut: CutEntry | None = None
+        #: a frame whose entry was read into whole, to be handled (:meth:`_take_whole`)
+        self._whole: CutEntry | None = None
         #: bytes in ``_parts``
         self._have = 0
         #: how many bytes ``_parts`` must hold before its frame is parsed again
@@ -268,15 +274,29 @@ class Connection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=self.high_water, low=self._low_water)  # type: ignore[attr-defined]
         self._schedule_keepalive()
 
-    def data_received(self, data: bytes) -> None:
-        """Parse every complete frame received. O(bytes received), each byte of an entry
-        copied once out of what arrived: the frames of a chunk are parsed out of it
-        where they lie; a frame cut at the end of a chunk keeps its parts as they came
-        (``_parts``, views of the chunks, no copy) until the bytes it needs are there,
-        then its entry is one join of them (:func:`split_frame_parts`). A bytearray that
-        the parts were copied into, then copied out of, took three copies of every entry
-        larger than what one read brings (a batch of 1 KiB messages), and the reallocs of
-        its growth.
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read lands: the rest of the entry of a frame cut at the end of
+        the last read, when it is large (``_cut``: the read stops at the frame's end),
+        else the server's read buffer, which every connection reads into
+        (:meth:`buffer_updated` parses a read, and copies out what it keeps, before the
+        loop reads anything else). O(1)."""
+        cut = self._cut
+        if cut is not None:
+            return cut.view[cut.have :]
+        return self.server.read_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """Parse every complete frame received. O(bytes received), each byte of an
+        entry copied at most once: the frames of a read are parsed out of the read
+        buffer where they lie, each entry one copy out of it; a frame cut at the end of
+        a read has its command and what there is of its entry copied out, and its entry
+        is then read into where it stays (:class:`CutEntry`), unless it is small: then
+        the cut frame keeps its parts as they came (``_parts``: views of bytes copied
+        out of the read buffer) until the bytes it needs are there, and its entry is one
+        join of them (:func:`split_frame_parts`). Reads that came as bytes (a copy of
+        uvloop's read buffer) then copied out of again, or joined, took two copies of
+        most entries of a batch of 1 KiB messages; a bytearray the parts were copied
+        into, then copied out of, had taken three, and the reallocs of its growth.
 
         Parsing stops, and reading with it, with the rest held unparsed (``_held``):
         once a turn of the event loop has handled FRAMES_PER_TURN frames of the
@@ -285,11 +305,43 @@ class Connection(asyncio.Protocol):
         pulsarChannelPauseReceivingRequestsIfUnwritable, while the transport's buffer is
         over the high water mark, until the client has read the answers."""
         self._heard = True
+        cut = self._cut
+        if cut is not None:  # the read went into the cut entry's bytes
+            cut.have += nbytes
+            if cut.have == cut.size:
+                # whole: handled once the transport has let go of its view of the bytes
+                # (right after this call; taken now, they would be copied), at the next
+                # read of this connection or the loop's next callbacks, whichever first
+                self._cut = None
+                self._whole = cut
+                self._loop.call_soon(self._take_whole)
+            return
+        if self._whole is not None:
+            self._take_whole()
+            if self.closed:
+                return
         held = self._held
         if held is not None:  # reads were off: not expected, but kept in order
             self._held = None
-            data = held[self._held_at :] + data
-        self._parse(data)
+            self._parse(held[self._held_at :] + self.server.read_view[:nbytes])
+            return
+        self._parse(self.server.read_buffer, 0, nbytes)
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes that arrived, taken as a transport's reads are: into :meth:`get_buffer`'s
+        buffer, then :meth:`buffer_updated` (a transport reads into the buffer itself;
+        this is for a caller that has the bytes). O(len(data))."""
+        source = memoryview(data)
+        offset, total = 0, len(data)
+        while offset < total and not self.closed:
+            buffer = self.get_buffer(total - offset)
+            count = min(len(buffer), total - offset)
+            buffer[:count] = source[offset : offset + count]
+            if buffer is not self.server.read_view:
+                buffer.release()  # as a transport lets go of it once the read is in
+            offset += count
+            self.buffer_updated(count)
+            self._take_whole()
 
     def _holding(self) -> bool:
         """Whether frames wait unparsed now (see :meth:`data_received`). O(1)."""
@@ -329,21 +381,27 @@ class Connection(asyncio.Protocol):
         if self._turn_frames >= FRAMES_PER_TURN:
             self.throttle(BUSY, True)
 
-    def _parse(self, data: bytes, offset: int = 0) -> None:
-        """:meth:`data_received`'s work on ``data`` from ``offset`` on, after what
-        waits in ``_parts`` (``offset`` 0 then)."""
+    def _parse(self, data: bytes | bytearray, offset: int = 0, length: int = -1) -> None:
+        """:meth:`data_received`'s work on ``data[offset:length]`` (``length`` -1: to
+        its end), after what waits in ``_parts`` (``offset`` 0 then). ``data`` is bytes,
+        or the server's read buffer (a bytearray), which the next read overwrites: what
+        is kept of it past this call (a cut frame's prefix, what is held) is copied."""
+        if length < 0:
+            length = len(data)
         parts = self._parts
         if parts:
             needed = self._needed
-            have = self._have + len(data)
+            have = self._have + length
             if have < needed:
-                parts.append(memoryview(data))
+                piece = memoryview(data)[:length]
+                parts.append(piece if isinstance(data, bytes) else memoryview(bytes(piece)))
                 self._have = have
                 return  # the cut frame still arriving
             if needed <= 4:  # its size was cut: join what there is (a few bytes, rare)
-                parts.append(memoryview(data))
+                parts.append(memoryview(data)[:length])
                 data = b"".join(parts)
                 parts.clear()
+                length = len(data)
             else:  # the cut frame's rest is here: that frame from its parts, then on
                 offset = needed - self._have
                 parts.append(memoryview(data)[:offset])
@@ -352,20 +410,23 @@ class Connection(asyncio.Protocol):
                     parts.clear()
                     self._handle(command, payload)
                 except FrameError as error:
+                    parts.clear()
                     self.abort(str(error))
                     return
                 if self.closed:
                     return
                 self._count_frame()
         view = memoryview(data)
-        length = len(data)
         try:
             while length - offset >= 4:
                 # _holding(), inline: once a frame
                 if self._turn_frames >= FRAMES_PER_TURN or (
                     self._transport_paused and self._pause_unwritable
                 ):
-                    self._hold(data, offset)
+                    if isinstance(data, bytes):
+                        self._hold(data, offset)
+                    else:  # the read buffer's: copied out
+                        self._hold(bytes(view[offset:length]), 0)
                     return
                 total = U32.unpack_from(data, offset)[0]
                 if total > self._max_frame:
@@ -386,8 +447,15 @@ class Connection(asyncio.Protocol):
                     self._turn_end_scheduled = True
                     self._loop.call_soon(self._end_turn)
             if offset < length:
-                # a view of its own (``view`` is released below): it keeps ``data`` alive
-                parts.append(memoryview(data)[offset:])
+                if length - offset >= 8 and self._cut_entry(view, offset, length):
+                    self._needed = 0
+                    return
+                # a view of its own (``view`` is released below): it keeps ``data`` alive;
+                # the read buffer's bytes are copied out
+                if isinstance(data, bytes):
+                    parts.append(memoryview(data)[offset:])
+                else:
+                    parts.append(memoryview(bytes(view[offset:length])))
                 self._have = length - offset
                 # what the cut frame needs in all: its size, once its 4 bytes are there
                 head = length - offset >= 4
@@ -398,6 +466,38 @@ class Connection(asyncio.Protocol):
             self.abort(str(error))
         finally:
             view.release()
+
+    def _take_whole(self) -> None:
+        """Handle the frame whose entry was read into its bytes (``_whole``), if it was
+        not handled yet: before anything that arrived after it. O(1) beyond handling."""
+        whole = self._whole
+        if whole is None or self.closed:
+            return
+        self._whole = None
+        try:
+            command, payload = whole.take()
+            self._handle(command, payload)
+        except FrameError as error:
+            self.abort(str(error))
+            return
+        if not self.closed:
+            self._count_frame()
+
+    def _cut_entry(self, view: memoryview, offset: int, length: int) -> bool:
+        """Whether the frame at ``offset``, cut at ``length`` with its command whole and
+        a large entry, is now ``_cut``: its rest read into its entry's bytes. O(what
+        there is of it)."""
+        total, size = SIZES.unpack_from(view, offset)
+        start = offset + 8 + size  # where the entry starts
+        rest = offset + 4 + total - start
+        if start > length or rest < CUT_ENTRY_MIN_BYTES:
+            return False
+        cut = CutEntry(bytes(view[offset + 8 : start]), rest)
+        have = length - start
+        cut.view[:have] = view[start:length]
+        cut.have = have
+        self._cut = cut
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown()
@@ -413,6 +513,10 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        for cut in (self._cut, self._whole):
+            if cut is not None:
+                cut.drop()
+        self._cut = self._whole = None
         if self._keepalive is not None:
             self._keepalive.cancel()
         if self._auth_check is not None:

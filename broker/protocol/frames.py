@@ -8,6 +8,7 @@ everything after itself.
 
 from __future__ import annotations
 
+import io
 import struct
 from typing import Any
 
@@ -15,6 +16,10 @@ from broker.pulsar_api import BaseCommand
 
 SIZES = struct.Struct(">II")
 U32 = struct.Struct(">I")
+#: the fewest bytes an entry cut at the end of a read has for the rest to be read into
+#: its bytes (:class:`CutEntry`), not joined from the parts as they came: the join of a
+#: small one costs less than the read more it takes to stop reading at the frame's end
+CUT_ENTRY_MIN_BYTES = 16 * 1024
 #: room for the command and headers around a message of maxMessageSize, as Pulsar's
 #: frame limit (Commands.MESSAGE_SIZE_FRAME_PADDING)
 FRAME_PADDING = 10 * 1024
@@ -97,3 +102,37 @@ def parse_command(frame: memoryview) -> tuple[Any, int]:
     except Exception as error:  # protobuf DecodeError, or a required field missing
         raise FrameError(f"command does not parse: {error}") from None
     return command, end
+
+
+class CutEntry:
+    """The entry of a SEND or MESSAGE frame cut at the end of a read, whose rest the
+    next reads bring straight into its bytes: ``view`` is where they land, from
+    ``have`` on. The bytes are a BytesIO's own (zeroed once), whose ``getvalue`` hands
+    them over without a copy once no view of them is left; a join of the parts as they
+    came copied every byte of the entry once more (and before, the reads' bytes were a
+    copy of the loop's read buffer). The frame's command is kept as it came (a few
+    bytes), parsed once the entry is whole, as a frame that arrived in parts is."""
+
+    __slots__ = ("_file", "command", "have", "size", "view")
+
+    def __init__(self, command: bytes, size: int) -> None:
+        self.command = command
+        self.size = size
+        self._file = io.BytesIO(bytes(size))
+        self.view: memoryview = self._file.getbuffer()
+        self.have = 0
+
+    def take(self) -> tuple[Any, bytes]:
+        """The frame's BaseCommand and its entry, once ``view`` is full. FrameError, with
+        split_frame's reasons, if the command does not parse. O(command size), and no
+        copy of the entry unless a view of it is still held somewhere."""
+        self.view.release()
+        try:
+            command = BaseCommand.FromString(self.command)
+        except Exception as error:  # protobuf DecodeError, or a required field missing
+            raise FrameError(f"command does not parse: {error}") from None
+        return command, self._file.getvalue()
+
+    def drop(self) -> None:
+        """Let the bytes go (the connection closed with the frame unfinished)."""
+        self.view.release()

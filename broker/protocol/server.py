@@ -26,6 +26,10 @@ from broker.tasks import TaskOwner
 log = logging.getLogger(__name__)
 
 
+#: the most one read of a connection brings: uvloop's own read buffer's size
+READ_BUFFER_BYTES = 256 * 1024
+
+
 class ServedConnection(Protocol):
     """A connection as its server sees it: one it can close at shutdown."""
 
@@ -40,12 +44,16 @@ class ProtocolServer:
         self,
         service: BrokerService,
         config: BrokerConfig,
-        connection: Callable[[ProtocolServer], asyncio.Protocol],
+        connection: Callable[[ProtocolServer], asyncio.BaseProtocol],
     ) -> None:
         self.service = service
         self._connection = connection
         self.config = config
         self.max_frame = config.maxMessageSize + FRAME_PADDING
+        #: where every connection's reads land (``Connection.get_buffer``): a read is
+        #: parsed, and what is kept of it copied out, before the loop reads again
+        self.read_buffer = bytearray(READ_BUFFER_BYTES)
+        self.read_view = memoryview(self.read_buffer)
         #: who a client is, from its CONNECT (authenticationEnabled)
         self.authentication = AuthenticationService(config)
         self.connections: set[ServedConnection] = set()

@@ -15,6 +15,7 @@ import pytest
 
 from broker.protocol.connection import FRAMES_PER_TURN, Connection
 from broker.protocol.frames import FrameError, command_frame, payload_frame_head
+from broker.protocol.server import READ_BUFFER_BYTES
 from broker.protocol.throttle import BUSY
 from broker.pulsar_api import BaseCommand, Type
 
@@ -37,6 +38,11 @@ class Framing:
 
     def __init__(self) -> None:
         connection = Connection.__new__(Connection)
+        read_buffer = bytearray(READ_BUFFER_BYTES)
+        connection.server = SimpleNamespace(  # type: ignore[assignment]
+            read_buffer=read_buffer, read_view=memoryview(read_buffer)
+        )
+        connection._cut = connection._whole = None
         connection._parts = []
         connection._have = 0
         connection._needed = 0
@@ -126,7 +132,7 @@ def test_every_frame_is_handled_once_in_order_however_the_bytes_are_cut(seed: in
     framing.feed(data, cuts)
     assert framing.aborted == []
     assert framing.handled == expected
-    assert not framing.connection._parts  # nothing left over
+    assert not framing.connection._parts and framing.connection._cut is None  # nothing left
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -155,7 +161,7 @@ def test_frames_after_the_output_passes_its_mark_wait_and_are_handled_once_in_or
             connection._parse_held()
     assert framing.aborted == []
     assert framing.handled == expected
-    assert not connection._parts
+    assert not connection._parts and connection._cut is None
 
 
 def test_a_turn_of_the_loop_handles_a_share_of_frames_and_the_rest_waits_unread() -> None:

@@ -46,6 +46,7 @@ from broker.protocol.binary_consumer import BinaryConsumer
 from broker.protocol.binary_producer import BinaryProducer
 from broker.protocol.errors import server_error
 from broker.protocol.frames import (
+    CUT_ENTRY_MAX_BYTES,
     CUT_ENTRY_MIN_BYTES,
     SIZES,
     U32,
@@ -485,12 +486,12 @@ class Connection(asyncio.BufferedProtocol):
 
     def _cut_entry(self, view: memoryview, offset: int, length: int) -> bool:
         """Whether the frame at ``offset``, cut at ``length`` with its command whole and
-        a large entry, is now ``_cut``: its rest read into its entry's bytes. O(what
-        there is of it)."""
+        an entry of CUT_ENTRY_MIN_BYTES to CUT_ENTRY_MAX_BYTES, is now ``_cut``: its rest
+        read into its entry's bytes. O(what there is of it)."""
         total, size = SIZES.unpack_from(view, offset)
         start = offset + 8 + size  # where the entry starts
         rest = offset + 4 + total - start
-        if start > length or rest < CUT_ENTRY_MIN_BYTES:
+        if start > length or not CUT_ENTRY_MIN_BYTES <= rest <= CUT_ENTRY_MAX_BYTES:
             return False
         cut = CutEntry(bytes(view[offset + 8 : start]), rest)
         have = length - start

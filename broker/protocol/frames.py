@@ -20,6 +20,10 @@ U32 = struct.Struct(">I")
 #: its bytes (:class:`CutEntry`), not joined from the parts as they came: the join of a
 #: small one costs less than the read more it takes to stop reading at the frame's end
 CUT_ENTRY_MIN_BYTES = 16 * 1024
+#: the most: a CutEntry's bytes are made when the frame's head arrives, so a client that
+#: sends heads and no more makes the connection hold this much each (the parts of a
+#: larger frame are only what arrived); a batch of the clients' default 128 KiB fits
+CUT_ENTRY_MAX_BYTES = 256 * 1024
 #: room for the command and headers around a message of maxMessageSize, as Pulsar's
 #: frame limit (Commands.MESSAGE_SIZE_FRAME_PADDING)
 FRAME_PADDING = 10 * 1024

@@ -537,6 +537,15 @@ def child_processes(pid: int, command_part: str) -> list[int]:
     return found
 
 
+def rss_mib(pid: int) -> float:
+    """Process ``pid``'s resident memory (``VmRSS``), in MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
 def _conf_value(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 

@@ -39,7 +39,7 @@ import pytest
 
 from broker.pulsar_api import BaseCommand, Type
 from tests.conftest import ServedBrokerFactory
-from tests.harness import ServedBroker, eventually, http_request, new_topic
+from tests.harness import ServedBroker, eventually, http_request, new_topic, rss_mib
 from tests.protocol import raw
 
 MIB = 1 << 20
@@ -55,15 +55,6 @@ BOUND_MIB = 70
 READ_DEADLINE_S = 30.0
 #: a deadline on receiving everything by polling over HTTP
 RECEIVE_DEADLINE_S = 120.0
-
-
-def rss_mib(pid: int) -> float:
-    """The process's resident memory (``VmRSS``), in MiB."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for process {pid}")
 
 
 def payload(index: int) -> bytes:

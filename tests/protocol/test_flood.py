@@ -27,7 +27,15 @@ import pytest
 from broker.pulsar_api import BaseCommand, ServerError, Type
 from broker.tasks import COOPERATIVE_BATCH
 from tests.conftest import ServedBrokerFactory
-from tests.harness import ServedBroker, b64, eventually, new_topic, new_topic_and_path, persistent
+from tests.harness import (
+    ServedBroker,
+    b64,
+    eventually,
+    new_topic,
+    new_topic_and_path,
+    persistent,
+    rss_mib,
+)
 from tests.protocol.raw import READ_DEADLINE_S, RawConnection, frame, ping, producer
 
 pytestmark = pytest.mark.slow
@@ -91,6 +99,24 @@ def flood_then_hang_up(
         loader.close()
 
 
+@contextlib.contextmanager
+def bystander(broker: ServedBroker) -> Iterator[tuple[pulsar.Producer, pulsar.Consumer]]:
+    """Another client of ``broker``: a producer and a Shared consumer of a topic of its
+    own, ready (creating them takes several slow metadata operations) and probed once
+    before the flood, each operation bounded by RESPONSIVE_S."""
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=int(RESPONSIVE_S))
+    try:
+        topic = persistent(new_topic("bystander"))
+        producer_ = client.create_producer(
+            topic, send_timeout_millis=int(RESPONSIVE_S * 1000), batching_enabled=False
+        )
+        consumer = client.subscribe(topic, "probe", consumer_type=pulsar.ConsumerType.Shared)
+        probe(producer_, consumer, 0)
+        yield producer_, consumer
+    finally:
+        client.close()
+
+
 def probe(producer_: pulsar.Producer, consumer: pulsar.Consumer, until: float) -> int:
     """Produce and receive one message at a time until ``until``; every send and
     every receive must be answered within RESPONSIVE_S (the producer's send timeout,
@@ -141,20 +167,11 @@ def test_a_flood_then_a_hang_up_leaves_other_clients_served(
 ) -> None:
     # the bystander's topic, producer and consumer are ready before the flood (creating
     # them takes several slow metadata operations)
-    client = pulsar.Client(broker.service_url, operation_timeout_seconds=int(RESPONSIVE_S))
-    try:
-        topic = persistent(new_topic("bystander"))
-        producer_ = client.create_producer(
-            topic, send_timeout_millis=int(RESPONSIVE_S * 1000), batching_enabled=False
-        )
-        consumer = client.subscribe(topic, "probe", consumer_type=pulsar.ConsumerType.Shared)
-        probe(producer_, consumer, 0)
+    with bystander(broker) as (producer_, consumer):
         fault = {"operation": "metadataGet", "delayMs": METADATA_GET_DELAY_MS}
         broker.ok("PUT", "/admin/v2/brokerlab/faults", fault)
         with flood_then_hang_up(broker, command):
             assert probe(producer_, consumer, time.monotonic() + PROBE_S) >= 3
-    finally:
-        client.close()
     broker.ok("GET", "/admin/v2/brokers/health")
 
 
@@ -171,14 +188,7 @@ def test_a_flood_of_acks_then_a_hang_up_leaves_other_clients_served(
     connection sending them as fast as the broker reads gets a share of each turn of the
     loop (FRAMES_PER_TURN frames), so another client's sends and receives stay within
     RESPONSIVE_S while the flood is read, and after the hang-up."""
-    client = pulsar.Client(broker.service_url, operation_timeout_seconds=int(RESPONSIVE_S))
-    try:
-        topic = persistent(new_topic("bystander"))
-        producer_ = client.create_producer(
-            topic, send_timeout_millis=int(RESPONSIVE_S * 1000), batching_enabled=False
-        )
-        consumer = client.subscribe(topic, "probe", consumer_type=pulsar.ConsumerType.Shared)
-        probe(producer_, consumer, 0)
+    with bystander(broker) as (producer_, consumer):
         flooder = RawConnection(broker.service_url)
         try:
             flooder.handshake()
@@ -201,8 +211,6 @@ def test_a_flood_of_acks_then_a_hang_up_leaves_other_clients_served(
         finally:
             flooder.close()
         assert probe(producer_, consumer, time.monotonic() + PROBE_S) >= 3
-    finally:
-        client.close()
     broker.ok("GET", "/admin/v2/brokers/health")
 
 
@@ -322,14 +330,6 @@ UNREAD_BOUND_MIB = 24
 #: no byte of the client's taken by the broker for this long: it has stopped reading (a
 #: deadline, not a wait: a broker still reading moves the test on at once)
 STOPPED_S = 3.0
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for process {pid}")
 
 
 def test_requests_whose_answers_are_not_read_stop_being_read(broker: ServedBroker) -> None:

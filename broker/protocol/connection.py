@@ -46,6 +46,7 @@ from broker.protocol.binary_consumer import BinaryConsumer
 from broker.protocol.binary_producer import BinaryProducer
 from broker.protocol.errors import server_error
 from broker.protocol.frames import (
+    CUT_ENTRIES_MAX_BYTES,
     CUT_ENTRY_MAX_BYTES,
     CUT_ENTRY_MIN_BYTES,
     SIZES,
@@ -314,6 +315,7 @@ class Connection(asyncio.BufferedProtocol):
                 # (right after this call; taken now, they would be copied), at the next
                 # read of this connection or the loop's next callbacks, whichever first
                 self._cut = None
+                self.server.cut_entry_bytes -= cut.size
                 self._whole = cut
                 self._loop.call_soon(self._take_whole)
             return
@@ -487,12 +489,17 @@ class Connection(asyncio.BufferedProtocol):
     def _cut_entry(self, view: memoryview, offset: int, length: int) -> bool:
         """Whether the frame at ``offset``, cut at ``length`` with its command whole and
         an entry of CUT_ENTRY_MIN_BYTES to CUT_ENTRY_MAX_BYTES, is now ``_cut``: its rest
-        read into its entry's bytes. O(what there is of it)."""
+        read into its entry's bytes, unless the server's cut entries hold
+        CUT_ENTRIES_MAX_BYTES already. O(what there is of it)."""
         total, size = SIZES.unpack_from(view, offset)
         start = offset + 8 + size  # where the entry starts
         rest = offset + 4 + total - start
         if start > length or not CUT_ENTRY_MIN_BYTES <= rest <= CUT_ENTRY_MAX_BYTES:
             return False
+        server = self.server
+        if server.cut_entry_bytes + rest > CUT_ENTRIES_MAX_BYTES:
+            return False
+        server.cut_entry_bytes += rest
         cut = CutEntry(bytes(view[offset + 8 : start]), rest)
         have = length - start
         cut.view[:have] = view[start:length]
@@ -514,6 +521,8 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed:
             return
         self.closed = True
+        if self._cut is not None:
+            self.server.cut_entry_bytes -= self._cut.size
         for cut in (self._cut, self._whole):
             if cut is not None:
                 cut.drop()

@@ -24,6 +24,11 @@ CUT_ENTRY_MIN_BYTES = 16 * 1024
 #: sends heads and no more makes the connection hold this much each (the parts of a
 #: larger frame are only what arrived); a batch of the clients' default 128 KiB fits
 CUT_ENTRY_MAX_BYTES = 256 * 1024
+#: the most all the cut entries of a server's connections together may hold before their
+#: rest arrived: each is made whole-sized when only the frame's head is there, so 2,000
+#: connections sending the head of a 256 KiB entry and no more grew the broker by 500
+#: MiB (their parts, 20 MiB); past this, a cut frame keeps its parts as they come
+CUT_ENTRIES_MAX_BYTES = 16 * 1024 * 1024
 #: room for the command and headers around a message of maxMessageSize, as Pulsar's
 #: frame limit (Commands.MESSAGE_SIZE_FRAME_PADDING)
 FRAME_PADDING = 10 * 1024

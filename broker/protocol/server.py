@@ -54,6 +54,8 @@ class ProtocolServer:
         #: parsed, and what is kept of it copied out, before the loop reads again
         self.read_buffer = bytearray(READ_BUFFER_BYTES)
         self.read_view = memoryview(self.read_buffer)
+        #: the bytes of every connection's cut entry still arriving (CUT_ENTRIES_MAX_BYTES)
+        self.cut_entry_bytes = 0
         #: who a client is, from its CONNECT (authenticationEnabled)
         self.authentication = AuthenticationService(config)
         self.connections: set[ServedConnection] = set()

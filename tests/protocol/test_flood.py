@@ -36,7 +36,16 @@ from tests.harness import (
     persistent,
     rss_mib,
 )
-from tests.protocol.raw import READ_DEADLINE_S, RawConnection, frame, ping, producer
+from tests.protocol.raw import (
+    READ_DEADLINE_S,
+    RawConnection,
+    entry,
+    frame,
+    ping,
+    producer,
+    send,
+    send_frame,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -441,3 +450,41 @@ def test_a_connection_past_its_producers_or_consumers_is_closed_and_others_are_n
     finally:
         within.close()
         past.close()
+
+
+#: connections below that each send the head of a SEND of a 256 KiB entry, and no more
+HEADS = 600
+#: how much the broker's resident memory may grow meanwhile: the connections' own
+#: state, CUT_ENTRIES_MAX_BYTES (16 MiB) of entries read into, allocator slack; each
+#: head made 256 KiB its connection's before (600: 150 MiB)
+HEADS_BOUND_MIB = 48
+
+
+def test_frames_that_never_finish_hold_about_what_arrived_of_them(broker: ServedBroker) -> None:
+    """A frame cut at the end of a read whose large entry is read into bytes of its own
+    (a CutEntry, made whole-sized when the frame's head arrives) costs the broker its
+    entry's size before the rest comes: HEADS connections sending the head of a 256 KiB
+    entry, and no more, hold only CUT_ENTRIES_MAX_BYTES of them; the others keep what
+    arrived. Each connection's PING, in the same write as its head, is answered: the
+    broker read both."""
+    pid = broker.process.pid  # type: ignore[union-attr]
+    topic = persistent(new_topic("heads"))
+    head = send_frame(send(1, 0), entry(bytes(256 * 1024 - 100), 0))[:200]
+    before = rss_mib(pid)
+    connections = []
+    try:
+        for _ in range(HEADS):
+            connection = RawConnection(broker.service_url)
+            connections.append(connection)
+            connection.handshake()
+            connection.write(frame(producer(topic, 1, 1)))
+            connection.expect(Type.PRODUCER_SUCCESS)
+            connection.write(frame(ping()) + head)
+            connection.expect(Type.PONG)
+        grown = rss_mib(pid) - before
+        print(f"{HEADS} heads of 256 KiB entries: broker RSS +{grown:.0f} MiB")
+        assert grown < HEADS_BOUND_MIB, grown
+    finally:
+        for connection in connections:
+            connection.close()
+    broker.ok("GET", "/admin/v2/brokers/health")

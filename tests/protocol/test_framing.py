@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 
 from broker.protocol.connection import FRAMES_PER_TURN, Connection
-from broker.protocol.frames import FrameError, command_frame, payload_frame_head
+from broker.protocol.frames import (
+    CUT_ENTRIES_MAX_BYTES,
+    FrameError,
+    command_frame,
+    payload_frame_head,
+)
 from broker.protocol.server import READ_BUFFER_BYTES
 from broker.protocol.throttle import BUSY
 from broker.pulsar_api import BaseCommand, Type
@@ -40,7 +45,7 @@ class Framing:
         connection = Connection.__new__(Connection)
         read_buffer = bytearray(READ_BUFFER_BYTES)
         connection.server = SimpleNamespace(  # type: ignore[assignment]
-            read_buffer=read_buffer, read_view=memoryview(read_buffer)
+            read_buffer=read_buffer, read_view=memoryview(read_buffer), cut_entry_bytes=0
         )
         connection._cut = connection._whole = None
         connection._parts = []
@@ -125,14 +130,19 @@ def _stream(rng: random.Random) -> tuple[bytes, list[tuple[int, int | None, byte
 
 @pytest.mark.parametrize("seed", range(20))
 def test_every_frame_is_handled_once_in_order_however_the_bytes_are_cut(seed: int) -> None:
+    """Odd seeds with the server's cut entries at CUT_ENTRIES_MAX_BYTES already (other
+    connections'): every cut frame then keeps its parts."""
     rng = random.Random(seed)
     data, expected = _stream(rng)
     cuts = rng.sample(range(1, len(data)), k=rng.choice((1, 10, 100, 1000)))
     framing = Framing()
+    server = framing.connection.server
+    server.cut_entry_bytes = spent = CUT_ENTRIES_MAX_BYTES if seed % 2 else 0
     framing.feed(data, cuts)
     assert framing.aborted == []
     assert framing.handled == expected
     assert not framing.connection._parts and framing.connection._cut is None  # nothing left
+    assert server.cut_entry_bytes == spent
 
 
 @pytest.mark.parametrize("seed", range(10))

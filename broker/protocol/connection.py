@@ -507,6 +507,15 @@ class Connection(asyncio.BufferedProtocol):
         self._cut = cut
         return True
 
+    def eof_received(self) -> None:
+        """The client closed its side: the frame whose entry the last reads completed
+        is handled now, as a frame whole in a read is, not at the loop's next callbacks:
+        there, after the transport's close had scheduled connection_lost, its SEND was
+        queued only for the producer's write to find the connection closed, and a client
+        that sent a large message and closed lost it. Returns None: the transport
+        closes."""
+        self._take_whole()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown()
 

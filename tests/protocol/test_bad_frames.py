@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import socket
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,8 @@ from tests.conftest import ServedBrokerFactory
 from tests.harness import (
     ServedBroker,
     eventually,
+    new_topic,
+    persistent,
     pulsar_bundle,
     short,
     topics_in_distinct_bundles,
@@ -141,6 +144,40 @@ def test_a_send_with_the_right_checksum_is_stored_and_receipted(
     assert (receipt.producer_id, receipt.sequence_id) == (1, 0)
     stats = broker.ok("GET", "/admin/v2/persistent/public/default/raw-good/internalStats")
     assert stats["numberOfEntries"] == 1
+
+
+#: entries a read's end cuts and whose rest is read into their own bytes (CutEntry:
+#: 16-256 KiB), and one past that, whose parts are joined
+CUT_ENTRIES = [20 * 1024, 130 * 1024, 250 * 1024, 300 * 1024]
+
+
+@pytest.mark.parametrize("size", CUT_ENTRIES)
+def test_a_large_send_whose_client_hangs_up_right_after_it_is_stored(
+    broker: ServedBroker, client: pulsar.Client, size: int
+) -> None:
+    """A SEND cut at the end of a read whose last bytes come with the client's FIN (a
+    client that sends and closes) is stored, as one that arrived in one read is. Its
+    entry, completed by the read before the EOF, was handled at the loop's next
+    callbacks, after the close had scheduled connection_lost: its producer's write then
+    found the connection closed, and the message was lost."""
+    topic = persistent(new_topic("hang-up"))
+    consumer = client.subscribe(topic, "after")
+    payload = bytes(range(256)) * (size // 256)
+    data = send_frame(send(1, 0), entry(payload, 0))
+    raw = RawConnection(broker.service_url)
+    try:
+        raw.handshake()
+        raw.write(frame(producer(topic, 1, 1)))
+        raw.expect(Type.PRODUCER_SUCCESS)
+        raw.write(frame(ping()) + data[:-100])
+        raw.expect(Type.PONG)  # the broker has read the frame's head: the frame is cut
+        # the last bytes and the FIN go out together
+        raw.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        raw.write(data[-100:])
+        raw.sock.shutdown(socket.SHUT_WR)
+    finally:
+        raw.close()
+    assert consumer.receive(20_000).data() == payload
 
 
 # ---------------------------------------------------------------------- broken

@@ -167,10 +167,7 @@ def test_binary_consumer_that_does_not_read(
         subscribe.request_id = 1
         connection.write(raw.frame(command))
         connection.expect(Type.SUCCESS)
-        flow = BaseCommand(type=Type.FLOW)
-        flow.flow.consumer_id = 1
-        flow.flow.messagePermits = 1_000_000
-        connection.write(raw.frame(flow))
+        connection.write(raw.frame(raw.flow(1, 1_000_000)))
         # from here on the client reads nothing until everything is stored
 
         check_bounded(broker, topic, lambda: stats_of(broker, topic))

@@ -135,6 +135,13 @@ def send(producer_id: int, sequence_id: int) -> Any:
     return command
 
 
+def flow(consumer_id: int, permits: int) -> Any:
+    command = BaseCommand(type=Type.FLOW)
+    command.flow.consumer_id = consumer_id
+    command.flow.messagePermits = permits
+    return command
+
+
 class RawConnection:
     """A client of the binary protocol on a plain socket: what it sends is exactly the
     bytes given; what it reads is parsed frame by frame."""

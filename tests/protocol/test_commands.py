@@ -15,7 +15,7 @@ from pulsar.schema import AvroSchema, Integer, Record, String
 
 from broker.pulsar_api import ACK_CUMULATIVE, BaseCommand, ServerError, Type
 from tests.harness import ServedBroker, eventually, new_topic
-from tests.protocol.raw import RawConnection, entry, frame, producer, send, send_frame
+from tests.protocol.raw import RawConnection, entry, flow, frame, producer, send, send_frame
 
 pytestmark = pytest.mark.slow
 
@@ -167,13 +167,6 @@ def subscribe(
         initialPosition=initial_position,
     )
     return command, request_id
-
-
-def flow(consumer_id: int, permits: int) -> Any:
-    command = BaseCommand(type=Type.FLOW)
-    command.flow.consumer_id = consumer_id
-    command.flow.messagePermits = permits
-    return command
 
 
 def ack(consumer_id: int, ids: list[Any], request_id: int | None, cumulative: bool = False) -> Any:

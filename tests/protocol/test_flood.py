@@ -40,6 +40,7 @@ from tests.protocol.raw import (
     READ_DEADLINE_S,
     RawConnection,
     entry,
+    flow,
     frame,
     ping,
     producer,
@@ -277,13 +278,6 @@ def test_a_connection_past_its_pending_requests_is_closed_and_others_are_not(
     finally:
         within.close()
         past.close()
-
-
-def flow(consumer_id: int, permits: int) -> Any:
-    command = BaseCommand(type=Type.FLOW)
-    command.flow.consumer_id = consumer_id
-    command.flow.messagePermits = permits
-    return command
 
 
 def test_a_hang_up_of_many_consumers_releases_each_and_their_messages_go_on(
